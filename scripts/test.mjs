@@ -11,7 +11,10 @@ const nx = (args) => ['npx', ['nx', ...args, '--output-style=stream']];
 const tiers = [
   { name: 'limits', command: nx(['run', 'limits:test', '--excludeTaskDependencies']) },
   { name: 'protocol', command: nx(['run', 'protocol:test', '--excludeTaskDependencies']) },
-  { name: 'control-plane', command: nx(['run', 'control-plane:test', '--excludeTaskDependencies']) },
+  {
+    name: 'control-plane',
+    command: nx(['run', 'control-plane:test', '--excludeTaskDependencies']),
+  },
   { name: 'agent', command: nx(['run', 'agent:test', '--excludeTaskDependencies']) },
   { name: 'native', command: ['bash', ['native/run-tests.sh']], requires: 'native/run-tests.sh' },
 ];
@@ -51,7 +54,9 @@ export function countResults(output) {
 async function main() {
   const selected = tiers.filter((tier) => wanted.size === 0 || wanted.has(tier.name));
   if (selected.length === 0) {
-    console.error(`unknown tier(s): ${[...wanted].join(', ')}; known: ${tiers.map((t) => t.name).join(', ')}`);
+    console.error(
+      `unknown tier(s): ${[...wanted].join(', ')}; known: ${tiers.map((t) => t.name).join(', ')}`,
+    );
     process.exit(2);
   }
 
@@ -67,7 +72,12 @@ async function main() {
   for (const tier of selected) {
     console.log(`\n== tier ${tier.name} ==`);
     if (tier.requires && !existsSync(tier.requires)) {
-      summaries.push({ tier: tier.name, passed: 0, failed: 1, note: `${tier.requires} is missing` });
+      summaries.push({
+        tier: tier.name,
+        passed: 0,
+        failed: 1,
+        note: `${tier.requires} is missing`,
+      });
       continue;
     }
     const started = Date.now();
@@ -89,7 +99,9 @@ async function main() {
   console.log('\n== summary ==');
   for (const s of summaries) {
     const verdict = s.failed === 0 ? 'ok  ' : 'FAIL';
-    console.log(`${verdict} ${s.tier.padEnd(14)} ${s.passed} passed, ${s.failed} failed (${s.note})`);
+    console.log(
+      `${verdict} ${s.tier.padEnd(14)} ${s.passed} passed, ${s.failed} failed (${s.note})`,
+    );
   }
   const passed = summaries.reduce((n, s) => n + s.passed, 0);
   const failed = summaries.reduce((n, s) => n + s.failed, 0);
