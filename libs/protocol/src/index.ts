@@ -1,1 +1,22 @@
-export {};
+export { PROTOCOL_VERSION } from './version.js';
+export {
+  SAFE_ID_PATTERN,
+  assertValidHostId,
+  bytesSchema,
+  commandIdSchema,
+  containerIdSchema,
+  errorCodeSchema,
+  errorSchema,
+  eventIdSchema,
+  gpuUuidSchema,
+  hostIdSchema,
+  isValidHostId,
+  positiveBytesSchema,
+  shardIdSchema,
+  teamIdSchema,
+  timestampSchema,
+} from './primitives.js';
+export * from './subjects.js';
+export * from './env.js';
+export * from './messages.js';
+export * from './codec.js';

@@ -1,0 +1,373 @@
+import { z } from 'zod';
+
+import { envSchema } from './env.js';
+import {
+  bytesSchema,
+  commandIdSchema,
+  containerIdSchema,
+  envelope,
+  errorSchema,
+  eventIdSchema,
+  gpuUuidSchema,
+  positiveBytesSchema,
+  shardIdSchema,
+  teamIdSchema,
+  textSchema,
+  timestampSchema,
+  uniqueBy,
+} from './primitives.js';
+
+// Objects are z.object: unknown fields are tolerated and dropped, so a newer peer may add
+// optional fields without breaking an older one. Unknown enum values and command types
+// are refused. See README.md, "Versioning".
+
+export const SHARD_STATES = [
+  'PULLING', // pulling the image; `progress` says how far
+  'STARTING', // creating and starting the container
+  'RUNNING',
+  'EXITED', // the main process ended on its own; `exitCode` says how
+  'FAILED', // the agent could not launch or keep it (pull, create, start); `reason` says why
+  'STOPPED', // stopped by a stop command or reconciliation
+  'VANISHED', // the container went away without the agent removing it
+] as const;
+export const shardStateSchema = z.enum(SHARD_STATES);
+export type ShardState = z.infer<typeof shardStateSchema>;
+
+export const MAX_GPUS_PER_HOST = 64;
+export const MAX_SHARDS_PER_HOST = 1024;
+
+// ---------------------------------------------------------------------------------------
+// Shard launch spec: what a launch command carries and what a reconcile reply lists.
+
+export const gpuLimitSchema = z.object({
+  uuid: gpuUuidSchema,
+  /** The cap the interposer enforces on this GPU, context included. */
+  limitBytes: positiveBytesSchema,
+});
+export type GpuLimit = z.infer<typeof gpuLimitSchema>;
+
+const gpuLimitsSchema = z
+  .array(gpuLimitSchema)
+  .min(1, 'a shard needs at least one GPU')
+  .max(MAX_GPUS_PER_HOST)
+  .superRefine(uniqueBy((gpu: GpuLimit) => gpu.uuid, 'GPU'));
+
+export const MAX_COMMAND_ARGS = 256;
+export const MAX_COMMAND_BYTES = 32 * 1024;
+const utf8 = new TextEncoder();
+
+const containerCommandSchema = z
+  .array(z.string().refine((arg) => !arg.includes('\0'), 'command arguments cannot contain NUL'))
+  .min(1, 'a command, when given, needs at least the program')
+  .max(MAX_COMMAND_ARGS)
+  .refine(
+    (args) => args.reduce((sum, arg) => sum + utf8.encode(arg).length + 1, 0) <= MAX_COMMAND_BYTES,
+    `the command must take at most ${MAX_COMMAND_BYTES} bytes`,
+  );
+
+export const imageReferenceSchema = z
+  .string()
+  .regex(/^[\x21-\x7e]{1,512}$/, 'an image reference must be 1-512 printable ASCII characters');
+
+export const shardLaunchSpecSchema = z.object({
+  shardId: shardIdSchema,
+  teamId: teamIdSchema,
+  name: textSchema(128),
+  image: imageReferenceSchema,
+  /** Overrides the image's CMD; the image's entrypoint is kept. */
+  command: containerCommandSchema.optional(),
+  /** Reserved keys are stripped by the agent (see env.ts). */
+  env: envSchema,
+  gpus: gpuLimitsSchema,
+  /** The per-GPU CUDA context size the control plane reserved for; informational for the agent. */
+  contextOverheadBytes: bytesSchema.optional(),
+});
+export type ShardLaunchSpec = z.infer<typeof shardLaunchSpecSchema>;
+
+/**
+ * The level-triggered answer to "what should run here": shards in `desired` must run
+ * with that spec; shards in `stoppedShardIds` must stay stopped (containers kept);
+ * any other labelled container is stopped and removed.
+ */
+const desiredStateFields = {
+  desired: z
+    .array(shardLaunchSpecSchema)
+    .max(MAX_SHARDS_PER_HOST)
+    .superRefine(uniqueBy((spec: ShardLaunchSpec) => spec.shardId, 'shard')),
+  stoppedShardIds: z.array(shardIdSchema).max(MAX_SHARDS_PER_HOST),
+};
+
+// ---------------------------------------------------------------------------------------
+// register: agent -> control plane, request/reply, on start and after losing the link.
+
+export const hostInfoSchema = z.object({
+  hostId: envelope.hostId,
+  name: textSchema(256),
+  labels: z.record(
+    z
+      .string()
+      .regex(
+        /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/,
+        'label keys must be 1-128 characters of A-Z a-z 0-9 . _ / -, starting with a letter or digit',
+      ),
+    z.string().max(256, 'label values must be at most 256 characters'),
+  ),
+  agentVersion: textSchema(64),
+  driverVersion: textSchema(64),
+  cudaVersion: textSchema(64),
+  /** True when the GPUs are the simulated ones (fake driver libraries), never for real work. */
+  simulated: z.boolean(),
+  /** Measured size of one CUDA context on this host's GPUs. */
+  contextOverheadBytes: bytesSchema,
+});
+export type HostInfo = z.infer<typeof hostInfoSchema>;
+
+export const gpuInfoSchema = z.object({
+  uuid: gpuUuidSchema,
+  index: z
+    .int()
+    .min(0)
+    .max(MAX_GPUS_PER_HOST - 1),
+  model: textSchema(128),
+  totalBytes: bytesSchema,
+  usedBytes: bytesSchema,
+});
+export type GpuInfo = z.infer<typeof gpuInfoSchema>;
+
+export const runningShardSchema = z.object({
+  shardId: shardIdSchema,
+  containerId: containerIdSchema,
+  state: shardStateSchema,
+});
+export type RunningShard = z.infer<typeof runningShardSchema>;
+
+export const registerRequestSchema = z
+  .object({
+    ...envelope,
+    host: hostInfoSchema,
+    gpus: z
+      .array(gpuInfoSchema)
+      .max(MAX_GPUS_PER_HOST)
+      .superRefine(uniqueBy((gpu: GpuInfo) => gpu.uuid, 'GPU'))
+      .superRefine(uniqueBy((gpu: GpuInfo) => gpu.index, 'GPU index')),
+    runningShards: z.array(runningShardSchema).max(MAX_SHARDS_PER_HOST),
+  })
+  .refine((request) => request.host.hostId === request.hostId, {
+    message: 'host.hostId must equal hostId',
+    path: ['host', 'hostId'],
+  })
+  .describe('register request');
+export type RegisterRequest = z.infer<typeof registerRequestSchema>;
+
+/** Codes a register rejection may carry; receivers treat unknown codes as a rejection too. */
+export const REGISTER_REJECTION_CODES = {
+  /** Another live agent holds this host id. */
+  HOST_ID_IN_USE: 'HOST_ID_IN_USE',
+  /** An operator removed or disabled this host. */
+  HOST_DISABLED: 'HOST_DISABLED',
+  /** The agent is too old or too new for this control plane. */
+  AGENT_UNSUPPORTED: 'AGENT_UNSUPPORTED',
+  /** Simulated GPUs are not accepted by this control plane. */
+  SIMULATED_NOT_ALLOWED: 'SIMULATED_NOT_ALLOWED',
+} as const;
+
+export const registerReplySchema = z
+  .discriminatedUnion('accepted', [
+    z.object({ ...envelope, accepted: z.literal(true), ...desiredStateFields }),
+    z.object({ ...envelope, accepted: z.literal(false), error: errorSchema }),
+  ])
+  .describe('register reply');
+export type RegisterReply = z.infer<typeof registerReplySchema>;
+
+// ---------------------------------------------------------------------------------------
+// heartbeat: agent -> control plane, plain publish every few seconds.
+
+export const heartbeatSchema = z
+  .object({
+    ...envelope,
+    sentAt: timestampSchema,
+    /** Counts up from 0 for each agent process; a drop means the agent restarted. */
+    sequence: z.int().min(0),
+    gpus: z
+      .array(
+        z.object({
+          uuid: gpuUuidSchema,
+          usedBytes: bytesSchema,
+          utilizationPercent: z.number().min(0).max(100).optional(),
+        }),
+      )
+      .max(MAX_GPUS_PER_HOST),
+    shards: z
+      .array(
+        z.object({
+          shardId: shardIdSchema,
+          /** Read from the shard's shared region: what the interposer has counted. */
+          usedBytesPerGpu: z
+            .array(z.object({ gpuUuid: gpuUuidSchema, usedBytes: bytesSchema }))
+            .max(MAX_GPUS_PER_HOST),
+        }),
+      )
+      .max(MAX_SHARDS_PER_HOST),
+  })
+  .describe('heartbeat');
+export type Heartbeat = z.infer<typeof heartbeatSchema>;
+
+// ---------------------------------------------------------------------------------------
+// state: agent -> control plane, plain publish on every shard state change.
+
+export const shardStateEventSchema = z
+  .object({
+    ...envelope,
+    /** Lets the control plane drop a duplicate. */
+    eventId: eventIdSchema,
+    shardId: shardIdSchema,
+    state: shardStateSchema,
+    containerId: containerIdSchema.optional(),
+    exitCode: z.int().optional(),
+    reason: textSchema(4096).optional(),
+    /** When the agent saw the change; the control plane ignores events older than the last applied. */
+    at: timestampSchema,
+    /** Image pull progress, with PULLING. */
+    progress: z
+      .object({
+        completedBytes: bytesSchema,
+        totalBytes: bytesSchema.optional(),
+      })
+      .optional(),
+  })
+  .describe('shard state event');
+export type ShardStateEvent = z.infer<typeof shardStateEventSchema>;
+
+// ---------------------------------------------------------------------------------------
+// reconcile: agent -> control plane, request/reply, periodically.
+
+export const reconcileRequestSchema = z
+  .object({
+    ...envelope,
+    /** Every container labelled as a shard that the agent finds, running or not. */
+    containers: z
+      .array(
+        z.object({
+          shardId: shardIdSchema,
+          containerId: containerIdSchema,
+          running: z.boolean(),
+        }),
+      )
+      .max(MAX_SHARDS_PER_HOST),
+  })
+  .describe('reconcile request');
+export type ReconcileRequest = z.infer<typeof reconcileRequestSchema>;
+
+export const reconcileReplySchema = z
+  .object({ ...envelope, ...desiredStateFields })
+  .describe('reconcile reply');
+export type ReconcileReply = z.infer<typeof reconcileReplySchema>;
+
+// ---------------------------------------------------------------------------------------
+// commands: control plane -> agent, request/reply on gpushards.host.<hostId>.cmd.
+
+const commandHeader = { ...envelope, commandId: commandIdSchema };
+
+export const launchCommandSchema = z.object({
+  ...commandHeader,
+  type: z.literal('launch'),
+  shard: shardLaunchSpecSchema,
+});
+export const stopCommandSchema = z.object({
+  ...commandHeader,
+  type: z.literal('stop'),
+  shardId: shardIdSchema,
+  /** Seconds between SIGTERM and SIGKILL. */
+  graceSeconds: z.int().min(0).max(600),
+});
+export const deleteCommandSchema = z.object({
+  ...commandHeader,
+  type: z.literal('delete'),
+  shardId: shardIdSchema,
+});
+export const resizeCommandSchema = z.object({
+  ...commandHeader,
+  type: z.literal('resize'),
+  shardId: shardIdSchema,
+  /** The new caps, one per GPU of the shard. */
+  gpus: gpuLimitsSchema,
+});
+
+export const COMMAND_TYPES = ['launch', 'stop', 'delete', 'resize'] as const;
+export type CommandType = (typeof COMMAND_TYPES)[number];
+
+export const commandSchema = z
+  .discriminatedUnion(
+    'type',
+    [launchCommandSchema, stopCommandSchema, deleteCommandSchema, resizeCommandSchema],
+    {
+      error: (issue) =>
+        issue.code === 'invalid_union'
+          ? `unknown command type ${JSON.stringify(readType(issue.input))}: expected one of ${COMMAND_TYPES.join(', ')}`
+          : undefined,
+    },
+  )
+  .describe('command');
+export type Command = z.infer<typeof commandSchema>;
+export type LaunchCommand = z.infer<typeof launchCommandSchema>;
+export type StopCommand = z.infer<typeof stopCommandSchema>;
+export type DeleteCommand = z.infer<typeof deleteCommandSchema>;
+export type ResizeCommand = z.infer<typeof resizeCommandSchema>;
+
+function readType(input: unknown): unknown {
+  return typeof input === 'object' && input !== null ? (input as { type?: unknown }).type : input;
+}
+
+/**
+ * What a successful command did. A launch replies once the agent has taken it on (the
+ * image pull may take minutes); how it ends arrives as state events.
+ */
+export const commandResultSchema = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('launch'),
+    state: shardStateSchema,
+    containerId: containerIdSchema.optional(),
+  }),
+  z.object({ type: z.literal('stop'), wasRunning: z.boolean() }),
+  z.object({ type: z.literal('delete'), removed: z.boolean() }),
+  z.object({ type: z.literal('resize'), gpus: gpuLimitsSchema }),
+]);
+export type CommandResult = z.infer<typeof commandResultSchema>;
+
+/** Codes a failed command may carry; receivers treat unknown codes as failures too. */
+export const COMMAND_ERROR_CODES = {
+  /** The command could not be decoded (then `commandId` is null if it could not be read). */
+  INVALID_COMMAND: 'INVALID_COMMAND',
+  UNSUPPORTED_VERSION: 'UNSUPPORTED_VERSION',
+  /** The command's hostId is not this agent's. */
+  WRONG_HOST: 'WRONG_HOST',
+  UNKNOWN_SHARD: 'UNKNOWN_SHARD',
+  UNKNOWN_GPU: 'UNKNOWN_GPU',
+  /** A resize would set a cap below what the shard already uses. */
+  BELOW_USAGE: 'BELOW_USAGE',
+  /** Docker refused or failed. */
+  RUNTIME_ERROR: 'RUNTIME_ERROR',
+  INTERNAL: 'INTERNAL',
+} as const;
+
+export const commandReplySchema = z
+  .discriminatedUnion('ok', [
+    z.object({ ...commandHeader, ok: z.literal(true), result: commandResultSchema }),
+    z.object({
+      ...envelope,
+      /** null when the command was too malformed to read its id. */
+      commandId: commandIdSchema.nullable(),
+      ok: z.literal(false),
+      error: errorSchema,
+    }),
+  ])
+  .describe('command reply');
+export type CommandReply = z.infer<typeof commandReplySchema>;
+
+/** The schema of the message each agent subject carries (requests; replies are above). */
+export const AGENT_MESSAGE_SCHEMAS = {
+  register: registerRequestSchema,
+  heartbeat: heartbeatSchema,
+  state: shardStateEventSchema,
+  reconcile: reconcileRequestSchema,
+} as const;
