@@ -1,1 +1,5 @@
-export {};
+export * from './sizes.js';
+export * from './inventory.js';
+export * from './placement.js';
+export * from './quota.js';
+export * from './accounting.js';

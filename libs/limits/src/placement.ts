@@ -1,0 +1,485 @@
+/**
+ * Placement: which host and which of its GPUs take a new shard, or why none can.
+ *
+ * A GPU can take a shard when reservedBytes + need <= floor(totalBytes × overcommitRatio),
+ * where need = bytesPerGpu + the host's per-shard context overhead. All of a shard's GPUs
+ * are on one host. Only ONLINE hosts take shards. Among hosts that can, the policy picks:
+ *
+ *   binpack  the host whose chosen GPUs have the least free memory in total, taking on each
+ *            host the fullest GPUs that fit, so whole GPUs stay free for big requests;
+ *   spread   the host whose chosen GPUs have the most free memory, taking the emptiest GPUs.
+ *
+ * Ties go to the smaller host id (code-unit order), then the smaller GPU index, then the
+ * smaller UUID, so the result does not depend on the order of the fleet or of its GPUs.
+ */
+import { type Bytes, bytes, clampBytes, formatSize, isBytes, MAX_BYTES } from './sizes.js';
+import {
+  DEFAULT_CONTEXT_OVERHEAD_BYTES,
+  DEFAULT_OVERCOMMIT_RATIO,
+  type Gpu,
+  type GpuUuid,
+  type Host,
+  type HostId,
+} from './inventory.js';
+
+export type PlacementPolicy = 'binpack' | 'spread';
+
+/**
+ * Case-insensitive substrings of the GPU model name, as people write them ("H100").
+ * A GPU matches when it contains any include term (or include is absent or empty)
+ * and no exclude term.
+ */
+export interface GpuModelFilter {
+  readonly include?: readonly string[];
+  readonly exclude?: readonly string[];
+}
+
+export interface PlacementRequest {
+  /** What the shard may use on each GPU; the context overhead comes on top. */
+  readonly bytesPerGpu: Bytes;
+  /** All on one host. */
+  readonly gpuCount: number;
+  readonly gpuModel?: GpuModelFilter;
+  /** Labels the host must carry with exactly these values. */
+  readonly hostSelector?: Readonly<Record<string, string>>;
+  /** binpack when absent. */
+  readonly policy?: PlacementPolicy;
+}
+
+export interface PlacementOptions {
+  /** For hosts that have not measured their own; DEFAULT_CONTEXT_OVERHEAD_BYTES when absent. */
+  readonly defaultOverheadBytes?: Bytes;
+  /** For GPUs without their own ratio; DEFAULT_OVERCOMMIT_RATIO when absent. */
+  readonly defaultOvercommitRatio?: number;
+}
+
+export interface Placed {
+  readonly kind: 'placed';
+  readonly hostId: HostId;
+  /** Ordered by GPU index. */
+  readonly gpuUuids: readonly GpuUuid[];
+  /** As requested. */
+  readonly bytesPerGpu: Bytes;
+  /** bytesPerGpu + the host's context overhead: the cap the interposer enforces per GPU. */
+  readonly reservedBytesPerGpu: Bytes;
+}
+
+export interface GpuFree {
+  readonly uuid: GpuUuid;
+  readonly index: number;
+  readonly model: string;
+  readonly freeBytes: Bytes;
+}
+
+export type NoFitReason =
+  | { readonly kind: 'host-offline' }
+  | { readonly kind: 'host-cordoned' }
+  | { readonly kind: 'host-draining' }
+  | {
+      readonly kind: 'label-mismatch';
+      readonly key: string;
+      readonly wanted: string;
+      /** null when the host does not carry the label at all. */
+      readonly actual: string | null;
+    }
+  | {
+      readonly kind: 'model-excluded';
+      /** The distinct models on the host, sorted. */
+      readonly models: readonly string[];
+      readonly filter: GpuModelFilter;
+    }
+  | {
+      readonly kind: 'not-enough-gpus';
+      readonly neededGpus: number;
+      /** Per GPU, context overhead included (saturates at MAX_BYTES, which no GPU holds). */
+      readonly neededBytesPerGpu: Bytes;
+      /** How many GPUs on the host have that much free. */
+      readonly fittingGpus: number;
+      /** GPUs left out by the model filter (absent from `gpus`). */
+      readonly excludedByModel: number;
+      /** Every GPU the model filter admits, ordered by index. */
+      readonly gpus: readonly GpuFree[];
+    };
+
+export type NoFitReasonKind = NoFitReason['kind'];
+
+export interface HostNoFit {
+  readonly hostId: HostId;
+  readonly hostName: string;
+  readonly reason: NoFitReason;
+  readonly message: string;
+}
+
+/** Also the placement preview: one reason per host, ordered by host id. */
+export interface NoFit {
+  readonly kind: 'no-fit';
+  readonly reasons: readonly HostNoFit[];
+  readonly message: string;
+}
+
+export type PlacementResult = Placed | NoFit;
+
+export type GpuCapacity = Pick<Gpu, 'totalBytes' | 'reservedBytes' | 'overcommitRatio'>;
+
+function checkedRatio(ratio: number): number {
+  if (!(ratio > 0 && Number.isFinite(ratio))) {
+    throw new RangeError(`overcommit ratio must be a positive finite number, not ${ratio}`);
+  }
+  return ratio;
+}
+
+export function overcommitRatioOf(
+  gpu: GpuCapacity,
+  defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
+): number {
+  return checkedRatio(gpu.overcommitRatio ?? defaultRatio);
+}
+
+/** floor(totalBytes × ratio): what may be reserved on the GPU in all. */
+export function capacityBytes(
+  gpu: GpuCapacity,
+  defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
+): Bytes {
+  return bytes(
+    Math.min(Math.floor(gpu.totalBytes * overcommitRatioOf(gpu, defaultRatio)), MAX_BYTES),
+  );
+}
+
+/** Capacity not yet reserved; 0 when a lowered ratio left the GPU over capacity. */
+export function freeBytes(
+  gpu: GpuCapacity,
+  defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
+): Bytes {
+  return bytes(Math.max(0, capacityBytes(gpu, defaultRatio) - gpu.reservedBytes));
+}
+
+/**
+ * The capacity rule, alone: whether the GPU can take `size` more reserved bytes. The control
+ * plane's conditional update encodes the same inequality.
+ */
+export function canReserve(
+  gpu: GpuCapacity,
+  size: Bytes,
+  defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
+): boolean {
+  return gpu.reservedBytes + size <= capacityBytes(gpu, defaultRatio);
+}
+
+export function contextOverheadOf(
+  host: Pick<Host, 'contextOverheadBytes'>,
+  defaultOverhead: Bytes = DEFAULT_CONTEXT_OVERHEAD_BYTES,
+): Bytes {
+  return host.contextOverheadBytes ?? defaultOverhead;
+}
+
+function normalizedTerms(terms: readonly string[] | undefined): string[] {
+  return (terms ?? []).map((term) => term.trim().toLowerCase());
+}
+
+/** Whether a GPU model passes the filter; see GpuModelFilter. */
+export function matchesGpuModel(model: string, filter: GpuModelFilter = {}): boolean {
+  return modelMatcher(filter)(model);
+}
+
+/** A fleet has a handful of distinct model names, so each is lowercased and tested once. */
+function modelMatcher(filter: GpuModelFilter): (model: string) => boolean {
+  const include = normalizedTerms(filter.include);
+  const exclude = normalizedTerms(filter.exclude);
+  if (include.length === 0 && exclude.length === 0) return () => true;
+  const verdicts = new Map<string, boolean>();
+  return (model) => {
+    let verdict = verdicts.get(model);
+    if (verdict === undefined) {
+      const name = model.toLowerCase();
+      verdict =
+        (include.length === 0 || include.some((term) => name.includes(term))) &&
+        !exclude.some((term) => name.includes(term));
+      verdicts.set(model, verdict);
+    }
+    return verdict;
+  };
+}
+
+/** A request checked once, with what every host is tested against. */
+interface Plan {
+  readonly bytesPerGpu: Bytes;
+  readonly gpuCount: number;
+  readonly policy: PlacementPolicy;
+  readonly filter: GpuModelFilter;
+  readonly modelMatches: (model: string) => boolean;
+  /** Sorted by key, so the first mismatch reported does not depend on key order. */
+  readonly selector: readonly (readonly [string, string])[];
+  readonly defaultOverhead: Bytes;
+  readonly defaultRatio: number;
+}
+
+function planOf(request: PlacementRequest, options: PlacementOptions): Plan {
+  if (!Number.isSafeInteger(request.gpuCount) || request.gpuCount < 1) {
+    throw new RangeError(`gpuCount must be a whole number of at least 1, not ${request.gpuCount}`);
+  }
+  if (!isBytes(request.bytesPerGpu) || request.bytesPerGpu === 0) {
+    throw new RangeError(
+      `bytesPerGpu must be a whole number of bytes above 0, not ${request.bytesPerGpu}`,
+    );
+  }
+  const defaultOverhead = options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES;
+  if (!isBytes(defaultOverhead)) {
+    throw new RangeError(`defaultOverheadBytes must be a byte count, not ${defaultOverhead}`);
+  }
+  const defaultRatio = checkedRatio(options.defaultOvercommitRatio ?? DEFAULT_OVERCOMMIT_RATIO);
+  const filter = request.gpuModel ?? {};
+  return {
+    bytesPerGpu: request.bytesPerGpu,
+    gpuCount: request.gpuCount,
+    policy: request.policy ?? 'binpack',
+    filter,
+    modelMatches: modelMatcher(filter),
+    selector: Object.entries(request.hostSelector ?? {}).sort(([a], [b]) => compareText(a, b)),
+    defaultOverhead,
+    defaultRatio,
+  };
+}
+
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+interface GpuChoice {
+  readonly gpu: Gpu;
+  readonly free: number;
+}
+
+interface Candidate {
+  readonly host: Host;
+  readonly need: number;
+  /** The GPUs to take, gpuCount of them. */
+  readonly chosen: readonly GpuChoice[];
+  /** Sum of the chosen GPUs' free bytes: binpack wants it small, spread large. */
+  readonly score: number;
+}
+
+function compareGpus(policy: PlacementPolicy, a: GpuChoice, b: GpuChoice): number {
+  const byFree = preferenceOrder(policy) * (a.free - b.free);
+  return byFree || a.gpu.index - b.gpu.index || compareText(a.gpu.uuid, b.gpu.uuid);
+}
+
+/** +1: smaller free first (binpack); −1: larger free first (spread). */
+function preferenceOrder(policy: PlacementPolicy): 1 | -1 {
+  switch (policy) {
+    case 'binpack':
+      return 1;
+    case 'spread':
+      return -1;
+    default:
+      return unreachable(policy);
+  }
+}
+
+function isBetter(policy: PlacementPolicy, a: Candidate, b: Candidate): boolean {
+  const byScore = preferenceOrder(policy) * (a.score - b.score);
+  return byScore < 0 || (byScore === 0 && a.host.id < b.host.id);
+}
+
+function unreachable(value: never): never {
+  throw new Error(`unhandled variant: ${JSON.stringify(value)}`);
+}
+
+const OFFLINE: NoFitReason = { kind: 'host-offline' };
+const CORDONED: NoFitReason = { kind: 'host-cordoned' };
+const DRAINING: NoFitReason = { kind: 'host-draining' };
+
+/** Reasons that do not look at GPUs: the host's state and labels. */
+function gateReason(host: Host, plan: Plan): NoFitReason | undefined {
+  switch (host.state) {
+    case 'ONLINE':
+      break;
+    case 'OFFLINE':
+      return OFFLINE;
+    case 'CORDONED':
+      return CORDONED;
+    case 'DRAINING':
+      return DRAINING;
+    default:
+      return unreachable(host.state);
+  }
+  for (const [key, wanted] of plan.selector) {
+    const actual = Object.hasOwn(host.labels, key) ? host.labels[key] : undefined;
+    if (actual !== wanted) return { kind: 'label-mismatch', key, wanted, actual: actual ?? null };
+  }
+  return undefined;
+}
+
+function needOn(host: Host, plan: Plan): number {
+  return plan.bytesPerGpu + contextOverheadOf(host, plan.defaultOverhead);
+}
+
+function candidateOn(host: Host, plan: Plan): Candidate | undefined {
+  if (gateReason(host, plan) !== undefined) return undefined;
+  const need = needOn(host, plan);
+  const fitting: GpuChoice[] = [];
+  for (const gpu of host.gpus) {
+    if (!plan.modelMatches(gpu.model)) continue;
+    const capacity = capacityBytes(gpu, plan.defaultRatio);
+    if (gpu.reservedBytes + need <= capacity)
+      fitting.push({ gpu, free: capacity - gpu.reservedBytes });
+  }
+  if (fitting.length < plan.gpuCount) return undefined;
+  fitting.sort((a, b) => compareGpus(plan.policy, a, b));
+  const chosen = fitting.slice(0, plan.gpuCount);
+  let score = 0;
+  for (const choice of chosen) score += choice.free;
+  return { host, need, chosen, score };
+}
+
+/** Why a host that passed the gate cannot take the shard. */
+function capacityReason(host: Host, plan: Plan): NoFitReason {
+  const need = needOn(host, plan);
+  const admitted = host.gpus.filter((gpu) => plan.modelMatches(gpu.model));
+  if (host.gpus.length > 0 && admitted.length === 0) {
+    const models = [...new Set(host.gpus.map((gpu) => gpu.model))].sort(compareText);
+    return { kind: 'model-excluded', models, filter: plan.filter };
+  }
+  const gpus = admitted
+    .map((gpu) => ({
+      uuid: gpu.uuid,
+      index: gpu.index,
+      model: gpu.model,
+      freeBytes: freeBytes(gpu, plan.defaultRatio),
+    }))
+    .sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid));
+  return {
+    kind: 'not-enough-gpus',
+    neededGpus: plan.gpuCount,
+    neededBytesPerGpu: clampBytes(need),
+    fittingGpus: gpus.filter((gpu) => gpu.freeBytes >= need).length,
+    excludedByModel: host.gpus.length - admitted.length,
+    gpus,
+  };
+}
+
+/**
+ * Picks a host and GPUs for the request, or explains for every host why it cannot take it.
+ * Host ids must be unique; nothing else about the fleet's order matters.
+ */
+export function place(
+  request: PlacementRequest,
+  fleet: readonly Host[],
+  options: PlacementOptions = {},
+): PlacementResult {
+  const plan = planOf(request, options);
+  let best: Candidate | undefined;
+  for (const host of fleet) {
+    const candidate = candidateOn(host, plan);
+    if (candidate !== undefined && (best === undefined || isBetter(plan.policy, candidate, best))) {
+      best = candidate;
+    }
+  }
+  return best === undefined ? noFit(fleet, plan) : placed(best, plan);
+}
+
+function placed(candidate: Candidate, plan: Plan): Placed {
+  const gpus = candidate.chosen
+    .map((choice) => choice.gpu)
+    .sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid));
+  return {
+    kind: 'placed',
+    hostId: candidate.host.id,
+    gpuUuids: gpus.map((gpu) => gpu.uuid),
+    bytesPerGpu: plan.bytesPerGpu,
+    reservedBytesPerGpu: bytes(candidate.need),
+  };
+}
+
+function noFit(fleet: readonly Host[], plan: Plan): NoFit {
+  const reasons = fleet
+    .map((host): HostNoFit => {
+      const reason = gateReason(host, plan) ?? capacityReason(host, plan);
+      return { hostId: host.id, hostName: host.name, reason, message: describeNoFitReason(reason) };
+    })
+    .sort((a, b) => compareText(a.hostId, b.hostId));
+  return { kind: 'no-fit', reasons, message: summarizeNoFit(plan, reasons) };
+}
+
+function countOf(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
+function quoted(terms: readonly string[]): string {
+  return terms.map((term) => `"${term}"`).join(', ');
+}
+
+function describeFilter(filter: GpuModelFilter): string {
+  const parts: string[] = [];
+  if (filter.include !== undefined && filter.include.length > 0) {
+    parts.push(`include ${quoted(filter.include)}`);
+  }
+  if (filter.exclude !== undefined && filter.exclude.length > 0) {
+    parts.push(`exclude ${quoted(filter.exclude)}`);
+  }
+  return parts.join('; ');
+}
+
+/** One host's reason, for people, with sizes formatted. */
+export function describeNoFitReason(reason: NoFitReason): string {
+  switch (reason.kind) {
+    case 'host-offline':
+      return 'host is offline';
+    case 'host-cordoned':
+      return 'host is cordoned: it takes no new shards';
+    case 'host-draining':
+      return 'host is draining: its shards are being moved off';
+    case 'label-mismatch':
+      return reason.actual === null
+        ? `label "${reason.key}" is not set, wanted "${reason.wanted}"`
+        : `label "${reason.key}" is "${reason.actual}", wanted "${reason.wanted}"`;
+    case 'model-excluded':
+      return (
+        `no GPU matches the model filter (${describeFilter(reason.filter)}): ` +
+        `this host has ${reason.models.join(', ')}`
+      );
+    case 'not-enough-gpus': {
+      const free =
+        reason.gpus.length === 0
+          ? 'no GPUs'
+          : 'free: ' +
+            reason.gpus.map((gpu) => `#${gpu.index} ${formatSize(gpu.freeBytes)}`).join(', ');
+      const excluded =
+        reason.excludedByModel > 0
+          ? `; ${countOf(reason.excludedByModel, 'GPU')} left out by the model filter`
+          : '';
+      return (
+        `needs ${countOf(reason.neededGpus, 'GPU')} with ${formatSize(reason.neededBytesPerGpu)} ` +
+        `free each, has ${reason.fittingGpus} (${free})${excluded}`
+      );
+    }
+    default:
+      return unreachable(reason);
+  }
+}
+
+const TALLY_ORDER: readonly { readonly kind: NoFitReasonKind; readonly words: string }[] = [
+  { kind: 'not-enough-gpus', words: 'without enough free GPU memory' },
+  { kind: 'model-excluded', words: 'without a matching GPU model' },
+  { kind: 'label-mismatch', words: 'not matching the host selector' },
+  { kind: 'host-offline', words: 'offline' },
+  { kind: 'host-cordoned', words: 'cordoned' },
+  { kind: 'host-draining', words: 'draining' },
+];
+
+/** Names each host when there are few, and counts them by reason when there are many. */
+const HOSTS_NAMED_IN_SUMMARY = 3;
+
+function summarizeNoFit(plan: Plan, reasons: readonly HostNoFit[]): string {
+  const what =
+    `no host can take ${countOf(plan.gpuCount, 'GPU')} × ${formatSize(plan.bytesPerGpu)} ` +
+    `(plus context overhead per GPU)`;
+  if (reasons.length === 0) return `${what}: the fleet has no hosts`;
+  if (reasons.length <= HOSTS_NAMED_IN_SUMMARY) {
+    return `${what}: ${reasons.map((r) => `${r.hostName}: ${r.message}`).join('; ')}`;
+  }
+  const tally = TALLY_ORDER.map(({ kind, words }) => {
+    const n = reasons.filter((r) => r.reason.kind === kind).length;
+    return n === 0 ? '' : `${n} ${words}`;
+  }).filter((part) => part !== '');
+  return `${what}: of ${countOf(reasons.length, 'host')}, ${tally.join(', ')}`;
+}
