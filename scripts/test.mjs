@@ -43,9 +43,10 @@ function run(command, args, { quiet = false } = {}) {
  */
 export function countResults(output) {
   const sum = (pattern) => [...output.matchAll(pattern)].reduce((n, m) => n + Number(m[1]), 0);
-  const nodePassed = sum(/^(?:#|ℹ) pass (\d+)$/gm);
-  const nodeFailed = sum(/^(?:#|ℹ) fail (\d+)$/gm) + sum(/^(?:#|ℹ) cancelled (\d+)$/gm);
-  const plain = [...output.matchAll(/^(?:\w+: )?(\d+) passed, (\d+) failed/gm)];
+  const nodePassed = sum(/^(?:[\w-]+: )?(?:#|ℹ) pass (\d+)$/gm);
+  const nodeFailed =
+    sum(/^(?:[\w-]+: )?(?:#|ℹ) fail (\d+)$/gm) + sum(/^(?:[\w-]+: )?(?:#|ℹ) cancelled (\d+)$/gm);
+  const plain = [...output.matchAll(/^(?:[\w-]+: )?(\d+) passed, (\d+) failed/gm)];
   const plainPassed = plain.reduce((n, m) => n + Number(m[1]), 0);
   const plainFailed = plain.reduce((n, m) => n + Number(m[2]), 0);
   return { passed: nodePassed + plainPassed, failed: nodeFailed + plainFailed };
