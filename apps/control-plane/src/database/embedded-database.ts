@@ -1,0 +1,195 @@
+import { fsyncSync, mkdirSync } from 'node:fs';
+import { PGlite } from '@electric-sql/pglite';
+import { NodeFS } from '@electric-sql/pglite/nodefs';
+import {
+  DriverAdapterError,
+  type IsolationLevel,
+  type SqlDriverAdapter,
+  type SqlMigrationAwareDriverAdapterFactory,
+  type SqlQuery,
+  type SqlResultSet,
+  type Transaction,
+} from '@prisma/driver-adapter-utils';
+import { PrismaPGlite } from 'pglite-prisma-adapter';
+
+/*
+ * The embedded database: PostgreSQL compiled to WebAssembly (PGlite), one connection, its
+ * files in a folder. pglite-prisma-adapter connects Prisma to it, with two fixes below.
+ */
+
+/** Emscripten's NODEFS internals that FsyncingNodeFS touches. */
+interface NodeFsModule {
+  NODEFS: {
+    stream_ops: Record<string, unknown>;
+    tryFSOperation?: <T>(operation: () => T) => T;
+  };
+}
+
+/**
+ * PGlite's file system for Node maps the database's files onto real ones but implements
+ * fsync as a no-op, so even with fsync on in PostgreSQL a committed transaction could sit in
+ * the kernel's page cache when the machine loses power. This subclass makes fsync real.
+ */
+class FsyncingNodeFS extends NodeFS {
+  override async init(pg: PGlite, options: Parameters<NodeFS['init']>[1]) {
+    const { emscriptenOpts } = await super.init(pg, options);
+    const makeFsyncReal = (module: unknown) => {
+      const nodeFs = (module as NodeFsModule).NODEFS;
+      const run = nodeFs.tryFSOperation?.bind(nodeFs) ?? (<T>(operation: () => T) => operation());
+      nodeFs.stream_ops['fsync'] = (stream: { nfd: number }) => run(() => fsyncSync(stream.nfd));
+    };
+    return {
+      emscriptenOpts: {
+        ...emscriptenOpts,
+        preRun: [...(emscriptenOpts.preRun ?? []), makeFsyncReal],
+      },
+    };
+  }
+}
+
+/**
+ * PGlite starts PostgreSQL with `-F` (fsync off). Durable mode drops it and makes the WAL
+ * flush with fsync(), the one sync call PGlite's Emscripten layer passes through
+ * (fdatasync, PostgreSQL's default on Linux, is a no-op there).
+ */
+const DURABLE_START_PARAMS = [
+  ...PGlite.defaultStartParams.filter((param) => param !== '-F'),
+  '-c',
+  'fsync=on',
+  '-c',
+  'wal_sync_method=fsync',
+];
+
+export interface EmbeddedDatabaseOptions {
+  /** Real fsync on commit (see DatabaseConfig.embeddedDurable). */
+  readonly durable: boolean;
+}
+
+/**
+ * Opens (creating when missing, parents included) the PGlite database in `dataDir`, or an
+ * in-memory one when `dataDir` is undefined. Only one process may have a folder open.
+ */
+export async function openEmbeddedDatabase(
+  dataDir: string | undefined,
+  options: EmbeddedDatabaseOptions,
+): Promise<PGlite> {
+  if (dataDir === undefined) return PGlite.create();
+  // PGlite creates the folder itself but not its parents.
+  mkdirSync(dataDir, { recursive: true });
+  const pglite = await PGlite.create({
+    fs: options.durable ? new FsyncingNodeFS(dataDir) : new NodeFS(dataDir),
+    // Wait for the file system after each query (what PGlite does unless relaxed).
+    relaxedDurability: false,
+    ...(options.durable ? { startParams: DURABLE_START_PARAMS } : {}),
+  });
+  return pglite;
+}
+
+/**
+ * Prisma driver adapter factory for an open PGlite, usable both by PrismaClient and by the
+ * schema engine. It fixes two things of pglite-prisma-adapter 0.7.2:
+ * - executeScript did not wait for the script, so a failed migration was recorded as
+ *   applied; here it waits and turns PostgreSQL's error into a DriverAdapterError;
+ * - every shadow database it opened stayed open; here disposing one closes it.
+ */
+export class EmbeddedAdapterFactory implements SqlMigrationAwareDriverAdapterFactory {
+  readonly provider = 'postgres';
+  readonly adapterName: string;
+  private readonly inner: PrismaPGlite;
+
+  constructor(
+    private readonly pglite: PGlite,
+    private readonly options: { shadowIsMain?: boolean } = {},
+  ) {
+    this.inner = new PrismaPGlite(pglite);
+    this.adapterName = this.inner.adapterName;
+  }
+
+  async connect(): Promise<SqlDriverAdapter> {
+    return new ScriptAwaitingAdapter(await this.inner.connect(), this.pglite, async () => {});
+  }
+
+  /**
+   * A fresh in-memory database, or with `shadowIsMain` the main database itself: for a
+   * throwaway main database that saves starting a second PGlite (seconds).
+   */
+  async connectToShadowDb(): Promise<SqlDriverAdapter> {
+    if (this.options.shadowIsMain) return this.connect();
+    const shadow = await PGlite.create();
+    const adapter = await new PrismaPGlite(shadow).connect();
+    return new ScriptAwaitingAdapter(adapter, shadow, () => shadow.close());
+  }
+}
+
+class ScriptAwaitingAdapter implements SqlDriverAdapter {
+  readonly provider: SqlDriverAdapter['provider'];
+  readonly adapterName: string;
+
+  constructor(
+    private readonly inner: SqlDriverAdapter,
+    private readonly pglite: PGlite,
+    private readonly release: () => Promise<void>,
+  ) {
+    this.provider = inner.provider;
+    this.adapterName = inner.adapterName;
+  }
+
+  queryRaw(query: SqlQuery): Promise<SqlResultSet> {
+    return this.inner.queryRaw(query);
+  }
+
+  executeRaw(query: SqlQuery): Promise<number> {
+    return this.inner.executeRaw(query);
+  }
+
+  async executeScript(script: string): Promise<void> {
+    try {
+      await this.pglite.exec(script);
+    } catch (error) {
+      throw toDriverAdapterError(error);
+    }
+  }
+
+  startTransaction(isolationLevel?: IsolationLevel): Promise<Transaction> {
+    return this.inner.startTransaction(isolationLevel);
+  }
+
+  getConnectionInfo() {
+    return this.inner.getConnectionInfo?.() ?? { supportsRelationJoins: true };
+  }
+
+  async dispose(): Promise<void> {
+    await this.inner.dispose();
+    await this.release();
+  }
+}
+
+interface PostgresErrorFields {
+  code: string;
+  severity: string;
+  message: string;
+  detail?: string;
+  column?: string;
+  hint?: string;
+}
+
+function isPostgresError(error: unknown): error is PostgresErrorFields {
+  const fields = error as Partial<PostgresErrorFields> | null;
+  return typeof fields?.code === 'string' && typeof fields.message === 'string';
+}
+
+/** The shape Prisma's engines expect, so the message reaches the caller intact. */
+function toDriverAdapterError(error: unknown): unknown {
+  if (!isPostgresError(error)) return error;
+  return new DriverAdapterError({
+    kind: 'postgres',
+    code: error.code,
+    severity: error.severity ?? 'ERROR',
+    message: error.message,
+    detail: error.detail,
+    column: error.column,
+    hint: error.hint,
+    originalCode: error.code,
+    originalMessage: error.message,
+  });
+}

@@ -1,0 +1,34 @@
+export { openDatabaseBackend, type DatabaseBackend } from './database-backend.js';
+export {
+  databaseConfigFromEnv,
+  DatabaseConfigError,
+  DEFAULT_DATA_DIR,
+  DEFAULT_POOL_SIZE,
+  describeDatabase,
+  EMBEDDED_DATABASE_SUBDIR,
+  type DatabaseConfig,
+} from './database-config.js';
+export { DatabaseModule } from './database.module.js';
+export {
+  isUniqueViolation,
+  postgresErrorCode,
+  violatedCheckConstraint,
+} from './database-errors.js';
+export {
+  applyPendingMigrations,
+  createMigration,
+  diffMigrationsToSchema,
+  migrateDatabase,
+  MigrationError,
+  migrationStatusOf,
+  readMigrationStatus,
+  type MigrationStatus,
+} from './migrations/migrate.js';
+export {
+  findPrismaFolder,
+  prismaFolderAt,
+  type PrismaFolder,
+} from './migrations/migration-files.js';
+export { DATABASE_CONFIG, PrismaService } from './prisma.service.js';
+export { lockTeamForUpdate } from './team-lock.js';
+export * from './generated/client.js';

@@ -1,0 +1,124 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnModuleDestroy,
+  type OnModuleInit,
+} from '@nestjs/common';
+import type {
+  SqlDriverAdapter,
+  SqlMigrationAwareDriverAdapterFactory,
+} from '@prisma/driver-adapter-utils';
+import { openDatabaseBackend, type DatabaseBackend } from './database-backend.js';
+import { describeDatabase, type DatabaseConfig } from './database-config.js';
+import { PrismaClient } from './generated/client.js';
+import { applyPendingMigrations } from './migrations/migrate.js';
+import { findPrismaFolder, type PrismaFolder } from './migrations/migration-files.js';
+
+export const DATABASE_CONFIG = Symbol('DatabaseConfig');
+
+/**
+ * The generated PrismaClient, connected to PostgreSQL (DATABASE_URL) or to the embedded
+ * PGlite database, and migrated before the application serves: `onModuleInit` opens the
+ * database, applies pending migrations and connects; `onModuleDestroy` disconnects and closes
+ * the database. Outside Nest use `PrismaService.open(config)` and `close()`.
+ *
+ * Transactions and serialization:
+ * - PostgreSQL: a pool of connections; `$transaction(async (tx) => ...)` runs on one of them
+ *   at READ COMMITTED unless told otherwise. Serialize per team with `lockTeamForUpdate(tx,
+ *   teamId)` (a transaction-scoped advisory lock) or `SELECT ... FOR UPDATE` on the rows.
+ * - PGlite: a single connection. An interactive transaction holds it until it ends, so
+ *   transactions never interleave (serial by construction) and `isolationLevel` is ignored.
+ *   Inside `$transaction(async (tx) => ...)` use only `tx`: a query through the service
+ *   itself waits for the transaction to end, which waits for the query: a deadlock.
+ */
+@Injectable()
+export class PrismaService extends PrismaClient implements OnModuleInit, OnModuleDestroy {
+  private readonly logger = new Logger(PrismaService.name);
+  private readonly connection: DeferredBackend;
+
+  constructor(@Inject(DATABASE_CONFIG) readonly config: DatabaseConfig) {
+    const connection = new DeferredBackend(config);
+    super({ adapter: connection.clientAdapterFactory() });
+    this.connection = connection;
+  }
+
+  /** A connected, migrated service outside Nest (scripts, tests). */
+  static async open(
+    config: DatabaseConfig,
+    prismaFolder: PrismaFolder = findPrismaFolder(),
+  ): Promise<PrismaService> {
+    const service = new PrismaService(config);
+    try {
+      await service.connectAndMigrate(prismaFolder);
+    } catch (error) {
+      await service.close();
+      throw error;
+    }
+    return service;
+  }
+
+  get backendKind(): DatabaseBackend['kind'] {
+    return this.config.url === undefined ? 'pglite' : 'postgres';
+  }
+
+  async onModuleInit(): Promise<void> {
+    await this.connectAndMigrate(findPrismaFolder());
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    await this.close();
+  }
+
+  /** Opens the database, applies pending migrations, connects the client. */
+  async connectAndMigrate(prismaFolder: PrismaFolder): Promise<void> {
+    const backend = await this.connection.open();
+    const applied = await applyPendingMigrations(backend.migrationAdapter, prismaFolder);
+    if (applied.length > 0) {
+      this.logger.log(`${describeDatabase(this.config)}: applied migrations ${applied.join(', ')}`);
+    }
+    await this.$connect();
+  }
+
+  /** Disconnects the client and closes the database; safe to call more than once. */
+  async close(): Promise<void> {
+    await this.$disconnect();
+    await this.connection.close();
+  }
+
+  /** The open backend (PGlite instance included); opens it if needed. */
+  backend(): Promise<DatabaseBackend> {
+    return this.connection.open();
+  }
+}
+
+/**
+ * PrismaClient wants its adapter in the constructor, but opening PGlite is asynchronous;
+ * this hands PrismaClient a factory that opens the backend on first use.
+ */
+class DeferredBackend {
+  private opening: Promise<DatabaseBackend> | undefined;
+
+  constructor(private readonly config: DatabaseConfig) {}
+
+  open(): Promise<DatabaseBackend> {
+    this.opening ??= openDatabaseBackend(this.config);
+    return this.opening;
+  }
+
+  async close(): Promise<void> {
+    const opening = this.opening;
+    this.opening = undefined;
+    if (opening !== undefined) await (await opening).close();
+  }
+
+  clientAdapterFactory(): SqlMigrationAwareDriverAdapterFactory {
+    return {
+      provider: 'postgres',
+      adapterName: this.config.url === undefined ? 'pglite-prisma-adapter' : '@prisma/adapter-pg',
+      connect: async (): Promise<SqlDriverAdapter> => (await this.open()).clientAdapter.connect(),
+      connectToShadowDb: async (): Promise<SqlDriverAdapter> =>
+        (await this.open()).clientAdapter.connectToShadowDb(),
+    };
+  }
+}
