@@ -1,0 +1,43 @@
+import { DynamicModule, Module } from '@nestjs/common';
+import { AuditModule } from './audit/audit.module.js';
+import { AuthModule } from './auth/auth.module.js';
+import { ConfigModule } from './config/config.module.js';
+import type { ControlPlaneConfig } from './config/control-plane-config.js';
+import { DatabaseModule } from './database/index.js';
+import { ExplorerModule } from './explorer/explorer.module.js';
+import { GraphqlApiModule } from './graphql/graphql-api.module.js';
+import { HealthModule } from './health/health.module.js';
+import { LoggingModule } from './logging/logging.module.js';
+import type { Logger } from './logging/logger.js';
+import { MetricsModule } from './metrics/metrics.module.js';
+import { TeamsModule } from './teams/teams.module.js';
+import { ApiTokensModule } from './tokens/api-tokens.module.js';
+
+export interface AppModuleOptions {
+  readonly config: ControlPlaneConfig;
+  readonly logger: Logger;
+  readonly operatorOutput: NodeJS.WritableStream;
+}
+
+/** The whole control plane. Domain modules (fleet, shards, ...) are added to `imports`. */
+@Module({})
+export class AppModule {
+  static forRoot({ config, logger, operatorOutput }: AppModuleOptions): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        ConfigModule.forRoot(config),
+        LoggingModule.forRoot(logger, operatorOutput),
+        DatabaseModule.forRoot(config.database),
+        MetricsModule,
+        AuditModule,
+        AuthModule,
+        GraphqlApiModule,
+        ExplorerModule,
+        HealthModule,
+        TeamsModule,
+        ApiTokensModule,
+      ],
+    };
+  }
+}

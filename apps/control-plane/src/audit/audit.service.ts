@@ -1,0 +1,40 @@
+import { Injectable } from '@nestjs/common';
+import type { Caller } from '../auth/caller.js';
+import type { Prisma } from '../database/index.js';
+
+export interface AuditEntry {
+  /** "<target>.<verb>", e.g. "team.create", "token.revoke". */
+  readonly action: string;
+  readonly targetType: string;
+  readonly targetId: string;
+  /** The team the change belongs to; null for fleet-wide changes. */
+  readonly teamId: string | null;
+  /** What changed, for people reading the trail; never secrets. */
+  readonly details?: Prisma.InputJsonObject;
+}
+
+/**
+ * The audit trail. Every mutation records through the transaction client of its own change,
+ * so the change and its audit row commit or roll back together.
+ */
+@Injectable()
+export class AuditService {
+  /** `actor` is null for the control plane's own actions (the bootstrap admin token). */
+  async record(
+    tx: Prisma.TransactionClient,
+    actor: Caller | null,
+    entry: AuditEntry,
+  ): Promise<void> {
+    await tx.auditEvent.create({
+      data: {
+        actorTokenId: actor?.tokenId ?? null,
+        actorRole: actor?.role ?? null,
+        teamId: entry.teamId,
+        action: entry.action,
+        targetType: entry.targetType,
+        targetId: entry.targetId,
+        details: entry.details ?? {},
+      },
+    });
+  }
+}

@@ -1,0 +1,44 @@
+import { registerEnumType } from '@nestjs/graphql';
+
+/** Token roles, strongest first; the same strings as the database enum TokenRole. */
+export const Role = {
+  ADMIN: 'ADMIN',
+  MEMBER: 'MEMBER',
+  VIEWER: 'VIEWER',
+} as const;
+
+export type Role = (typeof Role)[keyof typeof Role];
+
+registerEnumType(Role, {
+  name: 'Role',
+  description: 'What a token may do.',
+  valuesMap: {
+    ADMIN: { description: 'The fleet and every team: hosts, teams, quotas, tokens.' },
+    MEMBER: {
+      description: "Its own team: read, and create or change the team's shards and tokens.",
+    },
+    VIEWER: { description: 'Its own team, read only.' },
+  },
+});
+
+const RANK: Readonly<Record<Role, number>> = { ADMIN: 3, MEMBER: 2, VIEWER: 1 };
+
+export function roleAtLeast(role: Role, minimum: Role): boolean {
+  return RANK[role] >= RANK[minimum];
+}
+
+/** The authenticated token behind a request. */
+export type Caller =
+  | {
+      readonly tokenId: string;
+      readonly tokenName: string;
+      readonly role: typeof Role.ADMIN;
+      /** Fleet admins are not bound to a team. */
+      readonly teamId: null;
+    }
+  | {
+      readonly tokenId: string;
+      readonly tokenName: string;
+      readonly role: typeof Role.MEMBER | typeof Role.VIEWER;
+      readonly teamId: string;
+    };

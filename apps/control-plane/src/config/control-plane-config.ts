@@ -1,0 +1,87 @@
+import { resolve } from 'node:path';
+import { z } from 'zod';
+import {
+  databaseConfigFromEnv,
+  DatabaseConfigError,
+  DEFAULT_DATA_DIR,
+  type DatabaseConfig,
+} from '../database/index.js';
+
+/** Everything the control plane needs to start; built from the environment or given by a caller. */
+export interface ControlPlaneConfig {
+  /** TCP port to listen on; 0 picks a free one (tests). */
+  readonly port: number;
+  readonly host: string;
+  /**
+   * Absolute path of the data folder: the admin token file, and the embedded database when
+   * no DATABASE_URL is given.
+   */
+  readonly dataDir: string;
+  readonly database: DatabaseConfig;
+}
+
+export const CONTROL_PLANE_CONFIG = Symbol('ControlPlaneConfig');
+
+export const DEFAULT_PORT = 4000;
+export const DEFAULT_HOST = '127.0.0.1';
+
+const envSchema = z.object({
+  GPUSHARDS_PORT: z
+    .string()
+    .regex(/^\d{1,5}$/, 'must be a whole number from 0 to 65535')
+    .transform(Number)
+    .refine((port) => port <= 65535, 'must be a whole number from 0 to 65535')
+    .default(DEFAULT_PORT),
+  GPUSHARDS_HOST: z
+    .string()
+    .trim()
+    .regex(/^[A-Za-z0-9.:[\]%-]+$/, 'must be an address or host name, like 127.0.0.1 or ::')
+    .default(DEFAULT_HOST),
+  GPUSHARDS_DATA_DIR: z.string().default(DEFAULT_DATA_DIR),
+});
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/**
+ * Reads GPUSHARDS_PORT (default 4000), GPUSHARDS_HOST (default 127.0.0.1), GPUSHARDS_DATA_DIR
+ * (default .gpushards under `cwd`) and, through databaseConfigFromEnv, DATABASE_URL and
+ * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
+ * every bad variable and what it should look like, never echoing DATABASE_URL (it may hold a
+ * password).
+ */
+export function loadConfigFromEnv(
+  env: NodeJS.ProcessEnv = process.env,
+  cwd: string = process.cwd(),
+): ControlPlaneConfig {
+  const present = Object.fromEntries(
+    Object.keys(envSchema.shape)
+      .map((key) => [key, env[key]] as const)
+      .filter(([, value]) => value !== undefined && value !== ''),
+  );
+  const problems: string[] = [];
+  const parsed = envSchema.safeParse(present);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      const name = issue.path.join('.');
+      problems.push(`${name} ${issue.message}, got ${JSON.stringify(present[name])}`);
+    }
+  }
+  let database: DatabaseConfig | undefined;
+  try {
+    database = databaseConfigFromEnv(env, cwd);
+  } catch (error) {
+    if (!(error instanceof DatabaseConfigError)) throw error;
+    problems.push(error.message);
+  }
+  if (!parsed.success || database === undefined) {
+    throw new ConfigError(`invalid configuration:\n  ${problems.join('\n  ')}`);
+  }
+  return {
+    port: parsed.data.GPUSHARDS_PORT,
+    host: parsed.data.GPUSHARDS_HOST,
+    dataDir: resolve(cwd, parsed.data.GPUSHARDS_DATA_DIR),
+    database,
+  };
+}

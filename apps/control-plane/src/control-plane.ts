@@ -1,0 +1,93 @@
+import 'reflect-metadata';
+import type { INestApplication } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import type { AddressInfo } from 'node:net';
+import { join, resolve } from 'node:path';
+import type { DestinationStream } from 'pino';
+import { AppModule } from './app.module.js';
+import {
+  DEFAULT_HOST,
+  DEFAULT_PORT,
+  type ControlPlaneConfig,
+} from './config/control-plane-config.js';
+import { EMBEDDED_DATABASE_SUBDIR, type DatabaseConfig } from './database/index.js';
+import { GRAPHQL_PATH } from './graphql/graphql-api.module.js';
+import { createLogger, PinoNestLogger, type LogLevel } from './logging/logger.js';
+
+export interface ControlPlaneOptions {
+  /** The data folder (admin token file; the embedded database unless `database` says otherwise). */
+  readonly dataDir: string;
+  /** Default: the embedded database in `<dataDir>/database`. */
+  readonly database?: DatabaseConfig;
+  /** Default 4000; 0 picks a free port. */
+  readonly port?: number;
+  /** Default 127.0.0.1. */
+  readonly host?: string;
+  /** Default "info". */
+  readonly logLevel?: LogLevel;
+  /** Where JSON log lines go; default stdout. */
+  readonly logDestination?: DestinationStream;
+  /** Where the first admin token is printed; default process.stdout. */
+  readonly operatorOutput?: NodeJS.WritableStream;
+}
+
+export interface ControlPlane {
+  readonly app: INestApplication;
+  readonly config: ControlPlaneConfig;
+  /** "http://127.0.0.1:4000" (the port actually bound). */
+  readonly url: string;
+  /** `${url}/graphql`; also the graphql-ws endpoint (with ws://). */
+  readonly graphqlUrl: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Request bodies up to this size are parsed, so that oversized fields reach input validation
+ * and get a BAD_USER_INPUT naming the field rather than a bare 413.
+ */
+const JSON_BODY_LIMIT = '2mb';
+
+/**
+ * Starts a control plane in this process and waits until it listens: migrations applied, the
+ * first admin token created if none exists. Used by main.ts, the one-box launcher and tests.
+ */
+export async function createControlPlane(options: ControlPlaneOptions): Promise<ControlPlane> {
+  const dataDir = resolve(options.dataDir);
+  const config: ControlPlaneConfig = {
+    port: options.port ?? DEFAULT_PORT,
+    host: options.host ?? DEFAULT_HOST,
+    dataDir,
+    database: options.database ?? { embeddedDataDir: join(dataDir, EMBEDDED_DATABASE_SUBDIR) },
+  };
+  const logger = createLogger(options.logLevel ?? 'info', options.logDestination);
+  const app = await NestFactory.create<NestExpressApplication>(
+    AppModule.forRoot({
+      config,
+      logger,
+      operatorOutput: options.operatorOutput ?? process.stdout,
+    }),
+    { logger: new PinoNestLogger(logger), bodyParser: false, abortOnError: false },
+  );
+  app.useBodyParser('json', { limit: JSON_BODY_LIMIT });
+  try {
+    await app.listen(config.port, config.host);
+  } catch (error) {
+    await app.close();
+    throw error;
+  }
+  const address = app.getHttpServer().address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+  logger.info(
+    { url, dataDir, database: config.database.url ? 'postgres' : 'pglite' },
+    'control plane listening',
+  );
+  return {
+    app,
+    config,
+    url,
+    graphqlUrl: url + GRAPHQL_PATH,
+    close: () => app.close(),
+  };
+}

@@ -1,0 +1,67 @@
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { Module } from '@nestjs/common';
+import { GraphQLModule } from '@nestjs/graphql';
+import { AuthService } from '../auth/auth.service.js';
+import type { RequestContext } from '../auth/request-context.js';
+import { createErrorFormatter } from '../errors/format-error.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+
+export const GRAPHQL_PATH = '/graphql';
+
+/** What @as-integrations/express5 (HTTP) or graphql-ws (subscriptions) pass to `context`. */
+interface TransportContext {
+  req?: { headers: { authorization?: string } };
+  connectionParams?: Readonly<Record<string, unknown>>;
+}
+
+/** graphql-ws clients send the token as connection parameter "Authorization" (or "authorization"). */
+function authorizationOf(
+  connectionParams: TransportContext['connectionParams'],
+): string | undefined {
+  const value = connectionParams?.['Authorization'] ?? connectionParams?.['authorization'];
+  return typeof value === 'string' ? value : undefined;
+}
+
+/**
+ * The GraphQL API: code-first schema (sorted, kept in memory; docs/schema.graphql is written by
+ * `schema-file.js write`), Apollo Server 5 on express 5 at /graphql, and graphql-ws on the same
+ * path for subscriptions. Apollo's landing page loads from a CDN, so it is off; GET / serves
+ * the self-contained explorer instead.
+ */
+@Module({
+  imports: [
+    GraphQLModule.forRootAsync<ApolloDriverConfig>({
+      driver: ApolloDriver,
+      inject: [LOGGER, AuthService],
+      useFactory: (logger: Logger, auth: AuthService): ApolloDriverConfig => ({
+        path: GRAPHQL_PATH,
+        autoSchemaFile: true,
+        sortSchema: true,
+        graphiql: false,
+        introspection: true,
+        includeStacktraceInErrorResponses: false,
+        autoTransformHttpErrors: false,
+        formatError: createErrorFormatter(logger.child({ module: 'graphql' })),
+        context: ({ req, connectionParams }: TransportContext): RequestContext => ({
+          authorization: req?.headers.authorization ?? authorizationOf(connectionParams),
+        }),
+        subscriptions: {
+          'graphql-ws': {
+            path: GRAPHQL_PATH,
+            // Refuse the connection itself (close 4403) without a valid token; each
+            // subscription is then checked again by AuthGuard like any query.
+            onConnect: async ({ connectionParams }) => {
+              try {
+                await auth.authenticate(authorizationOf(connectionParams));
+                return true;
+              } catch {
+                return false;
+              }
+            },
+          },
+        },
+      }),
+    }),
+  ],
+})
+export class GraphqlApiModule {}

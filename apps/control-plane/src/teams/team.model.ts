@@ -1,0 +1,78 @@
+import { Field, ID, InputType, Int, ObjectType } from '@nestjs/graphql';
+import { Connection } from '../graphql/connection.js';
+import { Size } from '../graphql/size.model.js';
+
+@ObjectType({ description: 'A group of people whose shards share one quota.' })
+export class Team {
+  @Field(() => ID)
+  id!: string;
+
+  @Field({ description: 'Unique; lower-case letters, digits and hyphens.' })
+  name!: string;
+
+  @Field()
+  createdAt!: Date;
+}
+
+@ObjectType()
+export class TeamConnection extends Connection(Team) {}
+
+@ObjectType({
+  description: 'What a team may hold at once. Without one, a team cannot place shards.',
+})
+export class QuotaPolicy {
+  @Field(() => Size, { description: "The team's shards together (requested bytes of all GPUs)." })
+  maxTotal!: Size;
+
+  @Field(() => Int)
+  maxShards!: number;
+
+  @Field(() => Size, { description: 'One shard, over all its GPUs.' })
+  maxPerShard!: Size;
+
+  @Field(() => Int, { nullable: true, description: 'GPUs of one shard; null = no limit.' })
+  maxGpusPerShard!: number | null;
+
+  @Field(() => [String], { description: 'GPU models the team may use; empty = every model.' })
+  allowedGpuModels!: string[];
+
+  @Field(() => Int, { description: 'Higher goes first when placement must choose between teams.' })
+  priority!: number;
+
+  @Field()
+  updatedAt!: Date;
+}
+
+@ObjectType({ description: 'What a team holds now: its shards that hold a reservation.' })
+export class TeamUsage {
+  @Field(() => Size, {
+    description: 'Requested bytes of those shards (per GPU × GPUs), as quotas count.',
+  })
+  reserved!: Size;
+
+  @Field(() => Int)
+  shardCount!: number;
+}
+
+@InputType({
+  description: 'Sizes are strings like "48g", "1536m" or "2t" (1024-based); "0" allows none.',
+})
+export class QuotaPolicyInput {
+  @Field()
+  maxTotal!: string;
+
+  @Field(() => Int)
+  maxShards!: number;
+
+  @Field()
+  maxPerShard!: string;
+
+  @Field(() => Int, { nullable: true, description: 'Null or left out: no limit.' })
+  maxGpusPerShard?: number | null;
+
+  @Field(() => [String], { nullable: true, description: 'Left out or empty: every model.' })
+  allowedGpuModels?: string[] | null;
+
+  @Field(() => Int, { nullable: true, description: 'Default 0.' })
+  priority?: number | null;
+}

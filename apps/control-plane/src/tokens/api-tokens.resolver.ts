@@ -1,0 +1,60 @@
+import { Args, ID, Mutation, Parent, Query, ResolveField, Resolver } from '@nestjs/graphql';
+import { Role, type Caller } from '../auth/caller.js';
+import { CurrentCaller } from '../auth/decorators.js';
+import { ConnectionArgs } from '../graphql/connection.js';
+import { Team } from '../teams/team.model.js';
+import { TeamsService } from '../teams/teams.service.js';
+import { ApiToken, ApiTokenConnection, CreatedApiToken } from './api-token.model.js';
+import { ApiTokensService } from './api-tokens.service.js';
+
+@Resolver(() => ApiToken)
+export class ApiTokensResolver {
+  constructor(
+    private readonly tokens: ApiTokensService,
+    private readonly teams: TeamsService,
+  ) {}
+
+  @Query(() => ApiToken, { description: 'The token this request was made with.' })
+  me(@CurrentCaller() caller: Caller) {
+    return this.tokens.current(caller);
+  }
+
+  @Mutation(() => CreatedApiToken, {
+    description:
+      'Admins: any token (ADMIN tokens without teamId). Members: MEMBER or VIEWER tokens of their own team.',
+  })
+  createApiToken(
+    @CurrentCaller() caller: Caller,
+    @Args('role', { type: () => Role }) role: Role,
+    @Args('name') name: string,
+    @Args('teamId', { type: () => ID, nullable: true }) teamId?: string | null,
+  ) {
+    return this.tokens.create(caller, { role, name, teamId });
+  }
+
+  @Mutation(() => ApiToken, {
+    description: 'Final; revoking a revoked token returns it unchanged.',
+  })
+  revokeApiToken(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
+    return this.tokens.revoke(caller, id);
+  }
+
+  @ResolveField(() => Team, { nullable: true, description: 'Null for fleet-wide admin tokens.' })
+  team(@CurrentCaller() caller: Caller, @Parent() token: ApiToken) {
+    return token.teamId === null ? null : this.teams.get(caller, token.teamId);
+  }
+}
+
+@Resolver(() => Team)
+export class TeamApiTokensResolver {
+  constructor(private readonly tokens: ApiTokensService) {}
+
+  @ResolveField(() => ApiTokenConnection)
+  apiTokens(
+    @Parent() team: Team,
+    @Args() args: ConnectionArgs,
+    @Args('includeRevoked', { defaultValue: false }) includeRevoked: boolean,
+  ) {
+    return this.tokens.listForTeam(team.id, args, includeRevoked);
+  }
+}
