@@ -13,6 +13,7 @@ import {
 import {
   canReserve,
   capacityBytes,
+  describeNoFitReason,
   freeBytes,
   matchesGpuModel,
   type NoFit,
@@ -242,7 +243,7 @@ describe('place: why nothing fits, per host', () => {
     assert.ok(reason !== undefined);
     assert.equal(reason.hostId, fleetHost.id);
     assert.equal(reason.hostName, fleetHost.name);
-    return reason;
+    return { reason: reason.reason, message: describeNoFitReason(reason.reason) };
   }
 
   test('host-offline', () => {

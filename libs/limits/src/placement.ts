@@ -103,11 +103,11 @@ export type NoFitReason =
 
 export type NoFitReasonKind = NoFitReason['kind'];
 
+/** describeNoFitReason(reason) renders the reason for people, when it is shown. */
 export interface HostNoFit {
   readonly hostId: HostId;
   readonly hostName: string;
   readonly reason: NoFitReason;
-  readonly message: string;
 }
 
 /** Also the placement preview: one reason per host, ordered by host id. */
@@ -135,14 +135,17 @@ export function overcommitRatioOf(
   return checkedRatio(gpu.overcommitRatio ?? defaultRatio);
 }
 
+/** floor(totalBytes × ratio), clamped to MAX_BYTES: the one capacity rule, unbranded for speed. */
+function rawCapacity(gpu: GpuCapacity, defaultRatio: number): number {
+  return Math.min(Math.floor(gpu.totalBytes * overcommitRatioOf(gpu, defaultRatio)), MAX_BYTES);
+}
+
 /** floor(totalBytes × ratio): what may be reserved on the GPU in all. */
 export function capacityBytes(
   gpu: GpuCapacity,
   defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
 ): Bytes {
-  return bytes(
-    Math.min(Math.floor(gpu.totalBytes * overcommitRatioOf(gpu, defaultRatio)), MAX_BYTES),
-  );
+  return bytes(rawCapacity(gpu, defaultRatio));
 }
 
 /** Capacity not yet reserved; 0 when a lowered ratio left the GPU over capacity. */
@@ -205,6 +208,8 @@ interface Plan {
   readonly bytesPerGpu: Bytes;
   readonly gpuCount: number;
   readonly policy: PlacementPolicy;
+  /** +1: less free first (binpack); −1: more free first (spread). */
+  readonly order: 1 | -1;
   readonly filter: GpuModelFilter;
   readonly modelMatches: (model: string) => boolean;
   /** Sorted by key, so the first mismatch reported does not depend on key order. */
@@ -228,10 +233,12 @@ function planOf(request: PlacementRequest, options: PlacementOptions): Plan {
   }
   const defaultRatio = checkedRatio(options.defaultOvercommitRatio ?? DEFAULT_OVERCOMMIT_RATIO);
   const filter = request.gpuModel ?? {};
+  const policy = request.policy ?? 'binpack';
   return {
     bytesPerGpu: request.bytesPerGpu,
     gpuCount: request.gpuCount,
-    policy: request.policy ?? 'binpack',
+    policy,
+    order: preferenceOrder(policy),
     filter,
     modelMatches: modelMatcher(filter),
     selector: Object.entries(request.hostSelector ?? {}).sort(([a], [b]) => compareText(a, b)),
@@ -242,25 +249,6 @@ function planOf(request: PlacementRequest, options: PlacementOptions): Plan {
 
 function compareText(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-interface GpuChoice {
-  readonly gpu: Gpu;
-  readonly free: number;
-}
-
-interface Candidate {
-  readonly host: Host;
-  readonly need: number;
-  /** The GPUs to take, gpuCount of them. */
-  readonly chosen: readonly GpuChoice[];
-  /** Sum of the chosen GPUs' free bytes: binpack wants it small, spread large. */
-  readonly score: number;
-}
-
-function compareGpus(policy: PlacementPolicy, a: GpuChoice, b: GpuChoice): number {
-  const byFree = preferenceOrder(policy) * (a.free - b.free);
-  return byFree || a.gpu.index - b.gpu.index || compareText(a.gpu.uuid, b.gpu.uuid);
 }
 
 /** +1: smaller free first (binpack); −1: larger free first (spread). */
@@ -275,9 +263,49 @@ function preferenceOrder(policy: PlacementPolicy): 1 | -1 {
   }
 }
 
-function isBetter(policy: PlacementPolicy, a: Candidate, b: Candidate): boolean {
-  const byScore = preferenceOrder(policy) * (a.score - b.score);
-  return byScore < 0 || (byScore === 0 && a.host.id < b.host.id);
+/** Whether GPU a, with `freeA` free, is taken before GPU b. */
+function prefers(order: 1 | -1, freeA: number, a: Gpu, freeB: number, b: Gpu): boolean {
+  const byFree = order * (freeA - freeB);
+  if (byFree !== 0) return byFree < 0;
+  if (a.index !== b.index) return a.index < b.index;
+  return a.uuid < b.uuid;
+}
+
+/**
+ * The gpuCount most preferred GPUs of one host, best first. Kept in a bounded buffer by
+ * insertion, so a host costs O(GPUs × gpuCount) and nothing is allocated per GPU; the
+ * buffer is reused across hosts.
+ */
+interface Picks {
+  readonly gpus: Gpu[];
+  readonly free: number[];
+  count: number;
+}
+
+/** Fills `picks` from the host; returns the picks' score (their total free bytes) or NaN. */
+function pickOn(host: Host, plan: Plan, need: number, picks: Picks): number {
+  const k = plan.gpuCount;
+  const { gpus, free } = picks;
+  picks.count = 0;
+  for (const gpu of host.gpus) {
+    if (!plan.modelMatches(gpu.model)) continue;
+    const available = rawCapacity(gpu, plan.defaultRatio) - gpu.reservedBytes;
+    if (available < need) continue;
+    const full = picks.count === k;
+    if (full && !prefers(plan.order, available, gpu, free[k - 1]!, gpus[k - 1]!)) continue;
+    let slot = full ? k - 1 : picks.count++;
+    while (slot > 0 && prefers(plan.order, available, gpu, free[slot - 1]!, gpus[slot - 1]!)) {
+      free[slot] = free[slot - 1]!;
+      gpus[slot] = gpus[slot - 1]!;
+      slot--;
+    }
+    free[slot] = available;
+    gpus[slot] = gpu;
+  }
+  if (picks.count < k) return Number.NaN;
+  let score = 0;
+  for (let i = 0; i < k; i++) score += free[i]!;
+  return score;
 }
 
 function unreachable(value: never): never {
@@ -313,53 +341,34 @@ function needOn(host: Host, plan: Plan): number {
   return plan.bytesPerGpu + contextOverheadOf(host, plan.defaultOverhead);
 }
 
-function candidateOn(host: Host, plan: Plan): Candidate | undefined {
-  if (gateReason(host, plan) !== undefined) return undefined;
-  const need = needOn(host, plan);
-  const fitting: GpuChoice[] = [];
-  for (const gpu of host.gpus) {
-    if (!plan.modelMatches(gpu.model)) continue;
-    const capacity = capacityBytes(gpu, plan.defaultRatio);
-    if (gpu.reservedBytes + need <= capacity)
-      fitting.push({ gpu, free: capacity - gpu.reservedBytes });
-  }
-  if (fitting.length < plan.gpuCount) return undefined;
-  fitting.sort((a, b) => compareGpus(plan.policy, a, b));
-  const chosen = fitting.slice(0, plan.gpuCount);
-  let score = 0;
-  for (const choice of chosen) score += choice.free;
-  return { host, need, chosen, score };
-}
-
 /** Why a host that passed the gate cannot take the shard. */
 function capacityReason(host: Host, plan: Plan): NoFitReason {
   const need = needOn(host, plan);
-  const admitted = host.gpus.filter((gpu) => plan.modelMatches(gpu.model));
-  if (host.gpus.length > 0 && admitted.length === 0) {
+  const gpus: GpuFree[] = [];
+  let fittingGpus = 0;
+  for (const gpu of host.gpus) {
+    if (!plan.modelMatches(gpu.model)) continue;
+    const free = Math.max(0, rawCapacity(gpu, plan.defaultRatio) - gpu.reservedBytes) as Bytes;
+    if (free >= need) fittingGpus++;
+    gpus.push({ uuid: gpu.uuid, index: gpu.index, model: gpu.model, freeBytes: free });
+  }
+  if (host.gpus.length > 0 && gpus.length === 0) {
     const models = [...new Set(host.gpus.map((gpu) => gpu.model))].sort(compareText);
     return { kind: 'model-excluded', models, filter: plan.filter };
   }
-  const gpus = admitted
-    .map((gpu) => ({
-      uuid: gpu.uuid,
-      index: gpu.index,
-      model: gpu.model,
-      freeBytes: freeBytes(gpu, plan.defaultRatio),
-    }))
-    .sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid));
   return {
     kind: 'not-enough-gpus',
     neededGpus: plan.gpuCount,
     neededBytesPerGpu: clampBytes(need),
-    fittingGpus: gpus.filter((gpu) => gpu.freeBytes >= need).length,
-    excludedByModel: host.gpus.length - admitted.length,
-    gpus,
+    fittingGpus,
+    excludedByModel: host.gpus.length - gpus.length,
+    gpus: gpus.sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid)),
   };
 }
 
 /**
  * Picks a host and GPUs for the request, or explains for every host why it cannot take it.
- * Host ids must be unique; nothing else about the fleet's order matters.
+ * One pass over the fleet; host ids must be unique, nothing else about order matters.
  */
 export function place(
   request: PlacementRequest,
@@ -367,26 +376,26 @@ export function place(
   options: PlacementOptions = {},
 ): PlacementResult {
   const plan = planOf(request, options);
-  let best: Candidate | undefined;
+  const picks: Picks = { gpus: [], free: [], count: 0 };
+  let best: { host: Host; need: number; score: number; gpus: Gpu[] } | undefined;
   for (const host of fleet) {
-    const candidate = candidateOn(host, plan);
-    if (candidate !== undefined && (best === undefined || isBetter(plan.policy, candidate, best))) {
-      best = candidate;
+    if (gateReason(host, plan) !== undefined) continue;
+    const need = needOn(host, plan);
+    const score = pickOn(host, plan, need, picks);
+    if (Number.isNaN(score)) continue;
+    const byScore = best === undefined ? -1 : plan.order * (score - best.score);
+    if (byScore < 0 || (byScore === 0 && best !== undefined && host.id < best.host.id)) {
+      best = { host, need, score, gpus: picks.gpus.slice(0, plan.gpuCount) };
     }
   }
-  return best === undefined ? noFit(fleet, plan) : placed(best, plan);
-}
-
-function placed(candidate: Candidate, plan: Plan): Placed {
-  const gpus = candidate.chosen
-    .map((choice) => choice.gpu)
-    .sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid));
+  if (best === undefined) return noFit(fleet, plan);
+  const chosen = best.gpus.sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid));
   return {
     kind: 'placed',
-    hostId: candidate.host.id,
-    gpuUuids: gpus.map((gpu) => gpu.uuid),
+    hostId: best.host.id,
+    gpuUuids: chosen.map((gpu) => gpu.uuid),
     bytesPerGpu: plan.bytesPerGpu,
-    reservedBytesPerGpu: bytes(candidate.need),
+    reservedBytesPerGpu: bytes(best.need),
   };
 }
 
@@ -394,7 +403,7 @@ function noFit(fleet: readonly Host[], plan: Plan): NoFit {
   const reasons = fleet
     .map((host): HostNoFit => {
       const reason = gateReason(host, plan) ?? capacityReason(host, plan);
-      return { hostId: host.id, hostName: host.name, reason, message: describeNoFitReason(reason) };
+      return { hostId: host.id, hostName: host.name, reason };
     })
     .sort((a, b) => compareText(a.hostId, b.hostId));
   return { kind: 'no-fit', reasons, message: summarizeNoFit(plan, reasons) };
@@ -475,7 +484,8 @@ function summarizeNoFit(plan: Plan, reasons: readonly HostNoFit[]): string {
     `(plus context overhead per GPU)`;
   if (reasons.length === 0) return `${what}: the fleet has no hosts`;
   if (reasons.length <= HOSTS_NAMED_IN_SUMMARY) {
-    return `${what}: ${reasons.map((r) => `${r.hostName}: ${r.message}`).join('; ')}`;
+    const each = reasons.map((r) => `${r.hostName}: ${describeNoFitReason(r.reason)}`);
+    return `${what}: ${each.join('; ')}`;
   }
   const tally = TALLY_ORDER.map(({ kind, words }) => {
     const n = reasons.filter((r) => r.reason.kind === kind).length;

@@ -215,15 +215,21 @@ interface Display {
 
 /** Rounds down, exactly: a unit is a power of two, so size / unit and its remainder are exact. */
 function display(size: Bytes): Display {
-  const unit = DISPLAY_UNITS.find((candidate) => size >= candidate.size);
-  if (unit === undefined) return { hundredths: size * 100, name: 'B', size: 1 };
-  const whole = Math.floor(size / unit.size);
-  const rest = size - whole * unit.size;
-  return {
-    hundredths: whole * 100 + Math.floor((rest * 100) / unit.size),
-    name: unit.name,
-    size: unit.size,
-  };
+  for (const unit of DISPLAY_UNITS) {
+    if (size < unit.size) continue;
+    const whole = Math.floor(size / unit.size);
+    const rest = size - whole * unit.size;
+    const hundredths = whole * 100 + Math.floor((rest * 100) / unit.size);
+    return { hundredths, name: unit.name, size: unit.size };
+  }
+  return { hundredths: size * 100, name: 'B', size: 1 };
+}
+
+/** Two decimals without trailing zeros: 50 → "5", 5 → "05", 0 → "". */
+function decimals(hundredths: number): string {
+  if (hundredths === 0) return '';
+  if (hundredths % 10 === 0) return String(hundredths / 10);
+  return hundredths < 10 ? `0${hundredths}` : String(hundredths);
 }
 
 /**
@@ -233,10 +239,8 @@ function display(size: Bytes): Display {
  */
 export function formatSize(size: Bytes): string {
   const { hundredths, name } = display(size);
+  const fraction = decimals(hundredths % 100);
   const whole = Math.floor(hundredths / 100);
-  const fraction = String(hundredths % 100)
-    .padStart(2, '0')
-    .replace(/0+$/, '');
   return fraction === '' ? `${whole} ${name}` : `${whole}.${fraction} ${name}`;
 }
 
