@@ -6,6 +6,7 @@ import type {
 } from '@prisma/driver-adapter-utils';
 import { DEFAULT_POOL_SIZE, type DatabaseConfig } from './database-config.js';
 import { EmbeddedAdapterFactory, openEmbeddedDatabase } from './embedded-database.js';
+import { WholeScriptAdapter } from './whole-script-adapter.js';
 
 /**
  * One open database, whichever kind: the driver adapter factories for PrismaClient and for
@@ -36,7 +37,9 @@ export async function openDatabaseBackend(config: DatabaseConfig): Promise<Datab
         connectionString: url,
         max: config.poolSize ?? DEFAULT_POOL_SIZE,
       }),
-      migrationAdapter: new NoShadowAdapterFactory(new PrismaPg({ connectionString: url, max: 1 })),
+      migrationAdapter: new PostgresMigrationAdapterFactory(
+        new PrismaPg({ connectionString: url, max: 1 }),
+      ),
       close: async () => {},
     };
   }
@@ -54,11 +57,13 @@ export async function openDatabaseBackend(config: DatabaseConfig): Promise<Datab
 }
 
 /**
- * @prisma/adapter-pg's shadow database keeps the connection string's database name, so the
- * engine would replay migrations into the real database. Nothing here needs a shadow
- * database on PostgreSQL (diffs use in-memory PGlite), so asking for one is a bug.
+ * @prisma/adapter-pg for the schema engine, with two fixes:
+ * - migration scripts run whole, in one implicit transaction (see WholeScriptAdapter);
+ * - no shadow database: adapter-pg's keeps the connection string's database name, so the
+ *   engine would replay migrations into the real database. Nothing here needs one on
+ *   PostgreSQL (diffs run on in-memory PGlite), so asking for one is a bug.
  */
-class NoShadowAdapterFactory implements SqlMigrationAwareDriverAdapterFactory {
+class PostgresMigrationAdapterFactory implements SqlMigrationAwareDriverAdapterFactory {
   readonly provider = 'postgres';
   readonly adapterName: string;
 
@@ -66,8 +71,11 @@ class NoShadowAdapterFactory implements SqlMigrationAwareDriverAdapterFactory {
     this.adapterName = inner.adapterName;
   }
 
-  connect(): Promise<SqlDriverAdapter> {
-    return this.inner.connect();
+  async connect(): Promise<SqlDriverAdapter> {
+    const adapter = await this.inner.connect();
+    // A query without parameters goes over the simple protocol, which allows many statements.
+    const runScript = (script: string) => adapter.underlyingDriver().query(script);
+    return new WholeScriptAdapter(adapter, runScript, async () => {});
   }
 
   connectToShadowDb(): Promise<SqlDriverAdapter> {

@@ -1,16 +1,12 @@
 import { fsyncSync, mkdirSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import { NodeFS } from '@electric-sql/pglite/nodefs';
-import {
-  DriverAdapterError,
-  type IsolationLevel,
-  type SqlDriverAdapter,
-  type SqlMigrationAwareDriverAdapterFactory,
-  type SqlQuery,
-  type SqlResultSet,
-  type Transaction,
+import type {
+  SqlDriverAdapter,
+  SqlMigrationAwareDriverAdapterFactory,
 } from '@prisma/driver-adapter-utils';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
+import { WholeScriptAdapter } from './whole-script-adapter.js';
 
 /*
  * The embedded database: PostgreSQL compiled to WebAssembly (PGlite), one connection, its
@@ -89,7 +85,7 @@ export async function openEmbeddedDatabase(
  * Prisma driver adapter factory for an open PGlite, usable both by PrismaClient and by the
  * schema engine. It fixes two things of pglite-prisma-adapter 0.7.2:
  * - executeScript did not wait for the script, so a failed migration was recorded as
- *   applied; here it waits and turns PostgreSQL's error into a DriverAdapterError;
+ *   applied; here it waits (see WholeScriptAdapter);
  * - every shadow database it opened stayed open; here disposing one closes it.
  */
 export class EmbeddedAdapterFactory implements SqlMigrationAwareDriverAdapterFactory {
@@ -106,7 +102,8 @@ export class EmbeddedAdapterFactory implements SqlMigrationAwareDriverAdapterFac
   }
 
   async connect(): Promise<SqlDriverAdapter> {
-    return new ScriptAwaitingAdapter(await this.inner.connect(), this.pglite, async () => {});
+    const runScript = (script: string) => this.pglite.exec(script);
+    return new WholeScriptAdapter(await this.inner.connect(), runScript, async () => {});
   }
 
   /**
@@ -117,79 +114,10 @@ export class EmbeddedAdapterFactory implements SqlMigrationAwareDriverAdapterFac
     if (this.options.shadowIsMain) return this.connect();
     const shadow = await PGlite.create();
     const adapter = await new PrismaPGlite(shadow).connect();
-    return new ScriptAwaitingAdapter(adapter, shadow, () => shadow.close());
+    return new WholeScriptAdapter(
+      adapter,
+      (script) => shadow.exec(script),
+      () => shadow.close(),
+    );
   }
-}
-
-class ScriptAwaitingAdapter implements SqlDriverAdapter {
-  readonly provider: SqlDriverAdapter['provider'];
-  readonly adapterName: string;
-
-  constructor(
-    private readonly inner: SqlDriverAdapter,
-    private readonly pglite: PGlite,
-    private readonly release: () => Promise<void>,
-  ) {
-    this.provider = inner.provider;
-    this.adapterName = inner.adapterName;
-  }
-
-  queryRaw(query: SqlQuery): Promise<SqlResultSet> {
-    return this.inner.queryRaw(query);
-  }
-
-  executeRaw(query: SqlQuery): Promise<number> {
-    return this.inner.executeRaw(query);
-  }
-
-  async executeScript(script: string): Promise<void> {
-    try {
-      await this.pglite.exec(script);
-    } catch (error) {
-      throw toDriverAdapterError(error);
-    }
-  }
-
-  startTransaction(isolationLevel?: IsolationLevel): Promise<Transaction> {
-    return this.inner.startTransaction(isolationLevel);
-  }
-
-  getConnectionInfo() {
-    return this.inner.getConnectionInfo?.() ?? { supportsRelationJoins: true };
-  }
-
-  async dispose(): Promise<void> {
-    await this.inner.dispose();
-    await this.release();
-  }
-}
-
-interface PostgresErrorFields {
-  code: string;
-  severity: string;
-  message: string;
-  detail?: string;
-  column?: string;
-  hint?: string;
-}
-
-function isPostgresError(error: unknown): error is PostgresErrorFields {
-  const fields = error as Partial<PostgresErrorFields> | null;
-  return typeof fields?.code === 'string' && typeof fields.message === 'string';
-}
-
-/** The shape Prisma's engines expect, so the message reaches the caller intact. */
-function toDriverAdapterError(error: unknown): unknown {
-  if (!isPostgresError(error)) return error;
-  return new DriverAdapterError({
-    kind: 'postgres',
-    code: error.code,
-    severity: error.severity ?? 'ERROR',
-    message: error.message,
-    detail: error.detail,
-    column: error.column,
-    hint: error.hint,
-    originalCode: error.code,
-    originalMessage: error.message,
-  });
 }
