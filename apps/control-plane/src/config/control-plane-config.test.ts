@@ -1,0 +1,55 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ConfigError, loadConfigFromEnv } from './control-plane-config.js';
+
+describe('loadConfigFromEnv', () => {
+  it('defaults: 127.0.0.1:4000, embedded database in ./.gpushards', () => {
+    const config = loadConfigFromEnv({}, '/srv');
+    assert.equal(config.port, 4000);
+    assert.equal(config.host, '127.0.0.1');
+    assert.equal(config.dataDir, '/srv/.gpushards');
+    assert.equal(config.database.url, undefined);
+    assert.equal(config.database.embeddedDataDir, '/srv/.gpushards/database');
+  });
+
+  it('reads every variable; empty ones count as unset', () => {
+    const config = loadConfigFromEnv(
+      {
+        GPUSHARDS_PORT: '0',
+        GPUSHARDS_HOST: '::',
+        GPUSHARDS_DATA_DIR: 'state',
+        DATABASE_URL: 'postgresql://cp@db:5432/gpushards',
+      },
+      '/srv',
+    );
+    assert.deepEqual(
+      { port: config.port, host: config.host, dataDir: config.dataDir, url: config.database.url },
+      { port: 0, host: '::', dataDir: '/srv/state', url: 'postgresql://cp@db:5432/gpushards' },
+    );
+    assert.equal(loadConfigFromEnv({ GPUSHARDS_PORT: '', DATABASE_URL: '' }).port, 4000);
+  });
+
+  it('names every bad variable at once and never echoes DATABASE_URL', () => {
+    const secretUrl = 'mysql://root:hunter2@db/x';
+    assert.throws(
+      () =>
+        loadConfigFromEnv({
+          GPUSHARDS_PORT: '70000',
+          GPUSHARDS_HOST: 'a b',
+          DATABASE_URL: secretUrl,
+        }),
+      (error: unknown) => {
+        assert.ok(error instanceof ConfigError);
+        assert.match(
+          error.message,
+          /GPUSHARDS_PORT must be a whole number from 0 to 65535, got "70000"/,
+        );
+        assert.match(error.message, /GPUSHARDS_HOST must be an address or host name/);
+        assert.match(error.message, /DATABASE_URL must be a postgresql:\/\/ URL/);
+        assert.ok(!error.message.includes('hunter2'));
+        return true;
+      },
+    );
+    assert.throws(() => loadConfigFromEnv({ GPUSHARDS_PORT: 'http' }), /GPUSHARDS_PORT/);
+  });
+});
