@@ -3,6 +3,7 @@ import {
   cpSync,
   existsSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
@@ -11,6 +12,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
 import { createTestDatabase, TEST_DATABASE_KINDS } from '../../testing/test-database.js';
 import { startPostgres, type PostgresServer } from '../../testing/postgres-server.js';
 import { runMigrationCli } from './cli.js';
@@ -18,6 +20,7 @@ import {
   applyPendingMigrations,
   createMigration,
   diffMigrationsToSchema,
+  migrateDatabase,
   MigrationError,
   readMigrationStatus,
 } from './migrate.js';
@@ -36,6 +39,14 @@ function copyOfPrismaFolder(): PrismaFolder {
 function addMigration(folder: PrismaFolder, name: string, sql: string): void {
   mkdirSync(join(folder.migrationsDir, name));
   writeFileSync(join(folder.migrationsDir, name, 'migration.sql'), sql);
+}
+
+/** The repository's migrations, oldest first. */
+function readMigrationNames(): string[] {
+  return readdirSync(findPrismaFolder().migrationsDir, { withFileTypes: true })
+    .filter((entry) => entry.isDirectory())
+    .map((entry) => entry.name)
+    .sort();
 }
 
 const EXTRA_MODEL = '\nmodel Scratch {\n  id Int @id\n\n  @@map("scratch")\n}\n';
@@ -178,6 +189,22 @@ for (const kind of TEST_DATABASE_KINDS) {
     });
   });
 }
+
+describe('two control planes starting at once on one PostgreSQL database', () => {
+  it('apply each migration once (the engine holds an advisory lock while migrating)', async () => {
+    const admin = new pg.Client({ connectionString: server.url });
+    await admin.connect();
+    try {
+      await admin.query('CREATE DATABASE concurrent_migrations');
+      const config = { url: server.urlFor('concurrent_migrations'), embeddedDataDir: '' };
+      const applied = await Promise.all([migrateDatabase(config), migrateDatabase(config)]);
+      assert.deepEqual(applied.flat(), [readMigrationNames()[0]]);
+    } finally {
+      await admin.query('DROP DATABASE IF EXISTS concurrent_migrations WITH (FORCE)');
+      await admin.end();
+    }
+  });
+});
 
 describe('the migration command line', () => {
   it('status, deploy, status, check on the embedded database', async () => {
