@@ -11,6 +11,9 @@
  * "kb", "mb", "gb" and "tb" are refused: people mean 10^9 by "GB" as often as 2^30, and a
  * shard that is 7% smaller than asked for is a bug report. A fraction that does not land
  * on a whole byte is rounded down to whole bytes (the error is under one byte).
+ *
+ * formatSize, for people, rounds down to two decimals; formatSizeExact, for the interposer,
+ * writes the exact integer.
  */
 
 /** A whole number of bytes from 0 to 2^53 − 1 (Number.MAX_SAFE_INTEGER). */

@@ -1,0 +1,133 @@
+// Placement latency on a synthetic fleet: 1,000 hosts × 8 GPUs.
+// Build first (npx nx run limits:build), then: node bench/placement.mjs [placements per case]
+import os from 'node:os';
+import { GiB, MiB, bytes, gpuUuid, hostId, place } from '../libs/limits/dist/index.js';
+
+const HOSTS = 1000;
+const GPUS_PER_HOST = 8;
+const MEASURED = Number(process.argv[2] ?? 2000);
+const WARMUP = 500;
+
+/** mulberry32: a small seeded generator, so every run builds the same fleet. */
+function random(seed) {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const MODELS = [
+  { model: 'NVIDIA H100 80GB HBM3', gib: 80 },
+  { model: 'NVIDIA A100-SXM4-40GB', gib: 40 },
+  { model: 'NVIDIA L40S', gib: 48 },
+  { model: 'NVIDIA L4', gib: 24 },
+];
+const STATES = ['ONLINE', 'ONLINE', 'ONLINE', 'ONLINE', 'ONLINE', 'ONLINE', 'OFFLINE', 'CORDONED'];
+
+function buildFleet(seed) {
+  const next = random(seed);
+  const pick = (items) => items[Math.floor(next() * items.length)];
+  return Array.from({ length: HOSTS }, (_, h) => {
+    const id = `host-${String(h).padStart(4, '0')}`;
+    const { model, gib } = pick(MODELS);
+    return {
+      id: hostId(id),
+      name: id,
+      state: pick(STATES),
+      labels: { zone: pick(['eu-1', 'eu-2', 'us-1']), rack: `r${h % 40}` },
+      gpus: Array.from({ length: GPUS_PER_HOST }, (_, index) => {
+        const totalBytes = bytes(gib * GiB);
+        // Utilization skewed towards full, as a busy fleet is; whole MiB like real reservations.
+        const used = Math.min(1, next() ** 0.5 * 1.05);
+        return {
+          uuid: gpuUuid(`GPU-${id}-${index}`),
+          index,
+          model,
+          totalBytes,
+          reservedBytes: bytes(Math.floor((totalBytes * used) / MiB) * MiB),
+        };
+      }),
+    };
+  });
+}
+
+const CASES = [
+  { name: 'binpack, 1 × 8 GiB (fits)', request: { bytesPerGpu: bytes(8 * GiB), gpuCount: 1 } },
+  {
+    name: 'spread, 1 × 8 GiB (fits)',
+    request: { bytesPerGpu: bytes(8 * GiB), gpuCount: 1, policy: 'spread' },
+  },
+  {
+    name: 'binpack, 4 × 16 GiB H100, zone eu-1 (fits)',
+    request: {
+      bytesPerGpu: bytes(16 * GiB),
+      gpuCount: 4,
+      gpuModel: { include: ['h100'] },
+      hostSelector: { zone: 'eu-1' },
+    },
+  },
+  {
+    name: 'binpack, 8 × 70 GiB (no fit: 1,000 reasons)',
+    request: { bytesPerGpu: bytes(70 * GiB), gpuCount: 8 },
+  },
+  {
+    name: 'spread, 2 × 100 GiB (no fit: 1,000 reasons)',
+    request: { bytesPerGpu: bytes(100 * GiB), gpuCount: 2, policy: 'spread' },
+  },
+];
+
+function percentile(sorted, p) {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+function measure(request, fleet) {
+  let kind;
+  for (let i = 0; i < WARMUP; i++) kind = place(request, fleet).kind;
+  const nanos = new Float64Array(MEASURED);
+  for (let i = 0; i < MEASURED; i++) {
+    const start = process.hrtime.bigint();
+    place(request, fleet);
+    nanos[i] = Number(process.hrtime.bigint() - start);
+  }
+  nanos.sort();
+  const total = nanos.reduce((a, b) => a + b, 0);
+  return {
+    kind,
+    p50: percentile(nanos, 50) / 1e3,
+    p99: percentile(nanos, 99) / 1e3,
+    mean: total / MEASURED / 1e3,
+    perSecond: MEASURED / (total / 1e9),
+  };
+}
+
+const fleet = buildFleet(42);
+console.log(`placement benchmark: ${HOSTS} hosts × ${GPUS_PER_HOST} GPUs, seed 42`);
+console.log(
+  `machine: ${os.cpus()[0]?.model ?? 'unknown'} (${os.cpus().length} cores), node ${process.version}`,
+);
+console.log(
+  `${WARMUP} warm-up calls, then ${MEASURED} timed calls per case (process.hrtime.bigint)\n`,
+);
+console.log(
+  'case'.padEnd(48),
+  'result'.padEnd(8),
+  'p50 µs'.padStart(8),
+  'p99 µs'.padStart(8),
+  'mean µs'.padStart(8),
+  'calls/s'.padStart(9),
+);
+for (const { name, request } of CASES) {
+  const r = measure(request, fleet);
+  console.log(
+    name.padEnd(48),
+    r.kind.padEnd(8),
+    r.p50.toFixed(0).padStart(8),
+    r.p99.toFixed(0).padStart(8),
+    r.mean.toFixed(0).padStart(8),
+    r.perSecond.toFixed(0).padStart(9),
+  );
+}
