@@ -18,10 +18,12 @@ export {
   applyPendingMigrations,
   createMigration,
   diffMigrationsToSchema,
+  markMigrationRolledBack,
   migrateDatabase,
   MigrationError,
   migrationStatusOf,
   readMigrationStatus,
+  withMigrationAdapter,
   type MigrationStatus,
 } from './migrations/migrate.js';
 export {

@@ -5,8 +5,10 @@ import { findPrismaFolder } from './migration-files.js';
 import {
   createMigration,
   diffMigrationsToSchema,
+  markMigrationRolledBack,
   migrateDatabase,
   migrationStatusOf,
+  withMigrationAdapter,
 } from './migrate.js';
 
 const USAGE = `usage: node apps/control-plane/dist/database/migrations/cli.js <command>
@@ -17,6 +19,9 @@ const USAGE = `usage: node apps/control-plane/dist/database/migrations/cli.js <c
   status      list pending, failed and unknown migrations of the database (exit 1 unless
               up to date)
   check       exit 1 when schema.prisma and the migrations differ, printing the SQL
+  rolled-back <name>
+              mark a failed migration rolled back (after repairing the database by
+              hand), so that deploy runs it again
 
 The database: PostgreSQL at DATABASE_URL when set, else the embedded database in
 $GPUSHARDS_DATA_DIR/database (default .gpushards/database under the current folder).`;
@@ -78,6 +83,18 @@ export async function runMigrationCli(
       );
       print(sql);
       return 1;
+    }
+    case 'rolled-back': {
+      const [name] = rest;
+      if (name === undefined || rest.length !== 1) {
+        print(USAGE);
+        return 2;
+      }
+      await withMigrationAdapter(databaseConfigFromEnv(env), (adapter) =>
+        markMigrationRolledBack(adapter, name, folder),
+      );
+      print(`${name} marked rolled back; deploy will run it again`);
+      return 0;
     }
     default:
       print(USAGE);

@@ -183,26 +183,47 @@ export async function migrateDatabase(
   config: DatabaseConfig,
   folder: PrismaFolder = findPrismaFolder(),
 ): Promise<string[]> {
-  const backend = await openDatabaseBackend(config);
   try {
-    return await applyPendingMigrations(backend.migrationAdapter, folder);
+    return await withMigrationAdapter(config, (adapter) => applyPendingMigrations(adapter, folder));
   } catch (error) {
     if (error instanceof MigrationError) {
       throw new MigrationError(`${describeDatabase(config)}: ${error.message}`, { cause: error });
     }
     throw error;
-  } finally {
-    await backend.close();
   }
+}
+
+/**
+ * Marks a failed migration as rolled back (after someone repaired the database by hand), so
+ * that the next apply runs it again.
+ */
+export async function markMigrationRolledBack(
+  adapter: SqlMigrationAwareDriverAdapterFactory,
+  migrationName: string,
+  folder: PrismaFolder = findPrismaFolder(),
+): Promise<void> {
+  await withSchemaEngine(adapter, await readSchemaFiles(folder), (engine) =>
+    engine.markMigrationRolledBack({ migrationName }).catch((error: unknown) => {
+      throw engineError(`marking ${migrationName} rolled back failed`, error);
+    }),
+  );
 }
 
 export async function migrationStatusOf(
   config: DatabaseConfig,
   folder: PrismaFolder = findPrismaFolder(),
 ): Promise<MigrationStatus> {
+  return withMigrationAdapter(config, (adapter) => readMigrationStatus(adapter, folder));
+}
+
+/** Opens the configured database for `work` with the schema engine's adapter, then closes it. */
+export async function withMigrationAdapter<T>(
+  config: DatabaseConfig,
+  work: (adapter: SqlMigrationAwareDriverAdapterFactory) => Promise<T>,
+): Promise<T> {
   const backend = await openDatabaseBackend(config);
   try {
-    return await readMigrationStatus(backend.migrationAdapter, folder);
+    return await work(backend.migrationAdapter);
   } finally {
     await backend.close();
   }

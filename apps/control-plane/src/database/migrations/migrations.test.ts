@@ -20,6 +20,7 @@ import {
   applyPendingMigrations,
   createMigration,
   diffMigrationsToSchema,
+  markMigrationRolledBack,
   migrateDatabase,
   MigrationError,
   readMigrationStatus,
@@ -183,6 +184,16 @@ for (const kind of TEST_DATABASE_KINDS) {
           applyPendingMigrations(migrationAdapter, folder),
           /failed migrations/i,
         );
+        // Repaired by hand: marked rolled back, the fixed script runs on the next apply.
+        writeFileSync(
+          join(folder.migrationsDir, '20990101000000_broken', 'migration.sql'),
+          'CREATE TABLE "half_done" ("id" INT);\n',
+        );
+        await markMigrationRolledBack(migrationAdapter, '20990101000000_broken', folder);
+        assert.deepEqual(await applyPendingMigrations(migrationAdapter, folder), [
+          '20990101000000_broken',
+        ]);
+        assert.equal((await readMigrationStatus(migrationAdapter, folder)).upToDate, true);
       } finally {
         await db.cleanup();
       }
