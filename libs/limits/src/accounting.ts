@@ -208,8 +208,9 @@ function checkIntervals(intervals: readonly ReservationInterval[]): void {
         `shard ${interval.shardId} has bad reservedBytes ${interval.reservedBytes}`,
       );
     }
-    const list = byShard.get(interval.shardId) ?? [];
-    byShard.set(interval.shardId, [...list, interval]);
+    const list = byShard.get(interval.shardId);
+    if (list === undefined) byShard.set(interval.shardId, [interval]);
+    else list.push(interval);
   }
   for (const [id, list] of byShard) {
     const sorted = [...list].sort((a, b) => a.start - b.start);

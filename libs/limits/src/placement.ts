@@ -207,7 +207,6 @@ function modelMatcher(filter: GpuModelFilter): (model: string) => boolean {
 interface Plan {
   readonly bytesPerGpu: Bytes;
   readonly gpuCount: number;
-  readonly policy: PlacementPolicy;
   /** +1: less free first (binpack); −1: more free first (spread). */
   readonly order: 1 | -1;
   readonly filter: GpuModelFilter;
@@ -233,12 +232,10 @@ function planOf(request: PlacementRequest, options: PlacementOptions): Plan {
   }
   const defaultRatio = checkedRatio(options.defaultOvercommitRatio ?? DEFAULT_OVERCOMMIT_RATIO);
   const filter = request.gpuModel ?? {};
-  const policy = request.policy ?? 'binpack';
   return {
     bytesPerGpu: request.bytesPerGpu,
     gpuCount: request.gpuCount,
-    policy,
-    order: preferenceOrder(policy),
+    order: preferenceOrder(request.policy ?? 'binpack'),
     filter,
     modelMatches: modelMatcher(filter),
     selector: Object.entries(request.hostSelector ?? {}).sort(([a], [b]) => compareText(a, b)),
