@@ -1,0 +1,86 @@
+import type Docker from 'dockerode';
+import type { DestinationStream } from 'pino';
+
+import type { SimulatedGpu } from '../gpus/simulated-gpus.js';
+import type { AgentLink } from '../link/agent-link.js';
+import type { NatsLinkOptions } from '../link/nats-agent-link.js';
+import type { LogLevel } from '../logging/logger.js';
+
+/** Where the agent finds its GPUs. */
+export type GpuSourceOptions =
+  | {
+      readonly kind: 'nvml';
+      /** Default libnvidia-ml.so.1 (the loader's search path). */
+      readonly nvmlLibrary?: string;
+      /** Used once at start to measure a CUDA context; default libcuda.so.1. */
+      readonly cudaLibrary?: string;
+    }
+  | {
+      readonly kind: 'simulated';
+      readonly gpus: readonly SimulatedGpu[];
+      /**
+       * A folder holding native/fakes' libnvidia-ml.so.1 and libcuda.so.1. With it the
+       * agent discovers the simulated GPUs through the fakes (the same NVML code path) and
+       * mounts them into shards so the interposer has a driver to sit on; without it the
+       * GPUs exist only in the agent and shards get no CUDA driver.
+       */
+      readonly fakeLibraryDir?: string;
+    };
+
+/** Everything createAgent needs; main.ts builds it from the environment. */
+export interface AgentOptions {
+  /** This host's id: its NATS subjects, its Docker labels. */
+  readonly hostId: string;
+  /** Shown to people; default the machine's host name. */
+  readonly hostName?: string;
+  readonly labels?: Readonly<Record<string, string>>;
+  /** NATS connection options, or a ready AgentLink (the one-box mode's in-process link). */
+  readonly link: { readonly nats: NatsLinkOptions } | { readonly custom: AgentLink };
+  readonly gpus: GpuSourceOptions;
+  /** libvgpu.so on this host; bind-mounted read-only into every shard. */
+  readonly interposerPath: string;
+  /** The agent's own files (the ld.so.preload it mounts); default /var/lib/gpushards. */
+  readonly stateDir: string;
+  /** Shard region folders; default <stateDir>/regions. */
+  readonly regionRoot?: string;
+  /** Default 10. */
+  readonly heartbeatSeconds?: number;
+  /** Default 30. */
+  readonly reconcileSeconds?: number;
+  /** Grace before SIGKILL when reconciliation stops a shard; default 10. */
+  readonly stopGraceSeconds?: number;
+  /** Skips measuring the per-context size and reports this instead. */
+  readonly contextOverheadBytes?: number;
+  /** Default: dockerode's defaults (DOCKER_HOST or /var/run/docker.sock). */
+  readonly docker?: Docker;
+  readonly logLevel?: LogLevel;
+  readonly logDestination?: DestinationStream;
+}
+
+/** AgentOptions with every default filled in; what the services receive. */
+export interface AgentConfig {
+  readonly hostId: string;
+  readonly hostName: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly gpus: GpuSourceOptions;
+  readonly interposerPath: string;
+  readonly stateDir: string;
+  readonly regionRoot: string;
+  readonly heartbeatSeconds: number;
+  readonly reconcileSeconds: number;
+  readonly stopGraceSeconds: number;
+  readonly contextOverheadBytes?: number;
+}
+
+export const AGENT_CONFIG = Symbol('AgentConfig');
+
+export const DEFAULTS = {
+  stateDir: '/var/lib/gpushards',
+  interposerPath: '/usr/lib/gpushards/libvgpu.so',
+  heartbeatSeconds: 10,
+  reconcileSeconds: 30,
+  stopGraceSeconds: 10,
+  natsUrl: 'nats://127.0.0.1:4222',
+  nvmlLibrary: 'libnvidia-ml.so.1',
+  cudaLibrary: 'libcuda.so.1',
+} as const;

@@ -1,0 +1,193 @@
+import { hostname } from 'node:os';
+import { resolve } from 'node:path';
+
+import { parseSize } from '@gpushards/limits';
+import { hostIdSchema, hostInfoSchema } from '@gpushards/protocol';
+import { z } from 'zod';
+
+import { parseSimulatedGpus, SimulatedGpuSpecError } from '../gpus/simulated-gpus.js';
+import type { NatsAuth } from '../link/nats-agent-link.js';
+import { DEFAULTS, type AgentOptions } from './agent-options.js';
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+const seconds = (max: number) =>
+  z
+    .string()
+    .regex(/^\d+(\.\d+)?$/, `must be a number of seconds, like 10`)
+    .transform(Number)
+    .refine((value) => value > 0 && value <= max, `must be more than 0 and at most ${max}`);
+
+const path = z.string().min(1);
+
+const envSchema = z.object({
+  GPUSHARDS_HOST_ID: hostIdSchema,
+  GPUSHARDS_HOST_NAME: z.string().max(256).optional(),
+  GPUSHARDS_HOST_LABELS: z
+    .string()
+    .regex(
+      /^[^=,]+=[^,]*(,[^=,]+=[^,]*)*$/,
+      'must be key=value pairs separated by commas, like zone=dc1,tier=a100',
+    )
+    .optional(),
+  GPUSHARDS_NATS_URL: z
+    .string()
+    .regex(
+      /^(nats|tls|wss?):\/\/[^\s,]+(,(nats|tls|wss?):\/\/[^\s,]+)*$/,
+      'must be one or more nats://host:port URLs separated by commas',
+    )
+    .default(DEFAULTS.natsUrl),
+  GPUSHARDS_NATS_USER: z.string().optional(),
+  GPUSHARDS_NATS_PASSWORD: z.string().optional(),
+  GPUSHARDS_NATS_NKEY_SEED_FILE: path.optional(),
+  GPUSHARDS_NATS_CREDS: path.optional(),
+  GPUSHARDS_NATS_TIMEOUT_SECONDS: seconds(300).optional(),
+  GPUSHARDS_NVML_LIBRARY: path.default(DEFAULTS.nvmlLibrary),
+  GPUSHARDS_CUDA_LIBRARY: path.default(DEFAULTS.cudaLibrary),
+  GPUSHARDS_SIMULATE_GPUS: z.string().optional(),
+  GPUSHARDS_FAKE_LIBRARY_DIR: path.optional(),
+  GPUSHARDS_CONTEXT_OVERHEAD: z.string().optional(),
+  GPUSHARDS_INTERPOSER_PATH: path.default(DEFAULTS.interposerPath),
+  GPUSHARDS_STATE_DIR: path.default(DEFAULTS.stateDir),
+  GPUSHARDS_REGION_ROOT: path.optional(),
+  GPUSHARDS_HEARTBEAT_SECONDS: seconds(3600).default(DEFAULTS.heartbeatSeconds),
+  GPUSHARDS_RECONCILE_SECONDS: seconds(3600).default(DEFAULTS.reconcileSeconds),
+  GPUSHARDS_STOP_GRACE_SECONDS: seconds(600).default(DEFAULTS.stopGraceSeconds),
+  GPUSHARDS_LOG_LEVEL: z
+    .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
+    .default('info'),
+});
+
+/** Variables that hold secrets: never echoed in an error. */
+const SECRET = new Set(['GPUSHARDS_NATS_PASSWORD']);
+
+/**
+ * Reads the agent's configuration from GPUSHARDS_* variables (docs/agent.md lists them).
+ * Empty variables count as unset. Throws ConfigError naming every bad variable.
+ */
+export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): AgentOptions {
+  const present = Object.fromEntries(
+    Object.keys(envSchema.shape)
+      .map((key) => [key, env[key]] as const)
+      .filter(([, value]) => value !== undefined && value !== ''),
+  );
+  const problems: string[] = [];
+  const shown = (name: string): string =>
+    SECRET.has(name) ? '(hidden)' : JSON.stringify(present[name] ?? '(unset)');
+  const parsed = envSchema.safeParse(present);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      const name = issue.path.join('.');
+      problems.push(
+        present[name] === undefined
+          ? `${name} is required: ${issue.message}`
+          : `${name} ${issue.message}, got ${shown(name)}`,
+      );
+    }
+    throw new ConfigError(`invalid agent configuration:\n  ${problems.join('\n  ')}`);
+  }
+  const vars = parsed.data;
+  const auth = readAuth(vars, problems);
+  let gpus: AgentOptions['gpus'] = {
+    kind: 'nvml',
+    nvmlLibrary: vars.GPUSHARDS_NVML_LIBRARY,
+    cudaLibrary: vars.GPUSHARDS_CUDA_LIBRARY,
+  };
+  if (vars.GPUSHARDS_SIMULATE_GPUS !== undefined) {
+    try {
+      gpus = {
+        kind: 'simulated',
+        gpus: parseSimulatedGpus(vars.GPUSHARDS_SIMULATE_GPUS),
+        ...(vars.GPUSHARDS_FAKE_LIBRARY_DIR
+          ? { fakeLibraryDir: resolve(vars.GPUSHARDS_FAKE_LIBRARY_DIR) }
+          : {}),
+      };
+    } catch (error) {
+      if (!(error instanceof SimulatedGpuSpecError)) throw error;
+      problems.push(`GPUSHARDS_SIMULATE_GPUS: ${error.message}`);
+    }
+  } else if (vars.GPUSHARDS_FAKE_LIBRARY_DIR !== undefined) {
+    problems.push('GPUSHARDS_FAKE_LIBRARY_DIR is only used with GPUSHARDS_SIMULATE_GPUS');
+  }
+  const labels = parseLabels(vars.GPUSHARDS_HOST_LABELS);
+  const labelCheck = hostInfoSchema.shape.labels.safeParse(labels);
+  if (!labelCheck.success) {
+    problems.push(
+      `GPUSHARDS_HOST_LABELS: ${labelCheck.error.issues.map((issue) => issue.message).join('; ')}`,
+    );
+  }
+  let contextOverheadBytes: number | undefined;
+  if (vars.GPUSHARDS_CONTEXT_OVERHEAD !== undefined) {
+    const size = parseSize(vars.GPUSHARDS_CONTEXT_OVERHEAD);
+    if (size.ok) contextOverheadBytes = size.bytes;
+    else problems.push(`GPUSHARDS_CONTEXT_OVERHEAD: ${size.error.message}`);
+  }
+  if (problems.length > 0) {
+    throw new ConfigError(`invalid agent configuration:\n  ${problems.join('\n  ')}`);
+  }
+  const stateDir = resolve(vars.GPUSHARDS_STATE_DIR);
+  return {
+    hostId: vars.GPUSHARDS_HOST_ID,
+    hostName: vars.GPUSHARDS_HOST_NAME ?? hostname(),
+    labels,
+    link: {
+      nats: {
+        servers: vars.GPUSHARDS_NATS_URL.split(','),
+        ...(auth ? { auth } : {}),
+        ...(vars.GPUSHARDS_NATS_TIMEOUT_SECONDS
+          ? { requestTimeoutMs: vars.GPUSHARDS_NATS_TIMEOUT_SECONDS * 1000 }
+          : {}),
+      },
+    },
+    gpus,
+    interposerPath: resolve(vars.GPUSHARDS_INTERPOSER_PATH),
+    stateDir,
+    regionRoot: resolve(vars.GPUSHARDS_REGION_ROOT ?? `${stateDir}/regions`),
+    heartbeatSeconds: vars.GPUSHARDS_HEARTBEAT_SECONDS,
+    reconcileSeconds: vars.GPUSHARDS_RECONCILE_SECONDS,
+    stopGraceSeconds: vars.GPUSHARDS_STOP_GRACE_SECONDS,
+    ...(contextOverheadBytes !== undefined ? { contextOverheadBytes } : {}),
+    logLevel: vars.GPUSHARDS_LOG_LEVEL,
+  };
+}
+
+function readAuth(vars: z.infer<typeof envSchema>, problems: string[]): NatsAuth | undefined {
+  const ways: NatsAuth[] = [];
+  if (vars.GPUSHARDS_NATS_USER !== undefined || vars.GPUSHARDS_NATS_PASSWORD !== undefined) {
+    if (vars.GPUSHARDS_NATS_USER === undefined || vars.GPUSHARDS_NATS_PASSWORD === undefined) {
+      problems.push(
+        'GPUSHARDS_NATS_USER and GPUSHARDS_NATS_PASSWORD go together: set both or neither',
+      );
+    } else {
+      ways.push({
+        kind: 'password',
+        user: vars.GPUSHARDS_NATS_USER,
+        password: vars.GPUSHARDS_NATS_PASSWORD,
+      });
+    }
+  }
+  if (vars.GPUSHARDS_NATS_NKEY_SEED_FILE !== undefined) {
+    ways.push({ kind: 'nkey', seedFile: resolve(vars.GPUSHARDS_NATS_NKEY_SEED_FILE) });
+  }
+  if (vars.GPUSHARDS_NATS_CREDS !== undefined) {
+    ways.push({ kind: 'creds', credsFile: resolve(vars.GPUSHARDS_NATS_CREDS) });
+  }
+  if (ways.length > 1) {
+    problems.push(
+      'set one way to authenticate to NATS: GPUSHARDS_NATS_USER/PASSWORD, GPUSHARDS_NATS_NKEY_SEED_FILE or GPUSHARDS_NATS_CREDS',
+    );
+  }
+  return ways[0];
+}
+
+function parseLabels(text: string | undefined): Record<string, string> {
+  if (text === undefined) return {};
+  return Object.fromEntries(
+    text.split(',').map((pair) => {
+      const at = pair.indexOf('=');
+      return [pair.slice(0, at).trim(), pair.slice(at + 1).trim()];
+    }),
+  );
+}

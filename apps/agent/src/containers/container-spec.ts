@@ -1,0 +1,120 @@
+import type { ContainerCreateOptions } from 'dockerode';
+
+import { containerName, LABELS } from './labels.js';
+
+/** Where things appear inside a shard's container. */
+export const CONTAINER_PATHS = {
+  interposer: '/usr/lib/gpushards/libvgpu.so',
+  preload: '/etc/ld.so.preload',
+  regionDir: '/run/gpushards',
+  regionFile: '/run/gpushards/region',
+  /** Where the fake driver libraries go in simulated mode (Debian/Ubuntu multiarch path). */
+  driverDir: '/usr/lib/x86_64-linux-gnu',
+} as const;
+
+/** A GPU of the shard with the cap the control plane computed and its host NVML index. */
+export interface ShardGpu {
+  readonly uuid: string;
+  readonly limitBytes: number;
+  readonly hostIndex: number;
+}
+
+/** Fake driver libraries and their configuration, mounted into shards in simulated mode. */
+export interface SimulatedDriver {
+  readonly cudaLibrary: string;
+  readonly nvmlLibrary: string;
+  /** The variables the fakes read (which GPUs they simulate), passed to every shard. */
+  readonly env: Readonly<Record<string, string>>;
+}
+
+export interface ContainerPlan {
+  readonly hostId: string;
+  readonly shardId: string;
+  readonly teamId: string;
+  readonly image: string;
+  readonly command?: readonly string[];
+  /** The user's environment with reserved keys already stripped. */
+  readonly env: Readonly<Record<string, string>>;
+  readonly gpus: readonly ShardGpu[];
+  readonly interposerPath: string;
+  readonly preloadFile: string;
+  /** The shard's region folder on the host. */
+  readonly regionDir: string;
+  /** Per-context charge the interposer uses, when measured. */
+  readonly contextBytes?: number;
+  /** Set in simulated mode: no NVIDIA runtime, the fake libraries instead. */
+  readonly simulatedDriver?: SimulatedDriver;
+}
+
+/**
+ * Orders a shard's GPUs as CUDA enumerates them inside the container (host index = PCI bus
+ * order, with CUDA_DEVICE_ORDER=PCI_BUS_ID), which is the <i> of CUDA_DEVICE_MEMORY_LIMIT_<i>.
+ */
+export function orderGpus(gpus: readonly ShardGpu[]): ShardGpu[] {
+  return [...gpus].sort((a, b) => a.hostIndex - b.hostIndex);
+}
+
+/** The Docker create request for one shard. Pure: everything it needs is in the plan. */
+export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions {
+  const gpus = orderGpus(plan.gpus);
+  const uuids = gpus.map((gpu) => gpu.uuid);
+  const env: Record<string, string> = {
+    // A user may pick another order; the interposer maps limits by UUID either way.
+    CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
+    ...plan.env,
+    ...(plan.simulatedDriver?.env ?? {}),
+    NVIDIA_VISIBLE_DEVICES: uuids.join(','),
+    GPUSHARDS_REGION_PATH: CONTAINER_PATHS.regionFile,
+    ...(plan.contextBytes !== undefined
+      ? { GPUSHARDS_CONTEXT_BYTES: String(plan.contextBytes) }
+      : {}),
+  };
+  gpus.forEach((gpu, ordinal) => {
+    env[`CUDA_DEVICE_MEMORY_LIMIT_${ordinal}`] = String(gpu.limitBytes);
+  });
+  const binds = [
+    `${plan.interposerPath}:${CONTAINER_PATHS.interposer}:ro`,
+    `${plan.preloadFile}:${CONTAINER_PATHS.preload}:ro`,
+    `${plan.regionDir}:${CONTAINER_PATHS.regionDir}:rw`,
+  ];
+  if (plan.simulatedDriver) {
+    binds.push(
+      `${plan.simulatedDriver.cudaLibrary}:${CONTAINER_PATHS.driverDir}/libcuda.so.1:ro`,
+      `${plan.simulatedDriver.nvmlLibrary}:${CONTAINER_PATHS.driverDir}/libnvidia-ml.so.1:ro`,
+    );
+  }
+  return {
+    name: containerName(plan.hostId, plan.shardId),
+    Image: plan.image,
+    ...(plan.command ? { Cmd: [...plan.command] } : {}),
+    Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
+    Labels: {
+      [LABELS.managed]: 'true',
+      [LABELS.shard]: plan.shardId,
+      [LABELS.team]: plan.teamId,
+      [LABELS.host]: plan.hostId,
+      [LABELS.gpus]: uuids.join(','),
+    },
+    HostConfig: {
+      Binds: binds,
+      Privileged: false,
+      SecurityOpt: ['no-new-privileges'],
+      RestartPolicy: { Name: 'no' },
+      ...(plan.simulatedDriver
+        ? {}
+        : {
+            DeviceRequests: [{ Driver: '', Count: 0, DeviceIDs: uuids, Capabilities: [['gpu']] }],
+          }),
+    },
+  };
+}
+
+/**
+ * Docker pulls every tag of a repository when none is named; name `latest` the way the
+ * docker command does.
+ */
+export function pullReference(image: string): string {
+  if (image.includes('@')) return image;
+  const lastSlash = image.lastIndexOf('/');
+  return image.slice(lastSlash + 1).includes(':') ? image : `${image}:latest`;
+}

@@ -1,0 +1,118 @@
+import 'reflect-metadata';
+
+import { resolve } from 'node:path';
+import { hostname } from 'node:os';
+
+import type { INestApplicationContext } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { assertValidHostId } from '@gpushards/protocol';
+import Docker from 'dockerode';
+
+import { AgentModule } from './agent.module.js';
+import { DEFAULTS, type AgentConfig, type AgentOptions } from './config/agent-options.js';
+import { GpusService, type GpuInventory } from './gpus/gpus.service.js';
+import type { AgentLink } from './link/agent-link.js';
+import { NatsAgentLink } from './link/nats-agent-link.js';
+import { createLogger, PinoNestLogger } from './logging/logger.js';
+import { AgentService } from './reconcile/agent.service.js';
+import { HeartbeatService } from './reconcile/heartbeat.service.js';
+import { ReconcileService } from './reconcile/reconcile.service.js';
+
+/** A running agent. */
+export interface Agent {
+  readonly hostId: string;
+  readonly inventory: GpuInventory;
+  /** Runs one reconcile round now (tests, operators); the timer keeps its own pace. */
+  reconcileNow(): Promise<void>;
+  /** Sends one heartbeat now. */
+  heartbeatNow(): Promise<void>;
+  /** Stops the agent; shard containers keep running and are adopted by the next start. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts an agent in this process and resolves once it has registered with the control
+ * plane. Used by main.ts (options from the environment), the one-box launcher (with an
+ * in-process AgentLink) and tests. Throws on a configuration the agent cannot run with,
+ * and when the control plane refuses the registration.
+ */
+export async function createAgent(options: AgentOptions): Promise<Agent> {
+  const config = resolveConfig(options);
+  const logger = createLogger(options.logLevel ?? 'info', config.hostId, options.logDestination);
+  const link: AgentLink =
+    'custom' in options.link
+      ? options.link.custom
+      : new NatsAgentLink(config.hostId, options.link.nats, logger.child({ module: 'link' }));
+  const docker = options.docker ?? new Docker();
+  let app: INestApplicationContext | undefined;
+  try {
+    app = await NestFactory.createApplicationContext(
+      AgentModule.forRoot(config, link, docker, logger),
+      {
+        logger: new PinoNestLogger(logger.child({ module: 'nest' })),
+        abortOnError: false,
+      },
+    );
+    const service = app.get(AgentService);
+    await service.start();
+    const context = app;
+    let stopped: Promise<void> | undefined;
+    return {
+      hostId: config.hostId,
+      inventory: app.get(GpusService).inventory,
+      reconcileNow: () => context.get(ReconcileService).reconcileOnce(),
+      heartbeatNow: () => context.get(HeartbeatService).beat(),
+      stop: () => {
+        stopped ??= service.stop().finally(() => context.close());
+        return stopped;
+      },
+    };
+  } catch (error) {
+    await link.close().catch(() => undefined);
+    await app?.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+function resolveConfig(options: AgentOptions): AgentConfig {
+  assertValidHostId(options.hostId);
+  const positive = (name: string, value: number | undefined, fallback: number): number => {
+    const chosen = value ?? fallback;
+    if (!Number.isFinite(chosen) || chosen <= 0)
+      throw new RangeError(`${name} must be more than 0, got ${chosen}`);
+    return chosen;
+  };
+  const stopGraceSeconds = options.stopGraceSeconds ?? DEFAULTS.stopGraceSeconds;
+  if (!Number.isInteger(stopGraceSeconds) || stopGraceSeconds < 0 || stopGraceSeconds > 600) {
+    throw new RangeError(
+      `stopGraceSeconds must be a whole number from 0 to 600, got ${stopGraceSeconds}`,
+    );
+  }
+  if (options.gpus.kind === 'simulated' && options.gpus.gpus.length === 0) {
+    throw new RangeError('simulated GPUs: give at least one');
+  }
+  const stateDir = resolve(options.stateDir);
+  return {
+    hostId: options.hostId,
+    hostName: options.hostName ?? hostname(),
+    labels: options.labels ?? {},
+    gpus: options.gpus,
+    interposerPath: resolve(options.interposerPath),
+    stateDir,
+    regionRoot: resolve(options.regionRoot ?? `${stateDir}/regions`),
+    heartbeatSeconds: positive(
+      'heartbeatSeconds',
+      options.heartbeatSeconds,
+      DEFAULTS.heartbeatSeconds,
+    ),
+    reconcileSeconds: positive(
+      'reconcileSeconds',
+      options.reconcileSeconds,
+      DEFAULTS.reconcileSeconds,
+    ),
+    stopGraceSeconds,
+    ...(options.contextOverheadBytes !== undefined
+      ? { contextOverheadBytes: options.contextOverheadBytes }
+      : {}),
+  };
+}

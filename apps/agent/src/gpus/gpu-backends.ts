@@ -1,0 +1,118 @@
+import { createHash } from 'node:crypto';
+
+import { CudaDriver } from './cuda.js';
+import { Nvml } from './nvml.js';
+import type { SimulatedGpu } from './simulated-gpus.js';
+
+export interface DiscoveredGpu {
+  readonly index: number;
+  readonly uuid: string;
+  readonly model: string;
+  readonly totalBytes: number;
+}
+
+export interface GpuSample {
+  readonly uuid: string;
+  readonly usedBytes: number;
+  readonly utilizationPercent?: number;
+}
+
+/** Where GPU facts come from: NVML (real or fake library), or a list given in configuration. */
+export interface GpuBackend {
+  readonly driverVersion: string;
+  readonly cudaVersion: string;
+  readonly gpus: readonly DiscoveredGpu[];
+  sample(): GpuSample[];
+  /** The memory one CUDA context takes on this host's GPUs (the largest over them). */
+  measureContextBytes(): number;
+  close(): void;
+}
+
+export class NvmlBackend implements GpuBackend {
+  readonly driverVersion: string;
+  readonly cudaVersion: string;
+  readonly gpus: readonly DiscoveredGpu[];
+
+  constructor(
+    private readonly nvml: Nvml,
+    private readonly cudaLibrary: string,
+  ) {
+    this.driverVersion = nvml.driverVersion();
+    this.cudaVersion = nvml.cudaVersion();
+    const count = nvml.deviceCount();
+    this.gpus = Array.from({ length: count }, (_, index) => {
+      const device = nvml.device(index);
+      return { index, uuid: device.uuid, model: device.name, totalBytes: device.totalBytes };
+    });
+  }
+
+  sample(): GpuSample[] {
+    return this.gpus.map((gpu) => {
+      const utilizationPercent = this.nvml.utilizationPercent(gpu.index);
+      return {
+        uuid: gpu.uuid,
+        usedBytes: this.nvml.memory(gpu.index).usedBytes,
+        ...(utilizationPercent !== undefined ? { utilizationPercent } : {}),
+      };
+    });
+  }
+
+  /**
+   * Retains each GPU's primary context through libcuda and reads NVML's used memory before
+   * and after: the difference is what a shard's process pays before allocating anything.
+   */
+  measureContextBytes(): number {
+    if (this.gpus.length === 0) return 0;
+    const cuda = CudaDriver.open(this.cudaLibrary);
+    const ordinals = cuda.deviceUuids();
+    let largest = 0;
+    for (const gpu of this.gpus) {
+      const ordinal = ordinals.get(gpu.uuid.toLowerCase());
+      if (ordinal === undefined) {
+        throw new Error(
+          `${cuda.libraryPath} does not list GPU ${gpu.uuid} that NVML shows; cannot measure its context size`,
+        );
+      }
+      const before = this.nvml.memory(gpu.index).usedBytes;
+      const after = cuda.withPrimaryContext(ordinal, () => this.nvml.memory(gpu.index).usedBytes);
+      largest = Math.max(largest, after - before);
+    }
+    return largest;
+  }
+
+  close(): void {
+    this.nvml.close();
+  }
+}
+
+/** GPUs that exist only in configuration (GPUSHARDS_SIMULATE_GPUS without fake libraries). */
+export class ListedGpuBackend implements GpuBackend {
+  readonly driverVersion = 'simulated';
+  readonly cudaVersion = 'simulated';
+  readonly gpus: readonly DiscoveredGpu[];
+
+  constructor(hostId: string, gpus: readonly SimulatedGpu[]) {
+    this.gpus = gpus.map((gpu, index) => ({
+      index,
+      uuid: simulatedUuid(hostId, index),
+      model: gpu.model,
+      totalBytes: gpu.totalBytes,
+    }));
+  }
+
+  sample(): GpuSample[] {
+    return this.gpus.map((gpu) => ({ uuid: gpu.uuid, usedBytes: 0 }));
+  }
+
+  measureContextBytes(): number {
+    return 0;
+  }
+
+  close(): void {}
+}
+
+/** Stable across restarts of the same host, different between hosts. */
+export function simulatedUuid(hostId: string, index: number): string {
+  const hex = createHash('sha256').update(`gpushards-simulated:${hostId}:${index}`).digest('hex');
+  return `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+}

@@ -1,0 +1,216 @@
+import * as koffi from 'koffi';
+
+import { errorMessage } from '../common/text.js';
+
+/**
+ * The few NVML calls the agent needs, through koffi (no native addon to build). The same
+ * code loads NVIDIA's libnvidia-ml.so.1 on a GPU host and native/fakes' libnvidia-ml.so.1
+ * in tests. Every return code is checked; failures carry nvmlErrorString's text.
+ */
+
+const NVML_SUCCESS = 0;
+const NVML_ERROR_NOT_SUPPORTED = 3;
+const UUID_BUFFER = 96; // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+const NAME_BUFFER = 96; // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+const VERSION_BUFFER = 80; // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+
+// koffi types are process-wide; declare them once, unnamed.
+const memoryType = koffi.struct({
+  total: 'unsigned long long',
+  free: 'unsigned long long',
+  used: 'unsigned long long',
+});
+const utilizationType = koffi.struct({ gpu: 'unsigned int', memory: 'unsigned int' });
+
+export interface NvmlDevice {
+  readonly index: number;
+  readonly uuid: string;
+  readonly name: string;
+  readonly totalBytes: number;
+}
+
+export interface NvmlMemory {
+  readonly totalBytes: number;
+  readonly usedBytes: number;
+  readonly freeBytes: number;
+}
+
+export class NvmlError extends Error {
+  override name = 'NvmlError';
+
+  constructor(
+    readonly call: string,
+    readonly code: number,
+    description: string,
+  ) {
+    super(`${call} failed: ${description} (NVML error ${code})`);
+  }
+}
+
+/** The library could not be loaded at all: no driver on this host, or a wrong path. */
+export class NvmlUnavailableError extends Error {
+  override name = 'NvmlUnavailableError';
+}
+
+type Fn = (...args: unknown[]) => unknown;
+type TypeSpec = Parameters<typeof koffi.type>[0];
+
+export class Nvml {
+  private readonly handles: bigint[] = [];
+
+  private constructor(
+    readonly libraryPath: string,
+    private readonly fns: Record<string, Fn>,
+  ) {}
+
+  /** Loads the library and runs nvmlInit_v2; throws NvmlUnavailableError or NvmlError. */
+  static open(libraryPath: string): Nvml {
+    let library: koffi.LibraryHandle;
+    try {
+      library = koffi.load(libraryPath);
+    } catch (error) {
+      throw new NvmlUnavailableError(
+        `cannot load the NVIDIA management library ${libraryPath}: ${errorMessage(error)}. ` +
+          'Install the NVIDIA driver, point GPUSHARDS_NVML_LIBRARY at libnvidia-ml.so.1, ' +
+          'or set GPUSHARDS_SIMULATE_GPUS (e.g. "2x24g") to run with simulated GPUs.',
+        { cause: error },
+      );
+    }
+    const declare = (name: string, result: TypeSpec, args: TypeSpec[]): Fn => {
+      try {
+        return library.func(name, result, args) as Fn;
+      } catch (error) {
+        throw new NvmlUnavailableError(
+          `${libraryPath} has no ${name}: ${errorMessage(error)} (driver too old, or not NVML)`,
+          { cause: error },
+        );
+      }
+    };
+    const fns: Record<string, Fn> = {
+      init: declare('nvmlInit_v2', 'int', []),
+      shutdown: declare('nvmlShutdown', 'int', []),
+      errorString: declare('nvmlErrorString', 'const char *', ['int']),
+      driverVersion: declare('nvmlSystemGetDriverVersion', 'int', ['char *', 'unsigned int']),
+      cudaVersion: declare('nvmlSystemGetCudaDriverVersion', 'int', [koffi.out('int *')]),
+      count: declare('nvmlDeviceGetCount_v2', 'int', [koffi.out('unsigned int *')]),
+      handle: declare('nvmlDeviceGetHandleByIndex_v2', 'int', [
+        'unsigned int',
+        koffi.out('void **'),
+      ]),
+      uuid: declare('nvmlDeviceGetUUID', 'int', ['void *', 'char *', 'unsigned int']),
+      name: declare('nvmlDeviceGetName', 'int', ['void *', 'char *', 'unsigned int']),
+      memory: declare('nvmlDeviceGetMemoryInfo', 'int', [
+        'void *',
+        koffi.out(koffi.pointer(memoryType)),
+      ]),
+      utilization: declare('nvmlDeviceGetUtilizationRates', 'int', [
+        'void *',
+        koffi.out(koffi.pointer(utilizationType)),
+      ]),
+    };
+    const nvml = new Nvml(libraryPath, fns);
+    nvml.check('nvmlInit_v2', fns.init!());
+    return nvml;
+  }
+
+  driverVersion(): string {
+    return this.readString('nvmlSystemGetDriverVersion', VERSION_BUFFER, (buffer) =>
+      this.call('driverVersion', buffer, VERSION_BUFFER),
+    );
+  }
+
+  /** "12.4" from NVML's 12040. */
+  cudaVersion(): string {
+    const out = [0];
+    this.check('nvmlSystemGetCudaDriverVersion', this.call('cudaVersion', out));
+    const version = out[0] ?? 0;
+    return `${Math.floor(version / 1000)}.${Math.floor((version % 1000) / 10)}`;
+  }
+
+  deviceCount(): number {
+    const out = [0];
+    this.check('nvmlDeviceGetCount_v2', this.call('count', out));
+    return out[0] ?? 0;
+  }
+
+  device(index: number): NvmlDevice {
+    const handle = this.handle(index);
+    const uuid = this.readString('nvmlDeviceGetUUID', UUID_BUFFER, (buffer) =>
+      this.call('uuid', handle, buffer, UUID_BUFFER),
+    );
+    const name = this.readString('nvmlDeviceGetName', NAME_BUFFER, (buffer) =>
+      this.call('name', handle, buffer, NAME_BUFFER),
+    );
+    return { index, uuid, name, totalBytes: this.memory(index).totalBytes };
+  }
+
+  memory(index: number): NvmlMemory {
+    const out: Record<string, unknown> = {};
+    this.check('nvmlDeviceGetMemoryInfo', this.call('memory', this.handle(index), out));
+    return {
+      totalBytes: toNumber(out.total),
+      usedBytes: toNumber(out.used),
+      freeBytes: toNumber(out.free),
+    };
+  }
+
+  /** Percent of time a kernel ran over the last sample period; undefined where not supported. */
+  utilizationPercent(index: number): number | undefined {
+    const out: Record<string, unknown> = {};
+    const code = this.call('utilization', this.handle(index), out) as number;
+    if (code === NVML_ERROR_NOT_SUPPORTED) return undefined;
+    this.check('nvmlDeviceGetUtilizationRates', code);
+    return Math.min(100, Math.max(0, toNumber(out.gpu)));
+  }
+
+  close(): void {
+    this.check('nvmlShutdown', this.call('shutdown'));
+  }
+
+  private handle(index: number): bigint {
+    const cached = this.handles[index];
+    if (cached !== undefined) return cached;
+    const out: unknown[] = [null];
+    this.check('nvmlDeviceGetHandleByIndex_v2', this.call('handle', index, out));
+    const handle = out[0];
+    if (typeof handle !== 'bigint' || handle === 0n) {
+      throw new NvmlError(
+        'nvmlDeviceGetHandleByIndex_v2',
+        -1,
+        `returned no handle for GPU ${index}`,
+      );
+    }
+    this.handles[index] = handle;
+    return handle;
+  }
+
+  private call(name: string, ...args: unknown[]): unknown {
+    return this.fns[name]!(...args);
+  }
+
+  private readString(call: string, size: number, fill: (buffer: Buffer) => unknown): string {
+    const buffer = Buffer.alloc(size);
+    this.check(call, fill(buffer));
+    const end = buffer.indexOf(0);
+    return buffer.subarray(0, end === -1 ? size : end).toString('utf8');
+  }
+
+  private check(call: string, code: unknown): void {
+    if (code === NVML_SUCCESS) return;
+    const number = typeof code === 'number' ? code : -1;
+    let description: string;
+    try {
+      description = String(this.fns.errorString!(number) ?? 'unknown error');
+    } catch {
+      description = 'unknown error';
+    }
+    throw new NvmlError(call, number, description);
+  }
+}
+
+/** koffi gives 64-bit integers as numbers when they fit, BigInt otherwise. */
+export function toNumber(value: unknown): number {
+  if (typeof value === 'number') return value;
+  if (typeof value === 'bigint' && value <= BigInt(Number.MAX_SAFE_INTEGER)) return Number(value);
+  throw new RangeError(`not a byte count below 2^53: ${String(value)}`);
+}

@@ -1,0 +1,190 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { PROTOCOL_VERSION, type RegisterRequest } from '@gpushards/protocol';
+
+import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { DockerRuntime } from '../containers/docker-runtime.js';
+import { GpusService } from '../gpus/gpus.service.js';
+import { AGENT_LINK, LinkUnavailableError, type AgentLink } from '../link/agent-link.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { CommandsService } from '../shards/commands.service.js';
+import { ShardsService } from '../shards/shards.service.js';
+import { HeartbeatService } from './heartbeat.service.js';
+import { ReconcileService } from './reconcile.service.js';
+
+/** The control plane refused this agent; starting again will not help until someone acts. */
+export class RegistrationRejectedError extends Error {
+  override name = 'RegistrationRejectedError';
+
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(`the control plane refused to register this host (${code}): ${message}`);
+  }
+}
+
+/** Reported in register; the version of apps/agent/package.json. */
+export const AGENT_VERSION = '0.1.0';
+
+const REGISTER_RETRY_MAX_MS = 30_000;
+
+/**
+ * The agent's life: adopt the shard containers already here, follow Docker's events,
+ * take commands, register (again after every reconnection), then heartbeat and reconcile
+ * on their intervals until stopped.
+ */
+@Injectable()
+export class AgentService {
+  private readonly logger: Logger;
+  private readonly stopping = new AbortController();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private registering: Promise<void> | undefined;
+
+  constructor(
+    @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
+    @Inject(AGENT_LINK) private readonly link: AgentLink,
+    private readonly gpus: GpusService,
+    private readonly docker: DockerRuntime,
+    private readonly shards: ShardsService,
+    private readonly commands: CommandsService,
+    private readonly heartbeats: HeartbeatService,
+    private readonly reconciler: ReconcileService,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'agent' });
+  }
+
+  /** Resolves once registered; throws RegistrationRejectedError, or on a broken setup. */
+  async start(): Promise<void> {
+    await this.shards.sweep();
+    this.docker.watchEvents(
+      this.config.hostId,
+      (event) => {
+        void this.shards
+          .onContainerEvent(event)
+          .catch((error: unknown) =>
+            this.logger.warn({ err: error, event }, 'could not apply a Docker event'),
+          );
+      },
+      this.stopping.signal,
+    );
+    await this.link.connect();
+    await this.link.onCommand((command) => this.commands.handle(command));
+    this.link.onRestored(() => {
+      void this.register().catch((error: unknown) =>
+        this.logger.error({ err: error }, 'registering again failed'),
+      );
+    });
+    await this.register();
+    this.every(this.config.heartbeatSeconds, 'heartbeat', () => this.heartbeats.beat(), true);
+    this.every(
+      this.config.reconcileSeconds,
+      'reconcile',
+      () => this.reconciler.reconcileOnce(),
+      false,
+    );
+    this.logger.info(
+      {
+        heartbeatSeconds: this.config.heartbeatSeconds,
+        reconcileSeconds: this.config.reconcileSeconds,
+      },
+      'agent started',
+    );
+  }
+
+  /** Stops timers, the Docker event stream and the link; shard containers keep running. */
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    for (const timer of this.timers) clearTimeout(timer);
+    this.timers.clear();
+    await this.link.close();
+    this.logger.info('agent stopped');
+  }
+
+  /** Registers, retrying with backoff while nobody answers; one attempt at a time. */
+  register(): Promise<void> {
+    this.registering ??= this.registerUntilAnswered().finally(() => {
+      this.registering = undefined;
+    });
+    return this.registering;
+  }
+
+  private async registerUntilAnswered(): Promise<void> {
+    for (let attempt = 0; !this.stopping.signal.aborted; attempt++) {
+      await this.shards.sweep();
+      const mark = this.shards.commandMark();
+      try {
+        const reply = await this.link.register(this.registerRequest());
+        if (!reply.accepted)
+          throw new RegistrationRejectedError(reply.error.code, reply.error.message);
+        this.logger.info(
+          { desired: reply.desired.length, stopped: reply.stoppedShardIds.length },
+          'registered with the control plane',
+        );
+        await this.reconciler.apply(reply, mark);
+        return;
+      } catch (error) {
+        if (!(error instanceof LinkUnavailableError)) throw error;
+        const delay = Math.min(REGISTER_RETRY_MAX_MS, 500 * 2 ** Math.min(attempt, 6));
+        this.logger.warn(
+          { err: error, retryInMs: delay },
+          'the control plane did not answer; registering again later',
+        );
+        await this.sleep(delay);
+      }
+    }
+  }
+
+  private registerRequest(): RegisterRequest {
+    const inventory = this.gpus.inventory;
+    const samples = new Map(this.gpus.sample().map((sample) => [sample.uuid, sample.usedBytes]));
+    return {
+      protocolVersion: PROTOCOL_VERSION,
+      hostId: this.config.hostId,
+      host: {
+        hostId: this.config.hostId,
+        name: this.config.hostName,
+        labels: { ...this.config.labels },
+        agentVersion: AGENT_VERSION,
+        driverVersion: inventory.driverVersion,
+        cudaVersion: inventory.cudaVersion,
+        simulated: inventory.simulated,
+        contextOverheadBytes: inventory.contextOverheadBytes,
+      },
+      gpus: inventory.gpus.map((gpu) => ({ ...gpu, usedBytes: samples.get(gpu.uuid) ?? 0 })),
+      runningShards: this.shards
+        .list()
+        .flatMap((shard) =>
+          shard.containerId === undefined
+            ? []
+            : [{ shardId: shard.shardId, containerId: shard.containerId, state: shard.state }],
+        ),
+    };
+  }
+
+  /** Runs `task` every `seconds`, never two at once; a failure is logged and the next runs. */
+  private every(seconds: number, what: string, task: () => Promise<void>, now: boolean): void {
+    const schedule = (delayMs: number): void => {
+      if (this.stopping.signal.aborted) return;
+      const timer = setTimeout(() => {
+        this.timers.delete(timer);
+        task()
+          .catch((error: unknown) => this.logger.warn({ err: error }, `${what} failed`))
+          .finally(() => schedule(seconds * 1000));
+      }, delayMs);
+      this.timers.add(timer);
+    };
+    schedule(now ? 0 : seconds * 1000);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.timers.delete(timer);
+        resolve();
+      }, ms);
+      this.timers.add(timer);
+      this.stopping.signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+  }
+}

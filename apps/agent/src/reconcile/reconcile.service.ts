@@ -1,0 +1,101 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { PROTOCOL_VERSION, type ReconcileReply } from '@gpushards/protocol';
+
+import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { AGENT_LINK, type AgentLink } from '../link/agent-link.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { ShardsService } from '../shards/shards.service.js';
+import { planReconcile, type DesiredState } from './plan.js';
+
+/**
+ * Level-triggered reconciliation: report every shard container, receive what should run,
+ * converge. Also applies the desired state a register reply carries.
+ */
+@Injectable()
+export class ReconcileService {
+  private readonly logger: Logger;
+
+  constructor(
+    @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
+    @Inject(AGENT_LINK) private readonly link: AgentLink,
+    private readonly shards: ShardsService,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'reconcile' });
+  }
+
+  /** One round: sweep Docker, ask the control plane, act on its answer. */
+  async reconcileOnce(): Promise<void> {
+    await this.shards.sweep();
+    const mark = this.shards.commandMark();
+    const containers = this.shards
+      .list()
+      .flatMap((shard) =>
+        shard.containerId === undefined
+          ? []
+          : [
+              {
+                shardId: shard.shardId,
+                containerId: shard.containerId,
+                running: shard.state === 'RUNNING',
+              },
+            ],
+      );
+    const reply: ReconcileReply = await this.link.reconcile({
+      protocolVersion: PROTOCOL_VERSION,
+      hostId: this.config.hostId,
+      containers,
+    });
+    await this.apply(reply, mark);
+  }
+
+  /**
+   * Acts on a desired state received for a request sent when commandMark() was `mark`.
+   * Each action runs on its own; one failing does not stop the others.
+   */
+  async apply(desired: DesiredState, mark: number): Promise<void> {
+    const skip = this.shards.commandedSince(mark);
+    const plan = planReconcile(this.shards.list(), desired, skip);
+    const count = plan.launch.length + plan.stop.length + plan.remove.length;
+    if (count > 0) {
+      this.logger.info(
+        {
+          launch: plan.launch.map((spec) => spec.shardId),
+          stop: plan.stop,
+          remove: plan.remove,
+          skipped: [...skip],
+        },
+        'reconciling',
+      );
+    }
+    const actions: Promise<unknown>[] = [
+      ...plan.launch.map((spec) =>
+        this.attempt('launch', spec.shardId, () => this.shards.launch(spec)),
+      ),
+      ...plan.applyLimits.map((spec) =>
+        this.attempt('apply caps of', spec.shardId, () => this.shards.applyLimits(spec)),
+      ),
+      ...plan.stop.map((shardId) =>
+        this.attempt('stop', shardId, () =>
+          this.shards.stop(shardId, this.config.stopGraceSeconds),
+        ),
+      ),
+      ...plan.remove.map((shardId) =>
+        this.attempt('remove', shardId, () => this.shards.delete(shardId)),
+      ),
+    ];
+    await Promise.all(actions);
+  }
+
+  private async attempt(
+    what: string,
+    shardId: string,
+    action: () => Promise<unknown>,
+  ): Promise<void> {
+    try {
+      await action();
+    } catch (error) {
+      this.logger.warn({ err: error, shardId }, `reconcile could not ${what} a shard`);
+    }
+  }
+}

@@ -1,0 +1,144 @@
+import { promises as fs } from 'node:fs';
+import { join } from 'node:path';
+
+import { Inject, Injectable } from '@nestjs/common';
+import type { GpuLimit } from '@gpushards/protocol';
+
+import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { readRegion, RegionError, writeRegionLimit, type RegionDevice } from './region-file.js';
+
+/** The region file's name inside a shard's region folder (GPUSHARDS_REGION_PATH's base name). */
+export const REGION_FILE = 'region';
+
+export interface GpuUsage {
+  readonly gpuUuid: string;
+  readonly usedBytes: number;
+}
+
+/** A resize the region cannot take: the shard already holds more than the new cap. */
+export class BelowUsageError extends Error {
+  override name = 'BelowUsageError';
+}
+
+/**
+ * Each shard's region folder on the host (bind-mounted into its container): created
+ * before the container, read for usage, written for live resizes, removed on delete.
+ *
+ * The interposer creates the region file when the container's first CUDA process starts,
+ * and adds a GPU's entry when a process first uses that GPU; a limit for an entry that
+ * does not exist yet is kept here and written as soon as the entry appears (the library
+ * takes a limit already in the region over its environment's).
+ */
+@Injectable()
+export class RegionsService {
+  private readonly logger: Logger;
+  /** shardId → GPU UUID → limit not yet written (the entry did not exist). */
+  private readonly pendingLimits = new Map<string, Map<string, number>>();
+
+  constructor(
+    @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'regions' });
+  }
+
+  folder(shardId: string): string {
+    return join(this.config.regionRoot, shardId);
+  }
+
+  file(shardId: string): string {
+    return join(this.folder(shardId), REGION_FILE);
+  }
+
+  /** Creates the shard's folder, writable by whatever user the container runs as. */
+  async prepare(shardId: string): Promise<string> {
+    await fs.mkdir(this.config.regionRoot, { recursive: true, mode: 0o711 });
+    const folder = this.folder(shardId);
+    await fs.mkdir(folder, { recursive: true });
+    await fs.chmod(folder, 0o777);
+    return folder;
+  }
+
+  async remove(shardId: string): Promise<void> {
+    this.pendingLimits.delete(shardId);
+    await fs.rm(this.folder(shardId), { recursive: true, force: true });
+  }
+
+  /** The ACTIVE devices of a shard's region; empty when no CUDA process has run yet. */
+  async devices(shardId: string): Promise<readonly RegionDevice[]> {
+    try {
+      return (await readRegion(this.file(shardId))).devices;
+    } catch (error) {
+      if (error instanceof RegionError && error.code === 'MISSING') return [];
+      throw error;
+    }
+  }
+
+  /** What the interposer counts on each GPU the shard has used. */
+  async usage(shardId: string): Promise<GpuUsage[]> {
+    return (await this.devices(shardId)).map((device) => ({
+      gpuUuid: device.uuid,
+      usedBytes: device.usedBytes,
+    }));
+  }
+
+  /**
+   * Sets new caps. With `refuseBelowUsage`, throws BelowUsageError and changes nothing
+   * when a cap would be under what the shard holds now on that GPU.
+   */
+  async setLimits(
+    shardId: string,
+    gpus: readonly GpuLimit[],
+    refuseBelowUsage: boolean,
+  ): Promise<void> {
+    const devices = await this.devices(shardId);
+    if (refuseBelowUsage) {
+      for (const gpu of gpus) {
+        const device = devices.find((entry) => sameUuid(entry.uuid, gpu.uuid));
+        if (device !== undefined && device.usedBytes > gpu.limitBytes) {
+          throw new BelowUsageError(
+            `shard ${shardId} holds ${device.usedBytes} bytes on ${gpu.uuid}, more than the new cap of ${gpu.limitBytes} bytes`,
+          );
+        }
+      }
+    }
+    const pending = new Map<string, number>();
+    for (const gpu of gpus) {
+      const device = devices.find((entry) => sameUuid(entry.uuid, gpu.uuid));
+      if (device?.limitBytes === gpu.limitBytes) continue;
+      const written =
+        device !== undefined &&
+        (await writeRegionLimit(this.file(shardId), gpu.uuid, gpu.limitBytes));
+      if (!written) pending.set(gpu.uuid, gpu.limitBytes);
+      else
+        this.logger.info(
+          { shardId, gpu: gpu.uuid, limitBytes: gpu.limitBytes },
+          'region limit written',
+        );
+    }
+    if (pending.size > 0) this.pendingLimits.set(shardId, pending);
+    else this.pendingLimits.delete(shardId);
+  }
+
+  /** Writes the limits that waited for their GPU entry; called with every heartbeat. */
+  async applyPendingLimits(): Promise<void> {
+    for (const [shardId, pending] of [...this.pendingLimits]) {
+      const gpus = [...pending].map(([uuid, limitBytes]) => ({ uuid, limitBytes }));
+      try {
+        await this.setLimits(shardId, gpus, false);
+      } catch (error) {
+        this.logger.warn({ err: error, shardId }, 'could not write a pending region limit');
+      }
+    }
+  }
+
+  /** The limit a GPU of the shard will have: pending if one waits, else undefined. */
+  pendingLimit(shardId: string, gpuUuid: string): number | undefined {
+    return this.pendingLimits.get(shardId)?.get(gpuUuid);
+  }
+}
+
+function sameUuid(a: string, b: string): boolean {
+  return a.toLowerCase() === b.toLowerCase();
+}

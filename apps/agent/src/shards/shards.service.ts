@@ -1,0 +1,432 @@
+import { Inject, Injectable } from '@nestjs/common';
+import {
+  stripReservedEnvKeys,
+  type GpuLimit,
+  type ShardLaunchSpec,
+  type ShardState,
+} from '@gpushards/protocol';
+
+import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { KeyedMutex } from '../common/keyed-mutex.js';
+import { errorMessage } from '../common/text.js';
+import { buildCreateOptions, orderGpus, type ShardGpu } from '../containers/container-spec.js';
+import {
+  DockerRuntime,
+  type ContainerEvent,
+  type ShardContainer,
+} from '../containers/docker-runtime.js';
+import { InterposerFiles } from '../containers/interposer-files.js';
+import { containerName } from '../containers/labels.js';
+import type { PullProgress } from '../containers/pull-progress.js';
+import { GpusService } from '../gpus/gpus.service.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { RegionsService } from '../regions/regions.service.js';
+import { StateReporter, type StateDetails } from './state-reporter.js';
+
+/** What the agent knows of one shard of this host. */
+export interface ShardRecord {
+  readonly shardId: string;
+  teamId: string;
+  /** The shard's container, when one exists. */
+  containerId?: string;
+  /** The last state reported (or found when adopting a container). */
+  state: ShardState;
+  gpuUuids: readonly string[];
+  /** Set while the image is pulled; aborted by a stop or delete that comes meanwhile. */
+  pull?: AbortController;
+}
+
+export class UnknownShardError extends Error {
+  override name = 'UnknownShardError';
+}
+
+export class UnknownGpuError extends Error {
+  override name = 'UnknownGpuError';
+}
+
+export interface LaunchResult {
+  readonly state: ShardState;
+  readonly containerId?: string;
+}
+
+/** PULLING events at most this often, apart from the first. */
+const PULL_PROGRESS_INTERVAL_MS = 500;
+
+/**
+ * The shards of this host and every operation on them: launch, stop, delete, resize, and
+ * what Docker reports. Operations on one shard run one at a time (KeyedMutex), so an event
+ * or a sweep never sees a shard half-way through an operation; an image pull runs outside
+ * that lock, so a stop or delete can interrupt a launch that waits for its image.
+ */
+@Injectable()
+export class ShardsService {
+  private readonly records = new Map<string, ShardRecord>();
+  private readonly mutex = new KeyedMutex();
+  private readonly logger: Logger;
+  /** Counts commands received; see commandMark(). */
+  private commandCount = 0;
+  private readonly lastCommand = new Map<string, number>();
+
+  constructor(
+    @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
+    private readonly docker: DockerRuntime,
+    private readonly regions: RegionsService,
+    private readonly gpus: GpusService,
+    private readonly interposer: InterposerFiles,
+    private readonly reporter: StateReporter,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'shards' });
+  }
+
+  list(): readonly Readonly<ShardRecord>[] {
+    return [...this.records.values()];
+  }
+
+  /** Notes that a command for this shard arrived (the reconcile ordering rule). */
+  noteCommand(shardId: string): void {
+    this.lastCommand.set(shardId, ++this.commandCount);
+  }
+
+  /** A mark to take before sending a reconcile or register request. */
+  commandMark(): number {
+    return this.commandCount;
+  }
+
+  /** Shards that received a command after `mark`: a reply to a request sent at `mark` may predate it. */
+  commandedSince(mark: number): Set<string> {
+    return new Set([...this.lastCommand].filter(([, at]) => at > mark).map(([shardId]) => shardId));
+  }
+
+  /** Throws UnknownGpuError unless every GPU of the spec is one of this host's. */
+  checkGpus(gpus: readonly GpuLimit[]): ShardGpu[] {
+    return gpus.map((gpu) => {
+      const hostIndex = this.gpus.hostIndex(gpu.uuid);
+      if (hostIndex === undefined) {
+        throw new UnknownGpuError(
+          `GPU ${gpu.uuid} is not on host ${this.config.hostId} (it has ${this.gpus.inventory.gpus.map((g) => g.uuid).join(', ') || 'no GPUs'})`,
+        );
+      }
+      return { uuid: gpu.uuid, limitBytes: gpu.limitBytes, hostIndex };
+    });
+  }
+
+  /**
+   * Makes the shard run with this spec. Resolves once the launch is taken on: RUNNING when
+   * the image was there, PULLING when it is being pulled (the outcome follows as events).
+   * A running shard stays as it is (its caps updated): launching twice starts nothing twice.
+   */
+  launch(spec: ShardLaunchSpec): Promise<LaunchResult> {
+    const gpus = this.checkGpus(spec.gpus);
+    const { env, stripped } = stripReservedEnvKeys(spec.env);
+    if (stripped.length > 0) {
+      this.logger.warn(
+        { shardId: spec.shardId, teamId: spec.teamId, stripped },
+        'stripped reserved environment variables',
+      );
+    }
+    return this.mutex.run(spec.shardId, async () => {
+      const record = this.records.get(spec.shardId);
+      if (record?.state === 'PULLING' || record?.state === 'STARTING') {
+        return {
+          state: record.state,
+          ...(record.containerId ? { containerId: record.containerId } : {}),
+        };
+      }
+      if (record?.state === 'RUNNING' && record.containerId !== undefined) {
+        await this.regions.setLimits(spec.shardId, spec.gpus, false);
+        return { state: 'RUNNING', containerId: record.containerId };
+      }
+      const next: ShardRecord = {
+        shardId: spec.shardId,
+        teamId: spec.teamId,
+        state: 'STARTING',
+        gpuUuids: orderGpus(gpus).map((gpu) => gpu.uuid),
+      };
+      if (record?.containerId !== undefined) await this.docker.removeContainer(record.containerId);
+      this.records.set(spec.shardId, next);
+      let present: boolean;
+      try {
+        present = await this.docker.imagePresent(spec.image);
+      } catch (error) {
+        await this.fail(next, errorMessage(error));
+        throw error;
+      }
+      if (!present) {
+        next.state = 'PULLING';
+        next.pull = new AbortController();
+        await this.report(next, 'PULLING', { progress: { completedBytes: 0 } });
+        void this.pullThenStart(next, next.pull.signal, spec, gpus, env);
+        return { state: 'PULLING' };
+      }
+      const containerId = await this.createAndStart(next, spec, gpus, env);
+      return { state: 'RUNNING', containerId };
+    });
+  }
+
+  /** Stops the shard's container (SIGTERM, SIGKILL after the grace), keeping it. */
+  stop(shardId: string, graceSeconds: number): Promise<{ wasRunning: boolean }> {
+    return this.mutex.run(shardId, async () => {
+      const record = this.records.get(shardId);
+      if (record === undefined) return { wasRunning: false };
+      if (record.pull !== undefined) {
+        record.pull.abort();
+        record.pull = undefined;
+      }
+      let wasRunning = false;
+      const details: StateDetails = {};
+      if (record.containerId !== undefined) {
+        wasRunning = await this.docker.stopContainer(record.containerId, graceSeconds);
+        const status = await this.docker.status(record.containerId);
+        Object.assign(
+          details,
+          { containerId: record.containerId },
+          status ? { exitCode: status.exitCode } : {},
+        );
+      }
+      if (record.state !== 'STOPPED') await this.report(record, 'STOPPED', details);
+      return { wasRunning };
+    });
+  }
+
+  /** Removes the shard's container and region folder; the agent forgets the shard. */
+  delete(shardId: string): Promise<{ removed: boolean }> {
+    return this.mutex.run(shardId, async () => {
+      const record = this.records.get(shardId);
+      record?.pull?.abort();
+      let removed = false;
+      if (record?.containerId !== undefined)
+        removed = await this.docker.removeContainer(record.containerId);
+      // A container this agent does not track (created by an earlier run that crashed
+      // mid-launch) goes too: there is one container name per shard.
+      removed =
+        (await this.docker.removeContainer(containerName(this.config.hostId, shardId))) || removed;
+      await this.regions.remove(shardId);
+      this.records.delete(shardId);
+      this.lastCommand.delete(shardId);
+      if (removed) this.logger.info({ shardId, teamId: record?.teamId }, 'shard deleted');
+      return { removed };
+    });
+  }
+
+  /** New caps for a shard's GPUs, live: throws UnknownShardError, UnknownGpuError, BelowUsageError. */
+  resize(shardId: string, gpus: readonly GpuLimit[]): Promise<void> {
+    return this.mutex.run(shardId, async () => {
+      const record = this.records.get(shardId);
+      if (record === undefined)
+        throw new UnknownShardError(`shard ${shardId} is not on host ${this.config.hostId}`);
+      const foreign = gpus.filter((gpu) => !record.gpuUuids.includes(gpu.uuid));
+      if (foreign.length > 0) {
+        throw new UnknownGpuError(
+          `shard ${shardId} does not use ${foreign.map((gpu) => gpu.uuid).join(', ')} (it uses ${record.gpuUuids.join(', ')})`,
+        );
+      }
+      await this.regions.setLimits(shardId, gpus, true);
+      this.logger.info({ shardId, teamId: record.teamId, gpus }, 'shard resized');
+    });
+  }
+
+  /** Applies what Docker reported about a container of this host. */
+  onContainerEvent(event: ContainerEvent): Promise<void> {
+    return this.mutex.run(event.shardId, async () => {
+      const record = this.records.get(event.shardId);
+      // Events of containers the agent replaced or removed itself find no record for them.
+      if (record === undefined || record.containerId !== event.containerId) return;
+      if (event.action === 'die' && record.state === 'RUNNING') {
+        await this.report(record, 'EXITED', {
+          containerId: event.containerId,
+          ...(event.exitCode !== undefined ? { exitCode: event.exitCode } : {}),
+        });
+      } else if (event.action === 'destroy') {
+        record.containerId = undefined;
+        await this.report(record, 'VANISHED', {
+          containerId: event.containerId,
+          reason: 'the container was removed by something other than the agent',
+        });
+      } else if (
+        event.action === 'start' &&
+        record.state !== 'RUNNING' &&
+        record.state !== 'STARTING'
+      ) {
+        await this.report(record, 'RUNNING', { containerId: event.containerId });
+      }
+    });
+  }
+
+  /**
+   * Compares what the agent believes with what Docker has, for missed events: adopts shard
+   * containers it does not know (after a restart), reports containers that exited or
+   * vanished, and removes duplicates. Returns after every shard was looked at.
+   */
+  async sweep(): Promise<void> {
+    const listed = await this.docker.listShardContainers(this.config.hostId);
+    const byShard = new Map<string, ShardContainer[]>();
+    for (const container of listed) {
+      byShard.set(container.shardId, [...(byShard.get(container.shardId) ?? []), container]);
+    }
+    const shardIds = new Set([...this.records.keys(), ...byShard.keys()]);
+    await Promise.all(
+      [...shardIds].map((shardId) =>
+        this.mutex
+          .run(shardId, () => this.sweepOne(shardId, byShard.get(shardId) ?? []))
+          .catch((error: unknown) =>
+            this.logger.warn({ err: error, shardId }, 'could not check a shard container'),
+          ),
+      ),
+    );
+  }
+
+  /** Writes the desired caps of a running shard into its region (reconcile). */
+  applyLimits(spec: ShardLaunchSpec): Promise<void> {
+    return this.mutex.run(spec.shardId, async () => {
+      if (this.records.get(spec.shardId)?.state !== 'RUNNING') return;
+      await this.regions.setLimits(spec.shardId, spec.gpus, false);
+    });
+  }
+
+  private async sweepOne(shardId: string, containers: readonly ShardContainer[]): Promise<void> {
+    const record = this.records.get(shardId);
+    if (record?.pull !== undefined || record?.state === 'STARTING') return;
+    const tracked = record?.containerId;
+    const keep =
+      containers.find((c) => c.id === tracked) ??
+      containers.find((c) => c.running) ??
+      containers[0];
+    for (const duplicate of containers.filter((c) => c !== keep)) {
+      this.logger.warn(
+        { shardId, containerId: duplicate.id },
+        'removing a duplicate container of a shard',
+      );
+      await this.docker.removeContainer(duplicate.id);
+    }
+    if (record === undefined || tracked === undefined) {
+      if (keep === undefined) return;
+      const status = await this.docker.status(keep.id);
+      if (status === undefined) return;
+      // Adopted: a shard container of this host that the agent did not know (it restarted).
+      this.records.set(shardId, {
+        shardId,
+        teamId: keep.teamId,
+        containerId: keep.id,
+        state: status.running ? 'RUNNING' : (record?.state ?? 'EXITED'),
+        gpuUuids: keep.gpuUuids,
+      });
+      this.logger.info(
+        { shardId, teamId: keep.teamId, containerId: keep.id, running: status.running },
+        'adopted a shard container',
+      );
+      return;
+    }
+    const status = await this.docker.status(tracked);
+    if (status === undefined) {
+      record.containerId = undefined;
+      await this.report(record, 'VANISHED', {
+        containerId: tracked,
+        reason: 'the container is gone and the agent did not remove it',
+      });
+    } else if (!status.running && record.state === 'RUNNING') {
+      await this.report(record, 'EXITED', { containerId: tracked, exitCode: status.exitCode });
+    } else if (status.running && record.state !== 'RUNNING') {
+      await this.report(record, 'RUNNING', { containerId: tracked });
+    }
+  }
+
+  private async pullThenStart(
+    record: ShardRecord,
+    signal: AbortSignal,
+    spec: ShardLaunchSpec,
+    gpus: readonly ShardGpu[],
+    env: Record<string, string>,
+  ): Promise<void> {
+    let lastReport = Date.now();
+    const onProgress = (progress: PullProgress): void => {
+      if (signal.aborted || Date.now() - lastReport < PULL_PROGRESS_INTERVAL_MS) return;
+      lastReport = Date.now();
+      void this.reporter.report(record.shardId, record.teamId, 'PULLING', { progress });
+    };
+    let pullError: unknown;
+    try {
+      await this.docker.pullImage(spec.image, onProgress);
+    } catch (error) {
+      pullError = error;
+    }
+    await this.mutex
+      .run(record.shardId, async () => {
+        // A stop, delete or newer launch took the shard over while the image came.
+        if (signal.aborted || this.records.get(record.shardId) !== record) return;
+        record.pull = undefined;
+        if (pullError !== undefined) {
+          await this.fail(record, `image pull failed: ${errorMessage(pullError)}`);
+          return;
+        }
+        await this.createAndStart(record, spec, gpus, env);
+      })
+      .catch((error: unknown) =>
+        this.logger.warn({ err: error, shardId: record.shardId }, 'launch after pull failed'),
+      );
+  }
+
+  /** Creates and starts the container; on failure reports FAILED, removes what it made, rethrows. */
+  private async createAndStart(
+    record: ShardRecord,
+    spec: ShardLaunchSpec,
+    gpus: readonly ShardGpu[],
+    env: Record<string, string>,
+  ): Promise<string> {
+    await this.report(record, 'STARTING');
+    try {
+      // A fresh region: counters of an earlier container must not carry over.
+      await this.regions.remove(spec.shardId);
+      const regionDir = await this.regions.prepare(spec.shardId);
+      await this.docker.removeContainer(containerName(this.config.hostId, spec.shardId));
+      const options = buildCreateOptions({
+        hostId: this.config.hostId,
+        shardId: spec.shardId,
+        teamId: spec.teamId,
+        image: spec.image,
+        ...(spec.command ? { command: spec.command } : {}),
+        env,
+        gpus,
+        interposerPath: this.interposer.interposerPath,
+        preloadFile: this.interposer.preloadFile,
+        regionDir,
+        ...(this.gpus.inventory.contextOverheadBytes > 0
+          ? { contextBytes: this.gpus.inventory.contextOverheadBytes }
+          : {}),
+        ...(this.gpus.simulatedDriver ? { simulatedDriver: this.gpus.simulatedDriver } : {}),
+      });
+      record.containerId = await this.docker.createContainer(options);
+      await this.docker.startContainer(record.containerId);
+    } catch (error) {
+      const containerId = record.containerId;
+      record.containerId = undefined;
+      if (containerId !== undefined) {
+        await this.docker
+          .removeContainer(containerId)
+          .catch((cleanup: unknown) =>
+            this.logger.warn(
+              { err: cleanup, containerId },
+              'could not remove a container that failed to start',
+            ),
+          );
+      }
+      await this.fail(record, errorMessage(error));
+      throw error;
+    }
+    await this.report(record, 'RUNNING', { containerId: record.containerId });
+    return record.containerId;
+  }
+
+  private async fail(record: ShardRecord, reason: string): Promise<void> {
+    await this.report(record, 'FAILED', { reason });
+  }
+
+  private async report(
+    record: ShardRecord,
+    state: ShardState,
+    details: StateDetails = {},
+  ): Promise<void> {
+    record.state = state;
+    await this.reporter.report(record.shardId, record.teamId, state, details);
+  }
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env node
+// Writes users.conf (included by nats-server.conf) and one credentials file per NATS user,
+// for a list of agent hosts. Permissions come from @gpushards/protocol (agentPermissions,
+// CONTROL_PLANE_PERMISSIONS), the same code the agent and control plane are built with, so
+// the server configuration and the subjects in code cannot disagree.
+//
+//   node deploy/nats/generate-config.mjs --out <dir> [--auth nkey|password] <hostId>...
+//
+// <dir> receives users.conf and credentials/<user>.env (mode 0600) holding the GPUSHARDS_NATS_*
+// variables that user's process needs. Re-running replaces every secret.
+// Build the protocol library first: npx nx run protocol:build
+import { randomBytes } from 'node:crypto';
+import { chmodSync, copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+
+import {
+  CONTROL_PLANE_PERMISSIONS,
+  agentPermissions,
+  assertValidHostId,
+} from '@gpushards/protocol';
+import { nkeys } from '@nats-io/transport-node';
+
+export const CONTROL_PLANE_USER = 'control-plane';
+
+/** The NATS user name of a host's agent. */
+export function agentUser(hostId) {
+  return `agent-${hostId}`;
+}
+
+function newCredential(auth, user) {
+  if (auth === 'nkey') {
+    const pair = nkeys.createUser();
+    return {
+      server: { nkey: pair.getPublicKey() },
+      seed: new TextDecoder().decode(pair.getSeed()),
+    };
+  }
+  const password = randomBytes(24).toString('base64url');
+  return {
+    server: { user, password },
+    env: { GPUSHARDS_NATS_USER: user, GPUSHARDS_NATS_PASSWORD: password },
+  };
+}
+
+function permissionsBlock(permissions) {
+  return {
+    publish: permissions.publish,
+    subscribe: permissions.subscribe,
+    allow_responses: permissions.allow_responses,
+  };
+}
+
+/**
+ * The users.conf text and the secrets per user. nats-server reads JSON as a subset of its
+ * configuration syntax, so each user is written as JSON.
+ */
+export function buildUsers(hostIds, auth = 'nkey') {
+  if (auth !== 'password' && auth !== 'nkey') {
+    throw new Error(`--auth must be "password" or "nkey", got ${JSON.stringify(auth)}`);
+  }
+  if (hostIds.length === 0) throw new Error('give at least one agent host id');
+  const seen = new Set();
+  const entries = [{ user: CONTROL_PLANE_USER, permissions: CONTROL_PLANE_PERMISSIONS }];
+  for (const hostId of hostIds) {
+    assertValidHostId(hostId);
+    if (seen.has(hostId)) throw new Error(`host id ${JSON.stringify(hostId)} is listed twice`);
+    seen.add(hostId);
+    entries.push({ user: agentUser(hostId), permissions: agentPermissions(hostId) });
+  }
+  const users = [];
+  const secrets = [];
+  for (const { user, permissions } of entries) {
+    const credential = newCredential(auth, user);
+    users.push({ ...credential.server, permissions: permissionsBlock(permissions) });
+    secrets.push({ user, env: credential.env, seed: credential.seed });
+  }
+  const text =
+    '# Written by deploy/nats/generate-config.mjs; do not edit, re-run it.\n' +
+    `authorization: {\n  users: ${JSON.stringify(users, null, 2).replace(/\n/g, '\n  ')}\n}\n`;
+  return { text, secrets };
+}
+
+/** Writes <out>/users.conf, <out>/nats-server.conf and <out>/credentials/*; returns the paths. */
+export function writeConfig(out, hostIds, auth = 'nkey') {
+  const { text, secrets } = buildUsers(hostIds, auth);
+  const credentialsDir = join(out, 'credentials');
+  mkdirSync(credentialsDir, { recursive: true, mode: 0o700 });
+  const usersFile = join(out, 'users.conf');
+  writeFileSync(usersFile, text, { mode: 0o600 });
+  chmodSync(usersFile, 0o600);
+  const serverConfig = join(out, 'nats-server.conf');
+  const here = dirname(fileURLToPath(import.meta.url));
+  if (resolve(out) !== here) copyFileSync(join(here, 'nats-server.conf'), serverConfig);
+  const credentials = {};
+  for (const secret of secrets) {
+    const envFile = join(credentialsDir, `${secret.user}.env`);
+    let env = secret.env;
+    if (secret.seed !== undefined) {
+      const seedFile = join(credentialsDir, `${secret.user}.nk`);
+      writeFileSync(seedFile, `${secret.seed}\n`, { mode: 0o600 });
+      env = { GPUSHARDS_NATS_NKEY_SEED_FILE: seedFile };
+    }
+    const lines = Object.entries(env).map(([key, value]) => `${key}=${value}\n`);
+    writeFileSync(envFile, lines.join(''), { mode: 0o600 });
+    credentials[secret.user] = envFile;
+  }
+  return { serverConfig, usersFile, credentials };
+}
+
+function main() {
+  const { values, positionals } = parseArgs({
+    options: { out: { type: 'string' }, auth: { type: 'string', default: 'nkey' } },
+    allowPositionals: true,
+  });
+  if (values.out === undefined) {
+    throw new Error('usage: generate-config.mjs --out <dir> [--auth nkey|password] <hostId>...');
+  }
+  const written = writeConfig(resolve(values.out), positionals, values.auth);
+  console.log(`wrote ${written.serverConfig} and ${written.usersFile}`);
+  for (const [user, file] of Object.entries(written.credentials)) console.log(`  ${user}: ${file}`);
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  try {
+    main();
+  } catch (error) {
+    console.error(`generate-config: ${error.message}`);
+    process.exit(1);
+  }
+}
