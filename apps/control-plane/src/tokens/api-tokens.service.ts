@@ -80,6 +80,9 @@ export class ApiTokensService {
    * may be left out). ADMIN tokens are fleet-wide, team tokens need a team.
    */
   async create(caller: Caller, input: NewApiToken): Promise<CreatedApiToken> {
+    if (input.role === Role.ADMIN && caller.role !== Role.ADMIN) {
+      throw new ForbiddenError('only ADMIN tokens can create ADMIN tokens');
+    }
     const check = new InputCheck();
     const name = check.name('name', input.name, DISPLAY_NAME);
     const requestedTeam = typeof input.teamId === 'string' ? checkId('teamId', input.teamId) : null;
@@ -92,9 +95,6 @@ export class ApiTokensService {
     }
     check.done();
     if (teamId !== null) assertTeamVisible(caller, teamId, 'team', teamId);
-    if (input.role === Role.ADMIN && caller.role !== Role.ADMIN) {
-      throw new ForbiddenError('only ADMIN tokens can create ADMIN tokens');
-    }
 
     const { secret, hash, prefix } = generateTokenSecret();
     const token = await this.prisma.$transaction(async (tx) => {
