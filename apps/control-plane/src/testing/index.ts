@@ -1,3 +1,7 @@
+// Test support for every suite: throwaway PostgreSQL servers and migrated test databases.
+// Name files here so that `node --test dist/` does not take them for tests: no "test-" prefix
+// and no ".test", "-test" or "_test" suffix.
+
 export {
   startPostgres,
   type PostgresServer,
@@ -9,4 +13,4 @@ export {
   type TestDatabase,
   type TestDatabaseKind,
   type TestDatabaseOptions,
-} from './test-database.js';
+} from './throwaway-database.js';
