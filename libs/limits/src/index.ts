@@ -3,3 +3,4 @@ export * from './inventory.js';
 export * from './placement.js';
 export * from './quota.js';
 export * from './accounting.js';
+export * from './gpu-accounting.js';
