@@ -96,6 +96,19 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.ok(h.adminToken.startsWith(response.data!.me.prefix));
     });
 
+    it('adminApiTokens lists the fleet-wide tokens, for admins only', async () => {
+      const query = `{ adminApiTokens { edges { node { name role team { id } } } } }`;
+      const response = await h.graphql<{ adminApiTokens: { edges: { node: unknown }[] } }>(query);
+      assert.deepEqual(response.data!.adminApiTokens.edges[0]!.node, {
+        name: 'bootstrap admin',
+        role: 'ADMIN',
+        team: null,
+      });
+      const teamId = await createTeam('admin-list-team');
+      const member = await createToken(teamId, 'MEMBER');
+      assertError(await h.graphql(query, {}, member.secret), 'FORBIDDEN');
+    });
+
     it('no, malformed, unknown or garbage tokens are UNAUTHENTICATED, for queries and mutations', async () => {
       const unknown = 'gps_' + 'A'.repeat(43);
       for (const token of [null, '', 'not-a-token', unknown, "'; DROP TABLE api_token; --"]) {
@@ -400,6 +413,39 @@ for (const kind of TEST_DATABASE_KINDS) {
       }
       const names = (await h.prisma.team.findMany({ orderBy: { name: 'asc' } })).map((t) => t.name);
       assert.deepEqual(all, names);
+    });
+
+    it("a team's tokens page in creation order; revoked ones only when asked for", async () => {
+      const teamId = await createTeam('token-pages');
+      const created = [];
+      for (const name of ['one', 'two', 'three'])
+        created.push(await createToken(teamId, 'VIEWER', name));
+      await h.graphql(REVOKE_TOKEN, { id: created[1]!.id });
+      const query = `query ($id: ID!, $after: String, $all: Boolean) {
+        team(id: $id) { apiTokens(first: 1, after: $after, includeRevoked: $all) {
+          edges { node { name } } pageInfo { hasNextPage endCursor } } }
+      }`;
+      type Page = {
+        team: {
+          apiTokens: {
+            edges: { node: { name: string } }[];
+            pageInfo: { hasNextPage: boolean; endCursor: string };
+          };
+        };
+      };
+      const names = async (all: boolean) => {
+        const seen: string[] = [];
+        let after: string | null = null;
+        for (;;) {
+          const page: GraphqlResponse<Page> = await h.graphql(query, { id: teamId, after, all });
+          const tokens = page.data!.team.apiTokens;
+          seen.push(...tokens.edges.map((e) => e.node.name));
+          if (!tokens.pageInfo.hasNextPage) return seen;
+          after = tokens.pageInfo.endCursor;
+        }
+      };
+      assert.deepEqual(await names(true), ['one', 'two', 'three']);
+      assert.deepEqual(await names(false), ['one', 'three']);
     });
 
     it('readyz: the database is reachable and migrated', async () => {

@@ -1,6 +1,6 @@
 import { Args, ID, Mutation, Parent, Query, ResolveField, Resolver } from '@nestjs/graphql';
 import { Role, type Caller } from '../auth/caller.js';
-import { CurrentCaller } from '../auth/decorators.js';
+import { CurrentCaller, MinRole } from '../auth/decorators.js';
 import { ConnectionArgs } from '../graphql/connection.js';
 import { Team } from '../teams/team.model.js';
 import { TeamsService } from '../teams/teams.service.js';
@@ -17,6 +17,15 @@ export class ApiTokensResolver {
   @Query(() => ApiToken, { description: 'The token this request was made with.' })
   me(@CurrentCaller() caller: Caller) {
     return this.tokens.current(caller);
+  }
+
+  @MinRole(Role.ADMIN)
+  @Query(() => ApiTokenConnection, { description: 'Fleet-wide tokens (the ADMIN tokens).' })
+  adminApiTokens(
+    @Args() args: ConnectionArgs,
+    @Args('includeRevoked', { defaultValue: false }) includeRevoked: boolean,
+  ) {
+    return this.tokens.list(null, args, includeRevoked);
   }
 
   @Mutation(() => CreatedApiToken, {
@@ -55,6 +64,6 @@ export class TeamApiTokensResolver {
     @Args() args: ConnectionArgs,
     @Args('includeRevoked', { defaultValue: false }) includeRevoked: boolean,
   ) {
-    return this.tokens.listForTeam(team.id, args, includeRevoked);
+    return this.tokens.list(team.id, args, includeRevoked);
   }
 }

@@ -47,9 +47,12 @@ export class ApiTokensService {
     return this.prisma.apiToken.findUniqueOrThrow({ where: { id: caller.tokenId } });
   }
 
-  /** A team's tokens; the caller must already have been allowed to see the team. */
-  async listForTeam(
-    teamId: string,
+  /**
+   * A team's tokens, or the fleet-wide ones for `null`; the caller must already have been
+   * allowed to see them.
+   */
+  async list(
+    teamId: string | null,
     args: ConnectionArgs,
     includeRevoked: boolean,
   ): Promise<ConnectionShape<ApiToken>> {
