@@ -1,0 +1,47 @@
+/* fake_common.h — what the fake libcuda.so.1 and libnvidia-ml.so.1 share:
+ * the simulated GPUs (from GPUSHARDS_FAKE_GPUS) and their physical memory,
+ * kept in a small file every process maps so that capacity is shared across
+ * processes like a real card's. */
+#ifndef GPUSHARDS_FAKE_COMMON_H
+#define GPUSHARDS_FAKE_COMMON_H
+
+#include <stdint.h>
+
+#define FAKE_MAX_GPUS 16
+#define FAKE_MAX_PROCS 256
+#define FAKE_HIDDEN __attribute__((visibility("hidden")))
+
+struct fake_gpu {
+    char name[96];
+    uint8_t uuid[16];
+    uint64_t capacity;
+};
+
+/* The shared file: per GPU, what all processes hold, and per process what it
+ * holds, so the memory of a process that died is given back as a real
+ * driver gives back a dead process's memory. */
+struct fake_proc {
+    int32_t pid;
+    uint32_t pad;
+    uint64_t used[FAKE_MAX_GPUS];
+};
+struct fake_state {
+    uint64_t used[FAKE_MAX_GPUS];
+    struct fake_proc procs[FAKE_MAX_PROCS];
+};
+
+FAKE_HIDDEN extern struct fake_gpu fake_gpus[FAKE_MAX_GPUS];
+FAKE_HIDDEN extern int fake_gpu_count;
+FAKE_HIDDEN extern uint64_t fake_context_bytes;
+FAKE_HIDDEN extern uint64_t fake_pool_chunk;
+
+/* Parse the environment and map the shared state; 0 on success. */
+FAKE_HIDDEN int fake_setup(void);
+/* Take bytes of GPU g's physical memory: 0, or -1 when the card is full. */
+FAKE_HIDDEN int fake_phys_take(int g, uint64_t bytes);
+FAKE_HIDDEN void fake_phys_give(int g, uint64_t bytes);
+FAKE_HIDDEN uint64_t fake_phys_used(int g);
+FAKE_HIDDEN void fake_uuid_format(const uint8_t u[16], char out[41]);
+FAKE_HIDDEN int fake_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,191 @@
+/* fake_nvml.c — a fake libnvidia-ml.so.1 over the same simulated GPUs as
+ * fake_cuda.c.  Like the real NVML it ignores CUDA_VISIBLE_DEVICES and
+ * reports the memory every process holds on the card, read from the shared
+ * state file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "nvml_subset.h"
+#include "fake_common.h"
+
+#define API __attribute__((visibility("default")))
+
+static int initialised;
+
+/* Handles are pointers into the GPU table. */
+static int index_of(nvmlDevice_t d)
+{
+    long i = (struct fake_gpu *)(void *)d - fake_gpus;
+    return d != NULL && i >= 0 && i < fake_gpu_count ? (int)i : -1;
+}
+
+API nvmlReturn_t nvmlInit_v2(void)
+{
+    if (fake_setup() != 0) return NVML_ERROR_UNKNOWN;
+    __atomic_add_fetch(&initialised, 1, __ATOMIC_ACQ_REL);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlInit(void)
+{
+    return nvmlInit_v2();
+}
+
+API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    return nvmlInit_v2();
+}
+
+API nvmlReturn_t nvmlShutdown(void)
+{
+    if (__atomic_load_n(&initialised, __ATOMIC_ACQUIRE) == 0) return NVML_ERROR_UNINITIALIZED;
+    __atomic_sub_fetch(&initialised, 1, __ATOMIC_ACQ_REL);
+    return NVML_SUCCESS;
+}
+
+#define NEED_INIT()                                                                                      \
+    do {                                                                                                 \
+        if (__atomic_load_n(&initialised, __ATOMIC_ACQUIRE) == 0) return NVML_ERROR_UNINITIALIZED;      \
+    } while (0)
+
+API const char *nvmlErrorString(nvmlReturn_t r)
+{
+    switch (r) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
+    default: return "Unknown Error";
+    }
+}
+
+API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    NEED_INIT();
+    if (version == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (length < 12) return NVML_ERROR_INSUFFICIENT_SIZE;
+    snprintf(version, length, "580.159.04");
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
+{
+    NEED_INIT();
+    if (v == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *v = 13000;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+    return nvmlSystemGetCudaDriverVersion(v);
+}
+
+API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
+{
+    NEED_INIT();
+    if (n == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *n = (unsigned int)fake_gpu_count;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetCount(unsigned int *n)
+{
+    return nvmlDeviceGetCount_v2(n);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d)
+{
+    NEED_INIT();
+    if (d == NULL || i >= (unsigned int)fake_gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *d = (nvmlDevice_t)(void *)&fake_gpus[i];
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d)
+{
+    return nvmlDeviceGetHandleByIndex_v2(i, d);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d)
+{
+    NEED_INIT();
+    for (int i = 0; i < fake_gpu_count; i++) {
+        char u[41];
+        fake_uuid_format(fake_gpus[i].uuid, u);
+        if (uuid != NULL && strcmp(u, uuid) == 0) {
+            *d = (nvmlDevice_t)(void *)&fake_gpus[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *index)
+{
+    NEED_INIT();
+    int i = index_of(d);
+    if (i < 0 || index == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned int)i;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length)
+{
+    NEED_INIT();
+    int i = index_of(d);
+    if (i < 0 || uuid == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (length < 41) return NVML_ERROR_INSUFFICIENT_SIZE;
+    fake_uuid_format(fake_gpus[i].uuid, uuid);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length)
+{
+    NEED_INIT();
+    int i = index_of(d);
+    if (i < 0 || name == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (length <= strlen(fake_gpus[i].name)) return NVML_ERROR_INSUFFICIENT_SIZE;
+    snprintf(name, length, "%s", fake_gpus[i].name);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
+{
+    NEED_INIT();
+    int i = index_of(d);
+    if (i < 0 || m == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t used = fake_phys_used(i), cap = fake_gpus[i].capacity;
+    m->total = cap;
+    m->used = used;
+    m->free = used < cap ? cap - used : 0;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
+{
+    NEED_INIT();
+    int i = index_of(d);
+    if (i < 0 || m == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (m->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    uint64_t used = fake_phys_used(i), cap = fake_gpus[i].capacity;
+    m->total = cap;
+    m->reserved = 0;
+    m->used = used;
+    m->free = used < cap ? cap - used : 0;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
+{
+    NEED_INIT();
+    int i = index_of(d);
+    if (i < 0 || u == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t cap = fake_gpus[i].capacity;
+    u->gpu = 0;
+    u->memory = cap ? (unsigned int)(fake_phys_used(i) * 100 / cap) : 0;
+    return NVML_SUCCESS;
+}

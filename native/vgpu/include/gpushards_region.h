@@ -1,0 +1,127 @@
+/*
+ * gpushards_region.h — layout of the per-container shared region file.
+ *
+ * This is the ONE definition of the bytes that libvgpu.so (every CUDA
+ * process of a container) and the GPU Shards agent (TypeScript, reading the
+ * same file from the host) share.  Every field has a fixed size and a fixed
+ * offset, asserted below, so the agent can read it without a C compiler;
+ * `region-layout` prints the same offsets as JSON and the agent's test holds
+ * its reader against that output.
+ *
+ * Byte order is the host's (little endian on x86_64 and aarch64).  All
+ * counters are unsigned 64-bit values updated with atomic instructions; a
+ * reader sees each 8-byte field atomically because it is 8-byte aligned.
+ *
+ * Who writes what:
+ *   - the library creates the file complete (header, lock, zeroed tables) in
+ *     a temporary file and publishes it with link(2), so no process ever sees
+ *     a half-initialised region;
+ *   - the library adds device entries (uuid, then state = ACTIVE) and keeps
+ *     used_bytes, peak_bytes and the slots current;
+ *   - the agent may overwrite limit_bytes and context_bytes of an ACTIVE
+ *     device at any time (8-byte aligned writes); the library reads the
+ *     limit on every allocation.
+ */
+#ifndef GPUSHARDS_REGION_H
+#define GPUSHARDS_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPUSHARDS_REGION_MAGIC 0x3144524853555047ULL /* the bytes "GPUSHRD1" */
+#define GPUSHARDS_REGION_VERSION 1u
+#define GPUSHARDS_MAX_DEVICES 16u
+#define GPUSHARDS_MAX_SLOTS 1024u
+
+/* gpushards_device.state */
+#define GPUSHARDS_DEVICE_FREE 0u
+#define GPUSHARDS_DEVICE_ACTIVE 1u
+
+/* One physical GPU, identified by its UUID (never by a CUDA ordinal, which
+ * CUDA_VISIBLE_DEVICES can change from one process to the next). */
+struct gpushards_device {
+    uint8_t uuid[16];       /* raw CUuuid bytes; NVML shows them as GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx */
+    uint32_t state;         /* GPUSHARDS_DEVICE_*; ACTIVE is stored last (release) */
+    uint32_t reserved0;
+    uint64_t limit_bytes;   /* cap for the whole container; 0 = uncapped */
+    uint64_t used_bytes;    /* what all processes of the container hold now */
+    uint64_t context_bytes; /* charge per CUDA context; 0 = use GPUSHARDS_CONTEXT_BYTES */
+    uint64_t peak_bytes;    /* high-water mark of used_bytes */
+    uint64_t total_bytes;   /* the physical card's memory as the driver reports it */
+    uint8_t reserved1[64];
+};
+
+/* One process that has charged memory.  pid alone could be reused by the
+ * kernel; pid + start_time (clock ticks after boot, /proc/<pid>/stat field
+ * 22) names a process uniquely. */
+struct gpushards_slot {
+    int32_t pid;            /* 0 = free */
+    uint32_t reserved0;
+    uint64_t start_time;    /* 0 = unknown (no /proc) */
+    uint64_t used_bytes[GPUSHARDS_MAX_DEVICES]; /* indexed like devices[] */
+};
+
+struct gpushards_region_header {
+    uint64_t magic;          /* GPUSHARDS_REGION_MAGIC */
+    uint32_t version;        /* GPUSHARDS_REGION_VERSION */
+    uint32_t header_size;    /* sizeof(struct gpushards_region_header) */
+    uint64_t total_size;     /* size of the whole file */
+    uint32_t max_devices;    /* GPUSHARDS_MAX_DEVICES */
+    uint32_t max_slots;      /* GPUSHARDS_MAX_SLOTS */
+    uint32_t device_size;    /* sizeof(struct gpushards_device) */
+    uint32_t slot_size;      /* sizeof(struct gpushards_slot) */
+    uint64_t devices_offset; /* offset of devices[0] from the start of the file */
+    uint64_t slots_offset;   /* offset of slots[0] */
+    uint64_t checksum;       /* FNV-1a 64 of bytes [0, 56): the fields above */
+    uint32_t device_count;   /* entries of devices[] in use; only grows */
+    uint32_t reserved0;
+    uint8_t reserved1[56];
+    uint8_t lock[64];        /* pthread_mutex_t, robust + process-shared; C only */
+    uint8_t reserved2[64];
+};
+
+struct gpushards_region {
+    struct gpushards_region_header header;
+    struct gpushards_device devices[GPUSHARDS_MAX_DEVICES];
+    struct gpushards_slot slots[GPUSHARDS_MAX_SLOTS];
+};
+
+#define GPUSHARDS_CHECKSUM_BYTES 56u
+
+/* The layout is a contract with another language: any change here must bump
+ * GPUSHARDS_REGION_VERSION and be reflected in region-layout's output. */
+_Static_assert(offsetof(struct gpushards_device, uuid) == 0, "layout");
+_Static_assert(offsetof(struct gpushards_device, state) == 16, "layout");
+_Static_assert(offsetof(struct gpushards_device, limit_bytes) == 24, "layout");
+_Static_assert(offsetof(struct gpushards_device, used_bytes) == 32, "layout");
+_Static_assert(offsetof(struct gpushards_device, context_bytes) == 40, "layout");
+_Static_assert(offsetof(struct gpushards_device, peak_bytes) == 48, "layout");
+_Static_assert(offsetof(struct gpushards_device, total_bytes) == 56, "layout");
+_Static_assert(sizeof(struct gpushards_device) == 128, "layout");
+
+_Static_assert(offsetof(struct gpushards_slot, pid) == 0, "layout");
+_Static_assert(offsetof(struct gpushards_slot, start_time) == 8, "layout");
+_Static_assert(offsetof(struct gpushards_slot, used_bytes) == 16, "layout");
+_Static_assert(sizeof(struct gpushards_slot) == 16 + 8 * GPUSHARDS_MAX_DEVICES, "layout");
+_Static_assert(sizeof(struct gpushards_slot) == 144, "layout");
+
+_Static_assert(offsetof(struct gpushards_region_header, magic) == 0, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, version) == 8, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, header_size) == 12, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, total_size) == 16, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, max_devices) == 24, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, max_slots) == 28, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, device_size) == 32, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, slot_size) == 36, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, devices_offset) == 40, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, slots_offset) == 48, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, checksum) == GPUSHARDS_CHECKSUM_BYTES, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, device_count) == 64, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, lock) == 128, "layout");
+_Static_assert(sizeof(struct gpushards_region_header) == 256, "layout");
+
+_Static_assert(offsetof(struct gpushards_region, devices) == 256, "layout");
+_Static_assert(offsetof(struct gpushards_region, slots) == 256 + 128 * GPUSHARDS_MAX_DEVICES, "layout");
+_Static_assert(sizeof(struct gpushards_region) == 2304 + 144 * GPUSHARDS_MAX_SLOTS, "layout");
+
+#endif

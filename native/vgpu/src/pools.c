@@ -1,0 +1,236 @@
+/* pools.c — stream-ordered allocations (cuMemAllocAsync,
+ * cuMemAllocFromPoolAsync) and the memory pools behind them.
+ *
+ * What a pool takes from the card is its reserved memory, not the sum of its
+ * live allocations: freed blocks stay cached in the pool until the driver
+ * trims it (at a synchronisation, down to the release threshold, or on
+ * cuMemPoolTrimTo), and the pool grows in steps (32 MiB on an H100 with
+ * driver 580).  A container whose pool caches 6 GiB really holds 6 GiB, so
+ * the charge follows the pool's CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+ *
+ *   c1 (live)   bytes of this pool's allocations that are not freed,
+ *   c2 (cached) bytes charged beyond the live ones: freed-but-cached memory
+ *               and growth-step slack.
+ *
+ * An allocation first reuses cached bytes, then reserves only the rest in
+ * the budget; a free moves bytes from live to cached; reconcile() brings
+ * live + cached back to the pool's reserved size whenever we look (each
+ * async allocation and free, cuMemGetInfo, cuMemPoolTrimTo, and when a
+ * charge would fail).  Growth beyond what was reserved (the rest of a growth
+ * step) is charged unconditionally because the driver already took it: usage
+ * can pass the cap by less than one growth step, after which allocations are
+ * refused until it falls.
+ *
+ * reconcile() reads cached, then live, between two reads of the reserved
+ * size and commits with a single compare-and-swap on cached; any racing
+ * allocation or free changes cached and makes it give up, so a stale read
+ * can over-count for a moment but never under-count. */
+#include "vgpu.h"
+
+#define GS_POOL_REFUSE 2u /* a device pool we could not map to a region entry */
+
+static int reserved(CUmemoryPool pool, uint64_t *out)
+{
+    cuuint64_t v = 0;
+    if (gs_real_cuMemPoolGetAttribute == NULL ||
+        gs_real_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void reconcile(struct gs_entry *p)
+{
+    if (p->dev == GS_DEV_NONE || __atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) != 0) return;
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)__atomic_load_n(&p->key, __ATOMIC_RELAXED);
+    uint64_t r1, r2;
+    if (reserved(pool, &r1) != 0) return;
+    uint64_t cached = __atomic_load_n(&p->c2, __ATOMIC_ACQUIRE);
+    uint64_t live = __atomic_load_n(&p->c1, __ATOMIC_ACQUIRE);
+    if (reserved(pool, &r2) != 0) return;
+    uint64_t res = r1 > r2 ? r1 : r2;
+    uint64_t held = cached + live;
+    if (held > res) {
+        uint64_t drop = held - res < cached ? held - res : cached;
+        if (drop != 0 && __atomic_compare_exchange_n(&p->c2, &cached, cached - drop, 0, __ATOMIC_ACQ_REL,
+                                                     __ATOMIC_RELAXED))
+            gs_uncharge((int)p->dev, drop);
+    } else if (res > held) {
+        uint64_t grow = res - held;
+        if (__atomic_compare_exchange_n(&p->c2, &cached, cached + grow, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            gs_charge_force((int)p->dev, grow);
+    }
+}
+
+static void reconcile_if(struct gs_entry *p, void *dev)
+{
+    if (p->dev == (uint32_t)(uintptr_t)dev) reconcile(p);
+}
+
+void gs_pools_reconcile(int dev)
+{
+    if (dev >= 0) gs_track_each(&gs_pools, reconcile_if, (void *)(uintptr_t)dev);
+}
+
+static struct gs_entry *add_pool(CUmemoryPool pool, uint32_t dev, uint64_t flags)
+{
+    struct gs_entry e = {.key = (uint64_t)(uintptr_t)pool, .kind = GS_T_POOL, .dev = dev, .flags = flags};
+    /* Two threads may add the same pool at once; both then use whichever
+     * entry a lookup finds first, and the other stays at zero. */
+    if (gs_track_insert(&gs_pools, &e) != 0) GS_ERROR("too many memory pools to track");
+    return gs_track_find(&gs_pools, e.key, GS_T_POOL);
+}
+
+void gs_pool_register(CUmemoryPool pool, const CUmemPoolProps *props)
+{
+    uint32_t dev = GS_DEV_NONE;
+    uint64_t flags = 0;
+    int idx = -2;
+    if (props != NULL && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        idx = gs_dev_index((CUdevice)props->location.id);
+    } else if (props != NULL && props->allocType == CU_MEM_ALLOCATION_TYPE_MANAGED) {
+        /* Managed memory may live on any GPU; like cuMemAllocManaged it is
+         * counted on the current device. */
+        CUdevice d;
+        idx = gs_real_cuCtxGetDevice(&d) == CUDA_SUCCESS ? gs_dev_index(d) : -1;
+    }
+    if (idx >= 0) dev = (uint32_t)idx;
+    else if (idx == -1) flags = GS_POOL_REFUSE;
+    add_pool(pool, dev, flags);
+}
+
+/* A pool we did not see created is a device's default (or current) pool. */
+static struct gs_entry *pool_entry(CUmemoryPool pool, int hint)
+{
+    struct gs_entry *p = gs_track_find(&gs_pools, (uint64_t)(uintptr_t)pool, GS_T_POOL);
+    if (p != NULL) return p;
+    int n = 0, idx = hint;
+    if (gs_real_cuDeviceGetCount != NULL && gs_real_cuDeviceGetCount(&n) == CUDA_SUCCESS) {
+        for (int d = 0; d < n; d++) {
+            CUmemoryPool a = NULL, b = NULL;
+            if ((gs_real_cuDeviceGetDefaultMemPool != NULL &&
+                 gs_real_cuDeviceGetDefaultMemPool(&a, (CUdevice)d) == CUDA_SUCCESS && a == pool) ||
+                (gs_real_cuDeviceGetMemPool != NULL && gs_real_cuDeviceGetMemPool(&b, (CUdevice)d) == CUDA_SUCCESS &&
+                 b == pool)) {
+                idx = gs_dev_index((CUdevice)d);
+                break;
+            }
+        }
+    }
+    return add_pool(pool, idx >= 0 ? (uint32_t)idx : 0, idx >= 0 ? 0 : GS_POOL_REFUSE);
+}
+
+static int stream_device(CUstream s, CUdevice *dev)
+{
+    if (gs_real_cuStreamGetDevice != NULL && gs_real_cuStreamGetDevice(s, dev) == CUDA_SUCCESS) return 0;
+    /* Drivers before 12.8 have no cuStreamGetDevice: ask the stream's
+     * context for its device. */
+    CUcontext ctx, popped;
+    if (gs_real_cuStreamGetCtx == NULL || gs_real_cuStreamGetCtx(s, &ctx) != CUDA_SUCCESS) return -1;
+    if (gs_real_cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) return -1;
+    CUresult r = gs_real_cuCtxGetDevice(dev);
+    if (gs_real_cuCtxPopCurrent_v2(&popped) != CUDA_SUCCESS) GS_WARN("cannot restore the current context");
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+static uint64_t take_cached(struct gs_entry *p, uint64_t bytes)
+{
+    uint64_t cur = __atomic_load_n(&p->c2, __ATOMIC_ACQUIRE), take;
+    do {
+        take = cur < bytes ? cur : bytes;
+    } while (take != 0 &&
+             !__atomic_compare_exchange_n(&p->c2, &cur, cur - take, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    return take;
+}
+
+CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream, int from_pool,
+                       void *real_fn)
+{
+    CUresult (*alloc)(CUdeviceptr *, size_t, CUstream) = (CUresult(*)(CUdeviceptr *, size_t, CUstream))real_fn;
+    CUresult (*alloc_from)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
+        (CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))real_fn;
+#define CALL_REAL() (from_pool ? alloc_from(dptr, bytes, pool, stream) : alloc(dptr, bytes, stream))
+    CUdevice sdev;
+    if (stream_device(stream, &sdev) != 0 && gs_real_cuCtxGetDevice(&sdev) != CUDA_SUCCESS)
+        return CALL_REAL(); /* no stream, no context: the driver reports it */
+    int hint = gs_dev_index(sdev);
+    if (!from_pool) {
+        /* cuMemAllocAsync takes from the current pool of the stream's device. */
+        CUresult r = gs_real_cuDeviceGetMemPool != NULL ? gs_real_cuDeviceGetMemPool(&pool, sdev)
+                                                          : CUDA_ERROR_NOT_SUPPORTED;
+        if (r != CUDA_SUCCESS) {
+            GS_ERROR("cannot find the memory pool of CUDA device %d (error %d); refusing", (int)sdev, (int)r);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    struct gs_entry *p = pool_entry(pool, hint);
+    if (p == NULL || (p->flags & GS_POOL_REFUSE) || gs_mode == GS_MODE_FAIL_CLOSED) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (p->dev == GS_DEV_NONE) return CALL_REAL(); /* a host-memory pool */
+    int idx = (int)p->dev;
+
+    reconcile(p);
+    uint64_t take = take_cached(p, bytes);
+    uint64_t need = bytes - take;
+    if (need != 0 && gs_charge(idx, need) != 0) {
+        __atomic_add_fetch(&p->c2, take, __ATOMIC_ACQ_REL);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult r = CALL_REAL();
+#undef CALL_REAL
+    if (r != CUDA_SUCCESS) {
+        __atomic_add_fetch(&p->c2, take, __ATOMIC_ACQ_REL);
+        gs_uncharge(idx, need);
+        return r;
+    }
+    struct gs_entry a = {.key = *dptr, .kind = GS_T_ASYNC, .dev = (uint32_t)idx, .size = bytes,
+                         .owner = (uint64_t)(uintptr_t)pool};
+    if (gs_track_insert(&gs_allocs, &a) != 0) {
+        /* No fallback here: an untracked pool allocation would be counted
+         * twice, once by size and once in the pool's reserved memory. */
+        GS_ERROR("allocation table full (raise GPUSHARDS_TRACK_CAPACITY); refusing the allocation");
+        CUresult f = gs_real_free_async(*dptr, stream);
+        if (f != CUDA_SUCCESS) GS_ERROR("cannot free a refused allocation (error %d)", (int)f);
+        /* The block is back in the pool's cache, charged as such. */
+        __atomic_add_fetch(&p->c2, bytes, __ATOMIC_ACQ_REL);
+        reconcile(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    __atomic_add_fetch(&p->c1, bytes, __ATOMIC_ACQ_REL);
+    reconcile(p);
+    return r;
+}
+
+void gs_pool_release(const struct gs_entry *freed)
+{
+    struct gs_entry *p = gs_track_find(&gs_pools, freed->owner, GS_T_POOL);
+    if (p == NULL || (__atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) & GS_POOL_DESTROYED)) {
+        gs_uncharge((int)freed->dev, freed->size);
+        return;
+    }
+    /* Free, but still held by the pool until the driver trims it. */
+    uint64_t cur = __atomic_load_n(&p->c1, __ATOMIC_ACQUIRE);
+    uint64_t sub;
+    do {
+        sub = cur < freed->size ? cur : freed->size;
+    } while (!__atomic_compare_exchange_n(&p->c1, &cur, cur - sub, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    __atomic_add_fetch(&p->c2, sub, __ATOMIC_ACQ_REL);
+    if (sub < freed->size) gs_uncharge((int)freed->dev, freed->size - sub);
+    reconcile(p);
+}
+
+void gs_pool_destroyed(CUmemoryPool pool)
+{
+    struct gs_entry *p = gs_track_find(&gs_pools, (uint64_t)(uintptr_t)pool, GS_T_POOL);
+    if (p == NULL) return;
+    /* Its cached memory goes back to the card now; allocations still live
+     * keep the pool alive in the driver and are given back as they are freed. */
+    __atomic_or_fetch(&p->flags, GS_POOL_DESTROYED, __ATOMIC_ACQ_REL);
+    uint64_t cached = __atomic_exchange_n(&p->c2, 0, __ATOMIC_ACQ_REL);
+    if (p->dev != GS_DEV_NONE) gs_uncharge((int)p->dev, cached);
+}
+
+void gs_pool_trimmed(CUmemoryPool pool)
+{
+    struct gs_entry *p = gs_track_find(&gs_pools, (uint64_t)(uintptr_t)pool, GS_T_POOL);
+    if (p != NULL) reconcile(p);
+}

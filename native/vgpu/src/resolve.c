@@ -1,0 +1,172 @@
+/* resolve.c — finding the real driver functions, and handing out ours.
+ *
+ * Applications reach the driver three ways, and each one must land on our
+ * hooks while our hooks reach the real driver, never themselves:
+ *   1. linking against libcuda: our exported names win because we are
+ *      preloaded (the dynamic linker searches us first);
+ *   2. dlopen("libcuda.so.1") + dlsym: a handle-scoped lookup skips
+ *      preloaded objects, so we export dlsym itself and answer hooked names;
+ *   3. cuGetProcAddress (how the CUDA runtime >= 11.3 finds every entry
+ *      point): we call the real one and swap the pointer it returns for our
+ *      hook when it is the real function we hook.  Matching the returned
+ *      pointer, rather than the requested name and version, follows whatever
+ *      version and per-thread-stream choice the driver made; on driver 580
+ *      these pointers are the same as the exported symbols.
+ * The real functions come from dlopen("libcuda.so.1") and the real dlsym on
+ * that handle, which searches libcuda and its dependencies only. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <sched.h>
+#include <string.h>
+
+#include "vgpu.h"
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym_ptr;
+
+#if defined(__x86_64__)
+#define GS_GLIBC_BASE "GLIBC_2.2.5"
+#elif defined(__aarch64__)
+#define GS_GLIBC_BASE "GLIBC_2.17"
+#else
+#error "libvgpu.so supports x86_64 and aarch64"
+#endif
+
+static dlsym_fn real_dlsym_fn(void)
+{
+    dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_ACQUIRE);
+    if (GS_LIKELY(f != NULL)) return f;
+    /* dlvsym, not dlsym: asking for dlsym by name would find our own.
+     * glibc >= 2.34 defines dlsym@GLIBC_2.34 in libc; older ones only the
+     * base version in libdl. */
+    f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (f == NULL) f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", GS_GLIBC_BASE);
+    if (f == NULL) gs_log(GS_LOG_ERROR, "cannot find the real dlsym");
+    __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELEASE);
+    return f;
+}
+
+void *gs_real_dlsym(void *handle, const char *name)
+{
+    dlsym_fn f = real_dlsym_fn();
+    return f != NULL ? f(handle, name) : NULL;
+}
+
+void *gs_hook_for_name(const char *name)
+{
+    const struct gs_hook *tables[] = {gs_cuda_hooks, gs_nvml_hooks};
+    const size_t counts[] = {gs_cuda_hook_count, gs_nvml_hook_count};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < counts[t]; i++)
+            if (tables[t][i].hook != NULL && strcmp(tables[t][i].name, name) == 0) return tables[t][i].hook;
+    return NULL;
+}
+
+/* RTLD_NEXT means "after the caller", and the real dlsym would take *us* as
+ * the caller.  Walk the link map from the caller's object and return the
+ * first definition that lives in the object it was found in. */
+static void *next_after(const void *caller, const char *name)
+{
+    Dl_info info;
+    struct link_map *from = NULL;
+    if (dladdr1(caller, &info, (void **)&from, RTLD_DL_LINKMAP) == 0 || from == NULL)
+        return gs_real_dlsym(RTLD_NEXT, name);
+    void *fallback = NULL;
+    for (struct link_map *m = from->l_next; m != NULL; m = m->l_next) {
+        void *p = gs_real_dlsym(m, name);
+        if (p == NULL) continue;
+        struct link_map *owner = NULL;
+        if (dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) != 0 && owner == m) return p;
+        /* Found through m's dependencies, or a copy-relocated variable:
+         * keep it in case nothing better comes. */
+        if (fallback == NULL) fallback = p;
+    }
+    return fallback;
+}
+
+GS_EXPORT void *dlsym(void *handle, const char *name)
+{
+    if (handle == RTLD_NEXT) return next_after(__builtin_return_address(0), name);
+    void *p = gs_real_dlsym(handle, name);
+    if (p != NULL && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0)) {
+        void *h = gs_hook_for_name(name);
+        if (h != NULL) return h;
+    }
+    return p;
+}
+
+/* 0 none, 1 resolving, 2 done, 3 failed. */
+static int cuda_state, nvml_state;
+__thread int gs_in_resolve __attribute__((tls_model("initial-exec")));
+
+static int resolve(int *state, const char *lib, const struct gs_hook *hooks, size_t n)
+{
+    int s = __atomic_load_n(state, __ATOMIC_ACQUIRE);
+    if (GS_LIKELY(s == 2)) return 0;
+    if (s == 3) return -1;
+    /* The library's constructors may call back into an exported hook while
+     * we are still inside dlopen: that call gets "not initialised" rather
+     * than waiting on itself. */
+    if (gs_in_resolve) return -1;
+    int expected = 0;
+    if (__atomic_compare_exchange_n(state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        gs_in_resolve = 1;
+        void *h = dlopen(lib, RTLD_LAZY);
+        if (h == NULL) {
+            gs_log(GS_LOG_ERROR, "cannot load %s: %s", lib, dlerror());
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                void *p = gs_real_dlsym(h, hooks[i].name);
+                /* Never keep one of ours as "real": that would recurse. */
+                if (p != NULL && p == hooks[i].hook) p = NULL;
+                __atomic_store_n(hooks[i].real, p, __ATOMIC_RELAXED);
+            }
+        }
+        gs_in_resolve = 0;
+        __atomic_store_n(state, h != NULL ? 2 : 3, __ATOMIC_RELEASE);
+        return h != NULL ? 0 : -1;
+    }
+    while ((s = __atomic_load_n(state, __ATOMIC_ACQUIRE)) == 1) sched_yield();
+    return s == 2 ? 0 : -1;
+}
+
+int gs_resolve_cuda(void)
+{
+    return resolve(&cuda_state, "libcuda.so.1", gs_cuda_hooks, gs_cuda_hook_count);
+}
+
+int gs_resolve_nvml(void)
+{
+    return resolve(&nvml_state, "libnvidia-ml.so.1", gs_nvml_hooks, gs_nvml_hook_count);
+}
+
+/* ---- cuGetProcAddress ---------------------------------------------------- */
+CUresult (*gs_real_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+CUresult (*gs_real_cuGetProcAddress)(const char *, void **, int, cuuint64_t);
+
+static void *substitute(void *p)
+{
+    for (size_t i = 0; i < gs_cuda_hook_count; i++) {
+        const struct gs_hook *h = &gs_cuda_hooks[i];
+        if (h->hook != NULL && __atomic_load_n(h->real, __ATOMIC_RELAXED) == p) return h->hook;
+    }
+    return p;
+}
+
+GS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *symbolStatus)
+{
+    if (gs_resolve_cuda() != 0 || gs_real_cuGetProcAddress_v2 == NULL) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = gs_real_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (r == CUDA_SUCCESS && pfn != NULL && *pfn != NULL) *pfn = substitute(*pfn);
+    return r;
+}
+
+GS_EXPORT CUresult gs_legacy_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    if (gs_resolve_cuda() != 0 || gs_real_cuGetProcAddress == NULL) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = gs_real_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+    if (r == CUDA_SUCCESS && pfn != NULL && *pfn != NULL) *pfn = substitute(*pfn);
+    return r;
+}

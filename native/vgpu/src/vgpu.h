@@ -1,0 +1,190 @@
+/*
+ * vgpu.h — interfaces between the files of libvgpu.so.  Nothing here is
+ * exported from the library: the build uses -fvisibility=hidden and only
+ * GS_EXPORT functions (the hooked ABI names and dlsym) are visible.
+ */
+#ifndef GPUSHARDS_VGPU_H
+#define GPUSHARDS_VGPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "gpushards_region.h"
+#include "nvml_subset.h"
+
+#define GS_EXPORT __attribute__((visibility("default")))
+#define GS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* CUDA ordinals (CUdevice values) we map; far above any real machine. */
+#define GS_MAX_ORDINALS 64
+
+/* ---- log.c ---------------------------------------------------------- */
+enum { GS_LOG_ERROR = 0, GS_LOG_WARN = 1, GS_LOG_INFO = 2, GS_LOG_DEBUG = 3 };
+extern int gs_log_level;
+void gs_log_init(void);
+void gs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define GS_LOG(level, ...)                                                     \
+    do {                                                                       \
+        if ((level) <= gs_log_level) gs_log((level), __VA_ARGS__);             \
+    } while (0)
+#define GS_ERROR(...) GS_LOG(GS_LOG_ERROR, __VA_ARGS__)
+#define GS_WARN(...) GS_LOG(GS_LOG_WARN, __VA_ARGS__)
+#define GS_INFO(...) GS_LOG(GS_LOG_INFO, __VA_ARGS__)
+#define GS_DEBUG(...) GS_LOG(GS_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- config.c ------------------------------------------------------- */
+struct gs_config {
+    int limits_bad;                       /* a limit variable was malformed */
+    int have_global_limit;
+    uint64_t global_limit;                /* CUDA_DEVICE_MEMORY_LIMIT */
+    int have_limit[GS_MAX_ORDINALS];
+    uint64_t limit[GS_MAX_ORDINALS];      /* CUDA_DEVICE_MEMORY_LIMIT_<i> */
+    int any_limit;                        /* some limit variable is set */
+    int context_bytes_bad;
+    uint64_t context_bytes;               /* GPUSHARDS_CONTEXT_BYTES, 0 = unset */
+    uint32_t track_capacity;              /* GPUSHARDS_TRACK_CAPACITY */
+    int visible_devices_set;              /* CUDA_VISIBLE_DEVICES is set */
+    char region_path[4096];               /* GPUSHARDS_REGION_PATH */
+};
+extern struct gs_config gs_cfg;
+void gs_config_load(void);
+int gs_parse_size(const char *text, uint64_t *out);
+/* The env limit for a CUDA ordinal: 1 and *limit set when one applies. */
+int gs_config_limit_for(int ordinal, uint64_t *limit);
+
+/* ---- region.c ------------------------------------------------------- */
+extern struct gpushards_region *gs_region;
+/* 0 = mapped and valid; -1 = missing and could not be created; -2 = the
+ * file exists but is unusable (truncated, corrupt, wrong version). */
+int gs_region_open(const char *path);
+int gs_region_lock(void);
+void gs_region_unlock(void);
+uint64_t gs_region_checksum(const struct gpushards_region_header *h);
+int gs_region_find_device(const uint8_t uuid[16]);
+int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int have_limit, uint64_t limit);
+int gs_region_claim_slot(void);
+void gs_region_reclaim_dead(void);
+void gs_region_release_slot(int slot);
+uint64_t gs_process_start_time(int pid);
+
+/* ---- budget.c ------------------------------------------------------- */
+enum { GS_MODE_UNINIT = 0, GS_MODE_COUNTING, GS_MODE_PASSTHROUGH, GS_MODE_FAIL_CLOSED };
+extern int gs_mode;
+void gs_budget_reset_process(void);
+int gs_charge(int dev, uint64_t bytes);
+void gs_charge_force(int dev, uint64_t bytes);
+void gs_uncharge(int dev, uint64_t bytes);
+uint64_t gs_used(int dev);
+uint64_t gs_limit(int dev);
+uint64_t gs_context_bytes(int dev);
+void gs_release_process(void);
+
+/* ---- track.c -------------------------------------------------------- */
+enum gs_kind {
+    GS_T_MEM = 1 << 0,    /* cuMemAlloc / pitch / managed: freed by cuMemFree */
+    GS_T_ASYNC = 1 << 1,  /* from a stream-ordered pool; owner = pool handle */
+    GS_T_VMM = 1 << 2,    /* cuMemCreate handle; c1 = references, c2 = mappings */
+    GS_T_MAP = 1 << 3,    /* cuMemMap of a handle at a VA; owner = handle */
+    GS_T_ARRAY = 1 << 4,  /* cuArrayCreate / cuArray3DCreate */
+    GS_T_MIPMAP = 1 << 5, /* cuMipmappedArrayCreate */
+    GS_T_CTX = 1 << 6,    /* cuCtxCreate: size = context charge */
+    GS_T_POOL = 1 << 7    /* memory pool: c1 = live bytes, c2 = cached bytes */
+};
+#define GS_DEV_NONE 0xffffffffu /* host memory: tracked, never charged */
+struct gs_entry {
+    uint64_t key;   /* atomic: empty, tombstone, busy, or the handle */
+    uint32_t kind;  /* one gs_kind */
+    uint32_t dev;   /* region device index or GS_DEV_NONE */
+    uint64_t size;  /* bytes charged */
+    uint64_t owner; /* context (MEM, ARRAY, MIPMAP), pool (ASYNC) or handle (MAP) */
+    uint64_t c1;    /* atomic counters, see gs_kind */
+    uint64_t c2;
+    uint64_t flags; /* atomic; GS_POOL_DESTROYED */
+};
+#define GS_POOL_DESTROYED 1u
+struct gs_table {
+    struct gs_entry *e; /* mmap'd; capacity is a power of two */
+    uint32_t mask;
+};
+extern struct gs_table gs_allocs; /* pointers, handles, arrays, contexts */
+extern struct gs_table gs_pools;  /* memory pools */
+int gs_track_init(struct gs_table *t, uint32_t capacity);
+void gs_track_drop_all(struct gs_table *t);
+/* 0 inserted; -1 no free slot near the key's hash (table too full). */
+int gs_track_insert(struct gs_table *t, const struct gs_entry *e);
+/* kinds is a mask of gs_kind bits. */
+struct gs_entry *gs_track_find(struct gs_table *t, uint64_t key, uint32_t kinds);
+/* Take the entry out of the table; 1 and *out filled when it was there. */
+int gs_track_take(struct gs_table *t, uint64_t key, uint32_t kinds, struct gs_entry *out);
+/* Visit every live entry (slow paths only: the whole table is scanned). */
+void gs_track_each(struct gs_table *t, void (*fn)(struct gs_entry *e, void *arg), void *arg);
+
+/* ---- devices.c ------------------------------------------------------ */
+int gs_devices_map_all(void);
+int gs_dev_index(CUdevice dev);
+void gs_uuid_format(const uint8_t uuid[16], char out[41]);
+int gs_uuid_parse(const char *text, uint8_t uuid[16]);
+
+/* ---- init.c --------------------------------------------------------- */
+void gs_init_slow(void);
+extern int gs_init_state;
+static inline void gs_init(void)
+{
+    if (GS_UNLIKELY(__atomic_load_n(&gs_init_state, __ATOMIC_ACQUIRE) != 2)) gs_init_slow();
+}
+extern __thread int gs_in_resolve;
+
+/* ---- resolve.c ------------------------------------------------------ */
+struct gs_hook {
+    const char *name;
+    void *hook;   /* our function, or NULL for a real function we only call */
+    void **real;  /* where the real function's address is kept */
+};
+extern const struct gs_hook gs_cuda_hooks[];
+extern const size_t gs_cuda_hook_count;
+extern const struct gs_hook gs_nvml_hooks[];
+extern const size_t gs_nvml_hook_count;
+void *gs_real_dlsym(void *handle, const char *name);
+int gs_resolve_cuda(void);
+int gs_resolve_nvml(void);
+void *gs_hook_for_name(const char *name);
+extern CUresult (*gs_real_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+extern CUresult (*gs_real_cuGetProcAddress)(const char *, void **, int, cuuint64_t);
+/* The legacy cuGetProcAddress (cuda.h renames the name to _v2). */
+CUresult gs_legacy_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+    __asm__("cuGetProcAddress");
+
+/* ---- pools.c -------------------------------------------------------- */
+CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream, int from_pool,
+                       void *real_fn);
+void gs_pool_release(const struct gs_entry *freed);
+void gs_pool_register(CUmemoryPool pool, const CUmemPoolProps *props);
+void gs_pool_destroyed(CUmemoryPool pool);
+void gs_pool_trimmed(CUmemoryPool pool);
+void gs_pools_reconcile(int dev);
+
+/* ---- hooks_cuda.c (used by pools.c) ---------------------------------- */
+CUresult gs_free_tracked(CUdeviceptr dptr, int async_free, CUstream stream, void *real_fn);
+CUresult gs_real_free_async(CUdeviceptr dptr, CUstream stream);
+extern CUresult (*gs_real_cuCtxGetDevice)(CUdevice *);
+extern CUresult (*gs_real_cuCtxGetCurrent)(CUcontext *);
+extern CUresult (*gs_real_cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
+extern CUresult (*gs_real_cuDeviceGetCount)(int *);
+extern CUresult (*gs_real_cuDeviceGetUuid_v2)(CUuuid *, CUdevice);
+extern CUresult (*gs_real_cuDeviceGetUuid)(CUuuid *, CUdevice);
+extern CUresult (*gs_real_cuDeviceTotalMem_v2)(size_t *, CUdevice);
+extern CUresult (*gs_real_cuStreamGetDevice)(CUstream, CUdevice *);
+extern CUresult (*gs_real_cuStreamGetCtx)(CUstream, CUcontext *);
+extern CUresult (*gs_real_cuCtxPushCurrent_v2)(CUcontext);
+extern CUresult (*gs_real_cuCtxPopCurrent_v2)(CUcontext *);
+extern CUresult (*gs_real_cuDeviceGetMemPool)(CUmemoryPool *, CUdevice);
+extern CUresult (*gs_real_cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+extern CUresult (*gs_real_cuMemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
+void gs_untracked_add(int dev, uint64_t bytes);
+void gs_hooks_reset_process(void);
+uint64_t gs_untracked_take(int dev, uint64_t bytes);
+
+#endif
