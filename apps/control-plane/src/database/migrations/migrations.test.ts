@@ -209,7 +209,7 @@ describe('two control planes starting at once on one PostgreSQL database', () =>
       await admin.query('CREATE DATABASE concurrent_migrations');
       const config = { url: server.urlFor('concurrent_migrations'), embeddedDataDir: '' };
       const applied = await Promise.all([migrateDatabase(config), migrateDatabase(config)]);
-      assert.deepEqual(applied.flat(), [readMigrationNames()[0]]);
+      assert.deepEqual(applied.flat(), readMigrationNames());
     } finally {
       await admin.query('DROP DATABASE IF EXISTS concurrent_migrations WITH (FORCE)');
       await admin.end();
