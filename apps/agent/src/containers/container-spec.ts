@@ -42,7 +42,9 @@ export interface ContainerPlan {
   readonly regionDir: string;
   /** Per-context charge the interposer uses, when measured. */
   readonly contextBytes?: number;
-  /** Set in simulated mode: no NVIDIA runtime, the fake libraries instead. */
+  /** Simulated GPUs: no NVIDIA runtime request (nothing could serve it). */
+  readonly simulated: boolean;
+  /** In simulated mode, the fake libraries mounted where the driver would be, if any. */
   readonly simulatedDriver?: SimulatedDriver;
 }
 
@@ -100,7 +102,7 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
       Privileged: false,
       SecurityOpt: ['no-new-privileges'],
       RestartPolicy: { Name: 'no' },
-      ...(plan.simulatedDriver
+      ...(plan.simulated
         ? {}
         : {
             DeviceRequests: [{ Driver: '', Count: 0, DeviceIDs: uuids, Capabilities: [['gpu']] }],

@@ -79,7 +79,7 @@ export class NatsAgentLink implements AgentLink {
   }
 
   async connect(): Promise<void> {
-    const authenticator = buildAuthenticator(this.options.auth);
+    const authenticator = natsAuthenticator(this.options.auth);
     try {
       this.connection = await connect({
         servers: this.options.servers,
@@ -257,7 +257,8 @@ export class NatsAgentLink implements AgentLink {
   }
 }
 
-function buildAuthenticator(auth: NatsAuth | undefined): Authenticator | undefined {
+/** The nats.js authenticator for one of the ways an agent (or a test peer) logs in. */
+export function natsAuthenticator(auth: NatsAuth | undefined): Authenticator | undefined {
   if (auth === undefined) return undefined;
   switch (auth.kind) {
     case 'password':

@@ -28,19 +28,17 @@ export class ReconcileService {
   async reconcileOnce(): Promise<void> {
     await this.shards.sweep();
     const mark = this.shards.commandMark();
-    const containers = this.shards
-      .list()
-      .flatMap((shard) =>
-        shard.containerId === undefined
-          ? []
-          : [
-              {
-                shardId: shard.shardId,
-                containerId: shard.containerId,
-                running: shard.state === 'RUNNING',
-              },
-            ],
-      );
+    const containers = this.shards.list().flatMap((shard) =>
+      shard.containerId === undefined
+        ? []
+        : [
+            {
+              shardId: shard.shardId,
+              containerId: shard.containerId,
+              running: shard.state === 'RUNNING',
+            },
+          ],
+    );
     const reply: ReconcileReply = await this.link.reconcile({
       protocolVersion: PROTOCOL_VERSION,
       hostId: this.config.hostId,

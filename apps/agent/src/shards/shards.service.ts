@@ -339,14 +339,22 @@ export class ShardsService {
     env: Record<string, string>,
   ): Promise<void> {
     let lastReport = Date.now();
+    let latest: PullProgress | undefined;
+    let reported: PullProgress | undefined;
     const onProgress = (progress: PullProgress): void => {
+      latest = progress;
       if (signal.aborted || Date.now() - lastReport < PULL_PROGRESS_INTERVAL_MS) return;
       lastReport = Date.now();
+      reported = progress;
       void this.reporter.report(record.shardId, record.teamId, 'PULLING', { progress });
     };
     let pullError: unknown;
     try {
       await this.docker.pullImage(spec.image, onProgress);
+      // The whole download, whatever the throttle left out.
+      if (latest !== undefined && latest !== reported && !signal.aborted) {
+        await this.reporter.report(record.shardId, record.teamId, 'PULLING', { progress: latest });
+      }
     } catch (error) {
       pullError = error;
     }
@@ -393,6 +401,7 @@ export class ShardsService {
         ...(this.gpus.inventory.contextOverheadBytes > 0
           ? { contextBytes: this.gpus.inventory.contextOverheadBytes }
           : {}),
+        simulated: this.gpus.inventory.simulated,
         ...(this.gpus.simulatedDriver ? { simulatedDriver: this.gpus.simulatedDriver } : {}),
       });
       record.containerId = await this.docker.createContainer(options);
