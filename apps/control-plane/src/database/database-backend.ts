@@ -43,16 +43,16 @@ export async function openDatabaseBackend(config: DatabaseConfig): Promise<Datab
       close: async () => {},
     };
   }
-  const pglite = await openEmbeddedDatabase(config.embeddedDataDir, {
+  const embedded = await openEmbeddedDatabase(config.embeddedDataDir, {
     durable: config.embeddedDurable ?? true,
   });
-  const adapter = new EmbeddedAdapterFactory(pglite);
+  const adapter = new EmbeddedAdapterFactory(embedded.pglite);
   return {
     kind: 'pglite',
     clientAdapter: adapter,
     migrationAdapter: adapter,
-    pglite,
-    close: () => pglite.close(),
+    pglite: embedded.pglite,
+    close: () => embedded.close(),
   };
 }
 

@@ -9,7 +9,7 @@ import {
   createTestDatabase,
   TEST_DATABASE_KINDS,
   type TestDatabase,
-} from '../testing/test-database.js';
+} from '../testing/throwaway-database.js';
 import { databaseConfigFromEnv, DatabaseConfigError } from './database-config.js';
 import { isUniqueViolation, violatedCheckConstraint } from './database-errors.js';
 import { DatabaseModule } from './database.module.js';
@@ -278,6 +278,16 @@ describe('PGlite', () => {
     }
   });
 
+  it('refuses a second open of a data folder while the first is open', async () => {
+    const db = await createTestDatabase('pglite');
+    try {
+      await assert.rejects(PrismaService.open(db.config), /is open in process \d+/);
+      assert.equal(await db.prisma.team.count(), 0, 'the first is unharmed');
+    } finally {
+      await db.cleanup();
+    }
+  });
+
   it('keeps its data folder across a restart', async () => {
     const db = await createTestDatabase('pglite', { durable: true });
     try {
@@ -309,7 +319,7 @@ describe('PGlite', () => {
         '-e',
         `const { openEmbeddedDatabase } = await import(${JSON.stringify(embeddedModule)});
          const db = await openEmbeddedDatabase(${JSON.stringify(dataDir)}, { durable: true });
-         await db.query("INSERT INTO team (id, name) VALUES (gen_random_uuid(), 'committed')");
+         await db.pglite.query("INSERT INTO team (id, name) VALUES (gen_random_uuid(), 'committed')");
          console.log('committed');
          setInterval(() => {}, 1000);`,
       ],
@@ -323,13 +333,17 @@ describe('PGlite', () => {
         );
         child.once('exit', (code) => reject(new Error(`child exited early (${code})`)));
       });
+      await assert.rejects(
+        openEmbeddedDatabase(dataDir, { durable: true }),
+        new RegExp(`is open in process ${child.pid}`),
+      );
     } finally {
       child.kill('SIGKILL');
     }
     await new Promise((resolve) => child.once('exit', resolve));
     const reopened = await openEmbeddedDatabase(dataDir, { durable: true });
     try {
-      assert.deepEqual((await reopened.query('SELECT name FROM team')).rows, [
+      assert.deepEqual((await reopened.pglite.query('SELECT name FROM team')).rows, [
         { name: 'committed' },
       ]);
     } finally {

@@ -1,4 +1,13 @@
-import { fsyncSync, mkdirSync } from 'node:fs';
+import {
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { NodeFS } from '@electric-sql/pglite/nodefs';
 import type {
@@ -61,24 +70,103 @@ export interface EmbeddedDatabaseOptions {
   readonly durable: boolean;
 }
 
+/** An open embedded database; close() also releases the folder for other processes. */
+export interface EmbeddedDatabase {
+  readonly pglite: PGlite;
+  close(): Promise<void>;
+}
+
+/** Marks a data folder as open; holds the pid of the process that has it. */
+export const FOLDER_LOCK_FILE = 'gpushards.pid';
+
 /**
  * Opens (creating when missing, parents included) the PGlite database in `dataDir`, or an
- * in-memory one when `dataDir` is undefined. Only one process may have a folder open.
+ * in-memory one when `dataDir` is undefined. Only one process may have a folder open:
+ * PGlite itself would let a second one in and the two would corrupt it, so the folder is
+ * claimed first (see claimFolder).
  */
 export async function openEmbeddedDatabase(
   dataDir: string | undefined,
   options: EmbeddedDatabaseOptions,
-): Promise<PGlite> {
-  if (dataDir === undefined) return PGlite.create();
+): Promise<EmbeddedDatabase> {
+  if (dataDir === undefined) {
+    const pglite = await PGlite.create();
+    return { pglite, close: () => pglite.close() };
+  }
   // PGlite creates the folder itself but not its parents.
   mkdirSync(dataDir, { recursive: true });
-  const pglite = await PGlite.create({
-    fs: options.durable ? new FsyncingNodeFS(dataDir) : new NodeFS(dataDir),
-    // Wait for the file system after each query (what PGlite does unless relaxed).
-    relaxedDurability: false,
-    ...(options.durable ? { startParams: DURABLE_START_PARAMS } : {}),
-  });
-  return pglite;
+  const release = claimFolder(dataDir);
+  try {
+    const pglite = await PGlite.create({
+      fs: options.durable ? new FsyncingNodeFS(dataDir) : new NodeFS(dataDir),
+      // Wait for the file system after each query (what PGlite does unless relaxed).
+      relaxedDurability: false,
+      ...(options.durable ? { startParams: DURABLE_START_PARAMS } : {}),
+    });
+    return {
+      pglite,
+      close: async () => {
+        try {
+          await pglite.close();
+        } finally {
+          release();
+        }
+      },
+    };
+  } catch (error) {
+    release();
+    throw error;
+  }
+}
+
+/**
+ * The folders this process has open. Process-wide on purpose: it mirrors the lock files,
+ * which cannot tell this process's own earlier open from a dead process that had the same
+ * pid (as after a container restart).
+ */
+const foldersOpenHere = new Set<string>();
+
+/**
+ * Writes this process's pid into the folder's lock file, refusing when a live process
+ * (this one included) has the folder open. A file left by a process that died is taken
+ * over. Returns the release function.
+ */
+function claimFolder(dataDir: string): () => void {
+  const folder = realpathSync(dataDir);
+  const lockPath = join(folder, FOLDER_LOCK_FILE);
+  const ownPid = `${process.pid}\n`;
+  if (foldersOpenHere.has(folder)) {
+    throw new Error(`the embedded database in ${folder} is open in process ${process.pid} already`);
+  }
+  try {
+    writeFileSync(lockPath, ownPid, { flag: 'wx' });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    const holder = Number.parseInt(readFileSync(lockPath, 'utf8'), 10);
+    if (holder !== process.pid && isAlive(holder)) {
+      throw new Error(
+        `the embedded database in ${dataDir} is open in process ${holder}; only one process ` +
+          `may open it (if no control plane runs there, delete ${lockPath})`,
+        { cause: error },
+      );
+    }
+    writeFileSync(lockPath, ownPid);
+  }
+  foldersOpenHere.add(folder);
+  return () => {
+    foldersOpenHere.delete(folder);
+    if (existsSync(lockPath) && readFileSync(lockPath, 'utf8') === ownPid) rmSync(lockPath);
+  };
+}
+
+function isAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 /**

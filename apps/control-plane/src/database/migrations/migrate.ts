@@ -115,7 +115,7 @@ export async function diffMigrationsToSchema(
   const schemaFiles = await readSchemaFiles(folder);
   const scratch = await openEmbeddedDatabase(undefined, { durable: false });
   try {
-    const adapter = new EmbeddedAdapterFactory(scratch, { shadowIsMain: true });
+    const adapter = new EmbeddedAdapterFactory(scratch.pglite, { shadowIsMain: true });
     const result = await withSchemaEngine(adapter, schemaFiles, (engine) =>
       engine
         .diff({

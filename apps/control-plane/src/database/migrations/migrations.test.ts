@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
-import { createTestDatabase, TEST_DATABASE_KINDS } from '../../testing/test-database.js';
+import { createTestDatabase, TEST_DATABASE_KINDS } from '../../testing/throwaway-database.js';
 import { startPostgres, type PostgresServer } from '../../testing/postgres-server.js';
 import { runMigrationCli } from './cli.js';
 import {
