@@ -16,7 +16,6 @@
  * that handle, which searches libcuda and its dependencies only. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <link.h>
 #include <sched.h>
 #include <string.h>
 
@@ -63,32 +62,51 @@ void *gs_hook_for_name(const char *name)
     return NULL;
 }
 
-/* RTLD_NEXT means "after the caller", and the real dlsym would take *us* as
- * the caller.  Walk the link map from the caller's object and return the
- * first definition that lives in the object it was found in. */
-static void *next_after(const void *caller, const char *name)
+/* dlsym itself.  RTLD_NEXT must be answered relative to the caller, and
+ * glibc finds the caller from its own return address: a jump (not a call)
+ * to the real dlsym leaves the caller's return address in place, so the
+ * answer is exactly glibc's.  Everything else goes to gs_dlsym below. */
+void *gs_real_dlsym_next;
+void *gs_dlsym(void *handle, const char *name);
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        "dlsym:\n"
+        "    cmpq $-1, %rdi\n"
+        "    jne gs_dlsym\n"
+        "    movq gs_real_dlsym_next(%rip), %rax\n"
+        "    testq %rax, %rax\n"
+        "    je gs_dlsym\n"
+        "    jmp *%rax\n"
+        ".size dlsym, .-dlsym\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, %function\n"
+        "dlsym:\n"
+        "    cmn x0, #1\n"
+        "    b.ne gs_dlsym\n"
+        "    adrp x16, gs_real_dlsym_next\n"
+        "    ldr x16, [x16, :lo12:gs_real_dlsym_next]\n"
+        "    cbz x16, gs_dlsym\n"
+        "    br x16\n"
+        ".size dlsym, .-dlsym\n");
+#endif
+
+/* Set before anything else can run in the process, so the jump above is
+ * taken from the first dlsym(RTLD_NEXT) on. */
+__attribute__((constructor)) static void find_real_dlsym(void)
 {
-    Dl_info info;
-    struct link_map *from = NULL;
-    if (dladdr1(caller, &info, (void **)&from, RTLD_DL_LINKMAP) == 0 || from == NULL)
-        return gs_real_dlsym(RTLD_NEXT, name);
-    void *fallback = NULL;
-    for (struct link_map *m = from->l_next; m != NULL; m = m->l_next) {
-        void *p = gs_real_dlsym(m, name);
-        if (p == NULL) continue;
-        struct link_map *owner = NULL;
-        if (dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) != 0 && owner == m) return p;
-        /* Found through m's dependencies, or a copy-relocated variable:
-         * keep it in case nothing better comes. */
-        if (fallback == NULL) fallback = p;
-    }
-    return fallback;
+    __atomic_store_n(&gs_real_dlsym_next, (void *)real_dlsym_fn(), __ATOMIC_RELEASE);
 }
 
-GS_EXPORT void *dlsym(void *handle, const char *name)
+void *gs_dlsym(void *handle, const char *name)
 {
-    if (handle == RTLD_NEXT) return next_after(__builtin_return_address(0), name);
+    /* RTLD_NEXT lands here only if asked before our constructor ran; the
+     * answer is then relative to libvgpu.so rather than the caller. */
     void *p = gs_real_dlsym(handle, name);
+    if (handle == RTLD_NEXT) return p;
     if (p != NULL && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0)) {
         void *h = gs_hook_for_name(name);
         if (h != NULL) return h;
