@@ -34,6 +34,7 @@ export function nativeArtifacts(): NativeArtifacts {
       const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
       throw new Error(
         `cmake ${args.join(' ')} failed:\n${stdout.slice(-2000)}${stderr.slice(-2000)}`,
+        { cause: error },
       );
     }
   };
