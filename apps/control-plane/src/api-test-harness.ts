@@ -8,7 +8,7 @@ import { PrismaService } from './database/index.js';
 import { createTestDatabase, type PostgresServer, type TestDatabaseKind } from './testing/index.js';
 
 /** One GraphQL response as the client sees it. */
-export interface GraphqlResponse<T = Record<string, unknown>> {
+export interface GraphqlResponse<T = unknown> {
   readonly status: number;
   readonly data?: T | null;
   readonly errors?: readonly {
