@@ -1,4 +1,5 @@
 import { DynamicModule, Module } from '@nestjs/common';
+import { AccountingModule } from './accounting/accounting.module.js';
 import { AuditModule } from './audit/audit.module.js';
 import { AuthModule } from './auth/auth.module.js';
 import { ConfigModule } from './config/config.module.js';
@@ -37,6 +38,7 @@ export class AppModule {
         HealthModule,
         TeamsModule,
         ApiTokensModule,
+        AccountingModule,
       ],
     };
   }

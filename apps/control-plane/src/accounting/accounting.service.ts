@@ -1,0 +1,167 @@
+import { Injectable } from '@nestjs/common';
+import {
+  account,
+  bytes,
+  shardId,
+  shardIntervalsOf,
+  shardSamplesOf,
+  teamId as limitsTeamId,
+  type GpuReservation,
+  type GpuUsageSample,
+} from '@gpushards/limits';
+import type { Caller } from '../auth/caller.js';
+import { PrismaService } from '../database/index.js';
+import {
+  pageRequest,
+  toConnection,
+  type ConnectionArgs,
+  type ConnectionShape,
+} from '../graphql/connection.js';
+import { sizeOf } from '../graphql/size.model.js';
+import { TeamsService } from '../teams/teams.service.js';
+import type { ShardUsageReport, UsageReport } from './usage.model.js';
+import { parseUsageWindow, type UsageWindow } from './usage-window.js';
+
+interface SampleRow {
+  shardId: string;
+  gpuUuid: string;
+  at: Date;
+  usedBytes: bigint;
+}
+
+/**
+ * Usage over a window, computed on demand from the reservations (shard_gpu) and the raw usage
+ * samples through libs/limits `account`. Nothing is precomputed, so a late, repeated or
+ * out-of-order sample is simply part of the next answer (docs/metrics.md says why there are no
+ * rollups).
+ */
+@Injectable()
+export class AccountingService {
+  constructor(
+    private readonly prisma: PrismaService,
+    private readonly teams: TeamsService,
+  ) {}
+
+  async usage(
+    caller: Caller,
+    teamIdArgument: string,
+    from: string,
+    to: string,
+  ): Promise<UsageReport> {
+    const window = parseUsageWindow(from, to);
+    const team = await this.teams.get(caller, teamIdArgument, 'teamId');
+    const reservations = await this.reservationsOverlapping(team.id, window);
+    // Taken after reading the reservations, so none of them starts after it.
+    const now = Date.now();
+    const measuredUntil = Math.max(window.from.getTime(), Math.min(window.to.getTime(), now));
+    const gpuReservations = reservations.map((r): GpuReservation => ({
+      shardId: shardId(r.shardId),
+      teamId: limitsTeamId(team.id),
+      gpuUuid: r.gpuUuid,
+      reservedBytes: bytes(Number(r.reservedBytes)),
+      start: r.reservedAt.getTime(),
+      end: r.releasedAt?.getTime() ?? Math.max(now, r.reservedAt.getTime()),
+    }));
+    const samples = await this.samplesFor(reservations, window);
+    const report = account(shardIntervalsOf(gpuReservations), shardSamplesOf(samples), {
+      from: window.from.getTime(),
+      to: window.to.getTime(),
+    });
+    const shards = await this.prisma.shard.findMany({
+      where: { id: { in: report.shards.map((s) => s.shardId) } },
+      select: { id: true, name: true, hostId: true },
+    });
+    const shardById = new Map(shards.map((s) => [s.id, s]));
+    const teamAccount = report.teams[0];
+    return {
+      team,
+      from: window.from,
+      to: window.to,
+      measuredUntil: new Date(measuredUntil),
+      reservedGibHours: teamAccount?.reservedGibHours ?? 0,
+      usedGibHours: teamAccount?.usedGibHours ?? 0,
+      peakUsed: sizeOf(teamAccount?.peakUsedBytes ?? 0),
+      shardCount: teamAccount?.shardCount ?? 0,
+      shardReports: report.shards.map((s) => ({
+        shardId: s.shardId,
+        shardName: shardById.get(s.shardId)?.name ?? '',
+        hostId: shardById.get(s.shardId)?.hostId ?? null,
+        reservedGibHours: s.reservedGibHours,
+        usedGibHours: s.usedGibHours,
+        peakUsed: sizeOf(s.peakUsedBytes),
+      })),
+    };
+  }
+
+  /** A page of the report's shards, keyed by shard id (the order `account` returns them in). */
+  shardPage(report: UsageReport, args: ConnectionArgs): ConnectionShape<ShardUsageReport> {
+    const page = pageRequest(args);
+    const after = page.afterKey;
+    const rows = report.shardReports
+      .filter((s) => after === undefined || s.shardId > after)
+      .slice(0, page.take);
+    return toConnection(page, rows, (s) => s.shardId);
+  }
+
+  private reservationsOverlapping(teamId: string, window: UsageWindow) {
+    return this.prisma.shardGpu.findMany({
+      where: {
+        shard: { teamId },
+        reservedAt: { lt: window.to },
+        OR: [{ releasedAt: null }, { releasedAt: { gt: window.from } }],
+      },
+      select: {
+        shardId: true,
+        gpuUuid: true,
+        reservedBytes: true,
+        reservedAt: true,
+        releasedAt: true,
+      },
+    });
+  }
+
+  /**
+   * The samples `account` needs for these reservations: each GPU's last sample before the
+   * window (its value holds into the window) and, inside the window, only the samples that
+   * change the GPU's value. Dropping a sample equal to the one before it leaves the step
+   * function exactly as it was, and GPU memory in use mostly stays flat, so this keeps the
+   * rows sent to the control plane few.
+   */
+  private async samplesFor(
+    reservations: readonly { shardId: string; gpuUuid: string }[],
+    window: UsageWindow,
+  ): Promise<GpuUsageSample[]> {
+    // A shard holds a GPU over several intervals when it was resized or came back.
+    const pairs = new Map(reservations.map((r) => [`${r.shardId} ${r.gpuUuid}`, r]));
+    if (pairs.size === 0) return [];
+    const shardIds = [...pairs.values()].map((r) => r.shardId);
+    const gpuUuids = [...pairs.values()].map((r) => r.gpuUuid);
+    const rows = await this.prisma.$queryRaw<SampleRow[]>`
+      SELECT shard_id AS "shardId", gpu_uuid AS "gpuUuid", at, used_bytes AS "usedBytes"
+        FROM (SELECT sample.*,
+                     lag(used_bytes) OVER (PARTITION BY shard_id, gpu_uuid ORDER BY at) AS previous
+                FROM usage_sample sample
+                JOIN unnest(${shardIds}::uuid[], ${gpuUuids}::text[]) AS held (shard_id, gpu_uuid)
+                     USING (shard_id, gpu_uuid)
+               WHERE sample.at >= ${window.from}::timestamptz
+                 AND sample.at < ${window.to}::timestamptz) inside
+       WHERE previous IS DISTINCT FROM used_bytes
+      UNION ALL
+      SELECT before.shard_id, before.gpu_uuid, before.at, before.used_bytes
+        FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[]) AS held (shard_id, gpu_uuid)
+             CROSS JOIN LATERAL (
+               SELECT shard_id, gpu_uuid, at, used_bytes
+                 FROM usage_sample sample
+                WHERE sample.shard_id = held.shard_id
+                  AND sample.gpu_uuid = held.gpu_uuid
+                  AND sample.at < ${window.from}::timestamptz
+                ORDER BY sample.at DESC
+                LIMIT 1) before`;
+    return rows.map((row) => ({
+      shardId: shardId(row.shardId),
+      gpuUuid: row.gpuUuid,
+      at: row.at.getTime(),
+      usedBytes: bytes(Number(row.usedBytes)),
+    }));
+  }
+}
