@@ -17,6 +17,8 @@ const tiers = [
   },
   { name: 'agent', command: nx(['run', 'agent:test', '--excludeTaskDependencies']) },
   { name: 'native', command: ['bash', ['native/run-tests.sh']], requires: 'native/run-tests.sh' },
+  // Uses what the native tier built: the interposer and fakes inside a real Docker container.
+  { name: 'docker', command: ['node', ['native/docker-tests/run.mjs', 'native/build']] },
 ];
 
 const wanted = new Set(process.argv.slice(2));
