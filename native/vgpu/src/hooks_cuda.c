@@ -112,6 +112,13 @@ void gs_untracked_add(int dev, uint64_t bytes)
     if (dev >= 0 && dev < (int)GPUSHARDS_MAX_DEVICES) __atomic_add_fetch(&untracked[dev], bytes, __ATOMIC_RELAXED);
 }
 
+static int untracked_any(void)
+{
+    for (unsigned i = 0; i < GPUSHARDS_MAX_DEVICES; i++)
+        if (__atomic_load_n(&untracked[i], __ATOMIC_RELAXED) != 0) return 1;
+    return 0;
+}
+
 uint64_t gs_untracked_take(int dev, uint64_t bytes)
 {
     if (dev < 0 || dev >= (int)GPUSHARDS_MAX_DEVICES) return 0;
@@ -251,7 +258,7 @@ CUresult gs_free_tracked(CUdeviceptr dptr, int async_free, CUstream stream, void
         int ordinal = -1;
         CUdeviceptr base = 0;
         size_t len = 0;
-        if (counting() && dptr != 0 && gs_real_cuMemGetAddressRange_v2 != NULL &&
+        if (counting() && dptr != 0 && untracked_any() && gs_real_cuMemGetAddressRange_v2 != NULL &&
             gs_real_cuMemGetAddressRange_v2(&base, &len, dptr) == CUDA_SUCCESS && base == dptr &&
             real_cuPointerGetAttribute != NULL &&
             real_cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr) == CUDA_SUCCESS)
@@ -402,12 +409,12 @@ GS_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 #define REF_ONE 1ull
 #define MAP_ONE (1ull << 32)
 
-static void vmm_drop(struct gs_entry *e, uint64_t one)
+static void vmm_drop(uint64_t handle, uint64_t one)
 {
-    uint64_t key = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
-    if (__atomic_sub_fetch(&e->c1, one, __ATOMIC_ACQ_REL) != 0) return;
+    struct gs_entry *e = gs_track_find(&gs_allocs, handle, GS_T_VMM);
+    if (e == NULL || __atomic_sub_fetch(&e->c1, one, __ATOMIC_ACQ_REL) != 0) return;
     struct gs_entry out;
-    if (gs_track_take(&gs_allocs, key, GS_T_VMM, &out)) gs_uncharge((int)out.dev, out.size);
+    if (gs_track_take(&gs_allocs, handle, GS_T_VMM, &out)) gs_uncharge((int)out.dev, out.size);
 }
 
 GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
@@ -451,7 +458,7 @@ GS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
         }
     }
     CUresult r = real_cuMemRelease(handle);
-    if (r == CUDA_SUCCESS) vmm_drop(e, REF_ONE);
+    if (r == CUDA_SUCCESS) vmm_drop(handle, REF_ONE);
     return r;
 }
 
@@ -494,8 +501,7 @@ GS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
             a += GS_VMM_STEP;
             continue;
         }
-        struct gs_entry *e = gs_track_find(&gs_allocs, m.owner, GS_T_VMM);
-        if (e != NULL) vmm_drop(e, MAP_ONE);
+        vmm_drop(m.owner, MAP_ONE);
         a += m.size > 0 ? m.size : GS_VMM_STEP;
     }
     return r;

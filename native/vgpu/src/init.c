@@ -18,6 +18,11 @@ int gs_init_state;
 
 static void child_after_fork(void)
 {
+    /* A fork in the middle of another thread's initialisation leaves no
+     * thread to finish it in the child: start over there. */
+    int busy = 1;
+    __atomic_compare_exchange_n(&gs_init_state, &busy, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    gs_resolve_after_fork();
     /* The child is a process of its own: it claims its own slot when it
      * first charges, and holds nothing yet (CUDA contexts do not survive
      * fork, so the parent's allocations are not the child's to free). */
@@ -60,10 +65,16 @@ void gs_init_slow(void)
     gs_config_load();
     gs_mode = choose_mode();
     if (gs_mode == GS_MODE_COUNTING) gs_region_reclaim_dead();
-    int e = __register_atfork(NULL, NULL, child_after_fork, __dso_handle);
-    if (e != 0) gs_log(GS_LOG_WARN, "cannot register the fork handler (error %d)", e);
     GS_DEBUG("initialised: mode %d, region %s", gs_mode, gs_cfg.region_path);
     __atomic_store_n(&gs_init_state, 2, __ATOMIC_RELEASE);
+}
+
+/* Registered at load so that a fork at any moment, even during
+ * initialisation, leaves the child consistent. */
+__attribute__((constructor)) static void at_load(void)
+{
+    int e = __register_atfork(NULL, NULL, child_after_fork, __dso_handle);
+    if (e != 0) gs_log(GS_LOG_WARN, "cannot register the fork handler (error %d)", e);
 }
 
 __attribute__((destructor)) static void at_exit(void)

@@ -21,10 +21,13 @@
  * can pass the cap by less than one growth step, after which allocations are
  * refused until it falls.
  *
- * reconcile() reads cached, then live, between two reads of the reserved
- * size and commits with a single compare-and-swap on cached; any racing
- * allocation or free changes cached and makes it give up, so a stale read
- * can over-count for a moment but never under-count. */
+ * reconcile() reads cached, then live, then the reserved size, and commits
+ * with a single compare-and-swap on cached.  Live only grows after the
+ * driver has grown the pool, so a reserved size read after the counters
+ * covers everything they count; a racing allocation or free changes cached
+ * and makes the compare-and-swap give up.  A stale view can over-count for
+ * a moment, never under-count.
+ */
 #include "vgpu.h"
 
 #define GS_POOL_REFUSE 2u /* a device pool we could not map to a region entry */
@@ -43,12 +46,10 @@ static void reconcile(struct gs_entry *p)
 {
     if (p->dev == GS_DEV_NONE || __atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) != 0) return;
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)__atomic_load_n(&p->key, __ATOMIC_RELAXED);
-    uint64_t r1, r2;
-    if (reserved(pool, &r1) != 0) return;
     uint64_t cached = __atomic_load_n(&p->c2, __ATOMIC_ACQUIRE);
     uint64_t live = __atomic_load_n(&p->c1, __ATOMIC_ACQUIRE);
-    if (reserved(pool, &r2) != 0) return;
-    uint64_t res = r1 > r2 ? r1 : r2;
+    uint64_t res;
+    if (reserved(pool, &res) != 0) return;
     uint64_t held = cached + live;
     if (held > res) {
         uint64_t drop = held - res < cached ? held - res : cached;

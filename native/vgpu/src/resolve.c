@@ -149,6 +149,15 @@ static int resolve(int *state, const char *lib, const struct gs_hook *hooks, siz
     return s == 2 ? 0 : -1;
 }
 
+void gs_resolve_after_fork(void)
+{
+    int busy = 1;
+    __atomic_compare_exchange_n(&cuda_state, &busy, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    busy = 1;
+    __atomic_compare_exchange_n(&nvml_state, &busy, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    gs_in_resolve = 0;
+}
+
 int gs_resolve_cuda(void)
 {
     return resolve(&cuda_state, "libcuda.so.1", gs_cuda_hooks, gs_cuda_hook_count);

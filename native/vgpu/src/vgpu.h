@@ -150,6 +150,7 @@ extern const size_t gs_nvml_hook_count;
 void *gs_real_dlsym(void *handle, const char *name);
 int gs_resolve_cuda(void);
 int gs_resolve_nvml(void);
+void gs_resolve_after_fork(void);
 void *gs_hook_for_name(const char *name);
 extern CUresult (*gs_real_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 extern CUresult (*gs_real_cuGetProcAddress)(const char *, void **, int, cuuint64_t);
