@@ -14,14 +14,14 @@ date -u +%Y-%m-%dT%H:%MZ
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 nvcc --version | tail -1
 python3 -c 'import torch, cupy; print("torch", torch.__version__, "cupy", cupy.__version__)'
-ldd --version | head -1
+ldd --version | sed -n 1p
 
 echo "== build libvgpu.so"
 cmake -S "$root/native" -B /tmp/gpushards-native -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build /tmp/gpushards-native -j"$(nproc)" >/dev/null
-library="$(find /tmp/gpushards-native -name libvgpu.so -type f | head -1)"
+library="$(find /tmp/gpushards-native -name libvgpu.so -type f | sed -n 1p)"
 echo "$library"
-objdump -T "$library" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1
+objdump -T "$library" | grep -o 'GLIBC_[0-9.]*' | sort -uV | sed -n "\$p"
 
 echo "== build the CUDA C test"
 nvcc -O2 -o "$here/cap_paths" "$here/cap_paths.cu" -lcuda
