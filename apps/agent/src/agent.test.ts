@@ -12,9 +12,15 @@ import { createAgent, type Agent } from './create-agent.js';
 import { parseSimulatedGpus } from './gpus/simulated-gpus.js';
 import { readRegion } from './regions/region-file.js';
 import { ScriptedControlPlane } from './testing/control-plane-peer.js';
-import { cleanUpDocker, docker, importWorkloadImage, shardContainers } from './testing/docker.js';
+import {
+  cleanUpDocker,
+  docker,
+  importCudaProbeImage,
+  importWorkloadImage,
+  shardContainers,
+} from './testing/docker.js';
 import { startNatsServer, type TestNatsServer } from './testing/nats-server.js';
-import { nativeArtifacts } from './testing/native.js';
+import { fakeLibraries, nativeArtifacts } from './testing/native.js';
 import { waitFor } from './testing/processes.js';
 import { buildRegion } from './testing/region-fixture.js';
 import { startRegistry, type TestRegistry } from './testing/registry.js';
@@ -23,6 +29,7 @@ const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;
 const HOST = `agent-test-${process.pid}`;
 const IMAGE = `gpushards-test/workload:${process.pid}`;
+const CUDA_IMAGE = `gpushards-test/cuda-probe:${process.pid}`;
 const TEAM = 'team-vision';
 
 /**
@@ -35,7 +42,7 @@ describe('agent', () => {
   let registry: TestRegistry | undefined;
   let agent: Agent | undefined;
   const stateDir = mkdtempSync(join(tmpdir(), 'gpushards-agent-'));
-  const images = [IMAGE];
+  const images = [IMAGE, CUDA_IMAGE];
   let gpu0 = '';
   let gpu1 = '';
 
@@ -45,7 +52,11 @@ describe('agent', () => {
       hostName: 'test box',
       labels: { zone: 'test' },
       link: { nats: { servers: [nats.url], auth: nats.agent(HOST), requestTimeoutMs: 5000 } },
-      gpus: { kind: 'simulated', gpus: parseSimulatedGpus('2xTest GPU:24g') },
+      gpus: {
+        kind: 'simulated',
+        gpus: parseSimulatedGpus('2xTest GPU:24g'),
+        fakeLibraryDir: fakeLibraries().dir,
+      },
       interposerPath: nativeArtifacts().interposer,
       stateDir,
       heartbeatSeconds: 1,
@@ -71,6 +82,7 @@ describe('agent', () => {
 
   before(async () => {
     importWorkloadImage(IMAGE);
+    importCudaProbeImage(CUDA_IMAGE, fakeLibraries().cuda, nativeArtifacts().interposer);
     nats = await startNatsServer([HOST]);
     controlPlane = await ScriptedControlPlane.connect(nats.url, nats.controlPlane);
     agent = await startAgent();
@@ -90,24 +102,22 @@ describe('agent', () => {
     const register = controlPlane.registers.at(-1);
     assert.ok(register);
     assert.equal(register.hostId, HOST);
+    // Measured through the fake libcuda, which charges 300 MiB per context.
+    assert.deepEqual(register.host, {
+      hostId: HOST,
+      name: 'test box',
+      labels: { zone: 'test' },
+      agentVersion: '0.1.0',
+      driverVersion: '580.159.04',
+      cudaVersion: '13.0',
+      simulated: true,
+      contextOverheadBytes: 300 * MiB,
+    });
     assert.deepEqual(
-      { ...register.host, contextOverheadBytes: typeof register.host.contextOverheadBytes },
-      {
-        hostId: HOST,
-        name: 'test box',
-        labels: { zone: 'test' },
-        agentVersion: '0.1.0',
-        driverVersion: agent!.inventory.driverVersion,
-        cudaVersion: agent!.inventory.cudaVersion,
-        simulated: true,
-        contextOverheadBytes: 'number',
-      },
-    );
-    assert.deepEqual(
-      register.gpus.map((gpu) => [gpu.index, gpu.model, gpu.totalBytes]),
+      register.gpus.map((gpu) => [gpu.index, gpu.uuid, gpu.model, gpu.totalBytes, gpu.usedBytes]),
       [
-        [0, 'Test GPU', 24 * GiB],
-        [1, 'Test GPU', 24 * GiB],
+        [0, 'GPU-fa4e5000-0000-4000-8000-000000000000', 'Test GPU', 24 * GiB, 0],
+        [1, 'GPU-fa4e5000-0000-4000-8000-000000000001', 'Test GPU', 24 * GiB, 0],
       ],
     );
     assert.deepEqual(register.runningShards, []);
@@ -179,6 +189,8 @@ describe('agent', () => {
     assert.equal(env.get('GPUSHARDS_REGION_PATH'), '/run/gpushards/region');
     assert.equal(env.get('HF_HOME'), '/cache/hf');
     assert.equal(env.has('LD_PRELOAD'), false);
+    // Simulated: the fake driver shows only the shard's GPUs, in the same order.
+    assert.equal(env.get('CUDA_VISIBLE_DEVICES'), `${gpu0},${gpu1}`);
     const mounts = new Map<string, { Source: string; RW: boolean }>(
       container.Mounts.map((mount: { Destination: string; Source: string; RW: boolean }) => [
         mount.Destination,
@@ -190,6 +202,11 @@ describe('agent', () => {
     assert.equal(mounts.get('/etc/ld.so.preload')?.RW, false);
     assert.equal(mounts.get('/run/gpushards')?.Source, regionDir('s-main'));
     assert.equal(mounts.get('/run/gpushards')?.RW, true);
+    // Simulated GPUs: the fake driver where the real one would be, its state shared.
+    assert.equal(mounts.get('/usr/lib/x86_64-linux-gnu/libcuda.so.1')?.RW, false);
+    assert.equal(mounts.get('/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1')?.RW, false);
+    assert.equal(mounts.get('/run/gpushards-fake/state')?.Source, join(stateDir, 'fake-gpu-state'));
+    assert.equal(env.get('GPUSHARDS_FAKE_STATE'), '/run/gpushards-fake/state');
     assert.equal(container.HostConfig.Privileged, false);
     assert.deepEqual(container.HostConfig.SecurityOpt, ['no-new-privileges']);
     // Simulated GPUs: no NVIDIA runtime request (there is none to serve it).
@@ -229,8 +246,6 @@ describe('agent', () => {
       heartbeat.shards.find((shard) => shard.shardId === 's-main')?.usedBytesPerGpu,
       [{ gpuUuid: gpu0, usedBytes: 123 * MiB }],
     );
-    // Simulated GPUs: a GPU's used memory is what its shards' interposers count.
-    assert.equal(heartbeat.gpus.find((gpu) => gpu.uuid === gpu0)?.usedBytes, 123 * MiB);
   });
 
   it('resizes live by writing the region limit, refusing a cap below usage', async () => {
@@ -267,6 +282,50 @@ describe('agent', () => {
       gpus: [{ uuid: gpu1, limitBytes: GiB }],
     });
     assert.equal(!foreign.ok && foreign.error.code, 'UNKNOWN_GPU');
+  });
+
+  it('a shard running the interposer: its usage in heartbeats, a live resize enforced', async () => {
+    const held = 256 * MiB;
+    const launched = await controlPlane.command(HOST, {
+      type: 'launch',
+      shard: spec('s-cuda', { image: CUDA_IMAGE, command: ['/cuda-probe', 'hold', String(held)] }),
+    });
+    assert.ok(launched.ok && launched.result.type === 'launch', JSON.stringify(launched));
+    const containerId = launched.result.containerId!;
+    await waitFor('the probe to hold its memory', () =>
+      docker('logs', containerId).includes('{"result":0}') ? true : undefined,
+    );
+    const context = agent!.inventory.contextOverheadBytes;
+    const heartbeat = await waitFor("a heartbeat with the interposer's count", () =>
+      controlPlane.heartbeats.find((beat) =>
+        beat.shards.some((shard) => shard.shardId === 's-cuda' && shard.usedBytesPerGpu.length > 0),
+      ),
+    );
+    assert.deepEqual(
+      heartbeat.shards.find((shard) => shard.shardId === 's-cuda')?.usedBytesPerGpu,
+      [{ gpuUuid: gpu0, usedBytes: context + held }],
+    );
+    // The fake NVML shares the fake GPUs' memory with the shards: the host sees it too.
+    assert.ok((heartbeat.gpus.find((gpu) => gpu.uuid === gpu0)?.usedBytes ?? 0) >= context + held);
+
+    const probe = () =>
+      JSON.parse(docker('exec', containerId, '/cuda-probe', 'alloc', String(held))).result;
+    assert.equal(probe(), 0, 'a second process fits under the 2 GiB cap');
+    const resized = await controlPlane.command(HOST, {
+      type: 'resize',
+      shardId: 's-cuda',
+      gpus: [{ uuid: gpu0, limitBytes: GiB }],
+    });
+    assert.ok(resized.ok, JSON.stringify(resized));
+    assert.equal(
+      (await readRegion(join(regionDir('s-cuda'), 'region'))).devices[0]?.limitBytes,
+      GiB,
+    );
+    assert.equal(
+      probe(),
+      2,
+      'after the resize the same process no longer fits: CUDA_ERROR_OUT_OF_MEMORY',
+    );
   });
 
   it('stops with the grace period, then kills; a shard that honours SIGTERM stops at once', async () => {

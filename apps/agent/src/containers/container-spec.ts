@@ -1,5 +1,6 @@
 import type { ContainerCreateOptions } from 'dockerode';
 
+import { FAKE_STATE_IN_CONTAINER } from '../gpus/fake-driver.js';
 import { containerName, LABELS } from './labels.js';
 
 /** Where things appear inside a shard's container. */
@@ -10,6 +11,8 @@ export const CONTAINER_PATHS = {
   regionFile: '/run/gpushards/region',
   /** Where the fake driver libraries go in simulated mode (Debian/Ubuntu multiarch path). */
   driverDir: '/usr/lib/x86_64-linux-gnu',
+  /** The fakes' shared state file in simulated mode (GPUSHARDS_FAKE_STATE). */
+  fakeState: FAKE_STATE_IN_CONTAINER,
 } as const;
 
 /** A GPU of the shard with the cap the control plane computed and its host NVML index. */
@@ -23,7 +26,9 @@ export interface ShardGpu {
 export interface SimulatedDriver {
   readonly cudaLibrary: string;
   readonly nvmlLibrary: string;
-  /** The variables the fakes read (which GPUs they simulate), passed to every shard. */
+  /** The fakes' shared state file on the host (the simulated GPUs' memory). */
+  readonly stateFile: string;
+  /** The variables the fakes read inside a shard (GPUs, state file), passed to every shard. */
   readonly env: Readonly<Record<string, string>>;
 }
 
@@ -66,6 +71,8 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
     ...plan.env,
     ...(plan.simulatedDriver?.env ?? {}),
     NVIDIA_VISIBLE_DEVICES: uuids.join(','),
+    // No NVIDIA runtime hides the other GPUs of a simulated host: the fake driver does.
+    ...(plan.simulated ? { CUDA_VISIBLE_DEVICES: uuids.join(',') } : {}),
     GPUSHARDS_REGION_PATH: CONTAINER_PATHS.regionFile,
     ...(plan.contextBytes !== undefined
       ? { GPUSHARDS_CONTEXT_BYTES: String(plan.contextBytes) }
@@ -83,6 +90,7 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
     binds.push(
       `${plan.simulatedDriver.cudaLibrary}:${CONTAINER_PATHS.driverDir}/libcuda.so.1:ro`,
       `${plan.simulatedDriver.nvmlLibrary}:${CONTAINER_PATHS.driverDir}/libnvidia-ml.so.1:ro`,
+      `${plan.simulatedDriver.stateFile}:${CONTAINER_PATHS.fakeState}:rw`,
     );
   }
   return {

@@ -58,7 +58,7 @@ export class CudaDriver {
     return driver;
   }
 
-  /** CUDA ordinal → UUID as NVML writes it, so a GPU can be matched across the two APIs. */
+  /** UUID (lowercase, as NVML writes it) → CUDA ordinal, to match a GPU across the two APIs. */
   deviceUuids(): Map<string, number> {
     const count = [0];
     this.check('cuDeviceGetCount', this.fns.count!(count));
@@ -67,7 +67,7 @@ export class CudaDriver {
       const device = this.device(ordinal);
       const bytes = Buffer.alloc(16);
       this.check('cuDeviceGetUuid', this.fns.uuid!(bytes, device));
-      uuids.set(formatUuid(bytes), ordinal);
+      uuids.set(formatUuid(bytes).toLowerCase(), ordinal);
     }
     return uuids;
   }

@@ -1,17 +1,35 @@
+import { chmodSync, closeSync, openSync } from 'node:fs';
+import { join } from 'node:path';
+
 import type { SimulatedGpu } from './simulated-gpus.js';
 
 /** File names of native/fakes' libraries. */
 export const FAKE_LIBRARIES = { cuda: 'libcuda.so.1', nvml: 'libnvidia-ml.so.1' } as const;
 
+/** Where a shard finds the fakes' shared state file. */
+export const FAKE_STATE_IN_CONTAINER = '/run/gpushards-fake/state';
+
 /**
- * The environment that makes native/fakes simulate `gpus` (see native/fakes/README.md),
- * set in the agent's process and in every shard so both see the same GPUs.
+ * The fakes' configuration (native/fakes/fake_common.c): which GPUs they simulate
+ * (GPUSHARDS_FAKE_GPUS, "NAME:BYTES,...") and the file in which every process using them
+ * keeps the GPUs' memory (GPUSHARDS_FAKE_STATE). The agent and all its shards share one
+ * state file, so the simulated host behaves like one machine: what a shard allocates is
+ * gone for the others, and NVML in the agent sees it.
  */
 export function fakeDriverEnv(
-  _hostId: string,
   gpus: readonly SimulatedGpu[],
+  stateFile: string,
 ): Record<string, string> {
   return {
     GPUSHARDS_FAKE_GPUS: gpus.map((gpu) => `${gpu.model}:${gpu.totalBytes}`).join(','),
+    GPUSHARDS_FAKE_STATE: stateFile,
   };
+}
+
+/** Creates the shared state file, writable by whatever user a shard runs as. */
+export function prepareFakeState(stateDir: string): string {
+  const stateFile = join(stateDir, 'fake-gpu-state');
+  closeSync(openSync(stateFile, 'a', 0o666));
+  chmodSync(stateFile, 0o666);
+  return stateFile;
 }

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
@@ -7,7 +7,12 @@ import type { GpuInfo } from '@gpushards/protocol';
 import { AGENT_CONFIG, DEFAULTS, type AgentConfig } from '../config/agent-options.js';
 import type { SimulatedDriver } from '../containers/container-spec.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { fakeDriverEnv, FAKE_LIBRARIES } from './fake-driver.js';
+import {
+  FAKE_LIBRARIES,
+  FAKE_STATE_IN_CONTAINER,
+  fakeDriverEnv,
+  prepareFakeState,
+} from './fake-driver.js';
 import { ListedGpuBackend, NvmlBackend, type GpuBackend, type GpuSample } from './gpu-backends.js';
 import { Nvml } from './nvml.js';
 
@@ -29,6 +34,11 @@ export class GpusService implements OnModuleDestroy {
   readonly inventory: GpuInventory;
   /** Set in simulated mode with fake libraries: what shards get mounted instead of a real driver. */
   readonly simulatedDriver: SimulatedDriver | undefined;
+  /**
+   * False for GPUs listed in configuration only: no driver counts what shards allocate,
+   * so a GPU's used memory is the sum of its shards' regions.
+   */
+  readonly driverCountsUsage: boolean;
   private readonly backend: GpuBackend;
   private readonly logger: Logger;
 
@@ -41,7 +51,6 @@ export class GpusService implements OnModuleDestroy {
         source.cudaLibrary ?? DEFAULTS.cudaLibrary,
       );
     } else if (source.fakeLibraryDir !== undefined) {
-      const env = fakeDriverEnv(config.hostId, source.gpus);
       const cudaLibrary = join(source.fakeLibraryDir, FAKE_LIBRARIES.cuda);
       const nvmlLibrary = join(source.fakeLibraryDir, FAKE_LIBRARIES.nvml);
       for (const library of [cudaLibrary, nvmlLibrary]) {
@@ -51,17 +60,30 @@ export class GpusService implements OnModuleDestroy {
           );
         }
       }
+      mkdirSync(config.stateDir, { recursive: true });
+      const stateFile = prepareFakeState(config.stateDir);
       // The fakes read their configuration from the environment when loaded: in this
       // process for discovery, and in every shard through the container's environment.
-      Object.assign(process.env, env);
+      Object.assign(process.env, fakeDriverEnv(source.gpus, stateFile));
       this.backend = new NvmlBackend(Nvml.open(nvmlLibrary), cudaLibrary);
-      this.simulatedDriver = { cudaLibrary, nvmlLibrary, env };
+      if (this.backend.gpus.length !== source.gpus.length) {
+        throw new Error(
+          `the fake driver in ${source.fakeLibraryDir} simulates ${this.backend.gpus.length} of the ${source.gpus.length} GPUs asked for (it reads GPUSHARDS_FAKE_GPUS once per process, at most 16 GPUs)`,
+        );
+      }
+      this.simulatedDriver = {
+        cudaLibrary,
+        nvmlLibrary,
+        stateFile,
+        env: fakeDriverEnv(source.gpus, FAKE_STATE_IN_CONTAINER),
+      };
     } else {
       this.logger.warn(
         'simulated GPUs without fake driver libraries (GPUSHARDS_FAKE_LIBRARY_DIR): shards get no CUDA driver',
       );
       this.backend = new ListedGpuBackend(config.hostId, source.gpus);
     }
+    this.driverCountsUsage = this.backend instanceof NvmlBackend;
     const contextOverheadBytes = config.contextOverheadBytes ?? this.backend.measureContextBytes();
     this.inventory = {
       driverVersion: this.backend.driverVersion,

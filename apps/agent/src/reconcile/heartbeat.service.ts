@@ -41,10 +41,10 @@ export class HeartbeatService {
         const usage = await this.regions.usage(shard.shardId);
         shards.push({
           shardId: shard.shardId,
-          usedBytesPerGpu: usage.map((gpu) => ({
-            ...gpu,
-            gpuUuid: this.gpus.canonicalUuid(gpu.gpuUuid),
-          })),
+          usedBytesPerGpu: usage
+            .map((gpu) => ({ ...gpu, gpuUuid: this.gpus.canonicalUuid(gpu.gpuUuid) }))
+            // Only the shard's GPUs: a container cannot report on another GPU.
+            .filter((gpu) => shard.gpuUuids.includes(gpu.gpuUuid)),
         });
       } catch (error) {
         // A region a container corrupted must not stop the heartbeat of the others.
@@ -53,9 +53,9 @@ export class HeartbeatService {
       }
     }
     const samples = this.gpus.sample();
-    // Simulated GPUs have no driver that sees every container's allocations; what the
-    // shards' interposers count is the truth there.
-    const gpus = this.gpus.inventory.simulated
+    // GPUs listed in configuration have no driver that sees the shards' allocations;
+    // what the shards' interposers count is the truth there.
+    const gpus = !this.gpus.driverCountsUsage
       ? samples.map((sample) => ({
           ...sample,
           usedBytes: shards

@@ -46,8 +46,45 @@ export function importWorkloadImage(tag: string, files: Record<string, Buffer> =
   }
 }
 
-/** Places a host file into an image's root filesystem folder (for images built by hand). */
-export function place(root: string, source: string, target: string): void {
+/**
+ * Imports an image holding /cuda-probe (testing/cuda-probe.c, linked against libcuda.so.1)
+ * and the glibc files it and libvgpu.so need, but no libcuda: in simulated mode the agent
+ * mounts the fake one where a driver would be.
+ */
+export function importCudaProbeImage(tag: string, fakeCuda: string, interposer: string): void {
+  const work = mkdtempSync(join(tmpdir(), 'gpushards-image-'));
+  try {
+    const root = join(work, 'rootfs');
+    const probe = join(work, 'cuda-probe');
+    execFileSync('cc', [
+      '-O2',
+      '-I/usr/local/cuda/include',
+      '-o',
+      probe,
+      join(REPO_ROOT, 'apps/agent/src/testing/cuda-probe.c'),
+      `-L${dirname(fakeCuda)}`,
+      '-l:libcuda.so.1',
+    ]);
+    place(root, probe, '/cuda-probe');
+    chmodSync(join(root, 'cuda-probe'), 0o755);
+    const env = { ...process.env, LD_LIBRARY_PATH: dirname(fakeCuda) };
+    for (const binary of [probe, interposer]) {
+      const ldd = execFileSync('ldd', [binary], { encoding: 'utf8', env });
+      for (const [, library = ''] of ldd.matchAll(/(\/\S+\.so[.\d]*)/g)) {
+        if (!library.endsWith('/libcuda.so.1')) place(root, library, library);
+      }
+    }
+    mkdirSync(join(root, 'tmp'), { recursive: true });
+    chmodSync(join(root, 'tmp'), 0o1777);
+    execFileSync('sh', ['-c', `tar -C "${root}" -c . | docker import - "${tag}"`], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+function place(root: string, source: string, target: string): void {
   mkdirSync(dirname(join(root, target)), { recursive: true });
   copyFileSync(source, join(root, target));
 }
