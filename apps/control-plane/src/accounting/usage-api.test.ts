@@ -93,7 +93,14 @@ for (const kind of TEST_DATABASE_KINDS) {
     let h: ApiTestHarness;
     const teamA = randomUUID();
     const teamB = randomUUID();
-    const shard = { A: randomUUID(), B: randomUUID(), C: randomUUID(), D: randomUUID() };
+    const teamC = randomUUID();
+    const shard = {
+      A: randomUUID(),
+      B: randomUUID(),
+      C: randomUUID(),
+      D: randomUUID(),
+      R: randomUUID(),
+    };
 
     /**
      * Hosts h1 (ONLINE: g1, g2, 80 GiB H100s) and h2 (CORDONED: g3, a 24 GiB L4).
@@ -102,6 +109,7 @@ for (const kind of TEST_DATABASE_KINDS) {
      *   B: g1, 8 GiB cap (7.5 GiB asked), held from 2h on, RUNNING.
      *   C: g1, held 0h–0.5h, STOPPED: before every window used here.
      * Team acct-b (no quota policy): D on g2, 16 GiB cap (15.5 asked), RUNNING, with samples.
+     * Team acct-c: R on g3, resized: a 4 GiB cap over 1h–2h, then 6 GiB over 2h–4h.
      * Samples, in GiB (written shuffled, see below):
      *   A/g1: 0.5h 4, 2h 6, 3.5h 9 (after its release: never counts)
      *   A/g2: 1.5h 2, 2.5h 0
@@ -119,6 +127,8 @@ for (const kind of TEST_DATABASE_KINDS) {
       [shard.B, 'GPU-g1', 6, 7],
       [shard.C, 'GPU-g1', 0, 30],
       [shard.D, 'GPU-g2', 1, 12],
+      [shard.R, 'GPU-g3', 1, 1],
+      [shard.R, 'GPU-g3', 2.5, 5],
     ] as const;
     const sampleRows = (rows: readonly (readonly [string, string, number, number])[]) =>
       rows.map(([shardId, gpuUuid, hours, gib]) => ({
@@ -136,6 +146,7 @@ for (const kind of TEST_DATABASE_KINDS) {
       const p = h.prisma;
       await p.team.create({ data: { id: teamA, name: 'acct-a' } });
       await p.team.create({ data: { id: teamB, name: 'acct-b' } });
+      await p.team.create({ data: { id: teamC, name: 'acct-c' } });
       await p.quotaPolicy.create({
         data: {
           teamId: teamA,
@@ -202,6 +213,7 @@ for (const kind of TEST_DATABASE_KINDS) {
           shardRow(shard.B, teamA, 'serve-b', 'RUNNING', 7.5, 8, 1),
           shardRow(shard.C, teamA, 'short-c', 'STOPPED', 1.5, 2, 1),
           shardRow(shard.D, teamB, 'other-d', 'RUNNING', 15.5, 16, 1),
+          shardRow(shard.R, teamC, 'resized-r', 'STOPPED', 5.5, 6, 1),
         ],
       });
       const held = (
@@ -226,6 +238,8 @@ for (const kind of TEST_DATABASE_KINDS) {
           held(shard.B, 'GPU-g1', 8, 2, null, 5),
           held(shard.C, 'GPU-g1', 2, 0, 0.5),
           held(shard.D, 'GPU-g2', 16, 0, null, 12),
+          held(shard.R, 'GPU-g3', 4, 1, 2),
+          held(shard.R, 'GPU-g3', 6, 2, 4),
         ],
       });
       // Out of order: newest first, one GPU's readings interleaved with another's.
@@ -368,6 +382,16 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.equal(report.usedGibHours, 23.25);
       assert.equal(report.reservedGibHours, 64);
       await h.prisma.usageSample.deleteMany({ where: { shardId: shard.A, at: at(1.25) } });
+    });
+
+    it('a shard resized while held counts each size for its own time', async () => {
+      // Reserved 4 GiB × 1h + 6 GiB × 2h = 16; used 1 GiB over 1h–2.5h + 5 GiB over 2.5h–4h = 9.
+      const report = ok(await usage({ teamId: teamC, from: iso(0), to: iso(5) })).usage;
+      assert.deepEqual(
+        [report.reservedGibHours, report.usedGibHours, report.peakUsed.bytes, report.shardCount],
+        [16, 9, String(5 * GiB), 1],
+      );
+      assert.equal(report.shards.edges[0]?.node.reservedGibHours, 16);
     });
 
     it('shards are a connection, by shard id', async () => {
