@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 
 import { parseSize } from '@gpushards/limits';
-import { hostIdSchema, hostInfoSchema } from '@gpushards/protocol';
+import { formatIssues, hostIdSchema, hostInfoSchema } from '@gpushards/protocol';
 import { z } from 'zod';
 
 import { parseSimulatedGpus, SimulatedGpuSpecError } from '../gpus/simulated-gpus.js';
@@ -114,9 +114,7 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
   const labels = parseLabels(vars.GPUSHARDS_HOST_LABELS);
   const labelCheck = hostInfoSchema.shape.labels.safeParse(labels);
   if (!labelCheck.success) {
-    problems.push(
-      `GPUSHARDS_HOST_LABELS: ${labelCheck.error.issues.map((issue) => issue.message).join('; ')}`,
-    );
+    problems.push(`GPUSHARDS_HOST_LABELS: ${formatIssues(labelCheck.error.issues)}`);
   }
   let contextOverheadBytes: number | undefined;
   if (vars.GPUSHARDS_CONTEXT_OVERHEAD !== undefined) {

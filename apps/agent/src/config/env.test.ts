@@ -1,0 +1,137 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+
+import { agentOptionsFromEnv, ConfigError } from './env.js';
+
+const GiB = 1024 ** 3;
+
+describe('agentOptionsFromEnv', () => {
+  it('needs only a host id, and fills in the defaults', () => {
+    const options = agentOptionsFromEnv({
+      GPUSHARDS_HOST_ID: 'gpu-box-07',
+      GPUSHARDS_HOST_NAME: 'box',
+    });
+    assert.deepEqual(options, {
+      hostId: 'gpu-box-07',
+      hostName: 'box',
+      labels: {},
+      link: { nats: { servers: ['nats://127.0.0.1:4222'] } },
+      gpus: { kind: 'nvml', nvmlLibrary: 'libnvidia-ml.so.1', cudaLibrary: 'libcuda.so.1' },
+      interposerPath: '/usr/lib/gpushards/libvgpu.so',
+      stateDir: '/var/lib/gpushards',
+      regionRoot: '/var/lib/gpushards/regions',
+      heartbeatSeconds: 10,
+      reconcileSeconds: 30,
+      stopGraceSeconds: 10,
+      logLevel: 'info',
+    });
+  });
+
+  it('reads every setting', () => {
+    const options = agentOptionsFromEnv({
+      GPUSHARDS_HOST_ID: 'box-1',
+      GPUSHARDS_HOST_LABELS: 'zone=dc1, example.com/tier=a100',
+      GPUSHARDS_NATS_URL: 'nats://10.0.0.1:4222,nats://10.0.0.2:4222',
+      GPUSHARDS_NATS_USER: 'agent-box-1',
+      GPUSHARDS_NATS_PASSWORD: 'secret',
+      GPUSHARDS_NATS_TIMEOUT_SECONDS: '2.5',
+      GPUSHARDS_SIMULATE_GPUS: '1xH100:80g',
+      GPUSHARDS_FAKE_LIBRARY_DIR: '/opt/fakes',
+      GPUSHARDS_CONTEXT_OVERHEAD: '512m',
+      GPUSHARDS_INTERPOSER_PATH: '/opt/gpushards/libvgpu.so',
+      GPUSHARDS_STATE_DIR: '/srv/gpushards',
+      GPUSHARDS_REGION_ROOT: '/dev/shm/regions',
+      GPUSHARDS_HEARTBEAT_SECONDS: '5',
+      GPUSHARDS_RECONCILE_SECONDS: '60',
+      GPUSHARDS_STOP_GRACE_SECONDS: '20',
+      GPUSHARDS_LOG_LEVEL: 'debug',
+    });
+    assert.deepEqual(options.labels, { zone: 'dc1', 'example.com/tier': 'a100' });
+    assert.deepEqual(options.link, {
+      nats: {
+        servers: ['nats://10.0.0.1:4222', 'nats://10.0.0.2:4222'],
+        auth: { kind: 'password', user: 'agent-box-1', password: 'secret' },
+        requestTimeoutMs: 2500,
+      },
+    });
+    assert.deepEqual(options.gpus, {
+      kind: 'simulated',
+      gpus: [{ model: 'H100', totalBytes: 80 * GiB }],
+      fakeLibraryDir: '/opt/fakes',
+    });
+    assert.equal(options.contextOverheadBytes, 512 * 1024 ** 2);
+    assert.equal(options.regionRoot, '/dev/shm/regions');
+    assert.deepEqual(
+      [
+        options.heartbeatSeconds,
+        options.reconcileSeconds,
+        options.stopGraceSeconds,
+        options.logLevel,
+      ],
+      [5, 60, 20, 'debug'],
+    );
+    assert.deepEqual(
+      agentOptionsFromEnv({
+        GPUSHARDS_HOST_ID: 'b',
+        GPUSHARDS_NATS_NKEY_SEED_FILE: '/etc/gpushards/agent.nk',
+      }).link,
+      {
+        nats: {
+          servers: ['nats://127.0.0.1:4222'],
+          auth: { kind: 'nkey', seedFile: '/etc/gpushards/agent.nk' },
+        },
+      },
+    );
+  });
+
+  it('names every bad variable at once, never echoing a password', () => {
+    assert.throws(
+      () =>
+        agentOptionsFromEnv({
+          GPUSHARDS_HOST_ID: 'bad.host',
+          GPUSHARDS_NATS_URL: 'http://x',
+          GPUSHARDS_HEARTBEAT_SECONDS: '0',
+          GPUSHARDS_LOG_LEVEL: 'loud',
+        }),
+      (error: unknown) => {
+        assert.ok(error instanceof ConfigError);
+        for (const name of [
+          'GPUSHARDS_HOST_ID',
+          'GPUSHARDS_NATS_URL',
+          'GPUSHARDS_HEARTBEAT_SECONDS',
+          'GPUSHARDS_LOG_LEVEL',
+        ]) {
+          assert.match(error.message, new RegExp(name));
+        }
+        return true;
+      },
+    );
+    assert.throws(() => agentOptionsFromEnv({}), /GPUSHARDS_HOST_ID is required/);
+    const mixed = () =>
+      agentOptionsFromEnv({
+        GPUSHARDS_HOST_ID: 'b',
+        GPUSHARDS_NATS_PASSWORD: 'hunter2',
+        GPUSHARDS_SIMULATE_GPUS: '2x24gb',
+        GPUSHARDS_CONTEXT_OVERHEAD: 'lots',
+        GPUSHARDS_HOST_LABELS: '-bad=1',
+      });
+    assert.throws(mixed, /GPUSHARDS_NATS_USER and GPUSHARDS_NATS_PASSWORD go together/);
+    assert.throws(mixed, /GPUSHARDS_SIMULATE_GPUS: .*ambiguous/);
+    assert.throws(mixed, /GPUSHARDS_CONTEXT_OVERHEAD: /);
+    assert.throws(mixed, /GPUSHARDS_HOST_LABELS: -bad: label keys must/);
+    assert.throws(mixed, (error: Error) => !error.message.includes('hunter2'));
+    assert.throws(
+      () => agentOptionsFromEnv({ GPUSHARDS_HOST_ID: 'b', GPUSHARDS_FAKE_LIBRARY_DIR: '/x' }),
+      /only used with GPUSHARDS_SIMULATE_GPUS/,
+    );
+    assert.throws(
+      () =>
+        agentOptionsFromEnv({
+          GPUSHARDS_HOST_ID: 'b',
+          GPUSHARDS_NATS_CREDS: '/a.creds',
+          GPUSHARDS_NATS_NKEY_SEED_FILE: '/a.nk',
+        }),
+      /set one way to authenticate/,
+    );
+  });
+});

@@ -1,0 +1,64 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+
+import { buildCreateOptions, pullReference, type ContainerPlan } from './container-spec.js';
+
+const plan: ContainerPlan = {
+  hostId: 'box-1',
+  shardId: 'shard-1',
+  teamId: 'team-a',
+  image: 'nvcr.io/nvidia/pytorch:24.05-py3',
+  command: ['python', 'train.py'],
+  env: { HF_HOME: '/cache', CUDA_DEVICE_ORDER: 'FASTEST_FIRST' },
+  gpus: [
+    { uuid: 'GPU-b', limitBytes: 2048, hostIndex: 3 },
+    { uuid: 'GPU-a', limitBytes: 1024, hostIndex: 1 },
+  ],
+  interposerPath: '/usr/lib/gpushards/libvgpu.so',
+  preloadFile: '/var/lib/gpushards/ld.so.preload',
+  regionDir: '/var/lib/gpushards/regions/shard-1',
+  contextBytes: 500,
+  simulated: false,
+};
+
+describe('buildCreateOptions', () => {
+  it('asks the NVIDIA runtime for exactly the shard GPUs, capped in CUDA ordinal order', () => {
+    const options = buildCreateOptions(plan);
+    assert.equal(options.name, 'gpushards-box-1-shard-1');
+    assert.deepEqual(options.Cmd, ['python', 'train.py']);
+    assert.deepEqual(options.Env, [
+      'CUDA_DEVICE_ORDER=FASTEST_FIRST',
+      'HF_HOME=/cache',
+      'NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b',
+      'GPUSHARDS_REGION_PATH=/run/gpushards/region',
+      'GPUSHARDS_CONTEXT_BYTES=500',
+      'CUDA_DEVICE_MEMORY_LIMIT_0=1024',
+      'CUDA_DEVICE_MEMORY_LIMIT_1=2048',
+    ]);
+    assert.deepEqual(options.HostConfig?.DeviceRequests, [
+      { Driver: '', Count: 0, DeviceIDs: ['GPU-a', 'GPU-b'], Capabilities: [['gpu']] },
+    ]);
+    assert.deepEqual(options.HostConfig?.Binds, [
+      '/usr/lib/gpushards/libvgpu.so:/usr/lib/gpushards/libvgpu.so:ro',
+      '/var/lib/gpushards/ld.so.preload:/etc/ld.so.preload:ro',
+      '/var/lib/gpushards/regions/shard-1:/run/gpushards:rw',
+    ]);
+    assert.equal(options.HostConfig?.Privileged, false);
+    assert.deepEqual(options.HostConfig?.SecurityOpt, ['no-new-privileges']);
+    assert.equal(options.Labels?.['io.gpushards.gpus'], 'GPU-a,GPU-b');
+  });
+
+  it('keeps the image command when the spec gives none', () => {
+    const { command: _command, ...withoutCommand } = plan;
+    assert.equal('Cmd' in buildCreateOptions(withoutCommand), false);
+  });
+});
+
+describe('pullReference', () => {
+  it('names latest when no tag or digest is given, as docker does', () => {
+    assert.equal(pullReference('busybox'), 'busybox:latest');
+    assert.equal(pullReference('localhost:5000/team/app'), 'localhost:5000/team/app:latest');
+    assert.equal(pullReference('localhost:5000/team/app:v1'), 'localhost:5000/team/app:v1');
+    assert.equal(pullReference(`app@sha256:${'a'.repeat(64)}`), `app@sha256:${'a'.repeat(64)}`);
+  });
+});

@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import { createAgent } from '../create-agent.js';
+import type { AgentLink } from '../link/agent-link.js';
+import { fakeLibraries, nativeArtifacts } from '../testing/native.js';
+import { CudaDriver } from './cuda.js';
+import { ListedGpuBackend, NvmlBackend } from './gpu-backends.js';
+import { Nvml, NvmlError, NvmlUnavailableError } from './nvml.js';
+
+const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
+const work = mkdtempSync(join(tmpdir(), 'gpushards-nvml-'));
+
+/** A link that must never be reached: these agents fail before they connect. */
+const unreachableLink: AgentLink = {
+  connect: () => Promise.reject(new Error('not reached')),
+  register: () => Promise.reject(new Error('not reached')),
+  heartbeat: () => Promise.reject(new Error('not reached')),
+  publishState: () => Promise.reject(new Error('not reached')),
+  reconcile: () => Promise.reject(new Error('not reached')),
+  onCommand: () => Promise.reject(new Error('not reached')),
+  onRestored: () => undefined,
+  close: () => Promise.resolve(),
+};
+
+describe('GPUs through NVML and libcuda (koffi), on native/fakes', () => {
+  let nvml: Nvml;
+
+  before(() => {
+    // The fakes read their configuration once, when this process first loads them.
+    process.env.GPUSHARDS_FAKE_GPUS = 'NVIDIA H100 80GB HBM3:80g,NVIDIA L4:24g';
+    process.env.GPUSHARDS_FAKE_STATE = join(work, 'fake-state');
+    nvml = Nvml.open(fakeLibraries().nvml);
+  });
+
+  after(() => {
+    nvml?.close();
+    rmSync(work, { recursive: true, force: true });
+  });
+
+  it('reads the count, names, UUIDs, memory, versions and utilization', () => {
+    assert.equal(nvml.deviceCount(), 2);
+    assert.deepEqual(nvml.device(0), {
+      index: 0,
+      uuid: 'GPU-fa4e5000-0000-4000-8000-000000000000',
+      name: 'NVIDIA H100 80GB HBM3',
+      totalBytes: 80 * GiB,
+    });
+    assert.equal(nvml.device(1).name, 'NVIDIA L4');
+    assert.deepEqual(nvml.memory(1), { totalBytes: 24 * GiB, usedBytes: 0, freeBytes: 24 * GiB });
+    assert.equal(nvml.driverVersion(), '580.159.04');
+    assert.equal(nvml.cudaVersion(), '13.0');
+    assert.equal(nvml.utilizationPercent(0), 0);
+  });
+
+  it("turns a failing call into an error carrying nvmlErrorString's text", () => {
+    assert.throws(
+      () => nvml.device(7),
+      (error: unknown) =>
+        error instanceof NvmlError &&
+        error.call === 'nvmlDeviceGetHandleByIndex_v2' &&
+        /failed: Invalid Argument \(NVML error 2\)/.test(error.message),
+    );
+  });
+
+  it("measures a CUDA context as NVML's used-memory delta, and gives the memory back", () => {
+    const backend = new NvmlBackend(nvml, fakeLibraries().cuda);
+    assert.equal(backend.measureContextBytes(), 300 * MiB); // the fake's GPUSHARDS_FAKE_CONTEXT_BYTES default
+    assert.deepEqual(
+      backend.sample().map((gpu) => gpu.usedBytes),
+      [0, 0],
+    );
+    assert.deepEqual([...CudaDriver.open(fakeLibraries().cuda).deviceUuids().values()], [0, 1]);
+  });
+
+  it('says clearly when there is no NVIDIA library, and how to go on', async () => {
+    const missing = join(work, 'no-driver', 'libnvidia-ml.so.1');
+    assert.throws(
+      () => Nvml.open(missing),
+      (error: unknown) =>
+        error instanceof NvmlUnavailableError &&
+        error.message.includes(`cannot load the NVIDIA management library ${missing}`) &&
+        error.message.includes('GPUSHARDS_SIMULATE_GPUS'),
+    );
+    await assert.rejects(
+      createAgent({
+        hostId: 'no-gpu-host',
+        link: { custom: unreachableLink },
+        gpus: { kind: 'nvml', nvmlLibrary: missing },
+        interposerPath: nativeArtifacts().interposer,
+        stateDir: join(work, 'state'),
+        logLevel: 'silent',
+      }),
+      /cannot load the NVIDIA management library .*GPUSHARDS_SIMULATE_GPUS/s,
+    );
+  });
+
+  it('simulated GPUs without fake libraries exist only in the agent', () => {
+    const listed = new ListedGpuBackend('box-1', [{ model: 'Sim', totalBytes: 8 * GiB }]);
+    assert.equal(listed.gpus.length, 1);
+    assert.match(
+      listed.gpus[0]!.uuid,
+      /^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
+    );
+    assert.notEqual(
+      listed.gpus[0]!.uuid,
+      new ListedGpuBackend('box-2', [{ model: 'Sim', totalBytes: 1 }]).gpus[0]!.uuid,
+    );
+    assert.equal(listed.measureContextBytes(), 0);
+  });
+});
