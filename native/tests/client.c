@@ -104,18 +104,21 @@ static int start(void)
 }
 
 /* ---- each allocation path counted and released -------------------------- */
+/* Checked through this process's slot, so that it also holds when other
+ * processes allocate at the same time (the region-creation race test). */
 static int s_alloc(void)
 {
     if (start()) return 1;
-    uint64_t base = used(0);
+    int me = getpid();
+    uint64_t base = slot_used(me, 0);
     CUdeviceptr p;
     OK(A.cuMemAlloc(&p, 64 * MiB));
-    CHECK(used(0) == base + 64 * MiB, "used %llu", (unsigned long long)used(0));
-    CHECK(slot_used(getpid(), 0) == base + 64 * MiB, "slot %llu", (unsigned long long)slot_used(getpid(), 0));
+    CHECK(slot_used(me, 0) == base + 64 * MiB, "slot %llu", (unsigned long long)slot_used(me, 0));
+    CHECK(used(0) >= base + 64 * MiB, "device %llu", (unsigned long long)used(0));
     OK(A.cuMemFree(p));
-    CHECK(used(0) == base, "used %llu after free", (unsigned long long)used(0));
+    CHECK(slot_used(me, 0) == base, "slot %llu after free", (unsigned long long)slot_used(me, 0));
     CHECK(A.cuMemFree(p) != CUDA_SUCCESS, "double free accepted");
-    CHECK(used(0) == base, "double free changed usage");
+    CHECK(slot_used(me, 0) == base, "double free changed usage");
     return 0;
 }
 
@@ -480,6 +483,91 @@ static int s_churn(void)
     return 0;
 }
 
+/* A full allocation table (GPUSHARDS_TRACK_CAPACITY=64): pointer
+ * allocations go on, sized by the driver when freed; handles that cannot be
+ * sized later are refused. */
+static int s_full(void)
+{
+    if (start()) return 1;
+    CUdeviceptr p[100];
+    for (int i = 0; i < 100; i++) OK(A.cuMemAlloc(&p[i], MiB));
+    CHECK(used(0) == 100 * MiB, "used %llu", (unsigned long long)used(0));
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUmemGenericAllocationHandle h;
+    CHECK(A.cuMemCreate(&h, 2 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY, "VMM with a full table");
+    CHECK(used(0) == 100 * MiB, "refusal left usage at %llu", (unsigned long long)used(0));
+    for (int i = 0; i < 100; i++) OK(A.cuMemFree(p[i]));
+    CHECK(used(0) == 0, "after frees %llu", (unsigned long long)used(0));
+    return 0;
+}
+
+/* Stream-ordered allocations from 8 threads (GPUSHARDS_FAKE_POOL_CHUNK=2m,
+ * a small limit): usage may pass the cap by the pools' growth steps only,
+ * and ends where the pool ends. */
+static uint64_t async_peak;
+
+static void *async_thread(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    CUdeviceptr live[16] = {0};
+    if (A.cuCtxSetCurrent(ctx0) != CUDA_SUCCESS) __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < 2000; i++) {
+        int k = rand_r(&seed) % 16;
+        if (live[k]) {
+            if (A.cuMemFreeAsync(live[k], NULL) != CUDA_SUCCESS) __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
+            live[k] = 0;
+        } else {
+            size_t sz = (size_t)(rand_r(&seed) % (8 * MiB)) + 1;
+            CUresult r = A.cuMemAllocAsync(&live[k], sz, NULL);
+            if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+                live[k] = 0;
+                __atomic_add_fetch(&refusals, 1, __ATOMIC_RELAXED);
+            } else if (r != CUDA_SUCCESS) {
+                __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
+            }
+        }
+        if (i % 97 == 0 && A.cuStreamSynchronize(NULL) != CUDA_SUCCESS)
+            __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
+        uint64_t u = used(0), seen = __atomic_load_n(&async_peak, __ATOMIC_RELAXED);
+        while (u > seen && !__atomic_compare_exchange_n(&async_peak, &seen, u, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    }
+    for (int k = 0; k < 16; k++)
+        if (live[k] && A.cuMemFreeAsync(live[k], NULL) != CUDA_SUCCESS)
+            __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static int s_threads_async(void)
+{
+    if (start()) return 1;
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, async_thread, (void *)(uintptr_t)(i * 104729 + 1));
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    CHECK(violations == 0, "%d failed calls", violations);
+    CHECK(async_peak <= limit_of(0) + 16 * MiB, "peak %llu: more than the cap plus 8 growth steps",
+          (unsigned long long)async_peak);
+    CHECK(refusals > 0, "the cap was never reached");
+    OK(A.cuStreamSynchronize(NULL));
+    CHECK(info_touch() == 0, "cuMemGetInfo");
+    CHECK(used(0) == 0, "after the pool trimmed: %llu", (unsigned long long)used(0));
+    printf("refusals %d, peak %llu MiB\n", refusals, (unsigned long long)(async_peak >> 20));
+    return 0;
+}
+
+/* NVML before any CUDA call (nvidia-smi in a fresh container). */
+static int s_nvml_only(void)
+{
+    CHECK(A.nvmlInit_v2() == NVML_SUCCESS, "nvmlInit");
+    nvmlDevice_t d;
+    CHECK(A.nvmlDeviceGetHandleByIndex_v2(0, &d) == NVML_SUCCESS, "handle");
+    nvmlMemory_t m;
+    CHECK(A.nvmlDeviceGetMemoryInfo(d, &m) == NVML_SUCCESS, "memory");
+    CHECK(m.total == GiB && m.used == 0 && m.free == GiB, "total %llu used %llu free %llu", m.total, m.used, m.free);
+    return 0;
+}
+
 /* Hold memory until killed. */
 static int s_hold(const char *bytes)
 {
@@ -755,6 +843,9 @@ int main(int argc, char **argv)
     if (!strcmp(s, "nvml")) return s_nvml();
     if (!strcmp(s, "threads")) return s_threads();
     if (!strcmp(s, "churn")) return s_churn();
+    if (!strcmp(s, "full")) return s_full();
+    if (!strcmp(s, "threads-async")) return s_threads_async();
+    if (!strcmp(s, "nvml-only")) return s_nvml_only();
     if (!strcmp(s, "hold") && argc > 3) return s_hold(argv[3]);
     if (!strcmp(s, "lock")) return s_lock();
     if (!strcmp(s, "refused")) return s_refused();

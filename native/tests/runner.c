@@ -510,7 +510,7 @@ static int t_race(const void *arg)
     for (int i = 0; i < 8; i++) {
         int st = await(&p[i], 30000);
         slurp(p[i].err, err_text, sizeof err_text);
-        H_CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "process %d: %s", i, err_text);
+        H_CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "process %d status %d: %s", i, st, err_text);
     }
     struct gpushards_region *r = region_map();
     H_CHECK(r != NULL, "region");
@@ -609,12 +609,18 @@ int main(int argc, char **argv)
         {"link", "fork", {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL}},
         {"link", "live-limit", {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL}},
         {"link", "info-clamp", {"CUDA_DEVICE_MEMORY_LIMIT=8g", "GPUSHARDS_FAKE_GPUS=Small GPU:2g", NULL}},
+        {"link", "full", {"GPUSHARDS_TRACK_CAPACITY=64", NULL}},
+        {"gpa", "threads-async", {"CUDA_DEVICE_MEMORY_LIMIT=128m", NULL}},
+        {"dlsym", "nvml-only", {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL}},
     };
     ADD("cuGetProcAddress: every version and per-thread-stream variant maps to a hook", t_path, &misc[0]);
     ADD("dlsym(RTLD_NEXT) still means after the caller", t_path, &misc[1]);
     ADD("fork: the child is accounted as its own process", t_path, &misc[2]);
     ADD("live limit change through the region", t_path, &misc[3]);
     ADD("a cap larger than the card reports the card", t_path, &misc[4]);
+    ADD("a full allocation table: pointers sized by the driver, handles refused", t_path, &misc[5]);
+    ADD("8 threads of stream-ordered alloc/free: bounded by the cap, back to zero", t_path, &misc[6]);
+    ADD("NVML before any CUDA call reports the shard", t_path, &misc[7]);
     ADD("8 threads x 10000 random alloc/free never pass the cap", t_threads, NULL);
     ADD("4 processes on one region never pass the cap together", t_multiprocess, NULL);
     ADD("a SIGKILLed holder's memory is reclaimed", t_sigkill_reclaim, NULL);

@@ -6,61 +6,75 @@
  * trims it (at a synchronisation, down to the release threshold, or on
  * cuMemPoolTrimTo), and the pool grows in steps (32 MiB on an H100 with
  * driver 580).  A container whose pool caches 6 GiB really holds 6 GiB, so
- * the charge follows the pool's CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+ * the charge follows the pool's CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT.  Per
+ * pool:
  *
- *   c1 (live)   bytes of this pool's allocations that are not freed,
- *   c2 (cached) bytes charged beyond the live ones: freed-but-cached memory
- *               and growth-step slack.
+ *   live    bytes of the pool's allocations not yet freed,
+ *   cached  bytes charged beyond the live ones: freed-but-cached blocks and
+ *           the rest of a growth step; an allocation reuses these first,
+ *   taken   cached bytes handed to allocations still inside the driver,
+ *   growth  bytes charged for allocations still inside the driver that the
+ *           pool may have to grow by.
  *
- * An allocation first reuses cached bytes, then reserves only the rest in
- * the budget; a free moves bytes from live to cached; reconcile() brings
- * live + cached back to the pool's reserved size whenever we look (each
- * async allocation and free, cuMemGetInfo, cuMemPoolTrimTo, and when a
- * charge would fail).  Growth beyond what was reserved (the rest of a growth
- * step) is charged unconditionally because the driver already took it: usage
- * can pass the cap by less than one growth step, after which allocations are
- * refused until it falls.
+ * The driver's reserved size R must lie between live + cached + taken (what
+ * is certainly reserved now) and that plus growth (once the allocations in
+ * flight have grown the pool).  reconcile() restores that whenever we look
+ * (each async allocation and free, cuMemGetInfo, cuMemPoolTrimTo, and when a
+ * charge would fail): below it the driver trimmed, and the cached charge is
+ * given back; above it the pool grew by more than was reserved (the rest of
+ * a growth step), and that is charged unconditionally because the driver has
+ * already taken it.  Usage can therefore pass the cap by less than one growth
+ * step, after which allocations are refused until it falls.
  *
- * reconcile() reads cached, then live, then the reserved size, and commits
- * with a single compare-and-swap on cached.  Live only grows after the
- * driver has grown the pool, so a reserved size read after the counters
- * covers everything they count; a racing allocation or free changes cached
- * and makes the compare-and-swap give up.  A stale view can over-count for
- * a moment, never under-count.
- */
+ * These four counts and the decision must be seen together, so each pool has
+ * a small spin lock, held for a few additions and at most one attribute
+ * query, never across an allocation or a budget charge.  Pointer allocations
+ * (cuMemAlloc and the rest) take no lock at all. */
+#include <sched.h>
+
 #include "vgpu.h"
 
+#define GS_POOL_DESTROYED 1u
 #define GS_POOL_REFUSE 2u /* a device pool we could not map to a region entry */
 
-static int reserved(CUmemoryPool pool, uint64_t *out)
+static void lock(struct gs_entry *p)
 {
-    cuuint64_t v = 0;
-    if (gs_real_cuMemPoolGetAttribute == NULL ||
-        gs_real_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
-        return -1;
-    *out = v;
-    return 0;
+    while (__atomic_exchange_n(&p->lock, 1, __ATOMIC_ACQUIRE) != 0)
+        while (__atomic_load_n(&p->lock, __ATOMIC_RELAXED) != 0) sched_yield();
+}
+
+static void unlock(struct gs_entry *p)
+{
+    __atomic_store_n(&p->lock, 0, __ATOMIC_RELEASE);
+}
+
+static CUmemoryPool handle(const struct gs_entry *p)
+{
+    return (CUmemoryPool)(uintptr_t)__atomic_load_n(&p->key, __ATOMIC_RELAXED);
+}
+
+/* Under the pool's lock. */
+static void reconcile_locked(struct gs_entry *p)
+{
+    if (p->dev == GS_DEV_NONE || p->flags != 0 || gs_real_cuMemPoolGetAttribute == NULL) return;
+    cuuint64_t r = 0;
+    if (gs_real_cuMemPoolGetAttribute(handle(p), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) != CUDA_SUCCESS) return;
+    uint64_t low = p->c1 + p->c2 + p->size, high = low + p->owner;
+    if (r < low) {
+        uint64_t drop = low - r < p->c2 ? low - r : p->c2;
+        p->c2 -= drop;
+        gs_uncharge((int)p->dev, drop);
+    } else if (r > high) {
+        p->c2 += r - high;
+        gs_charge_force((int)p->dev, r - high);
+    }
 }
 
 static void reconcile(struct gs_entry *p)
 {
-    if (p->dev == GS_DEV_NONE || __atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) != 0) return;
-    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)__atomic_load_n(&p->key, __ATOMIC_RELAXED);
-    uint64_t cached = __atomic_load_n(&p->c2, __ATOMIC_ACQUIRE);
-    uint64_t live = __atomic_load_n(&p->c1, __ATOMIC_ACQUIRE);
-    uint64_t res;
-    if (reserved(pool, &res) != 0) return;
-    uint64_t held = cached + live;
-    if (held > res) {
-        uint64_t drop = held - res < cached ? held - res : cached;
-        if (drop != 0 && __atomic_compare_exchange_n(&p->c2, &cached, cached - drop, 0, __ATOMIC_ACQ_REL,
-                                                     __ATOMIC_RELAXED))
-            gs_uncharge((int)p->dev, drop);
-    } else if (res > held) {
-        uint64_t grow = res - held;
-        if (__atomic_compare_exchange_n(&p->c2, &cached, cached + grow, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-            gs_charge_force((int)p->dev, grow);
-    }
+    lock(p);
+    reconcile_locked(p);
+    unlock(p);
 }
 
 static void reconcile_if(struct gs_entry *p, void *dev)
@@ -134,14 +148,14 @@ static int stream_device(CUstream s, CUdevice *dev)
     return r == CUDA_SUCCESS ? 0 : -1;
 }
 
-static uint64_t take_cached(struct gs_entry *p, uint64_t bytes)
+/* Undo the in-flight bookkeeping of an allocation that did not happen. */
+static void unreserve(struct gs_entry *p, uint64_t take, uint64_t need)
 {
-    uint64_t cur = __atomic_load_n(&p->c2, __ATOMIC_ACQUIRE), take;
-    do {
-        take = cur < bytes ? cur : bytes;
-    } while (take != 0 &&
-             !__atomic_compare_exchange_n(&p->c2, &cur, cur - take, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
-    return take;
+    lock(p);
+    p->c2 += take;
+    p->size -= take;
+    p->owner -= need;
+    unlock(p);
 }
 
 CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream, int from_pool,
@@ -169,54 +183,67 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
     if (p->dev == GS_DEV_NONE) return CALL_REAL(); /* a host-memory pool */
     int idx = (int)p->dev;
 
-    reconcile(p);
-    uint64_t take = take_cached(p, bytes);
-    uint64_t need = bytes - take;
+    /* Reuse what the pool has cached, reserve the rest; both in flight
+     * until the driver answers. */
+    lock(p);
+    reconcile_locked(p);
+    uint64_t take = p->c2 < bytes ? p->c2 : bytes, need = bytes - take;
+    p->c2 -= take;
+    p->size += take;
+    p->owner += need;
+    unlock(p);
     if (need != 0 && gs_charge(idx, need) != 0) {
-        __atomic_add_fetch(&p->c2, take, __ATOMIC_ACQ_REL);
+        unreserve(p, take, need);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     CUresult r = CALL_REAL();
 #undef CALL_REAL
     if (r != CUDA_SUCCESS) {
-        __atomic_add_fetch(&p->c2, take, __ATOMIC_ACQ_REL);
+        unreserve(p, take, need);
         gs_uncharge(idx, need);
         return r;
     }
     struct gs_entry a = {.key = *dptr, .kind = GS_T_ASYNC, .dev = (uint32_t)idx, .size = bytes,
                          .owner = (uint64_t)(uintptr_t)pool};
-    if (gs_track_insert(&gs_allocs, &a) != 0) {
+    int tracked = gs_track_insert(&gs_allocs, &a) == 0;
+    lock(p);
+    p->size -= take;
+    p->owner -= need;
+    /* Untracked, the block is freed at once below and stays in the cache. */
+    if (tracked) p->c1 += bytes;
+    else p->c2 += bytes;
+    reconcile_locked(p);
+    unlock(p);
+    if (!tracked) {
         /* No fallback here: an untracked pool allocation would be counted
-         * twice, once by size and once in the pool's reserved memory. */
+         * twice, by its size and in the pool's reserved memory. */
         GS_ERROR("allocation table full (raise GPUSHARDS_TRACK_CAPACITY); refusing the allocation");
         CUresult f = gs_real_free_async(*dptr, stream);
         if (f != CUDA_SUCCESS) GS_ERROR("cannot free a refused allocation (error %d)", (int)f);
-        /* The block is back in the pool's cache, charged as such. */
-        __atomic_add_fetch(&p->c2, bytes, __ATOMIC_ACQ_REL);
-        reconcile(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    __atomic_add_fetch(&p->c1, bytes, __ATOMIC_ACQ_REL);
-    reconcile(p);
     return r;
 }
 
 void gs_pool_release(const struct gs_entry *freed)
 {
     struct gs_entry *p = gs_track_find(&gs_pools, freed->owner, GS_T_POOL);
-    if (p == NULL || (__atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) & GS_POOL_DESTROYED)) {
+    if (p == NULL) {
+        gs_uncharge((int)freed->dev, freed->size);
+        return;
+    }
+    lock(p);
+    if (p->flags & GS_POOL_DESTROYED) {
+        unlock(p);
         gs_uncharge((int)freed->dev, freed->size);
         return;
     }
     /* Free, but still held by the pool until the driver trims it. */
-    uint64_t cur = __atomic_load_n(&p->c1, __ATOMIC_ACQUIRE);
-    uint64_t sub;
-    do {
-        sub = cur < freed->size ? cur : freed->size;
-    } while (!__atomic_compare_exchange_n(&p->c1, &cur, cur - sub, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
-    __atomic_add_fetch(&p->c2, sub, __ATOMIC_ACQ_REL);
-    if (sub < freed->size) gs_uncharge((int)freed->dev, freed->size - sub);
-    reconcile(p);
+    uint64_t sub = p->c1 < freed->size ? p->c1 : freed->size;
+    p->c1 -= sub;
+    p->c2 += sub;
+    reconcile_locked(p);
+    unlock(p);
 }
 
 void gs_pool_destroyed(CUmemoryPool pool)
@@ -225,8 +252,11 @@ void gs_pool_destroyed(CUmemoryPool pool)
     if (p == NULL) return;
     /* Its cached memory goes back to the card now; allocations still live
      * keep the pool alive in the driver and are given back as they are freed. */
-    __atomic_or_fetch(&p->flags, GS_POOL_DESTROYED, __ATOMIC_ACQ_REL);
-    uint64_t cached = __atomic_exchange_n(&p->c2, 0, __ATOMIC_ACQ_REL);
+    lock(p);
+    p->flags |= GS_POOL_DESTROYED;
+    uint64_t cached = p->c2;
+    p->c2 = 0;
+    unlock(p);
     if (p->dev != GS_DEV_NONE) gs_uncharge((int)p->dev, cached);
 }
 

@@ -91,20 +91,20 @@ enum gs_kind {
     GS_T_ARRAY = 1 << 4,  /* cuArrayCreate / cuArray3DCreate */
     GS_T_MIPMAP = 1 << 5, /* cuMipmappedArrayCreate */
     GS_T_CTX = 1 << 6,    /* cuCtxCreate: size = context charge */
-    GS_T_POOL = 1 << 7    /* memory pool: c1 = live bytes, c2 = cached bytes */
+    GS_T_POOL = 1 << 7    /* memory pool, see pools.c */
 };
 #define GS_DEV_NONE 0xffffffffu /* host memory: tracked, never charged */
 struct gs_entry {
     uint64_t key;   /* atomic: empty, tombstone, busy, or the handle */
     uint32_t kind;  /* one gs_kind */
     uint32_t dev;   /* region device index or GS_DEV_NONE */
-    uint64_t size;  /* bytes charged */
-    uint64_t owner; /* context (MEM, ARRAY, MIPMAP), pool (ASYNC) or handle (MAP) */
-    uint64_t c1;    /* atomic counters, see gs_kind */
-    uint64_t c2;
-    uint64_t flags; /* atomic; GS_POOL_DESTROYED */
+    uint64_t size;  /* bytes charged; POOL: bytes taken from the cache by allocations in flight */
+    uint64_t owner; /* context (MEM, ARRAY, MIPMAP), pool (ASYNC) or handle (MAP); POOL: growth in flight */
+    uint64_t c1;    /* VMM: references + (mappings << 32); POOL: live bytes */
+    uint64_t c2;    /* POOL: cached bytes */
+    uint64_t flags; /* POOL: GS_POOL_* */
+    uint64_t lock;  /* POOL: spin lock over the fields above */
 };
-#define GS_POOL_DESTROYED 1u
 struct gs_table {
     struct gs_entry *e; /* mmap'd; capacity is a power of two */
     uint32_t mask;
