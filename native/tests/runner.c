@@ -471,6 +471,27 @@ static int t_region_limit_wins(const void *arg)
     return 0;
 }
 
+static int t_tool(const void *arg)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s set %s GPU-fa4e5000-0000-4000-8000-000000000002 limit=512k context=0", REGION_TOOL,
+             region);
+    H_CHECK(system(cmd) == 0, "gpushards-region set failed");
+    /* Ordinal 0 is GPU 2 here; the environment's 8g must not win. */
+    const char *env[] = {"CUDA_VISIBLE_DEVICES=2", "CUDA_DEVICE_MEMORY_LIMIT=8g", NULL};
+    if (run(env, "link", "refused", NULL, NULL)) return 1;
+    H_CHECK(region_limit(2) == 512 * 1024, "limit %llu", (unsigned long long)region_limit(2));
+    snprintf(cmd, sizeof cmd, "%s show %s", REGION_TOOL, region);
+    FILE *f = popen(cmd, "r");
+    char buf[8192];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = '\0';
+    H_CHECK(f != NULL && pclose(f) == 0, "gpushards-region show failed");
+    H_CHECK(strstr(buf, "\"uuid\": \"GPU-fa4e5000-0000-4000-8000-000000000002\", \"limitBytes\": 524288") != NULL,
+            "show: %s", buf);
+    return 0;
+}
+
 static int t_context_from_region(const void *arg)
 {
     const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
@@ -663,6 +684,7 @@ int main(int argc, char **argv)
     ADD("CUDA_DEVICE_MEMORY_LIMIT_<i> overrides the global limit for ordinal i", t_per_device_env, NULL);
     ADD("a limit the agent wrote into the region wins over the environment", t_region_limit_wins, NULL);
     ADD("context size read from the region", t_context_from_region, NULL);
+    ADD("gpushards-region prepares a limit by UUID that wins over env and ordinals", t_tool, NULL);
     static const struct visible_case vis[] = {
         {"2,0", "0", "2", "2"},
         {"2,0", "1", "0", "2"},

@@ -1,39 +1,12 @@
 /* devices.c — CUDA ordinals as this process sees them (after
  * CUDA_VISIBLE_DEVICES reordered or subset them) to the region's entries,
  * which are keyed by the physical GPU's UUID. */
-#include <stdio.h>
-#include <string.h>
 
 #include "vgpu.h"
 
 /* 0 = not mapped yet, otherwise region index + 1.  Written once per ordinal
  * (racing mappers write the same value), read on every allocation. */
 static int dev_map[GS_MAX_ORDINALS];
-
-void gs_uuid_format(const uint8_t u[16], char out[41])
-{
-    snprintf(out, 41, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
-             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-}
-
-int gs_uuid_parse(const char *text, uint8_t u[16])
-{
-    if (strncmp(text, "GPU-", 4) == 0) text += 4;
-    int n = 0;
-    for (const char *p = text; *p; p++) {
-        if (*p == '-') continue;
-        int v;
-        if (*p >= '0' && *p <= '9') v = *p - '0';
-        else if (*p >= 'a' && *p <= 'f') v = *p - 'a' + 10;
-        else if (*p >= 'A' && *p <= 'F') v = *p - 'A' + 10;
-        else return -1;
-        if (n >= 32) return -1;
-        if (n % 2 == 0) u[n / 2] = (uint8_t)(v << 4);
-        else u[n / 2] |= (uint8_t)v;
-        n++;
-    }
-    return n == 32 ? 0 : -1;
-}
 
 static int map_one(CUdevice dev)
 {

@@ -208,6 +208,32 @@ void gs_region_unlock(void)
     if (e != 0) gs_log(GS_LOG_ERROR, "cannot release the region lock: %s", strerror(e));
 }
 
+/* UUIDs as NVML and CUDA_VISIBLE_DEVICES write them. */
+void gs_uuid_format(const uint8_t u[16], char out[41])
+{
+    snprintf(out, 41, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+int gs_uuid_parse(const char *text, uint8_t u[16])
+{
+    if (strncmp(text, "GPU-", 4) == 0) text += 4;
+    int n = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p == '-') continue;
+        int v;
+        if (*p >= '0' && *p <= '9') v = *p - '0';
+        else if (*p >= 'a' && *p <= 'f') v = *p - 'a' + 10;
+        else if (*p >= 'A' && *p <= 'F') v = *p - 'A' + 10;
+        else return -1;
+        if (n >= 32) return -1;
+        if (n % 2 == 0) u[n / 2] = (uint8_t)(v << 4);
+        else u[n / 2] |= (uint8_t)v;
+        n++;
+    }
+    return n == 32 ? 0 : -1;
+}
+
 int gs_region_find_device(const uint8_t uuid[16])
 {
     uint32_t n = __atomic_load_n(&gs_region->header.device_count, __ATOMIC_ACQUIRE);
@@ -250,6 +276,11 @@ int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int ha
     uint64_t unset = 0;
     if (have_limit && limit != 0)
         __atomic_compare_exchange_n(&d->limit_bytes, &unset, limit, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    /* Likewise GPUSHARDS_CONTEXT_BYTES, so the agent sees what is charged. */
+    unset = 0;
+    if (gs_cfg.context_bytes != 0)
+        __atomic_compare_exchange_n(&d->context_bytes, &unset, gs_cfg.context_bytes, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED);
     return idx;
 }
 

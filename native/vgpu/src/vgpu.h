@@ -69,6 +69,8 @@ int gs_region_claim_slot(void);
 void gs_region_reclaim_dead(void);
 void gs_region_release_slot(int slot);
 uint64_t gs_process_start_time(int pid);
+void gs_uuid_format(const uint8_t uuid[16], char out[41]);
+int gs_uuid_parse(const char *text, uint8_t uuid[16]);
 
 /* ---- budget.c ------------------------------------------------------- */
 enum { GS_MODE_UNINIT = 0, GS_MODE_COUNTING, GS_MODE_PASSTHROUGH, GS_MODE_FAIL_CLOSED };
@@ -125,8 +127,6 @@ void gs_track_each(struct gs_table *t, void (*fn)(struct gs_entry *e, void *arg)
 /* ---- devices.c ------------------------------------------------------ */
 int gs_devices_map_all(void);
 int gs_dev_index(CUdevice dev);
-void gs_uuid_format(const uint8_t uuid[16], char out[41]);
-int gs_uuid_parse(const char *text, uint8_t uuid[16]);
 
 /* ---- init.c --------------------------------------------------------- */
 void gs_init_slow(void);
