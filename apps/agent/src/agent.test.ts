@@ -310,6 +310,12 @@ describe('agent', () => {
 
     const probe = () =>
       JSON.parse(docker('exec', containerId, '/cuda-probe', 'alloc', String(held))).result;
+    const regionFile = join(regionDir('s-cuda'), 'region');
+    assert.equal(
+      (await readRegion(regionFile)).devices[0]?.limitBytes,
+      2 * GiB,
+      'the cap from the environment',
+    );
     assert.equal(probe(), 0, 'a second process fits under the 2 GiB cap');
     const resized = await controlPlane.command(HOST, {
       type: 'resize',
@@ -460,6 +466,17 @@ describe('agent', () => {
         .map((c) => c.id),
       [containerId],
     );
+  });
+
+  it('registers again after the NATS connection comes back', async () => {
+    const registers = controlPlane.registers.length;
+    await nats.restart();
+    const again = await waitFor(
+      'a register after the reconnection',
+      () => controlPlane.registers[registers],
+      15_000,
+    );
+    assert.ok(again.runningShards.some((shard) => shard.shardId === 's-adopt'));
   });
 
   it('reconciles: stops what must stay stopped, removes what is unknown, launches what is missing', async () => {

@@ -132,11 +132,6 @@ export class RegionsService {
       }
     }
   }
-
-  /** The limit a GPU of the shard will have: pending if one waits, else undefined. */
-  pendingLimit(shardId: string, gpuUuid: string): number | undefined {
-    return this.pendingLimits.get(shardId)?.get(gpuUuid);
-  }
 }
 
 function sameUuid(a: string, b: string): boolean {

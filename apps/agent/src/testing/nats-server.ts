@@ -24,6 +24,8 @@ export interface TestNatsServer {
   readonly controlPlane: NatsAuth;
   /** How the agent of `hostId` connects. */
   agent(hostId: string): NatsAuth;
+  /** Stops the server and starts it again on the same port (clients reconnect). */
+  restart(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -42,11 +44,8 @@ export async function startNatsServer(
   const dir = mkdtempSync(join(tmpdir(), 'gpushards-nats-'));
   const config = generator.writeConfig(dir, hostIds, auth);
   const port = await freePort();
-  const server = await startBackground(
-    'nats-server',
-    ['-c', config.serverConfig, '-a', '127.0.0.1', '-p', String(port)],
-    /Server is ready/,
-  );
+  const args = ['-c', config.serverConfig, '-a', '127.0.0.1', '-p', String(port)];
+  let server = await startBackground('nats-server', args, /Server is ready/);
   const credentialsOf = (user: string): NatsAuth => {
     const file = config.credentials[user];
     if (file === undefined) throw new Error(`no NATS user ${user} in the test configuration`);
@@ -68,6 +67,10 @@ export async function startNatsServer(
     url: `nats://127.0.0.1:${port}`,
     controlPlane: credentialsOf(generator.CONTROL_PLANE_USER),
     agent: (hostId) => credentialsOf(generator.agentUser(hostId)),
+    restart: async () => {
+      await server.stop();
+      server = await startBackground('nats-server', args, /Server is ready/);
+    },
     stop: async () => {
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
