@@ -323,10 +323,7 @@ describe('agent', () => {
       gpus: [{ uuid: gpu0, limitBytes: GiB }],
     });
     assert.ok(resized.ok, JSON.stringify(resized));
-    assert.equal(
-      (await readRegion(join(regionDir('s-cuda'), 'region'))).devices[0]?.limitBytes,
-      GiB,
-    );
+    assert.equal((await readRegion(regionFile)).devices[0]?.limitBytes, GiB);
     assert.equal(
       probe(),
       2,
