@@ -1,13 +1,19 @@
-// Allocates 64 MiB at a time through one path until the interposer refuses, then frees all and
-// checks the budget came back. Prints one JSON line. Paths: malloc (cudaMalloc), async
+// Allocates 64 MiB at a time, then 2 MiB, through one path until the interposer refuses, then
+// frees all and checks the budget came back. Prints one JSON line. Paths: malloc (cudaMalloc), async
 // (cudaMallocAsync on the default pool, with the pool trimmed after the frees) and vmm (cuMemCreate).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <vector>
 
 static const size_t kChunk = 64ull << 20;
+// After the first refusal, 2 MiB pieces (the VMM granularity) measure how much is really usable.
+static const size_t kTailChunk = 2ull << 20;
+static const size_t kSizes[] = {kChunk, kTailChunk};
+// Hold the peak long enough for the outside NVML monitor to sample it.
+static void hold_peak(void) { usleep(300 * 1000); }
 
 static int fail(const char *what, int code) {
   printf("{\"error\":\"%s failed with %d\"}\n", what, code);
@@ -36,26 +42,32 @@ int main(int argc, char **argv) {
   int refusal = 0;
   if (strcmp(path, "malloc") == 0) {
     std::vector<void *> blocks;
-    for (;;) {
-      void *p = nullptr;
-      rt = cudaMalloc(&p, kChunk);
-      if (rt != cudaSuccess) { refusal = rt; cudaGetLastError(); break; }
-      blocks.push_back(p);
+    for (size_t size : kSizes) {
+      for (;;) {
+        void *p = nullptr;
+        rt = cudaMalloc(&p, size);
+        if (rt != cudaSuccess) { refusal = rt; cudaGetLastError(); break; }
+        blocks.push_back(p);
+        reached += size;
+      }
     }
-    reached = blocks.size() * kChunk;
+    hold_peak();
     for (void *p : blocks) cudaFree(p);
   } else if (strcmp(path, "async") == 0) {
     cudaStream_t stream;
     if ((rt = cudaStreamCreate(&stream)) != cudaSuccess) return fail("cudaStreamCreate", rt);
     std::vector<void *> blocks;
-    for (;;) {
-      void *p = nullptr;
-      rt = cudaMallocAsync(&p, kChunk, stream);
-      if (rt == cudaSuccess) rt = cudaStreamSynchronize(stream);
-      if (rt != cudaSuccess) { refusal = rt; cudaGetLastError(); break; }
-      blocks.push_back(p);
+    for (size_t size : kSizes) {
+      for (;;) {
+        void *p = nullptr;
+        rt = cudaMallocAsync(&p, size, stream);
+        if (rt == cudaSuccess) rt = cudaStreamSynchronize(stream);
+        if (rt != cudaSuccess) { refusal = rt; cudaGetLastError(); break; }
+        blocks.push_back(p);
+        reached += size;
+      }
     }
-    reached = blocks.size() * kChunk;
+    hold_peak();
     for (void *p : blocks) cudaFreeAsync(p, stream);
     cudaStreamSynchronize(stream);
     cudaMemPool_t pool;
@@ -69,13 +81,16 @@ int main(int argc, char **argv) {
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = 0;
     std::vector<CUmemGenericAllocationHandle> handles;
-    for (;;) {
-      CUmemGenericAllocationHandle handle;
-      CUresult r = cuMemCreate(&handle, kChunk, &prop, 0);
-      if (r != CUDA_SUCCESS) { refusal = r; break; }
-      handles.push_back(handle);
+    for (size_t size : kSizes) {
+      for (;;) {
+        CUmemGenericAllocationHandle handle;
+        CUresult r = cuMemCreate(&handle, size, &prop, 0);
+        if (r != CUDA_SUCCESS) { refusal = r; break; }
+        handles.push_back(handle);
+        reached += size;
+      }
     }
-    reached = handles.size() * kChunk;
+    hold_peak();
     for (auto h : handles) cuMemRelease(h);
   } else {
     return fail("unknown path", 0);

@@ -13,6 +13,8 @@ import json
 import sys
 
 CHUNK = 64 << 20
+# After the first refusal, smaller pieces measure how much of the cap is really usable.
+TAIL_CHUNK = 2 << 20
 
 
 def report(**fields):
@@ -24,12 +26,13 @@ def torch_until_oom():
 
     free, total = torch.cuda.mem_get_info()
     tensors, raised = [], None
-    try:
-        while True:
-            tensors.append(torch.empty(CHUNK, dtype=torch.uint8, device="cuda"))
-    except torch.OutOfMemoryError as error:
-        raised = type(error).__name__
-    allocated = len(tensors) * CHUNK
+    for size in (CHUNK, TAIL_CHUNK):
+        try:
+            while True:
+                tensors.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError as error:
+            raised = type(error).__name__
+    allocated = sum(t.numel() for t in tensors)
     reserved = torch.cuda.memory_reserved()
     free_after, total_after = torch.cuda.mem_get_info()
     report(
@@ -53,17 +56,18 @@ def cupy_until_oom():
 
     free, total = cupy.cuda.runtime.memGetInfo()
     arrays, raised = [], None
-    try:
-        while True:
-            arrays.append(cupy.empty((CHUNK,), dtype=cupy.uint8))
-    except cupy.cuda.memory.OutOfMemoryError as error:
-        raised = type(error).__name__
+    for size in (CHUNK, TAIL_CHUNK):
+        try:
+            while True:
+                arrays.append(cupy.empty((size,), dtype=cupy.uint8))
+        except cupy.cuda.memory.OutOfMemoryError as error:
+            raised = type(error).__name__
     pool = cupy.get_default_memory_pool()
     report(
         workload="cupy",
         total=total,
         free_before=free,
-        allocated=len(arrays) * CHUNK,
+        allocated=sum(a.nbytes for a in arrays),
         reserved=pool.total_bytes(),
         raised=raised,
     )
