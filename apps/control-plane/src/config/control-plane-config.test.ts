@@ -52,4 +52,19 @@ describe('loadConfigFromEnv', () => {
     );
     assert.throws(() => loadConfigFromEnv({ GPUSHARDS_PORT: 'http' }), /GPUSHARDS_PORT/);
   });
+
+  it('GPUSHARDS_HOST_OFFLINE_SECONDS: default 60, whole seconds from 5 to 86400', () => {
+    assert.equal(loadConfigFromEnv({}).hostOfflineSeconds, 60);
+    assert.equal(
+      loadConfigFromEnv({ GPUSHARDS_HOST_OFFLINE_SECONDS: '30' }).hostOfflineSeconds,
+      30,
+    );
+    for (const bad of ['0', '4', '86401', '1.5', '-10', '1e3', 'soon']) {
+      assert.throws(
+        () => loadConfigFromEnv({ GPUSHARDS_HOST_OFFLINE_SECONDS: bad }),
+        /GPUSHARDS_HOST_OFFLINE_SECONDS must be a whole number of seconds from 5 to 86400/,
+        bad,
+      );
+    }
+  });
 });

@@ -18,12 +18,31 @@ export interface ControlPlaneConfig {
    */
   readonly dataDir: string;
   readonly database: DatabaseConfig;
+  /**
+   * A host that has not sent a heartbeat for this long becomes OFFLINE, its live shards LOST
+   * and their reservations released.
+   */
+  readonly hostOfflineSeconds: number;
 }
 
 export const CONTROL_PLANE_CONFIG = Symbol('ControlPlaneConfig');
 
 export const DEFAULT_PORT = 4000;
 export const DEFAULT_HOST = '127.0.0.1';
+/** Six heartbeats at the agent's default interval (10 s). */
+export const DEFAULT_HOST_OFFLINE_SECONDS = 60;
+export const MIN_HOST_OFFLINE_SECONDS = 5;
+export const MAX_HOST_OFFLINE_SECONDS = 86_400;
+
+const HOST_OFFLINE_SECONDS_RULE = `must be a whole number of seconds from ${MIN_HOST_OFFLINE_SECONDS} to ${MAX_HOST_OFFLINE_SECONDS}`;
+
+export function isHostOfflineSeconds(value: number): boolean {
+  return (
+    Number.isInteger(value) &&
+    value >= MIN_HOST_OFFLINE_SECONDS &&
+    value <= MAX_HOST_OFFLINE_SECONDS
+  );
+}
 
 const envSchema = z.object({
   GPUSHARDS_PORT: z
@@ -38,6 +57,12 @@ const envSchema = z.object({
     .regex(/^[A-Za-z0-9.:[\]%-]+$/, 'must be an address or host name, like 127.0.0.1 or ::')
     .default(DEFAULT_HOST),
   GPUSHARDS_DATA_DIR: z.string().default(DEFAULT_DATA_DIR),
+  GPUSHARDS_HOST_OFFLINE_SECONDS: z
+    .string()
+    .regex(/^\d{1,6}$/, HOST_OFFLINE_SECONDS_RULE)
+    .transform(Number)
+    .refine(isHostOfflineSeconds, HOST_OFFLINE_SECONDS_RULE)
+    .default(DEFAULT_HOST_OFFLINE_SECONDS),
 });
 
 export class ConfigError extends Error {
@@ -46,7 +71,7 @@ export class ConfigError extends Error {
 
 /**
  * Reads GPUSHARDS_PORT (default 4000), GPUSHARDS_HOST (default 127.0.0.1), GPUSHARDS_DATA_DIR
- * (default .gpushards under `cwd`) and, through databaseConfigFromEnv, DATABASE_URL and
+ * (default .gpushards under `cwd`), GPUSHARDS_HOST_OFFLINE_SECONDS (default 60, 5 to 86400) and, through databaseConfigFromEnv, DATABASE_URL and
  * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
  * every bad variable and what it should look like, never echoing DATABASE_URL (it may hold a
  * password).
@@ -83,5 +108,6 @@ export function loadConfigFromEnv(
     host: parsed.data.GPUSHARDS_HOST,
     dataDir: resolve(cwd, parsed.data.GPUSHARDS_DATA_DIR),
     database,
+    hostOfflineSeconds: parsed.data.GPUSHARDS_HOST_OFFLINE_SECONDS,
   };
 }
