@@ -5,12 +5,17 @@ import { AuthModule } from './auth/auth.module.js';
 import { ConfigModule } from './config/config.module.js';
 import type { ControlPlaneConfig } from './config/control-plane-config.js';
 import { DatabaseModule } from './database/index.js';
+import { EventsModule } from './events/events.module.js';
 import { ExplorerModule } from './explorer/explorer.module.js';
+import { ClockModule, type Clock } from './fleet/clock.js';
+import { FleetModule } from './fleet/fleet.module.js';
 import { GraphqlApiModule } from './graphql/graphql-api.module.js';
 import { HealthModule } from './health/health.module.js';
 import { LoggingModule } from './logging/logging.module.js';
 import type { Logger } from './logging/logger.js';
 import { MetricsModule } from './metrics/metrics.module.js';
+import { ShardCommandsModule, type ShardCommands } from './shards/shard-commands.js';
+import { ShardsModule } from './shards/shards.module.js';
 import { TeamsModule } from './teams/teams.module.js';
 import { ApiTokensModule } from './tokens/api-tokens.module.js';
 
@@ -18,12 +23,22 @@ export interface AppModuleOptions {
   readonly config: ControlPlaneConfig;
   readonly logger: Logger;
   readonly operatorOutput: NodeJS.WritableStream;
+  /** Default: the system clock. */
+  readonly clock?: Clock;
+  /** How shard commands reach agents; default: recorded in memory, not delivered. */
+  readonly shardCommands?: ShardCommands;
 }
 
 /** The whole control plane. Domain modules (fleet, shards, ...) are added to `imports`. */
 @Module({})
 export class AppModule {
-  static forRoot({ config, logger, operatorOutput }: AppModuleOptions): DynamicModule {
+  static forRoot({
+    config,
+    logger,
+    operatorOutput,
+    clock,
+    shardCommands,
+  }: AppModuleOptions): DynamicModule {
     return {
       module: AppModule,
       imports: [
@@ -39,6 +54,11 @@ export class AppModule {
         TeamsModule,
         ApiTokensModule,
         AccountingModule,
+        ClockModule.forRoot(clock),
+        ShardCommandsModule.forRoot(shardCommands),
+        EventsModule,
+        ShardsModule,
+        FleetModule,
       ],
     };
   }

@@ -8,12 +8,16 @@ import type { DestinationStream } from 'pino';
 import { AppModule } from './app.module.js';
 import {
   DEFAULT_HOST,
+  DEFAULT_HOST_OFFLINE_SECONDS,
   DEFAULT_PORT,
+  isHostOfflineSeconds,
   type ControlPlaneConfig,
 } from './config/control-plane-config.js';
 import { EMBEDDED_DATABASE_SUBDIR, type DatabaseConfig } from './database/index.js';
+import type { Clock } from './fleet/clock.js';
 import { GRAPHQL_PATH } from './graphql/graphql-api.module.js';
 import { createLogger, PinoNestLogger, type LogLevel } from './logging/logger.js';
+import type { ShardCommands } from './shards/shard-commands.js';
 
 export interface ControlPlaneOptions {
   /** The data folder (admin token file; the embedded database unless `database` says otherwise). */
@@ -30,6 +34,12 @@ export interface ControlPlaneOptions {
   readonly logDestination?: DestinationStream;
   /** Where the first admin token is printed; default process.stdout. */
   readonly operatorOutput?: NodeJS.WritableStream;
+  /** Seconds without a heartbeat before a host is OFFLINE; default 60. */
+  readonly hostOfflineSeconds?: number;
+  /** Default: the system clock (tests pass a ManualClock). */
+  readonly clock?: Clock;
+  /** How shard commands reach agents; default: recorded in memory, not delivered. */
+  readonly shardCommands?: ShardCommands;
 }
 
 export interface ControlPlane {
@@ -59,13 +69,21 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
     host: options.host ?? DEFAULT_HOST,
     dataDir,
     database: options.database ?? { embeddedDataDir: join(dataDir, EMBEDDED_DATABASE_SUBDIR) },
+    hostOfflineSeconds: options.hostOfflineSeconds ?? DEFAULT_HOST_OFFLINE_SECONDS,
   };
+  if (!isHostOfflineSeconds(config.hostOfflineSeconds)) {
+    throw new RangeError(
+      `hostOfflineSeconds must be a whole number from 5 to 86400, not ${config.hostOfflineSeconds}`,
+    );
+  }
   const logger = createLogger(options.logLevel ?? 'info', options.logDestination);
   const app = await NestFactory.create<NestExpressApplication>(
     AppModule.forRoot({
       config,
       logger,
       operatorOutput: options.operatorOutput ?? process.stdout,
+      ...(options.clock ? { clock: options.clock } : {}),
+      ...(options.shardCommands ? { shardCommands: options.shardCommands } : {}),
     }),
     { logger: new PinoNestLogger(logger), bodyParser: false, abortOnError: false },
   );

@@ -1,0 +1,91 @@
+import { Injectable, type OnModuleDestroy } from '@nestjs/common';
+import type { ShardRecord } from '../shards/shard-record.js';
+
+/** One change of a shard's state, as subscribers receive it. */
+export interface ShardStateChange {
+  /** The shard after the change. */
+  readonly shard: ShardRecord;
+  /** null when the shard was just created. */
+  readonly previousState: string | null;
+  readonly state: string;
+  readonly at: Date;
+}
+
+/**
+ * A subscriber that falls this far behind is cut off (its iterator ends) rather than letting
+ * the process buffer without bound.
+ */
+export const MAX_BUFFERED_EVENTS = 10_000;
+
+type Listener<T> = (event: T) => void;
+
+/**
+ * In-process fan-out of shard state changes to GraphQL subscriptions. Services publish after
+ * their transaction commits. Only subscribers connected to the process that made the change
+ * hear it: several control-plane replicas need a shared fan-out (NATS or PostgreSQL
+ * LISTEN/NOTIFY) behind this same interface.
+ */
+@Injectable()
+export class ShardEventBus implements OnModuleDestroy {
+  private readonly listeners = new Set<Listener<ShardStateChange>>();
+  private readonly closers = new Set<() => void>();
+
+  publish(event: ShardStateChange): void {
+    for (const listener of this.listeners) listener(event);
+  }
+
+  /** The events `accept` lets through, from now until the iterator is returned. */
+  subscribe(accept: (event: ShardStateChange) => boolean): AsyncIterableIterator<ShardStateChange> {
+    const buffered: ShardStateChange[] = [];
+    let waiting: ((result: IteratorResult<ShardStateChange>) => void) | undefined;
+    let done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      this.listeners.delete(listener);
+      this.closers.delete(finish);
+      buffered.length = 0;
+      waiting?.({ value: undefined, done: true });
+      waiting = undefined;
+    };
+    const listener: Listener<ShardStateChange> = (event) => {
+      if (!accept(event)) return;
+      if (waiting !== undefined) {
+        const resolve = waiting;
+        waiting = undefined;
+        resolve({ value: event, done: false });
+      } else if (buffered.length < MAX_BUFFERED_EVENTS) {
+        buffered.push(event);
+      } else {
+        finish();
+      }
+    };
+    this.listeners.add(listener);
+    this.closers.add(finish);
+    const iterator: AsyncIterableIterator<ShardStateChange> = {
+      next: () => {
+        const event = buffered.shift();
+        if (event !== undefined) return Promise.resolve({ value: event, done: false });
+        if (done) return Promise.resolve({ value: undefined, done: true });
+        return new Promise((resolve) => {
+          waiting = resolve;
+        });
+      },
+      return: () => {
+        finish();
+        return Promise.resolve({ value: undefined, done: true });
+      },
+      [Symbol.asyncIterator]: () => iterator,
+    };
+    return iterator;
+  }
+
+  /** Subscribers currently listening (for tests and shutdown). */
+  get subscriberCount(): number {
+    return this.listeners.size;
+  }
+
+  onModuleDestroy(): void {
+    for (const close of [...this.closers]) close();
+  }
+}

@@ -1,0 +1,303 @@
+import {
+  Inject,
+  Injectable,
+  type OnApplicationBootstrap,
+  type OnModuleDestroy,
+} from '@nestjs/common';
+import {
+  bytes,
+  gpuUuid,
+  hostId as toHostId,
+  matchesGpuModel,
+  type Bytes,
+  type GpuModelFilter,
+  type GpuUuid,
+  type Host,
+  type HostId,
+  type HostState,
+} from '@gpushards/limits';
+import { performance } from 'node:perf_hooks';
+import { PrismaService, type Prisma } from '../database/index.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { stringRecord } from '../shards/shard-record.js';
+
+/** How often the whole fleet is read again, besides the reads that misses and no-fits cause. */
+export const FLEET_REFRESH_INTERVAL_MS = 1000;
+
+/** A client that can read: the service itself, or a transaction's client (PGlite: only that). */
+export type DatabaseReader = Pick<Prisma.TransactionClient, '$queryRaw'>;
+
+interface CachedGpu {
+  readonly uuid: GpuUuid;
+  readonly index: number;
+  readonly model: string;
+  readonly totalBytes: Bytes;
+  readonly overcommitRatio: number;
+  /** What placement sees: committed + held. */
+  reservedBytes: Bytes;
+  /** As the database had it at the last read, plus this process's commits since. */
+  committedBytes: number;
+  /** Picked by this process's transactions that have not ended yet. */
+  heldBytes: number;
+}
+
+interface CachedHost {
+  readonly id: HostId;
+  readonly name: string;
+  state: HostState;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly contextOverheadBytes: Bytes;
+  gpus: CachedGpu[];
+}
+
+interface HostRow {
+  id: string;
+  name: string;
+  state: HostState;
+  labels: Prisma.JsonValue;
+  contextOverheadBytes: bigint;
+}
+
+interface GpuRow {
+  uuid: string;
+  hostId: string;
+  index: number;
+  model: string;
+  totalBytes: bigint;
+  reservedBytes: bigint;
+  overcommitRatio: number;
+}
+
+/** A change of one GPU's reserved bytes that a transaction committed. */
+export interface GpuDelta {
+  readonly uuid: string;
+  /** Positive: reserved more; negative: released. */
+  readonly bytes: number;
+}
+
+/**
+ * The fleet as placement sees it: hosts, their GPUs and reserved bytes, kept in memory so that
+ * a createShard does not read 8,000 GPU rows. It is a guess, never the truth: the database's
+ * conditional update decides, and several control planes may change the same GPUs.
+ *
+ * - Read whole every FLEET_REFRESH_INTERVAL_MS, and on demand (`refreshedSince`), by one read
+ *   at a time that every waiting caller shares.
+ * - One host is read again inside the transaction when a conditional update on it missed.
+ * - This process's own changes are applied as they commit (`applyCommitted`), and GPUs picked
+ *   by transactions still running are held (`hold`), so that concurrent requests of one
+ *   process pick around each other instead of queueing on the same rows.
+ */
+@Injectable()
+export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
+  private readonly logger: Logger;
+  private hostList: CachedHost[] = [];
+  private readonly hostsById = new Map<string, CachedHost>();
+  private readonly gpusByUuid = new Map<string, CachedGpu>();
+  private models: readonly string[] = [];
+  private largestHostGpus = 0;
+  /** performance.now() at which the last completed read started. */
+  private lastReadStartedAt = Number.NEGATIVE_INFINITY;
+  private reading: { readonly startedAt: number; readonly done: Promise<void> } | undefined;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly prisma: PrismaService,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'placement' });
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    await this.refreshedSince(performance.now());
+    this.timer = setInterval(() => {
+      this.refreshedSince(performance.now()).catch((error: unknown) =>
+        this.logger.error({ err: error }, 'could not read the fleet'),
+      );
+    }, FLEET_REFRESH_INTERVAL_MS);
+    this.timer.unref();
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    clearInterval(this.timer);
+    await this.reading?.done.catch(() => undefined);
+  }
+
+  /** The fleet with this process's in-flight picks counted as reserved; for place(). */
+  hosts(): readonly Host[] {
+    return this.hostList;
+  }
+
+  /** The fleet as last read plus this process's commits, without in-flight picks. */
+  committedHosts(): Host[] {
+    return this.hostList.map((host) => ({
+      ...host,
+      gpus: host.gpus.map((gpu) => ({ ...gpu, reservedBytes: bytes(gpu.committedBytes) })),
+    }));
+  }
+
+  /** The most GPUs any host has (whatever its state), 0 for an empty fleet. */
+  maxGpusPerHost(): number {
+    return this.largestHostGpus;
+  }
+
+  /** Distinct GPU model names in the fleet, sorted. */
+  gpuModels(): readonly string[] {
+    return this.models;
+  }
+
+  /** Whether any GPU in the fleet (any host state) passes the filter. */
+  anyGpuMatches(filter: GpuModelFilter): boolean {
+    return this.models.some((model) => matchesGpuModel(model, filter));
+  }
+
+  /** Resolves once a whole read that started at or after `since` (performance.now()) is in. */
+  async refreshedSince(since: number): Promise<void> {
+    while (this.lastReadStartedAt < since) {
+      const reading = this.reading;
+      if (reading !== undefined) {
+        await reading.done;
+        continue;
+      }
+      const startedAt = performance.now();
+      const done = this.readAll(startedAt).finally(() => {
+        this.reading = undefined;
+      });
+      this.reading = { startedAt, done };
+      await done;
+    }
+  }
+
+  /** Starts a whole read without waiting for it (after a host registered or changed). */
+  requestRefresh(): void {
+    this.refreshedSince(performance.now()).catch((error: unknown) =>
+      this.logger.error({ err: error }, 'could not read the fleet'),
+    );
+  }
+
+  /** Reads one host and its GPUs again (inside a transaction, after a conditional update missed). */
+  async reloadHost(reader: DatabaseReader, id: string): Promise<void> {
+    const hosts = await reader.$queryRaw<HostRow[]>`
+      SELECT id, name, state::text AS state, labels,
+             context_overhead_bytes AS "contextOverheadBytes"
+        FROM host WHERE id = ${id}`;
+    const gpus = await reader.$queryRaw<GpuRow[]>`
+      SELECT uuid, host_id AS "hostId", index, model, total_bytes AS "totalBytes",
+             reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio"
+        FROM gpu WHERE host_id = ${id} AND missing_since IS NULL`;
+    const row = hosts[0];
+    const old = this.hostsById.get(id);
+    if (row === undefined) {
+      if (old !== undefined) this.replaceHosts(this.hostList.filter((host) => host !== old));
+      return;
+    }
+    const fresh = this.toHost(row, gpus);
+    this.replaceHosts(
+      old === undefined
+        ? [...this.hostList, fresh].sort((a, b) => (a.id < b.id ? -1 : 1))
+        : this.hostList.map((host) => (host === old ? fresh : host)),
+    );
+  }
+
+  /** Counts `size` more reserved on each GPU for this process's placements until `release`. */
+  hold(uuids: readonly string[], size: number): void {
+    for (const uuid of uuids) {
+      const gpu = this.gpusByUuid.get(uuid);
+      if (gpu === undefined) continue;
+      gpu.heldBytes += size;
+      this.recount(gpu);
+    }
+  }
+
+  /** Ends a hold; `committed` when its transaction committed the reservation. */
+  release(uuids: readonly string[], size: number, committed: boolean): void {
+    for (const uuid of uuids) {
+      const gpu = this.gpusByUuid.get(uuid);
+      if (gpu === undefined) continue;
+      gpu.heldBytes = Math.max(0, gpu.heldBytes - size);
+      if (committed) gpu.committedBytes += size;
+      this.recount(gpu);
+    }
+  }
+
+  /** Applies reserved-byte changes this process committed (releases, resizes). */
+  applyCommitted(deltas: readonly GpuDelta[]): void {
+    for (const delta of deltas) {
+      const gpu = this.gpusByUuid.get(delta.uuid);
+      if (gpu === undefined) continue;
+      gpu.committedBytes = Math.max(0, gpu.committedBytes + delta.bytes);
+      this.recount(gpu);
+    }
+  }
+
+  /** A host's new state, as this process committed it. */
+  setHostState(id: string, state: HostState): void {
+    const host = this.hostsById.get(id);
+    if (host !== undefined) host.state = state;
+  }
+
+  private recount(gpu: CachedGpu): void {
+    gpu.reservedBytes = bytes(gpu.committedBytes + gpu.heldBytes);
+  }
+
+  private async readAll(startedAt: number): Promise<void> {
+    const hosts = await this.prisma.$queryRaw<HostRow[]>`
+      SELECT id, name, state::text AS state, labels,
+             context_overhead_bytes AS "contextOverheadBytes"
+        FROM host ORDER BY id`;
+    const gpus = await this.prisma.$queryRaw<GpuRow[]>`
+      SELECT uuid, host_id AS "hostId", index, model, total_bytes AS "totalBytes",
+             reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio"
+        FROM gpu WHERE missing_since IS NULL`;
+    const gpusByHost = new Map<string, GpuRow[]>();
+    for (const gpu of gpus) {
+      const list = gpusByHost.get(gpu.hostId);
+      if (list === undefined) gpusByHost.set(gpu.hostId, [gpu]);
+      else list.push(gpu);
+    }
+    this.replaceHosts(hosts.map((row) => this.toHost(row, gpusByHost.get(row.id) ?? [])));
+    this.lastReadStartedAt = startedAt;
+  }
+
+  /** A host from its rows; GPUs keep what this process holds on them. */
+  private toHost(row: HostRow, gpus: readonly GpuRow[]): CachedHost {
+    return {
+      id: toHostId(row.id),
+      name: row.name,
+      state: row.state,
+      labels: stringRecord(row.labels),
+      contextOverheadBytes: bytes(Number(row.contextOverheadBytes)),
+      gpus: gpus.map((gpu) => {
+        const committedBytes = Number(gpu.reservedBytes);
+        const heldBytes = this.gpusByUuid.get(gpu.uuid)?.heldBytes ?? 0;
+        return {
+          uuid: gpuUuid(gpu.uuid),
+          index: gpu.index,
+          model: gpu.model,
+          totalBytes: bytes(Number(gpu.totalBytes)),
+          overcommitRatio: gpu.overcommitRatio,
+          committedBytes,
+          heldBytes,
+          reservedBytes: bytes(committedBytes + heldBytes),
+        };
+      }),
+    };
+  }
+
+  private replaceHosts(hosts: CachedHost[]): void {
+    this.hostList = hosts;
+    this.hostsById.clear();
+    this.gpusByUuid.clear();
+    const models = new Set<string>();
+    let largest = 0;
+    for (const host of hosts) {
+      this.hostsById.set(host.id, host);
+      largest = Math.max(largest, host.gpus.length);
+      for (const gpu of host.gpus) {
+        this.gpusByUuid.set(gpu.uuid, gpu);
+        models.add(gpu.model);
+      }
+    }
+    this.models = [...models].sort();
+    this.largestHostGpus = largest;
+  }
+}

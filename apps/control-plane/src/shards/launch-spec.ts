@@ -1,0 +1,20 @@
+import type { ShardLaunchSpec } from '@gpushards/protocol';
+import { stringRecord, type ShardRecord } from './shard-record.js';
+
+/**
+ * What the agent needs to run the shard: each GPU capped at limitBytesPerGpu (the request
+ * plus the host's context overhead, what the GPU reserves).
+ */
+export function launchSpecOf(shard: ShardRecord, gpuUuids: readonly string[]): ShardLaunchSpec {
+  const limitBytes = Number(shard.limitBytesPerGpu);
+  return {
+    shardId: shard.id,
+    teamId: shard.teamId,
+    name: shard.name,
+    image: shard.image,
+    ...(shard.command.length > 0 ? { command: shard.command } : {}),
+    env: stringRecord(shard.env),
+    gpus: gpuUuids.map((uuid) => ({ uuid, limitBytes })),
+    contextOverheadBytes: Number(shard.limitBytesPerGpu - shard.bytesPerGpu),
+  };
+}

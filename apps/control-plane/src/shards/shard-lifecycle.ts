@@ -1,0 +1,201 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { HostState } from '@gpushards/limits';
+import { Prisma, type ShardState } from '../database/index.js';
+import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { FleetCache, type GpuDelta } from '../placement/fleet-cache.js';
+import { InjectShardCommands, type ShardCommands } from './shard-commands.js';
+import { isReserving, SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
+
+/** Entering one of these releases the shard's reservations (if it still holds them). */
+const RELEASING_STATES: readonly ShardState[] = ['STOPPED', 'EXITED', 'FAILED', 'DELETED', 'LOST'];
+
+/** Entering one of these sets stoppedAt. */
+const ENDING_STATES: readonly ShardState[] = ['STOPPED', 'EXITED', 'FAILED', 'DELETED'];
+
+/** Fields a state change may set besides the state; absent ones keep their value. */
+export interface TransitionFields {
+  readonly failureReason?: string;
+  readonly exitCode?: number;
+  readonly containerId?: string;
+  /** Kept if already set (the first start counts). */
+  readonly startedAt?: Date;
+  /** `at` of the agent event that caused the change. */
+  readonly lastEventAt?: Date;
+}
+
+/** One command for an agent, sent after commit. */
+export type PendingCommand = (commands: ShardCommands) => Promise<void>;
+
+/**
+ * What a transaction changed that the world outside the database must learn once it commits:
+ * the fleet cache, subscribers, agents. Collected during the transaction, applied by
+ * ShardLifecycle.afterCommit (and dropped if the transaction rolls back).
+ */
+export class CommitEffects {
+  readonly gpuDeltas: GpuDelta[] = [];
+  readonly changes: ShardStateChange[] = [];
+  readonly hostStates: { hostId: string; state: HostState }[] = [];
+  readonly commands: { description: Record<string, unknown>; send: PendingCommand }[] = [];
+
+  command(description: Record<string, unknown>, send: PendingCommand): void {
+    this.commands.push({ description, send });
+  }
+}
+
+/**
+ * The shard state machine's writes (prisma/schema.prisma explains the states): state changes
+ * with their reservation releases, taking a lost shard's reservation back, and what follows a
+ * commit. Callers lock the shard row first (`lock`) and pass their transaction.
+ */
+@Injectable()
+export class ShardLifecycle {
+  private readonly logger: Logger;
+
+  constructor(
+    private readonly cache: FleetCache,
+    private readonly events: ShardEventBus,
+    @InjectShardCommands() private readonly commands: ShardCommands,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'shards' });
+  }
+
+  /** The shard, row-locked until the transaction ends; undefined if it does not exist. */
+  async lock(tx: Prisma.TransactionClient, shardId: string): Promise<ShardRecord | undefined> {
+    const rows = await tx.$queryRaw<ShardRecord[]>`
+      SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ${shardId}::uuid FOR UPDATE`;
+    return rows[0];
+  }
+
+  /**
+   * Moves a locked shard to `state`: bumps version, sets stoppedAt when it ends, releases its
+   * reservations when the new state does not hold them. Returns the updated row.
+   */
+  async moveTo(
+    tx: Prisma.TransactionClient,
+    shard: ShardRecord,
+    state: ShardState,
+    fields: TransitionFields,
+    effects: CommitEffects,
+    at: Date = new Date(),
+  ): Promise<ShardRecord> {
+    if (RELEASING_STATES.includes(state) && isReserving(shard.state)) {
+      await this.releaseReservations(tx, [shard.id], effects);
+    }
+    const stoppedAt = ENDING_STATES.includes(state) ? at : null;
+    const rows = await tx.$queryRaw<ShardRecord[]>`
+      UPDATE shard SET state = ${state}::shard_state,
+                       version = version + 1,
+                       updated_at = now(),
+                       failure_reason = coalesce(${fields.failureReason ?? null}, failure_reason),
+                       exit_code = coalesce(${fields.exitCode ?? null}::int, exit_code),
+                       container_id = coalesce(${fields.containerId ?? null}, container_id),
+                       started_at = coalesce(started_at, ${fields.startedAt ?? null}::timestamptz),
+                       stopped_at = coalesce(stopped_at, ${stoppedAt}::timestamptz),
+                       last_event_at = coalesce(${fields.lastEventAt ?? null}::timestamptz, last_event_at)
+       WHERE id = ${shard.id}::uuid
+      RETURNING ${SHARD_COLUMNS}`;
+    const updated = rows[0];
+    if (updated === undefined) throw new Error(`shard ${shard.id} vanished while locked`);
+    effects.changes.push({ shard: updated, previousState: shard.state, state, at });
+    return updated;
+  }
+
+  /** Releases every live reservation of the shards and lowers their GPUs' reserved bytes. */
+  async releaseReservations(
+    tx: Prisma.TransactionClient,
+    shardIds: readonly string[],
+    effects: CommitEffects,
+  ): Promise<void> {
+    if (shardIds.length === 0) return;
+    const released = await tx.$queryRaw<{ uuid: string; bytes: bigint }[]>`
+      WITH released AS (
+        UPDATE shard_gpu SET released_at = now()
+         WHERE shard_id = ANY(${[...shardIds]}::uuid[]) AND released_at IS NULL
+        RETURNING gpu_uuid, reserved_bytes
+      )
+      SELECT gpu_uuid AS uuid, sum(reserved_bytes)::bigint AS bytes
+        FROM released GROUP BY gpu_uuid ORDER BY gpu_uuid`;
+    if (released.length === 0) return;
+    await tx.$executeRaw`
+      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - freed.bytes
+        FROM unnest(${released.map((r) => r.uuid)}::text[], ${released.map((r) => r.bytes)}::bigint[])
+             AS freed(uuid, bytes)
+       WHERE gpu.uuid = freed.uuid`;
+    for (const gpu of released)
+      effects.gpuDeltas.push({ uuid: gpu.uuid, bytes: -Number(gpu.bytes) });
+  }
+
+  /**
+   * Takes a released shard's reservation again on the GPUs it last held (a LOST shard whose
+   * host came back still running it). All or nothing; false when a GPU no longer has room.
+   */
+  async reacquire(
+    tx: Prisma.TransactionClient,
+    shard: ShardRecord,
+    effects: CommitEffects,
+  ): Promise<boolean> {
+    const size = shard.limitBytesPerGpu;
+    const taken = await tx.$queryRaw<{ uuid: string }[]>`
+      UPDATE gpu SET reserved_bytes = reserved_bytes + ${size}
+       WHERE uuid IN (SELECT gpu_uuid FROM shard_gpu
+                       WHERE shard_id = ${shard.id}::uuid
+                         AND released_at = (SELECT max(released_at) FROM shard_gpu
+                                             WHERE shard_id = ${shard.id}::uuid))
+         AND missing_since IS NULL
+         AND reserved_bytes + ${size} <= floor(total_bytes * overcommit_ratio)
+      RETURNING uuid`;
+    if (taken.length !== shard.gpuCount) {
+      if (taken.length > 0) {
+        await tx.$executeRaw`
+          UPDATE gpu SET reserved_bytes = reserved_bytes - ${size}
+           WHERE uuid = ANY(${taken.map((gpu) => gpu.uuid)}::text[])`;
+      }
+      return false;
+    }
+    await this.openReservations(
+      tx,
+      shard.id,
+      taken.map((gpu) => gpu.uuid),
+      size,
+    );
+    for (const gpu of taken) effects.gpuDeltas.push({ uuid: gpu.uuid, bytes: Number(size) });
+    return true;
+  }
+
+  /**
+   * New live reservation rows, starting after every earlier row of the shard (the key holds
+   * the start, at millisecond precision).
+   */
+  async openReservations(
+    tx: Prisma.TransactionClient,
+    shardId: string,
+    gpuUuids: readonly string[],
+    size: bigint,
+    usedBytes: readonly bigint[] = [],
+  ): Promise<void> {
+    const used = gpuUuids.map((_, i) => usedBytes[i] ?? 0n);
+    await tx.$executeRaw`
+      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, used_bytes, reserved_at)
+      SELECT ${shardId}::uuid, opened.uuid, ${size}, opened.used,
+             greatest(now(), (SELECT max(reserved_at) + interval '1 millisecond'
+                                FROM shard_gpu WHERE shard_id = ${shardId}::uuid))
+        FROM unnest(${[...gpuUuids]}::text[], ${used}::bigint[]) AS opened(uuid, used)`;
+  }
+
+  /** Tells the cache, subscribers and agents what the committed transaction did. */
+  afterCommit(effects: CommitEffects): void {
+    this.cache.applyCommitted(effects.gpuDeltas);
+    for (const { hostId, state } of effects.hostStates) this.cache.setHostState(hostId, state);
+    for (const change of effects.changes) this.events.publish(change);
+    for (const { description, send } of effects.commands) {
+      send(this.commands).catch((error: unknown) =>
+        this.logger.warn(
+          { err: error, ...description },
+          'shard command not delivered; the agent will reconcile',
+        ),
+      );
+    }
+  }
+}

@@ -1,0 +1,74 @@
+import { Prisma, type Shard, type ShardState } from '../database/index.js';
+
+/** A shard row as services pass it around (the Prisma model). */
+export type ShardRecord = Shard;
+
+/**
+ * The shard columns under the model's field names, for raw queries whose result is a
+ * ShardRecord: `SELECT ${SHARD_COLUMNS} FROM shard ...` (the table or alias must be `shard`).
+ */
+export const SHARD_COLUMNS = Prisma.raw(
+  [
+    'shard.id::text AS "id"',
+    'shard.team_id::text AS "teamId"',
+    'shard.name',
+    'shard.image',
+    'shard.command',
+    'shard.env',
+    'shard.bytes_per_gpu AS "bytesPerGpu"',
+    'shard.gpu_count AS "gpuCount"',
+    'shard.limit_bytes_per_gpu AS "limitBytesPerGpu"',
+    'shard.gpu_model_include AS "gpuModelInclude"',
+    'shard.gpu_model_exclude AS "gpuModelExclude"',
+    'shard.host_selector AS "hostSelector"',
+    'shard.placement_policy::text AS "placementPolicy"',
+    'shard.state::text AS "state"',
+    'shard.host_id AS "hostId"',
+    'shard.failure_reason AS "failureReason"',
+    'shard.exit_code AS "exitCode"',
+    'shard.idempotency_key AS "idempotencyKey"',
+    'shard.container_id AS "containerId"',
+    'shard.created_at AS "createdAt"',
+    'shard.updated_at AS "updatedAt"',
+    'shard.started_at AS "startedAt"',
+    'shard.stopped_at AS "stoppedAt"',
+    'shard.last_event_at AS "lastEventAt"',
+    'shard.version',
+  ].join(', '),
+);
+
+/** States that hold their GPU reservations (see the state machine in prisma/schema.prisma). */
+export const RESERVING_STATES: readonly ShardState[] = [
+  'PLACED',
+  'STARTING',
+  'RUNNING',
+  'STOPPING',
+];
+
+/** States the host's agent is told to run. */
+export const RUNNABLE_STATES: readonly ShardState[] = ['PLACED', 'STARTING', 'RUNNING'];
+
+/** States a shard never leaves except by deletion (DELETED: never). */
+export const FINISHED_STATES: readonly ShardState[] = ['STOPPED', 'EXITED', 'FAILED', 'DELETED'];
+
+export function isReserving(state: string): boolean {
+  return (RESERVING_STATES as readonly string[]).includes(state);
+}
+
+export function isRunnable(state: string): boolean {
+  return (RUNNABLE_STATES as readonly string[]).includes(state);
+}
+
+export function isFinished(state: string): boolean {
+  return (FINISHED_STATES as readonly string[]).includes(state);
+}
+
+/** Labels and host selectors are stored as JSON objects of strings. */
+export function stringRecord(json: Prisma.JsonValue): Record<string, string> {
+  const result: Record<string, string> = {};
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) return result;
+  for (const [key, value] of Object.entries(json)) {
+    if (typeof value === 'string') result[key] = value;
+  }
+  return result;
+}

@@ -1,0 +1,350 @@
+import { ArgsType, Field, ID, InputType, Int, ObjectType, registerEnumType } from '@nestjs/graphql';
+import { ShardState, PlacementPolicy } from '../database/index.js';
+import { Label, LabelInput, labelsOf } from '../fleet/label.model.js';
+import { Connection, ConnectionArgs } from '../graphql/connection.js';
+import { Size, sizeOf } from '../graphql/size.model.js';
+import { stringRecord, type ShardRecord } from './shard-record.js';
+
+registerEnumType(ShardState, {
+  name: 'ShardState',
+  description: 'Where a shard is in its life; see docs/api.md for the transitions.',
+  valuesMap: {
+    PLACED: { description: 'GPUs reserved; the agent has not reported it starting yet.' },
+    STARTING: { description: 'The agent is pulling the image or starting the container.' },
+    RUNNING: { description: 'The container runs.' },
+    STOPPING: {
+      description: 'Asked to stop; still holds its reservation until the agent reports.',
+    },
+    STOPPED: { description: 'Stopped on request; reservation released, container kept.' },
+    EXITED: { description: 'Its process ended on its own (exitCode); reservation released.' },
+    FAILED: { description: 'Could not launch or keep running (failureReason); released.' },
+    LOST: {
+      description:
+        'Its host went OFFLINE; reservation released. Counts against quota until deleted or back.',
+    },
+    DELETED: { description: 'Deleted; kept for the record.' },
+  },
+});
+
+registerEnumType(PlacementPolicy, {
+  name: 'PlacementPolicy',
+  valuesMap: {
+    BINPACK: { description: 'Fill the fullest GPUs that fit (keeps whole GPUs free).' },
+    SPREAD: { description: 'Use the emptiest GPUs (spreads load and blast radius).' },
+  },
+});
+
+@ObjectType()
+export class EnvVar {
+  @Field()
+  name!: string;
+
+  @Field()
+  value!: string;
+}
+
+@InputType()
+export class EnvVarInput {
+  @Field()
+  name!: string;
+
+  @Field()
+  value!: string;
+}
+
+@ObjectType({ description: 'A container with a hard-capped slice of memory on GPUs of one host.' })
+export class Shard {
+  @Field(() => ID)
+  id!: string;
+
+  @Field(() => ID)
+  teamId!: string;
+
+  @Field()
+  name!: string;
+
+  @Field({ description: 'Container image reference.' })
+  image!: string;
+
+  @Field(() => [String], { description: "Arguments; empty = the image's default command." })
+  command!: string[];
+
+  @Field(() => [EnvVar])
+  env!: EnvVar[];
+
+  @Field(() => Size, { description: 'What was asked for on each GPU.' })
+  memoryPerGpu!: Size;
+
+  @Field(() => Size, {
+    description:
+      "The cap enforced on each GPU and what each GPU reserves: memoryPerGpu plus the host's CUDA context overhead.",
+  })
+  limitPerGpu!: Size;
+
+  @Field(() => Int)
+  gpuCount!: number;
+
+  @Field(() => Size, { description: 'memoryPerGpu × gpuCount: what counts against the quota.' })
+  totalMemory!: Size;
+
+  @Field(() => [String])
+  gpuModelInclude!: string[];
+
+  @Field(() => [String])
+  gpuModelExclude!: string[];
+
+  @Field(() => [Label])
+  hostSelector!: Label[];
+
+  @Field(() => PlacementPolicy)
+  placementPolicy!: PlacementPolicy;
+
+  @Field(() => ShardState)
+  state!: ShardState;
+
+  @Field(() => ID, { nullable: true, description: 'Null only once its host record was deleted.' })
+  hostId!: string | null;
+
+  @Field(() => String, { nullable: true })
+  failureReason!: string | null;
+
+  @Field(() => Int, { nullable: true })
+  exitCode!: number | null;
+
+  @Field(() => String, { nullable: true })
+  idempotencyKey!: string | null;
+
+  @Field(() => String, { nullable: true })
+  containerId!: string | null;
+
+  @Field()
+  createdAt!: Date;
+
+  @Field()
+  updatedAt!: Date;
+
+  @Field(() => Date, { nullable: true })
+  startedAt!: Date | null;
+
+  @Field(() => Date, { nullable: true })
+  stoppedAt!: Date | null;
+
+  @Field(() => Int, { description: 'Bumped by every state change.' })
+  version!: number;
+}
+
+export function shardView(record: ShardRecord): Shard {
+  const env = stringRecord(record.env);
+  return {
+    id: record.id,
+    teamId: record.teamId,
+    name: record.name,
+    image: record.image,
+    command: record.command,
+    env: Object.entries(env).map(([name, value]) => ({ name, value })),
+    memoryPerGpu: sizeOf(record.bytesPerGpu),
+    limitPerGpu: sizeOf(record.limitBytesPerGpu),
+    gpuCount: record.gpuCount,
+    totalMemory: sizeOf(record.bytesPerGpu * BigInt(record.gpuCount)),
+    gpuModelInclude: record.gpuModelInclude,
+    gpuModelExclude: record.gpuModelExclude,
+    hostSelector: labelsOf(stringRecord(record.hostSelector)),
+    placementPolicy: record.placementPolicy,
+    state: record.state,
+    hostId: record.hostId,
+    failureReason: record.failureReason,
+    exitCode: record.exitCode,
+    idempotencyKey: record.idempotencyKey,
+    containerId: record.containerId,
+    createdAt: record.createdAt,
+    updatedAt: record.updatedAt,
+    startedAt: record.startedAt,
+    stoppedAt: record.stoppedAt,
+    version: record.version,
+  };
+}
+
+@ObjectType()
+export class ShardConnection extends Connection(Shard) {}
+
+@ObjectType({ description: "A shard's reservation on one GPU over one interval." })
+export class ShardGpu {
+  @Field(() => ID)
+  gpuUuid!: string;
+
+  @Field(() => Int, { description: 'The GPU index on its host.' })
+  index!: number;
+
+  @Field()
+  model!: string;
+
+  @Field(() => Size, { description: 'Equal to the shard’s limitPerGpu while live.' })
+  reserved!: Size;
+
+  @Field(() => Size, { description: 'What the shard used on this GPU at the last heartbeat.' })
+  used!: Size;
+
+  @Field()
+  reservedAt!: Date;
+
+  @Field(() => Date, { nullable: true, description: 'Null while the reservation is live.' })
+  releasedAt!: Date | null;
+}
+
+@ObjectType({ description: 'A state change of a shard.' })
+export class ShardEvent {
+  @Field(() => Shard, { description: 'The shard after the change.' })
+  shard!: Shard;
+
+  @Field(() => ShardState, { nullable: true, description: 'Null for a shard just created.' })
+  previousState!: ShardState | null;
+
+  @Field(() => ShardState)
+  state!: ShardState;
+
+  @Field()
+  at!: Date;
+}
+
+@InputType({ description: 'Where a shard may go; shared by createShard and placementPreview.' })
+export class PlacementInput {
+  @Field({
+    description:
+      'Memory on each GPU, like "12g" or "1536m" (1024-based). Percentages are refused: GPUs differ in size.',
+  })
+  memoryPerGpu!: string;
+
+  @Field(() => Int, { nullable: true, description: 'GPUs on one host; default 1.' })
+  gpuCount?: number | null;
+
+  @Field(() => [String], {
+    nullable: true,
+    description:
+      'Case-insensitive parts of GPU model names to choose from ("H100"); any when empty.',
+  })
+  gpuModelInclude?: string[] | null;
+
+  @Field(() => [String], { nullable: true, description: 'Parts of GPU model names to avoid.' })
+  gpuModelExclude?: string[] | null;
+
+  @Field(() => [LabelInput], {
+    nullable: true,
+    description: 'Labels the host must carry with exactly these values.',
+  })
+  hostSelector?: LabelInput[] | null;
+
+  @Field(() => PlacementPolicy, { nullable: true, description: 'Default BINPACK.' })
+  placementPolicy?: PlacementPolicy | null;
+
+  @Field(() => ID, {
+    nullable: true,
+    description:
+      'The team the shard is for. Admins must name one; others may leave it out (their own team) and may name no other.',
+  })
+  teamId?: string | null;
+}
+
+@InputType()
+export class CreateShardInput extends PlacementInput {
+  @Field({
+    description:
+      '1 to 63 of a-z, 0-9, ".", "_" and "-", starting and ending with a letter or digit.',
+  })
+  name!: string;
+
+  @Field({
+    description:
+      'Container image reference, like "ghcr.io/org/trainer:1.2" (at most 512 characters).',
+  })
+  image!: string;
+
+  @Field(() => [String], {
+    nullable: true,
+    description: "Arguments; left out: the image's default.",
+  })
+  command?: string[] | null;
+
+  @Field(() => [EnvVarInput], {
+    nullable: true,
+    description:
+      'Environment; keys the agent sets (LD_PRELOAD, CUDA_*, NVIDIA_*, GPUSHARDS_*, ...) are refused.',
+  })
+  env?: EnvVarInput[] | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description:
+      "A retried createShard with the team's same key returns the first shard instead of placing another.",
+  })
+  idempotencyKey?: string | null;
+}
+
+@ObjectType({ description: 'Why one host cannot take a request.' })
+export class HostVerdict {
+  @Field(() => ID)
+  hostId!: string;
+
+  @Field()
+  hostName!: string;
+
+  @Field({
+    description:
+      'host-offline, host-cordoned, host-draining, label-mismatch, model-excluded or not-enough-gpus.',
+  })
+  kind!: string;
+
+  @Field({ description: 'For people, sizes formatted.' })
+  reason!: string;
+}
+
+@ObjectType({ description: 'Where a request would go now, or why it cannot go anywhere.' })
+export class PlacementPreview {
+  @Field()
+  fits!: boolean;
+
+  @Field(() => ID, { nullable: true })
+  hostId!: string | null;
+
+  @Field(() => String, { nullable: true })
+  hostName!: string | null;
+
+  @Field(() => [ID], {
+    description: 'The GPUs it would take, by index; empty when it does not fit.',
+  })
+  gpuUuids!: string[];
+
+  @Field(() => Size, {
+    nullable: true,
+    description:
+      "What each of those GPUs would reserve (memoryPerGpu + the host's context overhead).",
+  })
+  reservedPerGpu!: Size | null;
+
+  @Field({ description: 'A summary for people.' })
+  message!: string;
+
+  @Field(() => [HostVerdict], { description: 'When it does not fit: every host, with its reason.' })
+  hosts!: HostVerdict[];
+
+  @Field(() => String, {
+    nullable: true,
+    description:
+      "Why the team's quota would refuse it now (createShard checks quota first), if it would.",
+  })
+  quotaProblem!: string | null;
+}
+
+@ArgsType()
+export class ShardsArgs extends ConnectionArgs {
+  @Field(() => ID, {
+    nullable: true,
+    description: 'Admins: one team. Others: only their own team anyway.',
+  })
+  teamId?: string | null;
+
+  @Field(() => [ShardState], { nullable: true, description: 'Any of these states.' })
+  states?: ShardState[] | null;
+
+  @Field(() => ID, { nullable: true })
+  hostId?: string | null;
+}

@@ -1,0 +1,128 @@
+import {
+  Args,
+  ID,
+  Int,
+  Mutation,
+  Parent,
+  Query,
+  ResolveField,
+  Resolver,
+  Subscription,
+} from '@nestjs/graphql';
+import type { Caller } from '../auth/caller.js';
+import { CurrentCaller } from '../auth/decorators.js';
+import { Team } from '../teams/team.model.js';
+import { TeamsService } from '../teams/teams.service.js';
+import {
+  CreateShardInput,
+  PlacementInput,
+  PlacementPreview,
+  Shard,
+  ShardConnection,
+  ShardEvent,
+  ShardGpu,
+  ShardsArgs,
+  shardView,
+} from './shard.model.js';
+import { DEFAULT_STOP_GRACE_SECONDS, ShardsService } from './shards.service.js';
+
+@Resolver(() => Shard)
+export class ShardsResolver {
+  constructor(
+    private readonly shardsService: ShardsService,
+    private readonly teams: TeamsService,
+  ) {}
+
+  @Query(() => ShardConnection, {
+    description: "Newest first. Admins: every team's (or teamId's). Others: their team's only.",
+  })
+  async shards(@CurrentCaller() caller: Caller, @Args() args: ShardsArgs) {
+    const page = await this.shardsService.list(caller, args);
+    return { ...page, edges: page.edges.map((edge) => ({ ...edge, node: shardView(edge.node) })) };
+  }
+
+  @Query(() => Shard, {
+    description: "NOT_FOUND for shards that do not exist or are not the caller's.",
+  })
+  async shard(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
+    return shardView(await this.shardsService.get(caller, id));
+  }
+
+  @Query(() => PlacementPreview, {
+    description:
+      "Where createShard would place this now, or every host's reason why not; reserves nothing.",
+  })
+  placementPreview(@CurrentCaller() caller: Caller, @Args('input') input: PlacementInput) {
+    return this.shardsService.preview(caller, input);
+  }
+
+  @Mutation(() => Shard, {
+    description:
+      'Validates, checks the quota, places and reserves GPUs, all in one transaction; then tells the host to launch it.',
+  })
+  async createShard(@CurrentCaller() caller: Caller, @Args('input') input: CreateShardInput) {
+    return shardView(await this.shardsService.create(caller, input));
+  }
+
+  @Mutation(() => Shard, {
+    description:
+      'Asks the host to stop it (STOPPING; the reservation is released once stopped). On an offline host: STOPPED at once.',
+  })
+  async stopShard(
+    @CurrentCaller() caller: Caller,
+    @Args('id', { type: () => ID }) id: string,
+    @Args('graceSeconds', {
+      type: () => Int,
+      nullable: true,
+      description: `Seconds between SIGTERM and SIGKILL, 0 to 600 (default ${DEFAULT_STOP_GRACE_SECONDS}).`,
+    })
+    graceSeconds?: number | null,
+  ) {
+    return shardView(
+      await this.shardsService.stop(caller, id, graceSeconds ?? DEFAULT_STOP_GRACE_SECONDS),
+    );
+  }
+
+  @Mutation(() => Shard, {
+    description: 'DELETED: reservation released, container removed; the record stays.',
+  })
+  async deleteShard(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
+    return shardView(await this.shardsService.delete(caller, id));
+  }
+
+  @Mutation(() => Shard, {
+    description:
+      'A new memoryPerGpu on the same GPUs (NO_CAPACITY if they lack room; quota checked when it grows).',
+  })
+  async resizeShard(
+    @CurrentCaller() caller: Caller,
+    @Args('id', { type: () => ID }) id: string,
+    @Args('memoryPerGpu') memoryPerGpu: string,
+  ) {
+    return shardView(await this.shardsService.resize(caller, id, memoryPerGpu));
+  }
+
+  @Subscription(() => ShardEvent, {
+    description:
+      "State changes of the caller's team's shards (admins: every team, or teamId's). Only changes made by the control plane the client is connected to.",
+    resolve: (event: ShardEvent) => event,
+  })
+  shardEvents(
+    @CurrentCaller() caller: Caller,
+    @Args('teamId', { type: () => ID, nullable: true }) teamId?: string | null,
+  ) {
+    return this.shardsService.subscribe(caller, teamId);
+  }
+
+  @ResolveField(() => Team)
+  team(@CurrentCaller() caller: Caller, @Parent() shard: Shard) {
+    return this.teams.get(caller, shard.teamId);
+  }
+
+  @ResolveField(() => [ShardGpu], {
+    description: 'Its latest reservation on each GPU, by index (released ones once it stopped).',
+  })
+  gpus(@Parent() shard: Shard) {
+    return this.shardsService.gpusOf(shard.id);
+  }
+}
