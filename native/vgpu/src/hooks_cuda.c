@@ -107,7 +107,7 @@ CUresult (*gs_real_cuMemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, voi
  * by asking the driver for the allocation's size, never more than this. */
 static uint64_t untracked[GPUSHARDS_MAX_DEVICES];
 
-void gs_untracked_add(int dev, uint64_t bytes)
+static void untracked_add(int dev, uint64_t bytes)
 {
     if (dev >= 0 && dev < (int)GPUSHARDS_MAX_DEVICES) __atomic_add_fetch(&untracked[dev], bytes, __ATOMIC_RELAXED);
 }
@@ -119,7 +119,7 @@ static int untracked_any(void)
     return 0;
 }
 
-uint64_t gs_untracked_take(int dev, uint64_t bytes)
+static uint64_t untracked_take(int dev, uint64_t bytes)
 {
     if (dev < 0 || dev >= (int)GPUSHARDS_MAX_DEVICES) return 0;
     uint64_t cur = __atomic_load_n(&untracked[dev], __ATOMIC_RELAXED), take;
@@ -165,7 +165,7 @@ static int remember(uint64_t key, uint32_t kind, int dev, uint64_t size, uint64_
     if (gs_track_insert(&gs_allocs, &e) == 0) return 0;
     if (kind == GS_T_MEM) {
         GS_WARN("allocation table full (GPUSHARDS_TRACK_CAPACITY); sizing frees through the driver");
-        gs_untracked_add(dev, size);
+        untracked_add(dev, size);
         return 0;
     }
     GS_ERROR("allocation table full (raise GPUSHARDS_TRACK_CAPACITY); refusing the allocation");
@@ -246,7 +246,7 @@ GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
     return r;
 }
 
-CUresult gs_free_tracked(CUdeviceptr dptr, int async_free, CUstream stream, void *real_fn)
+static CUresult free_tracked(CUdeviceptr dptr, int async_free, CUstream stream, void *real_fn)
 {
     CUresult (*free_sync)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))real_fn;
     CUresult (*free_async)(CUdeviceptr, CUstream) = (CUresult(*)(CUdeviceptr, CUstream))real_fn;
@@ -266,7 +266,7 @@ CUresult gs_free_tracked(CUdeviceptr dptr, int async_free, CUstream stream, void
         CUresult r = async_free ? free_async(dptr, stream) : free_sync(dptr);
         if (r == CUDA_SUCCESS && size != 0) {
             int idx = gs_dev_index((CUdevice)ordinal);
-            gs_uncharge(idx, gs_untracked_take(idx, size));
+            gs_uncharge(idx, untracked_take(idx, size));
         }
         return r;
     }
@@ -283,7 +283,7 @@ CUresult gs_free_tracked(CUdeviceptr dptr, int async_free, CUstream stream, void
 GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     ENTER(real_cuMemFree_v2);
-    return gs_free_tracked(dptr, 0, NULL, (void *)real_cuMemFree_v2);
+    return free_tracked(dptr, 0, NULL, (void *)real_cuMemFree_v2);
 }
 
 /* Legacy 32-bit entry points (CUDA < 3.2 ABI): same accounting. */
@@ -327,7 +327,7 @@ GS_EXPORT CUresult cuMemAllocPitch(CUdeviceptr32 *dptr, unsigned int *pPitch, un
 GS_EXPORT CUresult cuMemFree(CUdeviceptr32 dptr)
 {
     ENTER(real_cuMemFree);
-    return gs_free_tracked(dptr, 0, NULL, (void *)real_cuMemFree);
+    return free_tracked(dptr, 0, NULL, (void *)real_cuMemFree);
 }
 
 /* ---- stream-ordered allocations (accounting in pools.c) ----------------- */
@@ -368,13 +368,13 @@ CUresult gs_real_free_async(CUdeviceptr dptr, CUstream hStream)
 GS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     ENTER(real_cuMemFreeAsync);
-    return gs_free_tracked(dptr, 1, hStream, (void *)real_cuMemFreeAsync);
+    return free_tracked(dptr, 1, hStream, (void *)real_cuMemFreeAsync);
 }
 
 GS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     ENTER(real_cuMemFreeAsync_ptsz);
-    return gs_free_tracked(dptr, 1, hStream, (void *)real_cuMemFreeAsync_ptsz);
+    return free_tracked(dptr, 1, hStream, (void *)real_cuMemFreeAsync_ptsz);
 }
 
 GS_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)

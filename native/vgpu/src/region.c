@@ -23,7 +23,7 @@ static pthread_mutex_t *region_mutex(void)
     return (pthread_mutex_t *)(void *)gs_region->header.lock;
 }
 
-uint64_t gs_region_checksum(const struct gpushards_region_header *h)
+static uint64_t header_checksum(const struct gpushards_region_header *h)
 {
     const unsigned char *p = (const unsigned char *)h;
     uint64_t x = 0xcbf29ce484222325ULL;
@@ -96,7 +96,7 @@ static int create_region(const char *path)
     }
     /* The magic goes in last: the checksum covers it. */
     h->magic = GPUSHARDS_REGION_MAGIC;
-    h->checksum = gs_region_checksum(h);
+    h->checksum = header_checksum(h);
 
     if (link(tmp, path) == 0) {
         rc = 0;
@@ -123,7 +123,7 @@ static int validate(const struct gpushards_region_header *h, uint64_t file_size,
                h->version, GPUSHARDS_REGION_VERSION);
         return -1;
     }
-    if (h->checksum != gs_region_checksum(h)) {
+    if (h->checksum != header_checksum(h)) {
         gs_log(GS_LOG_ERROR, "%s has a corrupt header (checksum mismatch)", path);
         return -1;
     }
@@ -188,7 +188,7 @@ int gs_region_open(const char *path)
  * locker gets EOWNERDEAD at once and repairs it.  Every critical section
  * below is written so that stopping it half way leaves counts too high, not
  * too low, which is safe to continue from. */
-int gs_region_lock(void)
+static int lock_region(void)
 {
     int e = pthread_mutex_lock(region_mutex());
     if (e == EOWNERDEAD) {
@@ -202,7 +202,7 @@ int gs_region_lock(void)
     return 0;
 }
 
-void gs_region_unlock(void)
+static void unlock_region(void)
 {
     int e = pthread_mutex_unlock(region_mutex());
     if (e != 0) gs_log(GS_LOG_ERROR, "cannot release the region lock: %s", strerror(e));
@@ -250,7 +250,7 @@ int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int ha
 {
     int idx = gs_region_find_device(uuid);
     if (idx < 0) {
-        if (gs_region_lock() != 0) return -1;
+        if (lock_region() != 0) return -1;
         idx = gs_region_find_device(uuid);
         uint32_t n = gs_region->header.device_count;
         if (idx < 0 && n < GPUSHARDS_MAX_DEVICES) {
@@ -263,7 +263,7 @@ int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int ha
             __atomic_store_n(&gs_region->header.device_count, n + 1, __ATOMIC_RELEASE);
             idx = (int)n;
         }
-        gs_region_unlock();
+        unlock_region();
         if (idx < 0) {
             gs_log(GS_LOG_ERROR, "the region has no room for another GPU (at most %u)", GPUSHARDS_MAX_DEVICES);
             return -1;
@@ -286,7 +286,7 @@ int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int ha
 
 /* Clock ticks after boot at which the process started (field 22 of
  * /proc/<pid>/stat); 0 when /proc is not there to ask. */
-uint64_t gs_process_start_time(int pid)
+static uint64_t process_start_time(int pid)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -322,7 +322,7 @@ static int slot_is_dead(const struct gpushards_slot *s)
      * pid was reused by a new process. */
     uint64_t st = s->start_time;
     if (st == 0) return 0;
-    uint64_t now = gs_process_start_time(pid);
+    uint64_t now = process_start_time(pid);
     return now != 0 && now != st;
 }
 
@@ -359,16 +359,16 @@ static void reclaim_locked(void)
 
 void gs_region_reclaim_dead(void)
 {
-    if (gs_region_lock() != 0) return;
+    if (lock_region() != 0) return;
     reclaim_locked();
-    gs_region_unlock();
+    unlock_region();
 }
 
 int gs_region_claim_slot(void)
 {
     int me = (int)getpid();
-    uint64_t start = gs_process_start_time(me);
-    if (gs_region_lock() != 0) return -1;
+    uint64_t start = process_start_time(me);
+    if (lock_region() != 0) return -1;
     reclaim_locked();
     int found = -1;
     for (unsigned i = 0; i < GPUSHARDS_MAX_SLOTS && found < 0; i++) {
@@ -378,7 +378,7 @@ int gs_region_claim_slot(void)
         __atomic_store_n(&s->pid, me, __ATOMIC_RELEASE);
         found = (int)i;
     }
-    gs_region_unlock();
+    unlock_region();
     if (found < 0) gs_log(GS_LOG_ERROR, "the region has no free process slot (at most %u)", GPUSHARDS_MAX_SLOTS);
     return found;
 }

@@ -46,13 +46,13 @@ static dlsym_fn real_dlsym_fn(void)
     return f;
 }
 
-void *gs_real_dlsym(void *handle, const char *name)
+static void *real_dlsym(void *handle, const char *name)
 {
     dlsym_fn f = real_dlsym_fn();
     return f != NULL ? f(handle, name) : NULL;
 }
 
-void *gs_hook_for_name(const char *name)
+static void *hook_for_name(const char *name)
 {
     const struct gs_hook *tables[] = {gs_cuda_hooks, gs_nvml_hooks};
     const size_t counts[] = {gs_cuda_hook_count, gs_nvml_hook_count};
@@ -105,10 +105,10 @@ void *gs_dlsym(void *handle, const char *name)
 {
     /* RTLD_NEXT lands here only if asked before our constructor ran; the
      * answer is then relative to libvgpu.so rather than the caller. */
-    void *p = gs_real_dlsym(handle, name);
+    void *p = real_dlsym(handle, name);
     if (handle == RTLD_NEXT) return p;
     if (p != NULL && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0)) {
-        void *h = gs_hook_for_name(name);
+        void *h = hook_for_name(name);
         if (h != NULL) return h;
     }
     return p;
@@ -116,7 +116,7 @@ void *gs_dlsym(void *handle, const char *name)
 
 /* 0 none, 1 resolving, 2 done, 3 failed. */
 static int cuda_state, nvml_state;
-__thread int gs_in_resolve __attribute__((tls_model("initial-exec")));
+static __thread int in_resolve __attribute__((tls_model("initial-exec")));
 
 static int resolve(int *state, const char *lib, const struct gs_hook *hooks, size_t n)
 {
@@ -126,22 +126,22 @@ static int resolve(int *state, const char *lib, const struct gs_hook *hooks, siz
     /* The library's constructors may call back into an exported hook while
      * we are still inside dlopen: that call gets "not initialised" rather
      * than waiting on itself. */
-    if (gs_in_resolve) return -1;
+    if (in_resolve) return -1;
     int expected = 0;
     if (__atomic_compare_exchange_n(state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        gs_in_resolve = 1;
+        in_resolve = 1;
         void *h = dlopen(lib, RTLD_LAZY);
         if (h == NULL) {
             gs_log(GS_LOG_ERROR, "cannot load %s: %s", lib, dlerror());
         } else {
             for (size_t i = 0; i < n; i++) {
-                void *p = gs_real_dlsym(h, hooks[i].name);
+                void *p = real_dlsym(h, hooks[i].name);
                 /* Never keep one of ours as "real": that would recurse. */
                 if (p != NULL && p == hooks[i].hook) p = NULL;
                 __atomic_store_n(hooks[i].real, p, __ATOMIC_RELAXED);
             }
         }
-        gs_in_resolve = 0;
+        in_resolve = 0;
         __atomic_store_n(state, h != NULL ? 2 : 3, __ATOMIC_RELEASE);
         return h != NULL ? 0 : -1;
     }
@@ -155,7 +155,7 @@ void gs_resolve_after_fork(void)
     __atomic_compare_exchange_n(&cuda_state, &busy, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     busy = 1;
     __atomic_compare_exchange_n(&nvml_state, &busy, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
-    gs_in_resolve = 0;
+    in_resolve = 0;
 }
 
 int gs_resolve_cuda(void)

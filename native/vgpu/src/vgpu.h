@@ -60,15 +60,11 @@ extern struct gpushards_region *gs_region;
 /* 0 = mapped and valid; -1 = missing and could not be created; -2 = the
  * file exists but is unusable (truncated, corrupt, wrong version). */
 int gs_region_open(const char *path);
-int gs_region_lock(void);
-void gs_region_unlock(void);
-uint64_t gs_region_checksum(const struct gpushards_region_header *h);
 int gs_region_find_device(const uint8_t uuid[16]);
 int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int have_limit, uint64_t limit);
 int gs_region_claim_slot(void);
 void gs_region_reclaim_dead(void);
 void gs_region_release_slot(int slot);
-uint64_t gs_process_start_time(int pid);
 void gs_uuid_format(const uint8_t uuid[16], char out[41]);
 int gs_uuid_parse(const char *text, uint8_t uuid[16]);
 
@@ -135,7 +131,6 @@ static inline void gs_init(void)
 {
     if (GS_UNLIKELY(__atomic_load_n(&gs_init_state, __ATOMIC_ACQUIRE) != 2)) gs_init_slow();
 }
-extern __thread int gs_in_resolve;
 
 /* ---- resolve.c ------------------------------------------------------ */
 struct gs_hook {
@@ -147,11 +142,9 @@ extern const struct gs_hook gs_cuda_hooks[];
 extern const size_t gs_cuda_hook_count;
 extern const struct gs_hook gs_nvml_hooks[];
 extern const size_t gs_nvml_hook_count;
-void *gs_real_dlsym(void *handle, const char *name);
 int gs_resolve_cuda(void);
 int gs_resolve_nvml(void);
 void gs_resolve_after_fork(void);
-void *gs_hook_for_name(const char *name);
 extern CUresult (*gs_real_cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 extern CUresult (*gs_real_cuGetProcAddress)(const char *, void **, int, cuuint64_t);
 /* The legacy cuGetProcAddress (cuda.h renames the name to _v2). */
@@ -168,7 +161,6 @@ void gs_pool_trimmed(CUmemoryPool pool);
 void gs_pools_reconcile(int dev);
 
 /* ---- hooks_cuda.c (used by pools.c) ---------------------------------- */
-CUresult gs_free_tracked(CUdeviceptr dptr, int async_free, CUstream stream, void *real_fn);
 CUresult gs_real_free_async(CUdeviceptr dptr, CUstream stream);
 extern CUresult (*gs_real_cuCtxGetDevice)(CUdevice *);
 extern CUresult (*gs_real_cuCtxGetCurrent)(CUcontext *);
@@ -184,8 +176,6 @@ extern CUresult (*gs_real_cuCtxPopCurrent_v2)(CUcontext *);
 extern CUresult (*gs_real_cuDeviceGetMemPool)(CUmemoryPool *, CUdevice);
 extern CUresult (*gs_real_cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
 extern CUresult (*gs_real_cuMemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
-void gs_untracked_add(int dev, uint64_t bytes);
 void gs_hooks_reset_process(void);
-uint64_t gs_untracked_take(int dev, uint64_t bytes);
 
 #endif
