@@ -36,6 +36,8 @@ struct proc {
     char out[320], err[320];
 };
 
+static const char *program = CLIENT;
+
 /* extra: "KEY=VALUE" entries that replace the defaults; "-KEY" drops one. */
 static int spawn(struct proc *p, const char *const *extra, const char *mode, const char *scenario, const char *a1,
                  const char *a2)
@@ -68,13 +70,13 @@ static int spawn(struct proc *p, const char *const *extra, const char *mode, con
     env[ne] = NULL;
     snprintf(p->out, sizeof p->out, "%s/out.%d", dir, seq);
     snprintf(p->err, sizeof p->err, "%s/err.%d", dir, seq++);
-    const char *argv[] = {CLIENT, mode, scenario, a1, a2, NULL};
+    const char *argv[] = {program, mode, scenario, a1, a2, NULL};
     p->pid = fork();
     if (p->pid == 0) {
         int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(o, 1);
         dup2(e, 2);
-        execve(CLIENT, (char *const *)argv, (char *const *)env);
+        execve(program, (char *const *)argv, (char *const *)env);
         _exit(127);
     }
     return p->pid > 0 ? 0 : -1;
@@ -575,6 +577,16 @@ static long startup_us(const char *const *env)
     return best;
 }
 
+static int t_nodriver(const void *arg)
+{
+    program = NODRIVER;
+    int r = run(NULL, "-", "-", NULL, NULL);
+    program = CLIENT;
+    if (r) return 1;
+    H_CHECK(strstr(out_text, "libvgpu.so") != NULL, "not our hook: %s", out_text);
+    return 0;
+}
+
 static int t_startup(const void *arg)
 {
     const char *with[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
@@ -702,6 +714,7 @@ int main(int argc, char **argv)
     ADD("8 processes creating the region at once", t_race, NULL);
     ADD("no region and no limit: pass-through", t_passthrough, NULL);
     ADD("no region but a limit: fails closed", t_no_region_with_limit, NULL);
+    ADD("a global dlsym finds no driver entry points until the driver is loaded", t_nodriver, NULL);
     ADD("startup cost of the interposer", t_startup, NULL);
 
     for (int i = 0; i < n; i++) {

@@ -18,14 +18,13 @@
 
 #ifdef GS_BASE
 GS_SYMVER(dlopen, GS_BASE);
+GS_SYMVER(dlclose, GS_BASE);
 GS_SYMVER(dlerror, GS_BASE);
 GS_SYMVER(dlvsym, GS_BASE);
 #if defined(__x86_64__)
-GS_SYMVER(dladdr1, "GLIBC_2.3.3");
 GS_SYMVER(pthread_mutex_consistent, "GLIBC_2.12");
 GS_SYMVER(pthread_mutexattr_setrobust, "GLIBC_2.12");
 #else
-GS_SYMVER(dladdr1, GS_BASE);
 GS_SYMVER(pthread_mutex_consistent, GS_BASE);
 GS_SYMVER(pthread_mutexattr_setrobust, GS_BASE);
 #endif

@@ -106,12 +106,20 @@ void *gs_dlsym(void *handle, const char *name)
     /* RTLD_NEXT lands here only if asked before our constructor ran; the
      * answer is then relative to libvgpu.so rather than the caller. */
     void *p = real_dlsym(handle, name);
-    if (handle == RTLD_NEXT) return p;
-    if (p != NULL && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0)) {
-        void *h = hook_for_name(name);
-        if (h != NULL) return h;
+    if (handle == RTLD_NEXT || p == NULL) return p;
+    int nvml = strncmp(name, "nvml", 4) == 0;
+    if (!nvml && (name[0] != 'c' || name[1] != 'u')) return p;
+    void *h = hook_for_name(name);
+    if (h == NULL) return p;
+    /* A global lookup that found only our export: without the driver
+     * loaded, the answer is "no such symbol", as it would be without us
+     * (programs probe for CUDA this way). */
+    if (p == h && handle == RTLD_DEFAULT) {
+        void *lib = dlopen(nvml ? "libnvidia-ml.so.1" : "libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (lib == NULL) return NULL;
+        if (dlclose(lib) != 0) gs_log(GS_LOG_WARN, "dlclose: %s", dlerror());
     }
-    return p;
+    return h;
 }
 
 /* 0 none, 1 resolving, 2 done, 3 failed. */
