@@ -187,5 +187,7 @@ void fake_phys_give(int g, uint64_t bytes)
 
 uint64_t fake_phys_used(int g)
 {
-    return state ? __atomic_load_n(&state->used[g], __ATOMIC_ACQUIRE) : 0;
+    if (state == NULL) return 0;
+    reap_dead();
+    return __atomic_load_n(&state->used[g], __ATOMIC_ACQUIRE);
 }

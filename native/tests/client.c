@@ -568,6 +568,21 @@ static int s_nvml_only(void)
     return 0;
 }
 
+/* Raw NVML, as the agent reads it on the host (run without the interposer):
+ * the fake card shows what every process holds, contexts included. */
+static int s_nvml_used(const char *min_text)
+{
+    CHECK(A.nvmlInit_v2() == NVML_SUCCESS, "nvmlInit");
+    nvmlDevice_t d;
+    CHECK(A.nvmlDeviceGetHandleByIndex_v2(0, &d) == NVML_SUCCESS, "handle");
+    nvmlMemory_v2_t m = {.version = nvmlMemory_v2};
+    CHECK(A.nvmlDeviceGetMemoryInfo_v2(d, &m) == NVML_SUCCESS, "memory");
+    unsigned long long min = strtoull(min_text, NULL, 0);
+    CHECK(m.used == min && m.total == 80 * GiB && m.free == m.total - m.used, "used %llu (want %llu) total %llu",
+          m.used, min, m.total);
+    return 0;
+}
+
 /* Hold memory until killed. */
 static int s_hold(const char *bytes)
 {
@@ -846,6 +861,7 @@ int main(int argc, char **argv)
     if (!strcmp(s, "full")) return s_full();
     if (!strcmp(s, "threads-async")) return s_threads_async();
     if (!strcmp(s, "nvml-only")) return s_nvml_only();
+    if (!strcmp(s, "nvml-used") && argc > 3) return s_nvml_used(argv[3]);
     if (!strcmp(s, "hold") && argc > 3) return s_hold(argv[3]);
     if (!strcmp(s, "lock")) return s_lock();
     if (!strcmp(s, "refused")) return s_refused();

@@ -354,6 +354,19 @@ static int t_sigkill_reclaim(const void *arg)
     return run(env, "link", "cap", NULL, NULL);
 }
 
+static int t_fake_shared(const void *arg)
+{
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
+    struct proc holder;
+    H_CHECK(start_ready(&holder, env, "hold", "314572800") == 0, "holder did not start: %s", err_text);
+    /* 300 MiB allocated + the fake's 300 MiB context, seen from outside. */
+    const char *raw[] = {"-LD_PRELOAD", NULL};
+    int r = run(raw, "link", "nvml-used", "629145600", NULL);
+    kill_wait(&holder);
+    if (r) return 1;
+    return run(raw, "link", "nvml-used", "0", NULL); /* a dead process's memory is freed */
+}
+
 static int t_pid_reuse(const void *arg)
 {
     const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
@@ -657,6 +670,7 @@ int main(int argc, char **argv)
     ADD("8 threads x 10000 random alloc/free never pass the cap", t_threads, NULL);
     ADD("4 processes on one region never pass the cap together", t_multiprocess, NULL);
     ADD("a SIGKILLed holder's memory is reclaimed", t_sigkill_reclaim, NULL);
+    ADD("fake NVML in another process sees the card's used memory, context included", t_fake_shared, NULL);
     ADD("a reused pid (start time differs) is reclaimed", t_pid_reuse, NULL);
     ADD("SIGKILL while holding the region lock: others go on within a second", t_sigkill_lock, NULL);
     static const struct corrupt_case corrupt[] = {
