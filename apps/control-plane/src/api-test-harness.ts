@@ -3,7 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { ADMIN_TOKEN_FILE } from './auth/admin-token.bootstrap.js';
-import { createControlPlane, type ControlPlane } from './control-plane.js';
+import {
+  createControlPlane,
+  type ControlPlane,
+  type ControlPlaneOptions,
+} from './control-plane.js';
 import { PrismaService } from './database/index.js';
 import { createTestDatabase, type PostgresServer, type TestDatabaseKind } from './testing/index.js';
 
@@ -43,6 +47,11 @@ export interface ApiTestHarness {
 export interface ApiTestHarnessOptions {
   /** PostgreSQL server to create the database on (one per test file); required for 'postgres'. */
   readonly server?: PostgresServer;
+  /** Passed on to createControlPlane (a ManualClock, a fake agent link, ...). */
+  readonly controlPlane?: Pick<
+    ControlPlaneOptions,
+    'clock' | 'shardCommands' | 'hostOfflineSeconds'
+  >;
 }
 
 export async function startApiTestHarness(
@@ -66,6 +75,7 @@ export async function startApiTestHarness(
     port: 0,
     logLevel: 'silent',
     operatorOutput,
+    ...options.controlPlane,
   });
   const adminToken = (await readFile(join(dataDir, ADMIN_TOKEN_FILE), 'utf8')).trim();
   return {
