@@ -22,7 +22,8 @@
 #include "vgpu.h"
 
 typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym_ptr;
+/* The real dlsym; the assembly below jumps to it by name. */
+void *gs_real_dlsym_next;
 
 #if defined(__x86_64__)
 #define GS_GLIBC_BASE "GLIBC_2.2.5"
@@ -34,7 +35,7 @@ static dlsym_fn real_dlsym_ptr;
 
 static dlsym_fn real_dlsym_fn(void)
 {
-    dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_ACQUIRE);
+    dlsym_fn f = (dlsym_fn)__atomic_load_n(&gs_real_dlsym_next, __ATOMIC_ACQUIRE);
     if (GS_LIKELY(f != NULL)) return f;
     /* dlvsym, not dlsym: asking for dlsym by name would find our own.
      * glibc >= 2.34 defines dlsym@GLIBC_2.34 in libc; older ones only the
@@ -42,7 +43,7 @@ static dlsym_fn real_dlsym_fn(void)
     f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
     if (f == NULL) f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", GS_GLIBC_BASE);
     if (f == NULL) gs_log(GS_LOG_ERROR, "cannot find the real dlsym");
-    __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELEASE);
+    __atomic_store_n(&gs_real_dlsym_next, (void *)f, __ATOMIC_RELEASE);
     return f;
 }
 
@@ -66,13 +67,15 @@ static void *hook_for_name(const char *name)
  * glibc finds the caller from its own return address: a jump (not a call)
  * to the real dlsym leaves the caller's return address in place, so the
  * answer is exactly glibc's.  Everything else goes to gs_dlsym below. */
-void *gs_real_dlsym_next;
 void *gs_dlsym(void *handle, const char *name);
 #if defined(__x86_64__)
 __asm__(".text\n"
         ".globl dlsym\n"
         ".type dlsym, @function\n"
         "dlsym:\n"
+#if defined(__CET__) && (__CET__ & 1)
+        "    endbr64\n"
+#endif
         "    cmpq $-1, %rdi\n"
         "    jne gs_dlsym\n"
         "    movq gs_real_dlsym_next(%rip), %rax\n"
@@ -98,7 +101,7 @@ __asm__(".text\n"
  * taken from the first dlsym(RTLD_NEXT) on. */
 __attribute__((constructor)) static void find_real_dlsym(void)
 {
-    __atomic_store_n(&gs_real_dlsym_next, (void *)real_dlsym_fn(), __ATOMIC_RELEASE);
+    real_dlsym_fn();
 }
 
 void *gs_dlsym(void *handle, const char *name)
