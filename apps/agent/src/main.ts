@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { ConfigError, agentOptionsFromEnv } from './config/env.js';
+import { agentOptionsFromEnv } from './config/env.js';
 import { createAgent, type Agent } from './create-agent.js';
 
 /** Starts the agent from GPUSHARDS_* variables (docs/agent.md) and runs until SIGINT/SIGTERM. */
@@ -8,9 +8,11 @@ async function main(): Promise<void> {
   try {
     agent = await createAgent(agentOptionsFromEnv());
   } catch (error) {
-    const message =
-      error instanceof ConfigError ? error.message : String((error as Error)?.stack ?? error);
-    process.stderr.write(`gpushards agent: ${message}\n`);
+    // The agent's errors say what is wrong and what to do; a stack only helps with a bug.
+    const debug = /^(debug|trace)$/.test(process.env.GPUSHARDS_LOG_LEVEL ?? '');
+    const text =
+      error instanceof Error && !debug ? error.message : String((error as Error)?.stack ?? error);
+    process.stderr.write(`gpushards agent: ${text}\n`);
     process.exit(1);
   }
   const shutdown = (): void => {

@@ -106,7 +106,7 @@ describe('agentOptionsFromEnv', () => {
         return true;
       },
     );
-    assert.throws(() => agentOptionsFromEnv({}), /GPUSHARDS_HOST_ID is required/);
+    assert.throws(() => agentOptionsFromEnv({}), /GPUSHARDS_HOST_ID is required \(this host.s id/);
     const mixed = () =>
       agentOptionsFromEnv({
         GPUSHARDS_HOST_ID: 'b',

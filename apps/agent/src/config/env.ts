@@ -60,6 +60,10 @@ const envSchema = z.object({
     .default('info'),
 });
 
+const REQUIRED_HINTS: Record<string, string> = {
+  GPUSHARDS_HOST_ID: 'this host\'s id, 1-64 characters of A-Z, a-z, 0-9, "_" and "-"',
+};
+
 /** Variables that hold secrets: never echoed in an error. */
 const SECRET = new Set(['GPUSHARDS_NATS_PASSWORD']);
 
@@ -82,7 +86,7 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
       const name = issue.path.join('.');
       problems.push(
         present[name] === undefined
-          ? `${name} is required: ${issue.message}`
+          ? `${name} is required (${REQUIRED_HINTS[name] ?? 'see docs/agent.md'})`
           : `${name} ${issue.message}, got ${shown(name)}`,
       );
     }
