@@ -15,6 +15,7 @@ import { AuditService } from '../audit/audit.service.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible, canSeeTeam } from '../auth/team-scope.js';
 import {
+  DEFAULT_POOL_SIZE,
   lockTeamForUpdate,
   postgresErrorCode,
   isUniqueViolation,
@@ -45,6 +46,7 @@ import {
 import { LIVE_SHARD_STATES } from '../teams/teams.service.js';
 import { formatSize } from '../validation/sizes.js';
 import { checkId } from '../validation/input.js';
+import { CreateAdmission } from './create-admission.js';
 import { launchSpecOf } from './launch-spec.js';
 import { CommitEffects, ShardLifecycle } from './shard-lifecycle.js';
 import {
@@ -70,6 +72,15 @@ import {
  * one when the first found no room or kept losing races; deadlocks are retried too.
  */
 const MAX_CREATE_ROUNDS = 4;
+
+/**
+ * Transaction timing for createShard: waiting for a pooled connection (admission keeps this
+ * short) and the whole transaction.
+ */
+const CREATE_TRANSACTION_OPTIONS = { maxWait: 10_000, timeout: 20_000 };
+
+/** Connections left to everything else (authentication, reads, agents) while creates run. */
+const CONNECTIONS_KEPT_FOR_OTHERS = 2;
 
 /** Default seconds between SIGTERM and SIGKILL for stopShard. */
 export const DEFAULT_STOP_GRACE_SECONDS = 30;
@@ -110,6 +121,7 @@ interface GpuRow {
 @Injectable()
 export class ShardsService {
   private readonly logger: Logger;
+  private readonly admission: CreateAdmission;
 
   constructor(
     private readonly prisma: PrismaService,
@@ -122,6 +134,9 @@ export class ShardsService {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'shards' });
+    const connections =
+      prisma.backendKind === 'pglite' ? 1 : (prisma.config.poolSize ?? DEFAULT_POOL_SIZE);
+    this.admission = new CreateAdmission(Math.max(1, connections - CONNECTIONS_KEPT_FOR_OTHERS));
   }
 
   // -------------------------------------------------------------------------------------
@@ -139,7 +154,9 @@ export class ShardsService {
     await this.checkAgainstFleet(request, started);
     let outcome: PlacementOutcome = 'error';
     try {
-      const created = await this.createWithRetries(caller, teamId, request, started);
+      const created = await this.admission.run(teamId, () =>
+        this.createWithRetries(caller, teamId, request, started),
+      );
       outcome = created.replayed ? 'replayed' : 'placed';
       return created.shard;
     } catch (error) {
@@ -162,8 +179,9 @@ export class ShardsService {
       const holds = this.placement.holds();
       const effects = new CommitEffects();
       try {
-        const result = await this.prisma.$transaction((tx) =>
-          this.createIn(tx, caller, teamId, request, view, holds, effects),
+        const result = await this.prisma.$transaction(
+          (tx) => this.createIn(tx, caller, teamId, request, view, holds, effects),
+          CREATE_TRANSACTION_OPTIONS,
         );
         holds.settle(true);
         this.lifecycle.afterCommit(effects);
