@@ -170,6 +170,8 @@ static int s_async(void)
     CUdevice d = 0;
     OK(A.cuDeviceGetDefaultMemPool(&pool, d));
     CUdeviceptr a, b;
+    CHECK(A.cuMemAllocAsync(&a, 0, NULL) == CUDA_ERROR_INVALID_VALUE, "0 bytes: the driver's answer");
+    CHECK(used(0) == base, "0 bytes charged %llu", (unsigned long long)(used(0) - base));
     OK(A.cuMemAllocAsync(&a, 3 * MiB, NULL));
     CHECK(used(0) == base + reserved(pool) && reserved(pool) == 4 * MiB, "used %llu reserved %llu",
           (unsigned long long)(used(0) - base), (unsigned long long)reserved(pool));
@@ -502,9 +504,11 @@ static int s_full(void)
     return 0;
 }
 
-/* Stream-ordered allocations from 8 threads (GPUSHARDS_FAKE_POOL_CHUNK=2m,
- * a small limit): usage may pass the cap by the pools' growth steps only,
- * and ends where the pool ends. */
+/* Stream-ordered allocations and frees from 8 threads, with trims between
+ * (GPUSHARDS_FAKE_POOL_CHUNK=2m, a small limit): usage never passes the
+ * cap, and ends where the pool ends.  (An earlier lock-free version let
+ * the threads drive the pool past the cap through a stale view of its
+ * cache; this test caught it.) */
 static uint64_t async_peak;
 
 static void *async_thread(void *arg)
@@ -546,13 +550,159 @@ static int s_threads_async(void)
     for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, async_thread, (void *)(uintptr_t)(i * 104729 + 1));
     for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
     CHECK(violations == 0, "%d failed calls", violations);
-    CHECK(async_peak <= limit_of(0) + 16 * MiB, "peak %llu: more than the cap plus 8 growth steps",
-          (unsigned long long)async_peak);
+    CHECK(async_peak <= limit_of(0), "peak %llu: past the cap", (unsigned long long)async_peak);
+    struct gpushards_device *d = dev_phys(0);
+    CHECK(d->peak_bytes <= limit_of(0), "the region's peak %llu: past the cap", (unsigned long long)d->peak_bytes);
     CHECK(refusals > 0, "the cap was never reached");
     OK(A.cuStreamSynchronize(NULL));
     CHECK(info_touch() == 0, "cuMemGetInfo");
     CHECK(used(0) == 0, "after the pool trimmed: %llu", (unsigned long long)used(0));
     printf("refusals %d, peak %llu MiB\n", refusals, (unsigned long long)(async_peak >> 20));
+    return 0;
+}
+
+/* Stream-ordered allocations of one size until refused, from one or more
+ * threads (SIZE in bytes, THREADS), from the current pool (pool-cap) or a
+ * pool we create (pool-cap-from), under a cap with a context charge and the
+ * fake growing pools in GPUSHARDS_FAKE_POOL_CHUNK steps.  Neither what the
+ * region charges nor what the card really holds (the pool's reserved bytes,
+ * highest ever included, plus the context) may pass the cap at any moment;
+ * a refusal leaves usage unchanged and wastes less than a growth step and
+ * the request; freeing and trimming brings usage back to the context. */
+#define CAP_MAX_THREADS 8
+#define CAP_MAX_LIVE 4096
+static CUmemoryPool cap_pool;
+static int cap_from_pool;
+static size_t cap_size;
+static uint64_t cap_step, cap_ctx, cap_limit, cap_peak_real, cap_peak_used;
+static int cap_threads, cap_violations, cap_early, cap_moved;
+static CUdeviceptr cap_live[CAP_MAX_THREADS][CAP_MAX_LIVE];
+static int cap_count[CAP_MAX_THREADS];
+
+static uint64_t pool_attr(CUmemoryPool pool, CUmemPool_attribute attr)
+{
+    cuuint64_t v = 0;
+    if (A.cuMemPoolGetAttribute(pool, attr, &v) != CUDA_SUCCESS) return UINT64_MAX;
+    return v;
+}
+
+static void raise_to(uint64_t *peak, uint64_t v)
+{
+    uint64_t seen = __atomic_load_n(peak, __ATOMIC_RELAXED);
+    while (v > seen && !__atomic_compare_exchange_n(peak, &seen, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+/* What the card holds for us and what the region charges, both within the cap. */
+static void cap_look(void)
+{
+    uint64_t real = pool_attr(cap_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) + cap_ctx, u = used(0);
+    raise_to(&cap_peak_real, real);
+    raise_to(&cap_peak_used, u);
+    if (real > cap_limit || u > cap_limit) __atomic_add_fetch(&cap_violations, 1, __ATOMIC_RELAXED);
+}
+
+static void *cap_thread(void *arg)
+{
+    int t = (int)(uintptr_t)arg;
+    if (A.cuCtxSetCurrent(ctx0) != CUDA_SUCCESS) __atomic_add_fetch(&cap_violations, 1, __ATOMIC_RELAXED);
+    while (cap_count[t] < CAP_MAX_LIVE) {
+        uint64_t before = used(0), live_before = pool_attr(cap_pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+                 reserved_before = pool_attr(cap_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        CUdeviceptr p = 0;
+        CUresult r = cap_from_pool ? A.cuMemAllocFromPoolAsync(&p, cap_size, cap_pool, NULL)
+                                   : A.cuMemAllocAsync(&p, cap_size, NULL);
+        cap_look();
+        if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+            if (cap_threads == 1) {
+                /* Alone, the refusal must be for want of room for a whole
+                 * growth step, and must change nothing. */
+                uint64_t worst = (cap_size + cap_step - 1) / cap_step * cap_step;
+                if (reserved_before - live_before >= cap_size || before + worst <= cap_limit)
+                    __atomic_add_fetch(&cap_early, 1, __ATOMIC_RELAXED);
+                if (used(0) != before) __atomic_add_fetch(&cap_moved, 1, __ATOMIC_RELAXED);
+            }
+            break;
+        }
+        if (r != CUDA_SUCCESS) {
+            __atomic_add_fetch(&cap_violations, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        cap_live[t][cap_count[t]++] = p;
+    }
+    return NULL;
+}
+
+static uint64_t env_size(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    if (v == NULL) return dflt;
+    char *end;
+    uint64_t n = strtoull(v, &end, 10);
+    return *end == 'm' ? n * MiB : *end == 'g' ? n * GiB : n;
+}
+
+static int s_pool_cap(int from_pool, const char *size, const char *threads)
+{
+    if (start()) return 1;
+    cap_from_pool = from_pool;
+    cap_size = (size_t)strtoull(size, NULL, 10);
+    cap_threads = atoi(threads);
+    CHECK(cap_size > 0 && cap_threads >= 1 && cap_threads <= CAP_MAX_THREADS, "bad arguments");
+    cap_step = env_size("GPUSHARDS_FAKE_POOL_CHUNK", 32 * MiB);
+    cap_ctx = env_size("GPUSHARDS_FAKE_CONTEXT_BYTES", 300 * MiB);
+    cap_limit = limit_of(0);
+    uint64_t base = used(0);
+    CHECK(base == cap_ctx, "the context is charged %llu, the card takes %llu", (unsigned long long)base,
+          (unsigned long long)cap_ctx);
+    CHECK(cap_limit != 0, "no cap");
+    CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    if (from_pool) OK(A.cuMemPoolCreate(&cap_pool, &props));
+    else OK(A.cuDeviceGetDefaultMemPool(&cap_pool, 0));
+
+    pthread_t t[CAP_MAX_THREADS];
+    for (int i = 0; i < cap_threads; i++) pthread_create(&t[i], NULL, cap_thread, (void *)(uintptr_t)i);
+    for (int i = 0; i < cap_threads; i++) pthread_join(t[i], NULL);
+    uint64_t live = 0;
+    for (int i = 0; i < cap_threads; i++) live += (uint64_t)cap_count[i] * cap_size;
+    uint64_t reserved_high = pool_attr(cap_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
+    struct gpushards_device *d = dev_phys(0);
+    uint64_t region_peak = __atomic_load_n(&d->peak_bytes, __ATOMIC_RELAXED);
+    printf("%llu MiB in %zu-byte pieces from %d thread(s); room %llu MiB; peak charged %.2f MiB, card %.2f MiB "
+           "(pool reserved at most %.2f MiB); cap %llu MiB\n",
+           (unsigned long long)(live >> 20), cap_size, cap_threads, (unsigned long long)((cap_limit - cap_ctx) >> 20),
+           region_peak / (double)MiB, (reserved_high + cap_ctx) / (double)MiB, reserved_high / (double)MiB,
+           (unsigned long long)(cap_limit >> 20));
+    CHECK(cap_violations == 0, "%d looks past the cap (or failed calls): card peak %llu, charged peak %llu, cap %llu",
+          cap_violations, (unsigned long long)cap_peak_real, (unsigned long long)cap_peak_used,
+          (unsigned long long)cap_limit);
+    CHECK(reserved_high + cap_ctx <= cap_limit, "the card held %llu > cap %llu", (unsigned long long)(reserved_high + cap_ctx),
+          (unsigned long long)cap_limit);
+    CHECK(region_peak <= cap_limit, "the region's peak %llu > cap %llu", (unsigned long long)region_peak,
+          (unsigned long long)cap_limit);
+    CHECK(cap_early == 0, "refused although a whole growth step fitted or the pool had room");
+    CHECK(cap_moved == 0, "a refusal changed usage");
+    /* The price: less than one growth step (plus the request) left unused. */
+    if (cap_threads == 1)
+        CHECK(live + cap_ctx + cap_step + cap_size > cap_limit, "only %llu MiB of %llu usable",
+              (unsigned long long)(live >> 20), (unsigned long long)((cap_limit - cap_ctx) >> 20));
+    else
+        CHECK(live > 0, "nothing allocated");
+
+    for (int i = 0; i < cap_threads; i++)
+        for (int k = 0; k < cap_count[i]; k++) OK(A.cuMemFreeAsync(cap_live[i][k], NULL));
+    CHECK(used(0) <= cap_limit, "after the frees: %llu", (unsigned long long)used(0));
+    OK(A.cuStreamSynchronize(NULL)); /* threshold 0: the pool trims */
+    CHECK(info_touch() == 0, "cuMemGetInfo");
+    CHECK(pool_attr(cap_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0, "the pool kept %llu",
+          (unsigned long long)pool_attr(cap_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+    CHECK(used(0) == base, "after the pool trimmed: %llu, the context is %llu", (unsigned long long)used(0),
+          (unsigned long long)base);
+    if (from_pool) {
+        OK(A.cuMemPoolDestroy(cap_pool));
+        CHECK(used(0) == base, "after the pool was destroyed: %llu", (unsigned long long)used(0));
+    }
     return 0;
 }
 
@@ -860,6 +1010,8 @@ int main(int argc, char **argv)
     if (!strcmp(s, "churn")) return s_churn();
     if (!strcmp(s, "full")) return s_full();
     if (!strcmp(s, "threads-async")) return s_threads_async();
+    if (!strcmp(s, "pool-cap") && argc > 4) return s_pool_cap(0, argv[3], argv[4]);
+    if (!strcmp(s, "pool-cap-from") && argc > 4) return s_pool_cap(1, argv[3], argv[4]);
     if (!strcmp(s, "nvml-only")) return s_nvml_only();
     if (!strcmp(s, "nvml-used") && argc > 3) return s_nvml_used(argv[3]);
     if (!strcmp(s, "hold") && argc > 3) return s_hold(argv[3]);

@@ -43,7 +43,7 @@ static int spawn(struct proc *p, const char *const *extra, const char *mode, con
                  const char *a2)
 {
     static int seq;
-    char defaults[12][512];
+    char defaults[16][512];
     int nd = 0;
     snprintf(defaults[nd++], 512, "LD_PRELOAD=%s", VGPU_LIB);
     snprintf(defaults[nd++], 512, "LD_LIBRARY_PATH=%s", FAKE_DIR);
@@ -51,6 +51,7 @@ static int spawn(struct proc *p, const char *const *extra, const char *mode, con
     snprintf(defaults[nd++], 512, "GPUSHARDS_FAKE_STATE=%s/fake", dir);
     snprintf(defaults[nd++], 512, "GPUSHARDS_FAKE_GPUS=%s", GPUS3);
     snprintf(defaults[nd++], 512, "GPUSHARDS_FAKE_POOL_CHUNK=2m");
+    snprintf(defaults[nd++], 512, "GPUSHARDS_POOL_GROWTH_BYTES=2m"); /* what the fake grows by */
     snprintf(defaults[nd++], 512, "GPUSHARDS_TEST_LIBVGPU=%s", VGPU_LIB);
     snprintf(defaults[nd++], 512, "GPUSHARDS_LOG_LEVEL=info");
     snprintf(defaults[nd++], 512, "PATH=/usr/bin:/bin");
@@ -270,6 +271,8 @@ static int t_layout(const void *arg)
     snprintf(want, sizeof want, "\"limit_bytes\": { \"offset\": %zu, \"size\": 8 }",
              offsetof(struct gpushards_device, limit_bytes));
     H_CHECK(strstr(buf, want) != NULL, "missing %s", want);
+    snprintf(want, sizeof want, "\"pool_growth_bytes\": { \"offset\": 64, \"size\": 8 }");
+    H_CHECK(strstr(buf, want) != NULL, "missing %s", want);
     snprintf(want, sizeof want, "\"totalSize\": %zu", sizeof(struct gpushards_region));
     H_CHECK(strstr(buf, want) != NULL, "missing %s", want);
     int depth = 0;
@@ -308,6 +311,27 @@ static int t_threads(const void *arg)
     const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
     if (run(env, "link", "threads", NULL, NULL)) return 1;
     printf("     8 threads x 10000 operations: %s", out_text);
+    return 0;
+}
+
+/* Stream-ordered pools may not pass the cap, as charged or as the card
+ * holds them (client.c, s_pool_cap): the fake grows pools in 32 MiB steps. */
+struct pool_cap_case {
+    const char *name, *mode, *scenario, *size, *threads, *region_growth;
+    const char *env[6];
+};
+
+static int t_pool_cap(const void *arg)
+{
+    const struct pool_cap_case *c = arg;
+    if (c->region_growth != NULL) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "%s set %s GPU-fa4e5000-0000-4000-8000-000000000000 pool_growth=%s", REGION_TOOL,
+                 region, c->region_growth);
+        H_CHECK(system(cmd) == 0, "gpushards-region set failed");
+    }
+    if (run(c->env, c->mode, c->scenario, c->size, c->threads)) return 1;
+    printf("     %s", out_text);
     return 0;
 }
 
@@ -667,6 +691,27 @@ int main(int argc, char **argv)
     ADD("a full allocation table: pointers sized by the driver, handles refused", t_path, &misc[5]);
     ADD("8 threads of stream-ordered alloc/free: bounded by the cap, back to zero", t_path, &misc[6]);
     ADD("NVML before any CUDA call reports the shard", t_path, &misc[7]);
+#define POOL_CAP_ENV(limit, ctx) \
+    "CUDA_DEVICE_MEMORY_LIMIT=" limit, "GPUSHARDS_CONTEXT_BYTES=" ctx, "GPUSHARDS_FAKE_CONTEXT_BYTES=" ctx, \
+        "GPUSHARDS_FAKE_POOL_CHUNK=32m"
+    static const struct pool_cap_case pool_caps[] = {
+        {"pools: 1 MiB pieces until refused, default growth step (4g cap, 527m context)", "link", "pool-cap",
+         "1048576", "1", NULL, {POOL_CAP_ENV("4g", "527m"), "-GPUSHARDS_POOL_GROWTH_BYTES", NULL}},
+        {"pools: 2 MiB pieces until refused (4g cap, 527m context)", "gpa", "pool-cap", "2097152", "1", NULL,
+         {POOL_CAP_ENV("4g", "527m"), "GPUSHARDS_POOL_GROWTH_BYTES=32m", NULL}},
+        {"pools: 3 MiB pieces until refused", "dlsym", "pool-cap", "3145728", "1", NULL,
+         {POOL_CAP_ENV("1g", "300m"), "GPUSHARDS_POOL_GROWTH_BYTES=32m", NULL}},
+        {"pools: 1 MiB pieces from a created pool until refused", "link", "pool-cap-from", "1048576", "1", NULL,
+         {POOL_CAP_ENV("1g", "300m"), "GPUSHARDS_POOL_GROWTH_BYTES=32m", NULL}},
+        {"pools: 8 threads of 1 MiB pieces until refused", "link", "pool-cap", "1048576", "8", NULL,
+         {POOL_CAP_ENV("1g", "300m"), "GPUSHARDS_POOL_GROWTH_BYTES=32m", NULL}},
+        {"pools: 8 threads of 3 MiB pieces from a created pool until refused", "gpa", "pool-cap-from", "3145728",
+         "8", NULL, {POOL_CAP_ENV("1g", "300m"), "GPUSHARDS_POOL_GROWTH_BYTES=32m", NULL}},
+        {"pools: the growth step the agent wrote into the region wins over the environment", "link", "pool-cap",
+         "1048576", "1", "32m", {POOL_CAP_ENV("1g", "300m"), "GPUSHARDS_POOL_GROWTH_BYTES=2m", NULL}},
+    };
+#undef POOL_CAP_ENV
+    for (size_t i = 0; i < sizeof pool_caps / sizeof pool_caps[0]; i++) ADD(pool_caps[i].name, t_pool_cap, &pool_caps[i]);
     ADD("8 threads x 10000 random alloc/free never pass the cap", t_threads, NULL);
     ADD("4 processes on one region never pass the cap together", t_multiprocess, NULL);
     ADD("a SIGKILLed holder's memory is reclaimed", t_sigkill_reclaim, NULL);
@@ -693,9 +738,10 @@ int main(int argc, char **argv)
         {"CUDA_DEVICE_MEMORY_LIMIT=1.5g", "not a size"},
         {"CUDA_DEVICE_MEMORY_LIMIT_0=12x", "not a size"},
         {"GPUSHARDS_CONTEXT_BYTES=lots", "not a size"},
+        {"GPUSHARDS_POOL_GROWTH_BYTES=lots", "not a size"},
     };
-    static char bnames[9][96];
-    for (int i = 0; i < 9; i++) {
+    static char bnames[10][96];
+    for (int i = 0; i < 10; i++) {
         snprintf(bnames[i], sizeof bnames[i], "bad env %s fails closed", bad[i].var);
         ADD(bnames[i], t_bad_env, &bad[i]);
     }

@@ -18,9 +18,9 @@
  *     a half-initialised region;
  *   - the library adds device entries (uuid, then state = ACTIVE) and keeps
  *     used_bytes, peak_bytes and the slots current;
- *   - the agent may overwrite limit_bytes and context_bytes of an ACTIVE
- *     device at any time (8-byte aligned writes); the library reads the
- *     limit on every allocation.
+ *   - the agent may overwrite limit_bytes, context_bytes and
+ *     pool_growth_bytes of an ACTIVE device at any time (8-byte aligned
+ *     writes); the library reads the limit on every allocation.
  */
 #ifndef GPUSHARDS_REGION_H
 #define GPUSHARDS_REGION_H
@@ -48,7 +48,12 @@ struct gpushards_device {
     uint64_t context_bytes; /* charge per CUDA context; 0 = use GPUSHARDS_CONTEXT_BYTES */
     uint64_t peak_bytes;    /* high-water mark of used_bytes */
     uint64_t total_bytes;   /* the physical card's memory as the driver reports it */
-    uint8_t reserved1[64];
+    /* Most a stream-ordered pool grows by for one allocation, rounded up
+     * (32 MiB on an H100 with driver 580); 0 = GPUSHARDS_POOL_GROWTH_BYTES,
+     * else 32 MiB.  Taken from reserved1 without a version bump: those bytes
+     * are zero in every region ever written, and 0 means "not set". */
+    uint64_t pool_growth_bytes;
+    uint8_t reserved1[56];
 };
 
 /* One process that has charged memory.  pid alone could be reused by the
@@ -89,7 +94,10 @@ struct gpushards_region {
 #define GPUSHARDS_CHECKSUM_BYTES 56u
 
 /* The layout is a contract with another language: any change here must bump
- * GPUSHARDS_REGION_VERSION and be reflected in region-layout's output. */
+ * GPUSHARDS_REGION_VERSION and be reflected in region-layout's output.  The
+ * one exception is giving reserved bytes a meaning in which zero is "not
+ * set" (pool_growth_bytes): every region already has zero there, and a
+ * reader that does not know the field loses nothing. */
 _Static_assert(offsetof(struct gpushards_device, uuid) == 0, "layout");
 _Static_assert(offsetof(struct gpushards_device, state) == 16, "layout");
 _Static_assert(offsetof(struct gpushards_device, limit_bytes) == 24, "layout");
@@ -97,6 +105,7 @@ _Static_assert(offsetof(struct gpushards_device, used_bytes) == 32, "layout");
 _Static_assert(offsetof(struct gpushards_device, context_bytes) == 40, "layout");
 _Static_assert(offsetof(struct gpushards_device, peak_bytes) == 48, "layout");
 _Static_assert(offsetof(struct gpushards_device, total_bytes) == 56, "layout");
+_Static_assert(offsetof(struct gpushards_device, pool_growth_bytes) == 64, "layout");
 _Static_assert(sizeof(struct gpushards_device) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_slot, pid) == 0, "layout");

@@ -133,6 +133,17 @@ uint64_t gs_context_bytes(int dev)
     return v != 0 ? v : gs_cfg.context_bytes;
 }
 
+/* 32 MiB: what a stream-ordered pool grows by on an H100 with driver 580
+ * (measured), and the fake driver's default step. */
+#define GS_DEFAULT_POOL_GROWTH (32ull << 20)
+
+uint64_t gs_pool_growth_bytes(int dev)
+{
+    uint64_t v = __atomic_load_n(&device(dev)->pool_growth_bytes, __ATOMIC_RELAXED);
+    if (v == 0) v = gs_cfg.pool_growth_bytes;
+    return v != 0 ? v : GS_DEFAULT_POOL_GROWTH;
+}
+
 void gs_release_process(void)
 {
     if (gs_mode == GS_MODE_COUNTING) gs_region_release_slot(my_slot);

@@ -78,6 +78,16 @@ void gs_config_load(void)
         gs_cfg.context_bytes = 0;
     }
 
+    /* A typo here must not quietly shrink the reservation that keeps pools
+     * under the cap, so it fails closed like a bad limit. */
+    const char *growth = getenv("GPUSHARDS_POOL_GROWTH_BYTES");
+    if (growth != NULL && gs_parse_size(growth, &gs_cfg.pool_growth_bytes) != 0) {
+        gs_log(GS_LOG_ERROR, "GPUSHARDS_POOL_GROWTH_BYTES=\"%s\" is not a size; refusing every GPU allocation",
+               growth);
+        gs_cfg.pool_growth_bad = 1;
+        gs_cfg.pool_growth_bytes = 0;
+    }
+
     gs_cfg.track_capacity = GS_DEFAULT_TRACK_CAPACITY;
     const char *cap = getenv("GPUSHARDS_TRACK_CAPACITY");
     uint64_t c;

@@ -28,13 +28,13 @@ static void child_after_fork(void)
      * fork, so the parent's allocations are not the child's to free). */
     gs_budget_reset_process();
     gs_track_drop_all(&gs_allocs);
-    gs_track_drop_all(&gs_pools);
+    gs_pools_reset_process();
     gs_hooks_reset_process();
 }
 
 static int choose_mode(void)
 {
-    if (gs_cfg.limits_bad || gs_cfg.context_bytes_bad) return GS_MODE_FAIL_CLOSED;
+    if (gs_cfg.limits_bad || gs_cfg.context_bytes_bad || gs_cfg.pool_growth_bad) return GS_MODE_FAIL_CLOSED;
     if (gs_track_init(&gs_allocs, gs_cfg.track_capacity) != 0 || gs_track_init(&gs_pools, GS_POOL_CAPACITY) != 0) {
         gs_log(GS_LOG_ERROR, "cannot allocate the allocation table; refusing every GPU allocation");
         return GS_MODE_FAIL_CLOSED;

@@ -16,15 +16,29 @@
  *   growth  bytes charged for allocations still inside the driver that the
  *           pool may have to grow by.
  *
+ * Reserve before allocate, as everywhere else: an allocation the cached
+ * charge covers takes from it and the pool does not grow; any other may make
+ * the pool grow by up to the request rounded up to the growth step
+ * (gs_pool_growth_bytes: the region's pool_growth_bytes, else
+ * GPUSHARDS_POOL_GROWTH_BYTES, else 32 MiB), so that much is charged before
+ * the driver is called, and refused — the driver not called, usage
+ * unchanged — when it does not fit under the cap.  Charging only the
+ * request and the rest of the step afterwards, as an earlier version did,
+ * let an H100 hold 4110.8 MiB under a 4096 MiB cap: the driver had taken
+ * the step before we could say no.  The price: when the pool must grow, the
+ * last part of the cap smaller than one step cannot be had through a pool.
+ *
  * The driver's reserved size R must lie between live + cached + taken (what
  * is certainly reserved now) and that plus growth (once the allocations in
  * flight have grown the pool).  reconcile() restores that whenever we look
  * (each async allocation and free, cuMemGetInfo, cuMemPoolTrimTo, and when a
- * charge would fail): below it the driver trimmed, and the cached charge is
- * given back; above it the pool grew by more than was reserved (the rest of
- * a growth step), and that is charged unconditionally because the driver has
- * already taken it.  Usage can therefore pass the cap by less than one growth
- * step, after which allocations are refused until it falls.
+ * charge would fail): below it the driver trimmed, or did not grow by all
+ * that was reserved, and the cached charge is given back; above it the pool
+ * grew by more than we reserved, which only a driver that grows by more than
+ * the configured step, or grows for a request its cached blocks are too
+ * fragmented to hold, can do.  That is charged unconditionally, because the
+ * driver has already taken it, and later allocations are refused until
+ * usage falls.
  *
  * These four counts and the decision must be seen together, so each pool has
  * a small spin lock, held for a few additions and at most one attribute
@@ -37,15 +51,36 @@
 #define GS_POOL_DESTROYED 1u
 #define GS_POOL_REFUSE 2u /* a device pool we could not map to a region entry */
 
+static void spin_lock(uint64_t *l)
+{
+    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE) != 0)
+        while (__atomic_load_n(l, __ATOMIC_RELAXED) != 0) sched_yield();
+}
+
+static void spin_unlock(uint64_t *l)
+{
+    __atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
 static void lock(struct gs_entry *p)
 {
-    while (__atomic_exchange_n(&p->lock, 1, __ATOMIC_ACQUIRE) != 0)
-        while (__atomic_load_n(&p->lock, __ATOMIC_RELAXED) != 0) sched_yield();
+    spin_lock(&p->lock);
 }
 
 static void unlock(struct gs_entry *p)
 {
-    __atomic_store_n(&p->lock, 0, __ATOMIC_RELEASE);
+    spin_unlock(&p->lock);
+}
+
+/* Held while a pool we did not see created is added: once per pool. */
+static uint64_t adding;
+
+void gs_pools_reset_process(void)
+{
+    /* The parent's pools are not the child's; and a thread of the parent
+     * may have held the lock at the fork. */
+    gs_track_drop_all(&gs_pools);
+    __atomic_store_n(&adding, 0, __ATOMIC_RELAXED);
 }
 
 static CUmemoryPool handle(const struct gs_entry *p)
@@ -90,10 +125,22 @@ void gs_pools_reconcile(int dev)
 static struct gs_entry *add_pool(CUmemoryPool pool, uint32_t dev, uint64_t flags)
 {
     struct gs_entry e = {.key = (uint64_t)(uintptr_t)pool, .kind = GS_T_POOL, .dev = dev, .flags = flags};
-    /* Two threads may add the same pool at once; both then use whichever
-     * entry a lookup finds first, and the other stays at zero. */
     if (gs_track_insert(&gs_pools, &e) != 0) GS_ERROR("too many memory pools to track");
     return gs_track_find(&gs_pools, e.key, GS_T_POOL);
+}
+
+/* The first threads to meet a pool must add one entry between them, not
+ * one each: gs_pools_reconcile() visits every entry, and a second one, at
+ * zero, would charge the pool's whole reserved size again each time it
+ * looked (8 threads starting at once charged 1708 MiB for a pool holding
+ * 704).  Rare (once per pool), so a lock and a second look suffice. */
+static struct gs_entry *add_pool_once(CUmemoryPool pool, uint32_t dev, uint64_t flags)
+{
+    spin_lock(&adding);
+    struct gs_entry *p = gs_track_find(&gs_pools, (uint64_t)(uintptr_t)pool, GS_T_POOL);
+    if (p == NULL) p = add_pool(pool, dev, flags);
+    spin_unlock(&adding);
+    return p;
 }
 
 void gs_pool_register(CUmemoryPool pool, const CUmemPoolProps *props)
@@ -132,7 +179,7 @@ static struct gs_entry *pool_entry(CUmemoryPool pool, int hint)
             }
         }
     }
-    return add_pool(pool, idx >= 0 ? (uint32_t)idx : 0, idx >= 0 ? 0 : GS_POOL_REFUSE);
+    return add_pool_once(pool, idx >= 0 ? (uint32_t)idx : 0, idx >= 0 ? 0 : GS_POOL_REFUSE);
 }
 
 static int stream_device(CUstream s, CUdevice *dev)
@@ -149,13 +196,23 @@ static int stream_device(CUstream s, CUdevice *dev)
 }
 
 /* Undo the in-flight bookkeeping of an allocation that did not happen. */
-static void unreserve(struct gs_entry *p, uint64_t take, uint64_t need)
+static void unreserve(struct gs_entry *p, uint64_t take, uint64_t grow)
 {
     lock(p);
     p->c2 += take;
     p->size -= take;
-    p->owner -= need;
+    p->owner -= grow;
     unlock(p);
+}
+
+/* The most the pool can grow by for one allocation: the request rounded up
+ * to the growth step.  The driver may not find room in its cached blocks
+ * even when they add up to enough, so nothing cached is subtracted.  0 when
+ * the rounding overflows (no cap could hold it). */
+static uint64_t worst_growth(size_t bytes, uint64_t step)
+{
+    uint64_t steps = bytes / step + (bytes % step != 0);
+    return steps > UINT64_MAX / step ? 0 : steps * step;
 }
 
 CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream, int from_pool,
@@ -183,24 +240,32 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
     if (p->dev == GS_DEV_NONE) return CALL_REAL(); /* a host-memory pool */
     int idx = (int)p->dev;
 
-    /* Reuse what the pool has cached, reserve the rest; both in flight
-     * until the driver answers. */
+    /* Served from the cached charge: taken, nothing new reserved.  Else the
+     * pool may grow: its worst case is reserved now, and what the pool did
+     * not grow by is given back once the driver has answered.  Both stay in
+     * flight (taken, growth) until then. */
+    uint64_t step = gs_pool_growth_bytes(idx), take = 0, grow = 0;
     lock(p);
     reconcile_locked(p);
-    uint64_t take = p->c2 < bytes ? p->c2 : bytes, need = bytes - take;
-    p->c2 -= take;
-    p->size += take;
-    p->owner += need;
+    int may_grow = p->c2 < bytes;
+    if (!may_grow) {
+        take = bytes;
+        p->c2 -= take;
+        p->size += take;
+    } else {
+        grow = worst_growth(bytes, step);
+        p->owner += grow;
+    }
     unlock(p);
-    if (need != 0 && gs_charge(idx, need) != 0) {
-        unreserve(p, take, need);
+    if (may_grow && (grow == 0 || gs_charge(idx, grow) != 0)) {
+        unreserve(p, take, grow);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     CUresult r = CALL_REAL();
 #undef CALL_REAL
     if (r != CUDA_SUCCESS) {
-        unreserve(p, take, need);
-        gs_uncharge(idx, need);
+        unreserve(p, take, grow);
+        gs_uncharge(idx, grow);
         return r;
     }
     struct gs_entry a = {.key = *dptr, .kind = GS_T_ASYNC, .dev = (uint32_t)idx, .size = bytes,
@@ -208,10 +273,17 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
     int tracked = gs_track_insert(&gs_allocs, &a) == 0;
     lock(p);
     p->size -= take;
-    p->owner -= need;
-    /* Untracked, the block is freed at once below and stays in the cache. */
-    if (tracked) p->c1 += bytes;
-    else p->c2 += bytes;
+    p->owner -= grow;
+    /* take + grow >= bytes: the allocation is live, the rest of the growth
+     * reservation is cache until reconcile_locked() holds it against what
+     * the pool really reserved and gives back what it did not grow by.
+     * Untracked, the block is freed at once below and stays in the cache. */
+    if (tracked) {
+        p->c1 += bytes;
+        p->c2 += take + grow - bytes;
+    } else {
+        p->c2 += take + grow;
+    }
     reconcile_locked(p);
     unlock(p);
     if (!tracked) {

@@ -281,6 +281,11 @@ int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int ha
     if (gs_cfg.context_bytes != 0)
         __atomic_compare_exchange_n(&d->context_bytes, &unset, gs_cfg.context_bytes, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED);
+    /* And GPUSHARDS_POOL_GROWTH_BYTES: one step per GPU for every process. */
+    unset = 0;
+    if (gs_cfg.pool_growth_bytes != 0)
+        __atomic_compare_exchange_n(&d->pool_growth_bytes, &unset, gs_cfg.pool_growth_bytes, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED);
     return idx;
 }
 

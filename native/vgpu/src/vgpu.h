@@ -45,6 +45,8 @@ struct gs_config {
     int any_limit;                        /* some limit variable is set */
     int context_bytes_bad;
     uint64_t context_bytes;               /* GPUSHARDS_CONTEXT_BYTES, 0 = unset */
+    int pool_growth_bad;
+    uint64_t pool_growth_bytes;           /* GPUSHARDS_POOL_GROWTH_BYTES, 0 = unset */
     uint32_t track_capacity;              /* GPUSHARDS_TRACK_CAPACITY */
     int visible_devices_set;              /* CUDA_VISIBLE_DEVICES is set */
     char region_path[4096];               /* GPUSHARDS_REGION_PATH */
@@ -78,6 +80,7 @@ void gs_uncharge(int dev, uint64_t bytes);
 uint64_t gs_used(int dev);
 uint64_t gs_limit(int dev);
 uint64_t gs_context_bytes(int dev);
+uint64_t gs_pool_growth_bytes(int dev);
 void gs_release_process(void);
 
 /* ---- track.c -------------------------------------------------------- */
@@ -159,6 +162,7 @@ void gs_pool_register(CUmemoryPool pool, const CUmemPoolProps *props);
 void gs_pool_destroyed(CUmemoryPool pool);
 void gs_pool_trimmed(CUmemoryPool pool);
 void gs_pools_reconcile(int dev);
+void gs_pools_reset_process(void);
 
 /* ---- hooks_cuda.c (used by pools.c) ---------------------------------- */
 CUresult gs_real_free_async(CUdeviceptr dptr, CUstream stream);

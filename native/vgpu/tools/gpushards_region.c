@@ -5,9 +5,10 @@
  *   gpushards-region show PATH
  *       the region as JSON: devices (UUID, limit, used, peak, context,
  *       total bytes) and the processes holding memory
- *   gpushards-region set PATH GPU-UUID [limit=SIZE] [context=SIZE]
+ *   gpushards-region set PATH GPU-UUID [limit=SIZE] [context=SIZE] [pool_growth=SIZE]
  *       create the region if needed, add the GPU if needed, and set its
- *       limit (0 = uncapped) and per-context charge; SIZE as in
+ *       limit (0 = uncapped), per-context charge and stream-ordered pools'
+ *       growth step (0 = the library's default); SIZE as in
  *       CUDA_DEVICE_MEMORY_LIMIT (bytes or k/m/g/t)
  *
  * Exit status 0 on success, 1 with a message on stderr otherwise. */
@@ -27,10 +28,10 @@ static int show(void)
         char uuid[41];
         gs_uuid_format(d->uuid, uuid);
         printf("%s\n    { \"index\": %u, \"uuid\": \"%s\", \"limitBytes\": %llu, \"usedBytes\": %llu, "
-               "\"peakBytes\": %llu, \"contextBytes\": %llu, \"totalBytes\": %llu }",
+               "\"peakBytes\": %llu, \"contextBytes\": %llu, \"totalBytes\": %llu, \"poolGrowthBytes\": %llu }",
                i ? "," : "", i, uuid, (unsigned long long)d->limit_bytes, (unsigned long long)d->used_bytes,
                (unsigned long long)d->peak_bytes, (unsigned long long)d->context_bytes,
-               (unsigned long long)d->total_bytes);
+               (unsigned long long)d->total_bytes, (unsigned long long)d->pool_growth_bytes);
     }
     printf("\n  ],\n  \"processes\": [");
     int first = 1;
@@ -62,11 +63,13 @@ static int set(int argc, char **argv)
         uint64_t v;
         const char *eq = strchr(argv[i], '=');
         if (eq == NULL || gs_parse_size(eq + 1, &v) != 0) {
-            fprintf(stderr, "gpushards-region: expected limit=SIZE or context=SIZE, got \"%s\"\n", argv[i]);
+            fprintf(stderr, "gpushards-region: expected limit=SIZE, context=SIZE or pool_growth=SIZE, got \"%s\"\n", argv[i]);
             return 1;
         }
         if (strncmp(argv[i], "limit=", 6) == 0) __atomic_store_n(&d->limit_bytes, v, __ATOMIC_RELEASE);
         else if (strncmp(argv[i], "context=", 8) == 0) __atomic_store_n(&d->context_bytes, v, __ATOMIC_RELEASE);
+        else if (strncmp(argv[i], "pool_growth=", 12) == 0)
+            __atomic_store_n(&d->pool_growth_bytes, v, __ATOMIC_RELEASE);
         else {
             fprintf(stderr, "gpushards-region: unknown setting \"%s\"\n", argv[i]);
             return 1;
@@ -80,7 +83,7 @@ int main(int argc, char **argv)
     if (argc < 3 || (strcmp(argv[1], "show") != 0 && strcmp(argv[1], "set") != 0) ||
         (strcmp(argv[1], "set") == 0 && argc < 4)) {
         fprintf(stderr, "usage: gpushards-region show PATH\n"
-                        "       gpushards-region set PATH GPU-UUID [limit=SIZE] [context=SIZE]\n");
+                        "       gpushards-region set PATH GPU-UUID [limit=SIZE] [context=SIZE] [pool_growth=SIZE]\n");
         return 1;
     }
     gs_log_init();
