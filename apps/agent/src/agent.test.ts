@@ -10,6 +10,7 @@ import { pino } from 'pino';
 
 import { createAgent, type Agent } from './create-agent.js';
 import { parseSimulatedGpus } from './gpus/simulated-gpus.js';
+import { RegistrationRejectedError } from './reconcile/agent.service.js';
 import { readRegion } from './regions/region-file.js';
 import { ScriptedControlPlane } from './testing/control-plane-peer.js';
 import {
@@ -463,6 +464,24 @@ describe('agent', () => {
         .map((c) => c.id),
       [containerId],
     );
+  });
+
+  it("stops a start the control plane refuses, with the control plane's reason", async () => {
+    controlPlane.rejectRegistration = {
+      code: 'HOST_ID_IN_USE',
+      message: 'another agent is registered as this host',
+    };
+    try {
+      await assert.rejects(
+        startAgent(),
+        (error: unknown) =>
+          error instanceof RegistrationRejectedError &&
+          error.code === 'HOST_ID_IN_USE' &&
+          /refused to register this host \(HOST_ID_IN_USE\): another agent/.test(error.message),
+      );
+    } finally {
+      controlPlane.rejectRegistration = undefined;
+    }
   });
 
   it('registers again after the NATS connection comes back', async () => {

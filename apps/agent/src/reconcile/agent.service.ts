@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { PROTOCOL_VERSION, type RegisterRequest } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
@@ -34,7 +34,7 @@ const REGISTER_RETRY_MAX_MS = 30_000;
  * on their intervals until stopped.
  */
 @Injectable()
-export class AgentService {
+export class AgentService implements OnModuleDestroy {
   private readonly logger: Logger;
   private readonly stopping = new AbortController();
   private readonly timers = new Set<NodeJS.Timeout>();
@@ -94,11 +94,16 @@ export class AgentService {
 
   /** Stops timers, the Docker event stream and the link; shard containers keep running. */
   async stop(): Promise<void> {
+    this.onModuleDestroy();
+    await this.link.close();
+    this.logger.info('agent stopped');
+  }
+
+  /** Also when the application closes after a failed start. */
+  onModuleDestroy(): void {
     this.stopping.abort();
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
-    await this.link.close();
-    this.logger.info('agent stopped');
   }
 
   /** Registers, retrying with backoff while nobody answers; one attempt at a time. */
