@@ -34,6 +34,10 @@ export interface GpuUsageSample {
   readonly usedBytes: Bytes;
 }
 
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
 function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
   const groups = new Map<string, T[]>();
   for (const item of items) {
@@ -101,20 +105,22 @@ export function shardIntervalsOf(reservations: readonly GpuReservation[]): Reser
 export function shardSamplesOf(samples: readonly GpuUsageSample[]): UsageSample[] {
   const result: UsageSample[] = [];
   for (const [id, readings] of groupBy(samples, (s) => s.shardId)) {
-    const byTime = new Map<number, Map<string, number>>();
-    for (const reading of readings) {
-      let gpus = byTime.get(reading.at);
-      if (gpus === undefined) byTime.set(reading.at, (gpus = new Map()));
-      gpus.set(reading.gpuUuid, Math.max(gpus.get(reading.gpuUuid) ?? 0, reading.usedBytes));
-    }
+    // By instant, then GPU, larger reading first: of repeats, the first one is the one kept.
+    const sorted = [...readings].sort(
+      (a, b) => a.at - b.at || compareText(a.gpuUuid, b.gpuUuid) || b.usedBytes - a.usedBytes,
+    );
     const latest = new Map<string, number>();
     let total = 0;
-    for (const at of [...byTime.keys()].sort((a, b) => a - b)) {
-      for (const [gpu, used] of byTime.get(at) ?? []) {
-        total += used - (latest.get(gpu) ?? 0);
-        latest.set(gpu, used);
+    for (let i = 0; i < sorted.length; i++) {
+      const reading = sorted[i]!;
+      const previous = sorted[i - 1];
+      if (previous?.at !== reading.at || previous.gpuUuid !== reading.gpuUuid) {
+        total += reading.usedBytes - (latest.get(reading.gpuUuid) ?? 0);
+        latest.set(reading.gpuUuid, reading.usedBytes);
       }
-      result.push({ shardId: id as ShardId, at, usedBytes: bytes(total) });
+      if (sorted[i + 1]?.at !== reading.at) {
+        result.push({ shardId: id as ShardId, at: reading.at, usedBytes: bytes(total) });
+      }
     }
   }
   return result;
