@@ -22,11 +22,11 @@ import { TeamsService } from '../teams/teams.service.js';
 import type { ShardUsageReport, UsageReport } from './usage.model.js';
 import { parseUsageWindow, type UsageWindow } from './usage-window.js';
 
-interface SampleRow {
+/** One GPU's readings of one shard, as "epochMs usedBytes epochMs usedBytes ...". */
+interface ReadingsRow {
   shardId: string;
   gpuUuid: string;
-  at: Date;
-  usedBytes: bigint;
+  readings: string;
 }
 
 /**
@@ -124,8 +124,9 @@ export class AccountingService {
    * The samples `account` needs for these reservations: each GPU's last sample before the
    * window (its value holds into the window) and, inside the window, only the samples that
    * change the GPU's value. Dropping a sample equal to the one before it leaves the step
-   * function exactly as it was, and GPU memory in use mostly stays flat, so this keeps the
-   * rows sent to the control plane few.
+   * function exactly as it was, and GPU memory in use mostly stays flat, so few rows remain.
+   * They come back as one text per GPU ("ms bytes ms bytes ..."): a row object per sample
+   * costs the driver several times more than the whole computation.
    */
   private async samplesFor(
     reservations: readonly { shardId: string; gpuUuid: string }[],
@@ -136,32 +137,46 @@ export class AccountingService {
     if (pairs.size === 0) return [];
     const shardIds = [...pairs.values()].map((r) => r.shardId);
     const gpuUuids = [...pairs.values()].map((r) => r.gpuUuid);
-    const rows = await this.prisma.$queryRaw<SampleRow[]>`
-      SELECT shard_id AS "shardId", gpu_uuid AS "gpuUuid", at, used_bytes AS "usedBytes"
-        FROM (SELECT sample.*,
-                     lag(used_bytes) OVER (PARTITION BY shard_id, gpu_uuid ORDER BY at) AS previous
-                FROM usage_sample sample
-                JOIN unnest(${shardIds}::uuid[], ${gpuUuids}::text[]) AS held (shard_id, gpu_uuid)
-                     USING (shard_id, gpu_uuid)
-               WHERE sample.at >= ${window.from}::timestamptz
-                 AND sample.at < ${window.to}::timestamptz) inside
-       WHERE previous IS DISTINCT FROM used_bytes
-      UNION ALL
-      SELECT before.shard_id, before.gpu_uuid, before.at, before.used_bytes
-        FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[]) AS held (shard_id, gpu_uuid)
-             CROSS JOIN LATERAL (
-               SELECT shard_id, gpu_uuid, at, used_bytes
-                 FROM usage_sample sample
-                WHERE sample.shard_id = held.shard_id
-                  AND sample.gpu_uuid = held.gpu_uuid
-                  AND sample.at < ${window.from}::timestamptz
-                ORDER BY sample.at DESC
-                LIMIT 1) before`;
-    return rows.map((row) => ({
-      shardId: shardId(row.shardId),
-      gpuUuid: row.gpuUuid,
-      at: row.at.getTime(),
-      usedBytes: bytes(Number(row.usedBytes)),
-    }));
+    const rows = await this.prisma.$queryRaw<ReadingsRow[]>`
+      WITH held (shard_id, gpu_uuid) AS (
+             SELECT * FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[])),
+           readings AS (
+             SELECT shard_id, gpu_uuid, at, used_bytes
+               FROM (SELECT sample.*,
+                            lag(used_bytes) OVER (PARTITION BY shard_id, gpu_uuid ORDER BY at)
+                              AS previous
+                       FROM usage_sample sample JOIN held USING (shard_id, gpu_uuid)
+                      WHERE sample.at >= ${window.from}::timestamptz
+                        AND sample.at < ${window.to}::timestamptz) inside
+              WHERE previous IS DISTINCT FROM used_bytes
+             UNION ALL
+             SELECT before.*
+               FROM held CROSS JOIN LATERAL (
+                      SELECT shard_id, gpu_uuid, at, used_bytes
+                        FROM usage_sample sample
+                       WHERE sample.shard_id = held.shard_id
+                         AND sample.gpu_uuid = held.gpu_uuid
+                         AND sample.at < ${window.from}::timestamptz
+                       ORDER BY sample.at DESC
+                       LIMIT 1) before)
+      SELECT shard_id::text AS "shardId", gpu_uuid AS "gpuUuid",
+             string_agg((extract(epoch FROM at) * 1000)::bigint || ' ' || used_bytes, ' ')
+               AS readings
+        FROM readings
+       GROUP BY shard_id, gpu_uuid`;
+    const samples: GpuUsageSample[] = [];
+    for (const row of rows) {
+      const id = shardId(row.shardId);
+      const fields = row.readings.split(' ');
+      for (let i = 0; i + 1 < fields.length; i += 2) {
+        samples.push({
+          shardId: id,
+          gpuUuid: row.gpuUuid,
+          at: Number(fields[i]),
+          usedBytes: bytes(Number(fields[i + 1])),
+        });
+      }
+    }
+    return samples;
   }
 }
