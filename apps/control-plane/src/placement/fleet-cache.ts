@@ -21,7 +21,12 @@ import { PrismaService, type Prisma } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { stringRecord } from '../shards/shard-record.js';
 
-/** How often the whole fleet is read again, besides the reads that misses and no-fits cause. */
+/**
+ * How often the GPUs' reserved bytes are read again (one small JSON value), besides the reads
+ * that misses and no-fits cause. The hosts and GPUs themselves are read again when that read
+ * shows a host changed (registered, cordoned, offline: host.updated_at moves) or the number of
+ * hosts did.
+ */
 export const FLEET_REFRESH_INTERVAL_MS = 1000;
 
 /** A client that can read: the service itself, or a transaction's client (PGlite: only that). */
@@ -55,7 +60,7 @@ interface HostRow {
   name: string;
   state: HostState;
   labels: Prisma.JsonValue;
-  contextOverheadBytes: bigint;
+  contextOverheadBytes: bigint | number;
 }
 
 interface GpuRow {
@@ -63,8 +68,8 @@ interface GpuRow {
   hostId: string;
   index: number;
   model: string;
-  totalBytes: bigint;
-  reservedBytes: bigint;
+  totalBytes: bigint | number;
+  reservedBytes: bigint | number;
   overcommitRatio: number;
 }
 
@@ -97,6 +102,8 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   private largestHostGpus = 0;
   /** performance.now() at which the last completed read started. */
   private lastReadStartedAt = Number.NEGATIVE_INFINITY;
+  /** What the last whole read saw: a later read that sees otherwise reads everything again. */
+  private seenHosts = { count: 0, changedAt: '' };
   private reading: { readonly startedAt: number; readonly done: Promise<void> } | undefined;
   private timer: NodeJS.Timeout | undefined;
 
@@ -110,7 +117,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   async onApplicationBootstrap(): Promise<void> {
     await this.refreshedSince(performance.now());
     this.timer = setInterval(() => {
-      this.refreshedSince(performance.now()).catch((error: unknown) =>
+      this.refreshReservations().catch((error: unknown) =>
         this.logger.error({ err: error }, 'could not read the fleet'),
       );
     }, FLEET_REFRESH_INTERVAL_MS);
@@ -164,6 +171,32 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       });
       this.reading = { startedAt, done };
       await done;
+    }
+  }
+
+  /**
+   * Reads every GPU's reserved bytes (the periodic read), or everything when a host changed.
+   * Skipped while a whole read runs: that one brings the same news.
+   */
+  async refreshReservations(): Promise<void> {
+    if (this.reading !== undefined) return;
+    const [row] = await this.prisma.$queryRaw<
+      { hosts: number; changedAt: string | null; reserved: Record<string, number> | null }[]
+    >`
+      SELECT (SELECT count(*) FROM host)::int AS hosts,
+             (SELECT max(updated_at) FROM host)::text AS "changedAt",
+             (SELECT json_object_agg(uuid, reserved_bytes) FROM gpu
+               WHERE missing_since IS NULL) AS reserved`;
+    if (row === undefined) return;
+    if (row.hosts !== this.seenHosts.count || (row.changedAt ?? '') !== this.seenHosts.changedAt) {
+      await this.refreshedSince(performance.now());
+      return;
+    }
+    for (const [uuid, reserved] of Object.entries(row.reserved ?? {})) {
+      const gpu = this.gpusByUuid.get(uuid);
+      if (gpu === undefined) continue;
+      gpu.committedBytes = reserved;
+      this.recount(gpu);
     }
   }
 
@@ -240,21 +273,46 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private async readAll(startedAt: number): Promise<void> {
-    const hosts = await this.prisma.$queryRaw<HostRow[]>`
-      SELECT id, name, state::text AS state, labels,
-             context_overhead_bytes AS "contextOverheadBytes"
-        FROM host ORDER BY id`;
-    const gpus = await this.prisma.$queryRaw<GpuRow[]>`
-      SELECT uuid, host_id AS "hostId", index, model, total_bytes AS "totalBytes",
-             reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio"
+    // Aggregated to one JSON value per table: parsing one string is much cheaper than
+    // decoding 8,000 rows, and the event loop is not held for long.
+    const [hosts] = await this.prisma.$queryRaw<
+      {
+        rows: [string, string, HostState, Prisma.JsonValue, number][] | null;
+        count: number;
+        changedAt: string | null;
+      }[]
+    >`
+      SELECT json_agg(json_build_array(id, name, state, labels, context_overhead_bytes)
+                      ORDER BY id) AS rows,
+             count(*)::int AS count, max(updated_at)::text AS "changedAt"
+        FROM host`;
+    const [gpus] = await this.prisma.$queryRaw<
+      { rows: [string, string, number, string, number, number, number][] | null }[]
+    >`
+      SELECT json_agg(json_build_array(uuid, host_id, index, model, total_bytes, reserved_bytes,
+                                       overcommit_ratio)) AS rows
         FROM gpu WHERE missing_since IS NULL`;
     const gpusByHost = new Map<string, GpuRow[]>();
-    for (const gpu of gpus) {
-      const list = gpusByHost.get(gpu.hostId);
-      if (list === undefined) gpusByHost.set(gpu.hostId, [gpu]);
+    for (const [
+      uuid,
+      hostId,
+      index,
+      model,
+      totalBytes,
+      reservedBytes,
+      overcommitRatio,
+    ] of gpus?.rows ?? []) {
+      const gpu = { uuid, hostId, index, model, totalBytes, reservedBytes, overcommitRatio };
+      const list = gpusByHost.get(hostId);
+      if (list === undefined) gpusByHost.set(hostId, [gpu]);
       else list.push(gpu);
     }
-    this.replaceHosts(hosts.map((row) => this.toHost(row, gpusByHost.get(row.id) ?? [])));
+    this.replaceHosts(
+      (hosts?.rows ?? []).map(([id, name, state, labels, contextOverheadBytes]) =>
+        this.toHost({ id, name, state, labels, contextOverheadBytes }, gpusByHost.get(id) ?? []),
+      ),
+    );
+    this.seenHosts = { count: hosts?.count ?? 0, changedAt: hosts?.changedAt ?? '' };
     this.lastReadStartedAt = startedAt;
   }
 

@@ -186,7 +186,7 @@ export class ShardsService {
         holds.settle(true);
         this.lifecycle.afterCommit(effects);
         if (!result.replayed) {
-          this.logger.info(
+          this.logger.debug(
             {
               shardId: result.shard.id,
               teamId,
