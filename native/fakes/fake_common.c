@@ -2,7 +2,11 @@
  *
  * GPUSHARDS_FAKE_GPUS   "NAME:SIZE,NAME:SIZE"  (default one
  *                       "NVIDIA H100 80GB HBM3:80g"); SIZE takes k/m/g/t.
- *                       GPU i gets the UUID GPU-fa4e5000-0000-4000-8000-0000000000ii.
+ *                       GPU i gets the UUID GPU-fa4e5000-0000-4000-8000-00ssssssssss ii
+ *                       (no space), where s is zero unless a seed is given.
+ * GPUSHARDS_FAKE_UUID_SEED  any text, e.g. the agent's host id: simulated hosts get
+ *                       distinct UUIDs, as real GPUs have, so a fleet of them can share
+ *                       one control plane.
  * GPUSHARDS_FAKE_STATE  the shared file (default /tmp/gpushards-fake-state).
  * GPUSHARDS_FAKE_CONTEXT_BYTES  what a context costs (default 300m).
  * GPUSHARDS_FAKE_POOL_CHUNK     a memory pool's growth step (default 32m). */
@@ -58,8 +62,20 @@ static uint64_t env_size(const char *name, uint64_t dflt)
     return s != NULL && fake_parse_size(s, &v) == 0 ? v : dflt;
 }
 
+/* FNV-1a of the seed, in the five bytes before the GPU index. */
+static void seed_uuid(uint8_t uuid[16], const char *seed)
+{
+    uint64_t hash = 14695981039346656037ull;
+    for (const unsigned char *p = (const unsigned char *)seed; *p != '\0'; p++) {
+        hash ^= *p;
+        hash *= 1099511628211ull;
+    }
+    for (int i = 0; i < 5; i++) uuid[10 + i] = (uint8_t)(hash >> (8 * i));
+}
+
 static void do_setup(void)
 {
+    const char *uuid_seed = getenv("GPUSHARDS_FAKE_UUID_SEED");
     const char *spec = getenv("GPUSHARDS_FAKE_GPUS");
     if (spec == NULL) spec = "NVIDIA H100 80GB HBM3:80g";
     char buf[2048];
@@ -79,6 +95,7 @@ static void do_setup(void)
         const uint8_t u[16] = {0xfa, 0x4e, 0x50, 0x00, 0x00, 0x00, 0x40, 0x00,
                                0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, (uint8_t)fake_gpu_count};
         memcpy(g->uuid, u, 16);
+        if (uuid_seed != NULL && *uuid_seed != '\0') seed_uuid(g->uuid, uuid_seed);
         fake_gpu_count++;
     }
     fake_context_bytes = env_size("GPUSHARDS_FAKE_CONTEXT_BYTES", 300ull << 20);

@@ -21,7 +21,7 @@ import {
   shardContainers,
 } from './testing/docker.js';
 import { startNatsServer, type TestNatsServer } from './testing/nats-server.js';
-import { fakeLibraries, nativeArtifacts } from './testing/native.js';
+import { fakeGpuUuid, fakeLibraries, nativeArtifacts } from './testing/native.js';
 import { waitFor } from './testing/processes.js';
 import { buildRegion } from './testing/region-fixture.js';
 import { startRegistry, type TestRegistry } from './testing/registry.js';
@@ -117,8 +117,8 @@ describe('agent', () => {
     assert.deepEqual(
       register.gpus.map((gpu) => [gpu.index, gpu.uuid, gpu.model, gpu.totalBytes, gpu.usedBytes]),
       [
-        [0, 'GPU-fa4e5000-0000-4000-8000-000000000000', 'Test GPU', 24 * GiB, 0],
-        [1, 'GPU-fa4e5000-0000-4000-8000-000000000001', 'Test GPU', 24 * GiB, 0],
+        [0, fakeGpuUuid(HOST, 0), 'Test GPU', 24 * GiB, 0],
+        [1, fakeGpuUuid(HOST, 1), 'Test GPU', 24 * GiB, 0],
       ],
     );
     assert.deepEqual(register.runningShards, []);

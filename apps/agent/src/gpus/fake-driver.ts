@@ -14,15 +14,18 @@ export const FAKE_STATE_IN_CONTAINER = '/run/gpushards-fake/state';
  * (GPUSHARDS_FAKE_GPUS, "NAME:BYTES,...") and the file in which every process using them
  * keeps the GPUs' memory (GPUSHARDS_FAKE_STATE). The agent and all its shards share one
  * state file, so the simulated host behaves like one machine: what a shard allocates is
- * gone for the others, and NVML in the agent sees it.
+ * gone for the others, and NVML in the agent sees it. The host id seeds the GPUs' UUIDs
+ * (GPUSHARDS_FAKE_UUID_SEED), so simulated hosts sharing one control plane never collide.
  */
 export function fakeDriverEnv(
   gpus: readonly SimulatedGpu[],
   stateFile: string,
+  hostId: string,
 ): Record<string, string> {
   return {
     GPUSHARDS_FAKE_GPUS: gpus.map((gpu) => `${gpu.model}:${gpu.totalBytes}`).join(','),
     GPUSHARDS_FAKE_STATE: stateFile,
+    GPUSHARDS_FAKE_UUID_SEED: hostId,
   };
 }
 

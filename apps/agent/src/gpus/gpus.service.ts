@@ -64,7 +64,7 @@ export class GpusService implements OnModuleDestroy {
       const stateFile = prepareFakeState(config.stateDir);
       // The fakes read their configuration from the environment when loaded: in this
       // process for discovery, and in every shard through the container's environment.
-      Object.assign(process.env, fakeDriverEnv(source.gpus, stateFile));
+      Object.assign(process.env, fakeDriverEnv(source.gpus, stateFile, config.hostId));
       this.backend = new NvmlBackend(Nvml.open(nvmlLibrary), cudaLibrary);
       if (this.backend.gpus.length !== source.gpus.length) {
         throw new Error(
@@ -75,7 +75,7 @@ export class GpusService implements OnModuleDestroy {
         cudaLibrary,
         nvmlLibrary,
         stateFile,
-        env: fakeDriverEnv(source.gpus, FAKE_STATE_IN_CONTAINER),
+        env: fakeDriverEnv(source.gpus, FAKE_STATE_IN_CONTAINER, config.hostId),
       };
     } else {
       this.logger.warn(

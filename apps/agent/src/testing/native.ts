@@ -73,3 +73,21 @@ function findFile(dir: string, name: string): string | undefined {
   }
   return undefined;
 }
+
+/**
+ * The UUID the fake driver gives GPU `index` of a simulated host (native/fakes/fake_common.c:
+ * FNV-1a of the seed in the five bytes before the index), written out again so a test notices
+ * if either side changes.
+ */
+export function fakeGpuUuid(seed: string, index: number): string {
+  let hash = 0xcbf29ce484222325n;
+  for (const byte of Buffer.from(seed, 'utf8')) {
+    hash = ((hash ^ BigInt(byte)) * 0x100000001b3n) & 0xffffffffffffffffn;
+  }
+  const seeded = Array.from({ length: 5 }, (_, i) =>
+    Number((hash >> BigInt(8 * i)) & 0xffn)
+      .toString(16)
+      .padStart(2, '0'),
+  ).join('');
+  return `GPU-fa4e5000-0000-4000-8000-${seeded}${index.toString(16).padStart(2, '0')}`;
+}
