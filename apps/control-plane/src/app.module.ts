@@ -1,5 +1,7 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { AccountingModule } from './accounting/accounting.module.js';
+import { AgentLinkModule } from './agent-link/agent-link.module.js';
+import type { AgentTransport } from './agent-link/agent-transport.js';
 import { AuditModule } from './audit/audit.module.js';
 import { AuthModule } from './auth/auth.module.js';
 import { ConfigModule } from './config/config.module.js';
@@ -27,6 +29,8 @@ export interface AppModuleOptions {
   readonly clock?: Clock;
   /** How shard commands reach agents; default: recorded in memory, not delivered. */
   readonly shardCommands?: ShardCommands;
+  /** Where agent messages come from (NATS or in-process); none: no agent can talk to it. */
+  readonly agentTransport?: AgentTransport;
 }
 
 /** The whole control plane. Domain modules (fleet, shards, ...) are added to `imports`. */
@@ -38,6 +42,7 @@ export class AppModule {
     operatorOutput,
     clock,
     shardCommands,
+    agentTransport,
   }: AppModuleOptions): DynamicModule {
     return {
       module: AppModule,
@@ -59,6 +64,7 @@ export class AppModule {
         EventsModule,
         ShardsModule,
         FleetModule,
+        ...(agentTransport ? [AgentLinkModule.forRoot(agentTransport)] : []),
       ],
     };
   }

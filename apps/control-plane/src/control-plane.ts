@@ -5,6 +5,7 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { DestinationStream } from 'pino';
+import { openAgentLink, type AgentLinkOptions } from './agent-link/agent-link-options.js';
 import { AppModule } from './app.module.js';
 import {
   DEFAULT_HOST,
@@ -38,8 +39,13 @@ export interface ControlPlaneOptions {
   readonly hostOfflineSeconds?: number;
   /** Default: the system clock (tests pass a ManualClock). */
   readonly clock?: Clock;
-  /** How shard commands reach agents; default: recorded in memory, not delivered. */
+  /** How shard commands reach agents without a `link`; default: recorded in memory, not delivered. */
   readonly shardCommands?: ShardCommands;
+  /**
+   * How agents talk to this control plane: `{nats: {servers, auth}}`, or `{inProcess: hub}`
+   * for agents in this process (InProcessAgentHub). None: agents cannot reach it.
+   */
+  readonly link?: AgentLinkOptions;
 }
 
 export interface ControlPlane {
@@ -76,22 +82,41 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
       `hostOfflineSeconds must be a whole number from 5 to 86400, not ${config.hostOfflineSeconds}`,
     );
   }
+  if (options.link && options.shardCommands) {
+    throw new TypeError('give createControlPlane a link or shardCommands, not both');
+  }
   const logger = createLogger(options.logLevel ?? 'info', options.logDestination);
-  const app = await NestFactory.create<NestExpressApplication>(
-    AppModule.forRoot({
-      config,
-      logger,
-      operatorOutput: options.operatorOutput ?? process.stdout,
-      ...(options.clock ? { clock: options.clock } : {}),
-      ...(options.shardCommands ? { shardCommands: options.shardCommands } : {}),
-    }),
-    { logger: new PinoNestLogger(logger), bodyParser: false, abortOnError: false },
-  );
+  const link = options.link ? await openAgentLink(options.link, logger) : undefined;
+  const shardCommands = link?.commands ?? options.shardCommands;
+  let app: NestExpressApplication;
+  try {
+    app = await NestFactory.create<NestExpressApplication>(
+      AppModule.forRoot({
+        config,
+        logger,
+        operatorOutput: options.operatorOutput ?? process.stdout,
+        ...(options.clock ? { clock: options.clock } : {}),
+        ...(shardCommands ? { shardCommands } : {}),
+        ...(link ? { agentTransport: link.transport } : {}),
+      }),
+      { logger: new PinoNestLogger(logger), bodyParser: false, abortOnError: false },
+    );
+  } catch (error) {
+    await link?.close();
+    throw error;
+  }
   app.useBodyParser('json', { limit: JSON_BODY_LIMIT });
+  const close = async (): Promise<void> => {
+    try {
+      await app.close();
+    } finally {
+      await link?.close();
+    }
+  };
   try {
     await app.listen(config.port, config.host);
   } catch (error) {
-    await app.close();
+    await close();
     throw error;
   }
   const address = app.getHttpServer().address() as AddressInfo;
@@ -106,6 +131,6 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
     config,
     url,
     graphqlUrl: url + GRAPHQL_PATH,
-    close: () => app.close(),
+    close,
   };
 }

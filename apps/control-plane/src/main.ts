@@ -1,17 +1,22 @@
+import { agentLinkFromEnv } from './agent-link/agent-link-options.js';
 import { createControlPlane } from './control-plane.js';
 import { ConfigError, loadConfigFromEnv } from './config/control-plane-config.js';
 
 /** `node dist/main.js`: the control plane as a service, configured from the environment. */
 async function main(): Promise<void> {
   let config;
+  let link;
   try {
     config = loadConfigFromEnv();
+    link = agentLinkFromEnv();
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     process.stderr.write(`gpushards control plane: ${error.message}\n`);
     process.exit(2);
   }
-  const controlPlane = await createControlPlane(config);
+  // Without GPUSHARDS_NATS_URL no agent can reach this control plane (one-box runs the
+  // in-process link through createControlPlane instead).
+  const controlPlane = await createControlPlane({ ...config, ...(link ? { link } : {}) });
   controlPlane.app.enableShutdownHooks(['SIGINT', 'SIGTERM']);
 }
 

@@ -1,0 +1,177 @@
+import { resolve } from 'node:path';
+import { z } from 'zod';
+import { ConfigError } from '../config/control-plane-config.js';
+import type { Logger } from '../logging/logger.js';
+import {
+  AgentCommandClient,
+  DEFAULT_COMMAND_DELIVERY,
+  type CommandDeliveryOptions,
+} from './agent-command-client.js';
+import type { AgentTransport } from './agent-transport.js';
+import type { InProcessAgentHub } from './in-process-agent-hub.js';
+import {
+  NatsAgentTransport,
+  type NatsAuth,
+  type NatsConnectionOptions,
+} from './nats-agent-transport.js';
+
+/**
+ * How the control plane reaches its agents: over NATS, or through an InProcessAgentHub that
+ * an agent in the same process is connected to (the one-box mode). `commands` tunes how
+ * shard commands are retried.
+ */
+export type AgentLinkOptions =
+  | { readonly nats: NatsConnectionOptions; readonly commands?: CommandDeliveryOptions }
+  | { readonly inProcess: InProcessAgentHub; readonly commands?: CommandDeliveryOptions };
+
+/** The open link: the transport, the ShardCommands over it, and how to close what it owns. */
+export interface OpenAgentLink {
+  readonly transport: AgentTransport;
+  readonly commands: AgentCommandClient;
+  /** After the application closed: abandons command retries, closes a NATS connection. */
+  close(): Promise<void>;
+}
+
+export async function openAgentLink(
+  options: AgentLinkOptions,
+  logger: Logger,
+): Promise<OpenAgentLink> {
+  const linkLogger = logger.child({ module: 'agent-link' });
+  // The hub belongs to whoever created it; a NATS connection belongs to this control plane.
+  let transport: AgentTransport;
+  let owned: NatsAgentTransport | undefined;
+  if ('inProcess' in options) {
+    transport = options.inProcess;
+  } else {
+    owned = await NatsAgentTransport.connect(options.nats, linkLogger);
+    transport = owned;
+  }
+  const commands = new AgentCommandClient(transport, options.commands ?? {}, linkLogger);
+  return {
+    transport,
+    commands,
+    close: async () => {
+      commands.close();
+      await owned?.close();
+    },
+  };
+}
+
+const seconds = (max: number) =>
+  z
+    .string()
+    .regex(/^\d{1,6}$/, `must be a whole number of seconds from 1 to ${max}`)
+    .transform(Number)
+    .refine(
+      (value) => value >= 1 && value <= max,
+      `must be a whole number of seconds from 1 to ${max}`,
+    );
+
+const envSchema = z.object({
+  GPUSHARDS_NATS_URL: z
+    .string()
+    .regex(
+      /^(nats|tls|wss?):\/\/[^\s,]+(,(nats|tls|wss?):\/\/[^\s,]+)*$/,
+      'must be one or more nats://host:port URLs separated by commas',
+    )
+    .optional(),
+  GPUSHARDS_NATS_USER: z.string().optional(),
+  GPUSHARDS_NATS_PASSWORD: z.string().optional(),
+  GPUSHARDS_NATS_NKEY_SEED_FILE: z.string().optional(),
+  GPUSHARDS_NATS_CREDS: z.string().optional(),
+  GPUSHARDS_NATS_COMMAND_TIMEOUT_SECONDS: seconds(300).optional(),
+  GPUSHARDS_NATS_COMMAND_ATTEMPTS: z
+    .string()
+    .regex(/^([1-9]|10)$/, 'must be a whole number from 1 to 10')
+    .transform(Number)
+    .optional(),
+});
+
+/** Variables that hold secrets: never echoed in an error. */
+const SECRET = new Set(['GPUSHARDS_NATS_PASSWORD']);
+
+/**
+ * The NATS link from GPUSHARDS_NATS_* variables, or undefined when GPUSHARDS_NATS_URL is
+ * unset (the control plane then runs without NATS). Empty variables count as unset. Throws
+ * ConfigError naming every bad variable; the password is never echoed.
+ *   GPUSHARDS_NATS_URL                      nats://host:port[,nats://host:port...]
+ *   GPUSHARDS_NATS_NKEY_SEED_FILE           the control-plane user's seed (generate-config.mjs)
+ *   GPUSHARDS_NATS_USER, _PASSWORD          or a user and password (both)
+ *   GPUSHARDS_NATS_CREDS                    or a .creds file (JWT deployments)
+ *   GPUSHARDS_NATS_COMMAND_TIMEOUT_SECONDS  wait for an agent's reply per attempt (10)
+ *   GPUSHARDS_NATS_COMMAND_ATTEMPTS         attempts per command, same command id (3)
+ */
+export function agentLinkFromEnv(
+  env: NodeJS.ProcessEnv = process.env,
+  cwd: string = process.cwd(),
+): AgentLinkOptions | undefined {
+  const present = Object.fromEntries(
+    Object.keys(envSchema.shape)
+      .map((key) => [key, env[key]] as const)
+      .filter(([, value]) => value !== undefined && value !== ''),
+  );
+  const problems: string[] = [];
+  const parsed = envSchema.safeParse(present);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      const name = String(issue.path[0]);
+      const shown = SECRET.has(name) ? '' : `, got ${JSON.stringify(present[name])}`;
+      problems.push(`${name} ${issue.message}${shown}`);
+    }
+    throw new ConfigError(`invalid configuration:\n  ${problems.join('\n  ')}`);
+  }
+  const vars = parsed.data;
+  const auth = readAuth(vars, cwd, problems);
+  if (vars.GPUSHARDS_NATS_URL === undefined) {
+    const stray = Object.keys(present);
+    if (stray.length > 0) {
+      problems.push(`${stray.join(', ')} set without GPUSHARDS_NATS_URL: set it, or unset them`);
+    }
+  }
+  if (problems.length > 0)
+    throw new ConfigError(`invalid configuration:\n  ${problems.join('\n  ')}`);
+  if (vars.GPUSHARDS_NATS_URL === undefined) return undefined;
+  const commands: CommandDeliveryOptions = {
+    timeoutMs:
+      (vars.GPUSHARDS_NATS_COMMAND_TIMEOUT_SECONDS ?? DEFAULT_COMMAND_DELIVERY.timeoutMs / 1000) *
+      1000,
+    attempts: vars.GPUSHARDS_NATS_COMMAND_ATTEMPTS ?? DEFAULT_COMMAND_DELIVERY.attempts,
+  };
+  return {
+    nats: { servers: vars.GPUSHARDS_NATS_URL.split(','), ...(auth ? { auth } : {}) },
+    commands,
+  };
+}
+
+function readAuth(
+  vars: z.infer<typeof envSchema>,
+  cwd: string,
+  problems: string[],
+): NatsAuth | undefined {
+  const ways: NatsAuth[] = [];
+  if (vars.GPUSHARDS_NATS_USER !== undefined || vars.GPUSHARDS_NATS_PASSWORD !== undefined) {
+    if (vars.GPUSHARDS_NATS_USER === undefined || vars.GPUSHARDS_NATS_PASSWORD === undefined) {
+      problems.push(
+        'GPUSHARDS_NATS_USER and GPUSHARDS_NATS_PASSWORD go together: set both or neither',
+      );
+    } else {
+      ways.push({
+        kind: 'password',
+        user: vars.GPUSHARDS_NATS_USER,
+        password: vars.GPUSHARDS_NATS_PASSWORD,
+      });
+    }
+  }
+  if (vars.GPUSHARDS_NATS_NKEY_SEED_FILE !== undefined) {
+    ways.push({ kind: 'nkey', seedFile: resolve(cwd, vars.GPUSHARDS_NATS_NKEY_SEED_FILE) });
+  }
+  if (vars.GPUSHARDS_NATS_CREDS !== undefined) {
+    ways.push({ kind: 'creds', credsFile: resolve(cwd, vars.GPUSHARDS_NATS_CREDS) });
+  }
+  if (ways.length > 1) {
+    problems.push(
+      'set one way to authenticate to NATS: GPUSHARDS_NATS_USER/PASSWORD, GPUSHARDS_NATS_NKEY_SEED_FILE or GPUSHARDS_NATS_CREDS',
+    );
+  }
+  return ways[0];
+}
