@@ -33,34 +33,46 @@ function authorizationOf(
     GraphQLModule.forRootAsync<ApolloDriverConfig>({
       driver: ApolloDriver,
       inject: [LOGGER, AuthService],
-      useFactory: (logger: Logger, auth: AuthService): ApolloDriverConfig => ({
-        path: GRAPHQL_PATH,
-        autoSchemaFile: true,
-        sortSchema: true,
-        graphiql: false,
-        introspection: true,
-        includeStacktraceInErrorResponses: false,
-        autoTransformHttpErrors: false,
-        formatError: createErrorFormatter(logger.child({ module: 'graphql' })),
-        context: ({ req, connectionParams }: TransportContext): RequestContext => ({
-          authorization: req?.headers.authorization ?? authorizationOf(connectionParams),
-        }),
-        subscriptions: {
-          'graphql-ws': {
-            path: GRAPHQL_PATH,
-            // Refuse the connection itself (close 4403) without a valid token; each
-            // subscription is then checked again by AuthGuard like any query.
-            onConnect: async ({ connectionParams }) => {
-              try {
-                await auth.authenticate(authorizationOf(connectionParams));
-                return true;
-              } catch {
-                return false;
-              }
+      useFactory: (logger: Logger, auth: AuthService): ApolloDriverConfig => {
+        const formatError = createErrorFormatter(logger.child({ module: 'graphql' }));
+        return {
+          path: GRAPHQL_PATH,
+          autoSchemaFile: true,
+          sortSchema: true,
+          graphiql: false,
+          introspection: true,
+          includeStacktraceInErrorResponses: false,
+          autoTransformHttpErrors: false,
+          formatError,
+          context: ({ req, connectionParams }: TransportContext): RequestContext => ({
+            authorization: req?.headers.authorization ?? authorizationOf(connectionParams),
+          }),
+          subscriptions: {
+            'graphql-ws': {
+              path: GRAPHQL_PATH,
+              // Refuse the connection itself (close 4403) without a valid token; each
+              // subscription is then checked again by AuthGuard like any query.
+              onConnect: async ({ connectionParams }) => {
+                try {
+                  await auth.authenticate(authorizationOf(connectionParams));
+                  return true;
+                } catch {
+                  return false;
+                }
+              },
+              // Apollo's formatError does not see subscription results: the same formatter,
+              // so subscription errors carry extensions.code and never leak internals.
+              onNext: (_ctx, _id, _payload, _args, result) =>
+                result.errors === undefined
+                  ? undefined
+                  : {
+                      ...result,
+                      errors: result.errors.map((error) => formatError(error.toJSON(), error)),
+                    },
             },
           },
-        },
-      }),
+        };
+      },
     }),
   ],
 })

@@ -802,6 +802,64 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.equal(bus.subscriberCount, listeners, 'closing the socket ends the subscription');
     });
 
+    it('malformed ids, cursors and injection strings are BAD_USER_INPUT everywhere; nothing written', async () => {
+      const before = await shardRowCounts(h);
+      const hostsBefore = await h.prisma.host.findMany({ orderBy: { id: 'asc' } });
+      const cases: [string, Record<string, unknown>][] = [
+        [SHARD, { id: INJECTION }],
+        [STOP, { id: INJECTION }],
+        [DELETE, { id: 'nope' }],
+        [RESIZE, { id: INJECTION, size: '1g' }],
+        [SHARDS, { hostId: 'ok', after: INJECTION }],
+        [SHARDS, { first: 0 }],
+        [PREVIEW, { input: { memoryPerGpu: INJECTION } }],
+        [PREVIEW, { input: { memoryPerGpu: '1g', teamId: INJECTION } }],
+        [`query ($id: ID!) { host(id: $id) { id } }`, { id: INJECTION }],
+        [`query ($h: ID) { gpus(hostId: $h) { edges { node { uuid } } } }`, { h: INJECTION }],
+        [`query ($a: String) { hosts(after: $a) { edges { node { id } } } }`, { a: INJECTION }],
+        [`mutation ($id: ID!) { drainHost(id: $id) { id } }`, { id: INJECTION }],
+      ];
+      for (const [query, variables] of cases) {
+        const token = query.includes('drainHost') ? h.adminToken : alpha.member;
+        assertError(
+          await h.graphql(query, variables, token),
+          'BAD_USER_INPUT',
+          JSON.stringify(variables),
+        );
+      }
+      assert.deepEqual(await shardRowCounts(h), before);
+      assert.deepEqual(await h.prisma.host.findMany({ orderBy: { id: 'asc' } }), hostsBefore);
+    });
+
+    it("shardEvents for another team's id is refused", async () => {
+      const client = createClient({
+        url: h.controlPlane.graphqlUrl.replace(/^http/, 'ws'),
+        webSocketImpl: WebSocket,
+        connectionParams: { Authorization: `Bearer ${alpha.viewer}` },
+        retryAttempts: 0,
+      });
+      try {
+        const errors = await new Promise<readonly { extensions?: { code?: string } }[]>(
+          (resolve) => {
+            client.subscribe(
+              {
+                query: 'subscription ($t: ID) { shardEvents(teamId: $t) { state } }',
+                variables: { t: beta.id },
+              },
+              {
+                next: (message) => resolve((message.errors ?? []) as never),
+                error: (error) => resolve(Array.isArray(error) ? error : [error as never]),
+                complete: () => resolve([]),
+              },
+            );
+          },
+        );
+        assert.equal(errors[0]?.extensions?.code, 'NOT_FOUND', JSON.stringify(errors));
+      } finally {
+        await client.dispose();
+      }
+    });
+
     it('metrics: the placement histogram and hosts by state', async () => {
       const text = await (await fetch(`${h.controlPlane.url}/metrics`)).text();
       assert.match(text, /gpushards_placement_duration_seconds_count\{result="placed"\} [1-9]/);
