@@ -1,9 +1,273 @@
 #!/usr/bin/env node
-// The README's first command. Until the one-box launcher lands (embedded PGlite, in-process agent)
-// this says so plainly instead of pretending to start something.
-console.log(
-  'GPU Shards: the one-box launcher (control plane on embedded PGlite + in-process agent) is not built yet.\n' +
-    'What exists today: `npm test` runs the limits, protocol and interposer test tiers.\n' +
-    'Track progress in docs/architecture.md.',
-);
-process.exit(1);
+// The README's first command, `npm start`: the whole system on this machine in one process.
+// The control plane (embedded PGlite in the data folder unless DATABASE_URL is set) and an
+// in-process agent for this host, linked directly (no NATS). Builds what is missing first,
+// uses the local Docker engine and NVIDIA driver when they are there, and simulates GPUs with
+// the fake NVIDIA libraries when there is no driver. docs/operations.md, "The one box".
+import { existsSync, mkdirSync } from 'node:fs';
+import { join, relative } from 'node:path';
+
+import { ensureBuilt, FAKE_DRIVER_DIR, INTERPOSER_PATH, runStep } from './one-box/build.mjs';
+import { DEFAULT_SIMULATED_GPUS, findDocker, findNvml, hostIdFor } from './one-box/environment.mjs';
+import { createLogSink } from './one-box/log-sink.mjs';
+import { REPO_ROOT } from './one-box/paths.mjs';
+
+const LOG_FILE = 'gpushards.log';
+const AGENT_STATE_SUBDIR = 'agent';
+
+const say = (line = '') => process.stdout.write(`${line}\n`);
+const step = (line) => say(`gpushards: ${line}`);
+
+/** A start-up problem with a message written for the person at the terminal. */
+class StartError extends Error {}
+
+/** Paths under the working folder are shown relative to it, others absolute. */
+function shown(path) {
+  const rel = relative(process.cwd(), path);
+  return rel.startsWith('..') || rel === '' ? path : rel;
+}
+
+/** Info lines worth seeing live besides warnings and errors; the log file has every line. */
+const TERMINAL_MESSAGES = new Set([
+  'host registered',
+  'adopted a shard container',
+  'shard deleted',
+]);
+function terminalInfo(record) {
+  return record.module === 'state' || TERMINAL_MESSAGES.has(record.msg);
+}
+
+async function main() {
+  try {
+    await ensureBuilt({ say: step });
+  } catch (error) {
+    throw new StartError(
+      `${error.message.split('\n')[0]}\n(the build's output is above; \`npm run build\` runs it again)`,
+    );
+  }
+
+  const controlPlaneApi = await import('@gpushards/control-plane');
+  const agentApi = await import('@gpushards/agent');
+  const { formatSize } = await import('@gpushards/limits');
+  const { default: Docker } = await import('dockerode');
+  const { default: koffi } = await import('koffi');
+
+  let config;
+  try {
+    config = controlPlaneApi.loadConfigFromEnv();
+  } catch (error) {
+    if (error instanceof controlPlaneApi.ConfigError) throw new StartError(error.message);
+    throw error;
+  }
+  mkdirSync(config.dataDir, { recursive: true });
+  const logLevel = process.env.GPUSHARDS_LOG_LEVEL || 'info';
+  const logPath = join(config.dataDir, LOG_FILE);
+  const sink = createLogSink(logPath, { show: terminalInfo });
+
+  // What is there: Docker decides whether an agent can run; NVML whether GPUs are real.
+  const docker = await findDocker(Docker);
+  const simulateSpec = process.env.GPUSHARDS_SIMULATE_GPUS;
+  const nvmlLibrary = process.env.GPUSHARDS_NVML_LIBRARY || 'libnvidia-ml.so.1';
+  const nvml = simulateSpec ? undefined : findNvml(koffi, nvmlLibrary);
+  const simulated = simulateSpec !== undefined || !nvml.found;
+  let gpuSource;
+  if (simulated) {
+    let gpus;
+    try {
+      gpus = agentApi.parseSimulatedGpus(simulateSpec || DEFAULT_SIMULATED_GPUS);
+    } catch (error) {
+      throw new StartError(`GPUSHARDS_SIMULATE_GPUS: ${error.message}`);
+    }
+    gpuSource = { kind: 'simulated', gpus, fakeLibraryDir: FAKE_DRIVER_DIR };
+  } else {
+    gpuSource = { kind: 'nvml', nvmlLibrary };
+  }
+
+  if (!config.database.url && !existsSync(config.database.embeddedDataDir)) {
+    // Work-around: PGlite learns the database's array types when it opens, so a control plane
+    // that creates the embedded database itself (migrations in the same PGlite) cannot pass
+    // enum arrays (shard_state[]) until it is restarted: agent registration fails with
+    // "malformed array literal". Migrating in a separate process first avoids that. Remove
+    // once the control plane refreshes PGlite's array types after migrating.
+    step(`creating the embedded database in ${shown(config.database.embeddedDataDir)}`);
+    await runStep(
+      process.execPath,
+      [join(REPO_ROOT, 'apps/control-plane/dist/database/migrations/cli.js'), 'deploy'],
+      { env: { ...process.env, GPUSHARDS_DATA_DIR: config.dataDir } },
+    );
+  }
+
+  step('starting the control plane');
+  // Control plane and agent talk through this hub exactly as over NATS (every message encoded
+  // and validated), with no broker. The agent retries on its own LinkUnavailableError only.
+  const hub = new controlPlaneApi.InProcessAgentHub({
+    unavailableError: (message) => new agentApi.LinkUnavailableError(message),
+  });
+  let controlPlane;
+  try {
+    controlPlane = await controlPlaneApi.createControlPlane({
+      ...config,
+      link: { inProcess: hub },
+      logLevel,
+      logDestination: sink,
+    });
+  } catch (error) {
+    await sink.close();
+    if (error.code === 'EADDRINUSE') {
+      throw new StartError(
+        `${config.host}:${config.port} is in use (another npm start?); set GPUSHARDS_PORT to another port`,
+      );
+    }
+    throw error;
+  }
+
+  let agent;
+  let hostId;
+  if (docker.docker !== undefined) {
+    hostId = hostIdFor(config.dataDir);
+    step(`starting the agent for this host (${hostId})`);
+    try {
+      agent = await agentApi.createAgent({
+        hostId,
+        link: { custom: hub.connectAgent(hostId) },
+        gpus: gpuSource,
+        interposerPath: INTERPOSER_PATH,
+        stateDir: join(config.dataDir, AGENT_STATE_SUBDIR),
+        docker: docker.docker,
+        logLevel,
+        logDestination: sink,
+      });
+    } catch (error) {
+      await controlPlane.close();
+      await sink.close();
+      throw new StartError(`the agent could not start: ${error.message}`);
+    }
+  }
+
+  const adopted = agent ? await runningShardContainers(docker.docker, hostId) : 0;
+  printBanner({
+    controlPlane,
+    config,
+    logPath,
+    docker,
+    agent,
+    hostId,
+    adopted,
+    simulated,
+    nvml,
+    nvmlLibrary,
+    formatSize,
+    tokenFile: join(config.dataDir, controlPlaneApi.ADMIN_TOKEN_FILE),
+  });
+
+  let stopping = false;
+  const shutdown = async (signal) => {
+    if (stopping) {
+      say(`gpushards: ${signal} again: exiting without waiting`);
+      process.exit(130);
+    }
+    stopping = true;
+    say('');
+    step(
+      agent
+        ? 'stopping the agent and the control plane; shard containers keep running and the next npm start finds them'
+        : 'stopping the control plane',
+    );
+    try {
+      await agent?.stop();
+      await controlPlane.close();
+      await sink.close();
+      step('stopped');
+      process.exit(0);
+    } catch (error) {
+      process.stderr.write(`gpushards: stopping failed: ${error.stack ?? error}\n`);
+      process.exit(1);
+    }
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+}
+
+/** Shard containers of this host that Docker runs now (what the agent adopted at start). */
+async function runningShardContainers(docker, hostId) {
+  const containers = await docker.listContainers({
+    filters: { label: [`io.gpushards.host=${hostId}`], status: ['running'] },
+  });
+  return containers.length;
+}
+
+function printBanner(facts) {
+  const { controlPlane, config, docker, agent, simulated, formatSize } = facts;
+  const database = config.database.url
+    ? 'PostgreSQL (DATABASE_URL)'
+    : `embedded PostgreSQL (PGlite) in ${shown(config.database.embeddedDataDir)}`;
+  const rule = '─'.repeat(78);
+  say('');
+  say(rule);
+  say(
+    agent
+      ? ' GPU Shards is running on this machine (control plane + agent in one process)'
+      : ' GPU Shards control plane is running on this machine (no agent: see Docker below)',
+  );
+  say('');
+  say(`   GraphQL       ${controlPlane.graphqlUrl}`);
+  say(`   explorer      ${controlPlane.url}/    metrics: ${controlPlane.url}/metrics`);
+  say(`   admin token   ${shown(facts.tokenFile)}   (TOKEN=$(cat ${shown(facts.tokenFile)}))`);
+  say(`   data folder   ${shown(config.dataDir)}   database: ${database}`);
+  say(`   log           ${shown(facts.logPath)}   (warnings and errors also show here)`);
+  say('');
+  if (docker.docker === undefined) {
+    say(`   Docker        NOT FOUND (${docker.problem})`);
+    say('');
+    say('   Without a Docker engine no agent runs here: the API, teams, quotas and tokens');
+    say('   work, but createShard answers NO_CAPACITY until a host is online. Start Docker');
+    say('   (or set DOCKER_HOST) and run npm start again.');
+    if (!simulated)
+      say(`   An NVIDIA driver was found (${facts.nvmlLibrary}); it is not used without Docker.`);
+  } else {
+    say(`   Docker        engine ${docker.version} (API ${docker.apiVersion})`);
+    const inventory = agent.inventory;
+    say(
+      `   host          ${facts.hostId}: ${inventory.gpus.length} ${simulated ? 'simulated ' : ''}GPU(s), ` +
+        `driver ${inventory.driverVersion}, CUDA ${inventory.cudaVersion}`,
+    );
+    for (const gpu of inventory.gpus) {
+      say(`     GPU ${gpu.index}  ${gpu.model}  ${formatSize(gpu.totalBytes)}  ${gpu.uuid}`);
+    }
+    say(
+      `   per shard     a CUDA context takes ${formatSize(inventory.contextOverheadBytes)}; it is added to each shard's cap`,
+    );
+    say(
+      `   shards        ${facts.adopted} shard container(s) of this host running now${facts.adopted > 0 ? ' (found again and adopted)' : ''}`,
+    );
+    if (simulated) {
+      say('');
+      say('   ┌ SIMULATED GPUs ────────────────────────────────────────────────────────');
+      say(
+        process.env.GPUSHARDS_SIMULATE_GPUS
+          ? `   │ GPUSHARDS_SIMULATE_GPUS=${process.env.GPUSHARDS_SIMULATE_GPUS} asks for simulated GPUs.`
+          : `   │ No NVIDIA driver here (${facts.nvml.problem}).`,
+      );
+      say('   │ The GPUs above are simulated by the fake libcuda.so.1 / libnvidia-ml.so.1');
+      say(`   │ in ${shown(FAKE_DRIVER_DIR)}, mounted into every shard in place of a driver.`);
+      say('   │ Caps are enforced by the real interposer (libvgpu.so) against that fake');
+      say("   │ driver: allocations past a shard's cap fail with CUDA_ERROR_OUT_OF_MEMORY.");
+      say('   │ No real GPU memory is used. Size them with GPUSHARDS_SIMULATE_GPUS="2x24g".');
+      say('   └────────────────────────────────────────────────────────────────────────');
+    }
+  }
+  say('');
+  if (agent) {
+    say(' Try it: README.md, "Try it". Ctrl-C stops the control plane and the agent;');
+    say(' shard containers keep running, and the next npm start finds them again.');
+  } else {
+    say(' Ctrl-C stops the control plane.');
+  }
+  say(rule);
+}
+
+main().catch((error) => {
+  const message = error instanceof StartError ? error.message : (error.stack ?? String(error));
+  process.stderr.write(`gpushards: ${message}\n`);
+  process.exit(1);
+});

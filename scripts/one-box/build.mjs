@@ -23,7 +23,11 @@ const TYPESCRIPT_PROJECTS = [
  * Runs a command with its output indented under the step's title, so a first build shows
  * progress; resolves when it succeeds, rejects with the command's last lines otherwise.
  */
-function runStep(command, args, { cwd = REPO_ROOT, env = process.env, out = process.stdout } = {}) {
+export function runStep(
+  command,
+  args,
+  { cwd = REPO_ROOT, env = process.env, out = process.stdout } = {},
+) {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let tail = '';
@@ -75,10 +79,12 @@ function newestSourceTime(paths) {
 /** Why the TypeScript projects need a build, or undefined when every dist/ is current. */
 function typescriptBuildReason() {
   for (const project of TYPESCRIPT_PROJECTS) {
-    const built = statSync(join(REPO_ROOT, project.root, 'dist/index.js'), {
-      throwIfNoEntry: false,
-    });
-    if (built === undefined) return `${project.root}/dist is missing`;
+    // The folder, not its files: Nx restores cached files with their old times, but the
+    // folder itself is made anew by every build and every restore.
+    const built = statSync(join(REPO_ROOT, project.root, 'dist'), { throwIfNoEntry: false });
+    if (built === undefined || !existsSync(join(REPO_ROOT, project.root, 'dist/index.js'))) {
+      return `${project.root}/dist is missing`;
+    }
     const sources = [
       join(REPO_ROOT, project.root, 'src'),
       join(REPO_ROOT, project.root, 'package.json'),
