@@ -88,6 +88,7 @@ async function setUp(database, dataDir) {
   const setup = await createControlPlane({
     dataDir,
     database,
+    hostOfflineSeconds: 86_400,
     port: 0,
     logLevel: 'silent',
     operatorOutput: silent,
@@ -164,6 +165,8 @@ async function startServer(databaseUrl, dataDir, poolSize) {
       GPUSHARDS_PORT: '0',
       GPUSHARDS_DATA_DIR: dataDir,
       GPUSHARDS_DATABASE_POOL_SIZE: String(poolSize),
+      // No agents heartbeat here: hosts must not go OFFLINE during the run.
+      GPUSHARDS_HOST_OFFLINE_SECONDS: '86400',
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

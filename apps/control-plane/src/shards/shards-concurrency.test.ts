@@ -41,6 +41,7 @@ const QUOTA_POOL_HOSTS = 25;
 const REQUESTS_PER_TEAM = 200;
 const SHARD_SIZE = '3.5g';
 const PER_TEAM_LIMIT = 50;
+const HOST_OFFLINE_SECONDS = 86_400;
 
 interface Child {
   readonly process: ChildProcess;
@@ -60,6 +61,8 @@ async function startControlPlaneProcess(databaseUrl: string, dataDir: string): P
       GPUSHARDS_HOST: '127.0.0.1',
       GPUSHARDS_DATA_DIR: dataDir,
       GPUSHARDS_DATABASE_POOL_SIZE: '8',
+      // No agent heartbeats here: hosts must not go OFFLINE while the test runs.
+      GPUSHARDS_HOST_OFFLINE_SECONDS: String(HOST_OFFLINE_SECONDS),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -104,7 +107,10 @@ describe('two control planes on one PostgreSQL', () => {
 
   before(async () => {
     postgres = await startPostgres();
-    h = await startApiTestHarness('postgres', { server: postgres });
+    h = await startApiTestHarness('postgres', {
+      server: postgres,
+      controlPlane: { hostOfflineSeconds: HOST_OFFLINE_SECONDS },
+    });
     const fleet = h.controlPlane.app.get(FleetService);
     for (let i = 0; i < HOSTS; i++) {
       const pool = i < QUOTA_POOL_HOSTS ? 'quota' : 'open';
