@@ -222,10 +222,12 @@ export class FleetService {
       revived = await this.revive(hostId, new Set(heartbeat.shards.map((s) => s.shardId)), now);
     }
     if (heartbeat.gpus.length > 0) {
+      // In UUID order, the order placement's conditional update locks GPU rows in.
+      const gpus = [...heartbeat.gpus].sort((a, b) => (a.uuid < b.uuid ? -1 : 1));
       await this.prisma.$executeRaw`
         UPDATE gpu SET used_bytes = reported.used
-          FROM unnest(${heartbeat.gpus.map((g) => g.uuid)}::text[],
-                      ${heartbeat.gpus.map((g) => BigInt(g.usedBytes))}::bigint[])
+          FROM unnest(${gpus.map((g) => g.uuid)}::text[],
+                      ${gpus.map((g) => BigInt(g.usedBytes))}::bigint[])
                AS reported(uuid, used)
          WHERE gpu.uuid = reported.uuid AND gpu.host_id = ${hostId}
            AND gpu.used_bytes <> reported.used`;
