@@ -212,7 +212,7 @@ function printBanner(facts) {
   say('');
   say(`   GraphQL       ${controlPlane.graphqlUrl}`);
   say(`   explorer      ${controlPlane.url}/    metrics: ${controlPlane.url}/metrics`);
-  say(`   admin token   ${shown(facts.tokenFile)}   (TOKEN=$(cat ${shown(facts.tokenFile)}))`);
+  say(`   admin token   ${shown(facts.tokenFile)}   (ADMIN=$(cat ${shown(facts.tokenFile)}))`);
   say(`   data folder   ${shown(config.dataDir)}   database: ${database}`);
   say(`   log           ${shown(facts.logPath)}   (warnings and errors also show here)`);
   say('');
