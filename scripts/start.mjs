@@ -267,7 +267,13 @@ function printBanner(facts) {
 }
 
 main().catch((error) => {
-  const message = error instanceof StartError ? error.message : (error.stack ?? String(error));
+  // Start-up errors say what is wrong; a stack helps only with a bug (GPUSHARDS_LOG_LEVEL=debug).
+  const debug = /^(debug|trace)$/.test(process.env.GPUSHARDS_LOG_LEVEL ?? '');
+  let message = error.stack ?? String(error);
+  if (error instanceof StartError) message = error.message;
+  else if (error instanceof Error && !debug) {
+    message = `${error.message}\n(GPUSHARDS_LOG_LEVEL=debug npm start shows where it failed)`;
+  }
   process.stderr.write(`gpushards: ${message}\n`);
   process.exit(1);
 });
