@@ -67,11 +67,15 @@ async function buildDemoImage(tag) {
     }
     mkdirSync(join(root, 'tmp'), { recursive: true });
     chmodSync(join(root, 'tmp'), 0o1777);
-    execFileSync(
-      'sh',
-      ['-c', `tar -C "${root}" -c . | docker import --change 'CMD ["/demo-probe"]' - "${tag}"`],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    );
+    // CUDA images set NVIDIA_DRIVER_CAPABILITIES themselves; without `compute` the NVIDIA
+    // container runtime would mount NVML (its default, `utility`) but not libcuda.so.1.
+    const changes = [
+      `--change 'ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility'`,
+      `--change 'CMD ["/demo-probe"]'`,
+    ].join(' ');
+    execFileSync('sh', ['-c', `tar -C "${root}" -c . | docker import ${changes} - "${tag}"`], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
