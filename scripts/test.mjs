@@ -16,6 +16,10 @@ const tiers = [
     command: nx(['run', 'control-plane:test', '--excludeTaskDependencies']),
   },
   { name: 'agent', command: nx(['run', 'agent:test', '--excludeTaskDependencies']) },
+  {
+    name: 'integration',
+    command: nx(['run', 'integration-tests:test', '--excludeTaskDependencies']),
+  },
   { name: 'native', command: ['bash', ['native/run-tests.sh']], requires: 'native/run-tests.sh' },
   // Uses what the native tier built: the interposer and fakes inside a real Docker container.
   { name: 'docker', command: ['node', ['native/docker-tests/run.mjs', 'native/build']] },

@@ -415,6 +415,29 @@ for (const kind of TEST_DATABASE_KINDS) {
       );
     });
 
+    it('reconcile ends a RUNNING shard whose container stopped while its exit event was lost', async () => {
+      await fleet.registerHost(registerRequest('rec-2', { gpus: 1, labels: { pool: 'rec2' } }));
+      const gpu = (await h.prisma.gpu.findFirstOrThrow({ where: { hostId: 'rec-2' } })).uuid;
+      const shard = assertOk(await place('rec2', '10g')).createShard;
+      const report = (running: boolean) =>
+        fleet.reconcile('rec-2', {
+          protocolVersion: 1,
+          hostId: 'rec-2',
+          containers: [{ shardId: shard.id, containerId: 'c-1', running }],
+        });
+      await report(true);
+      assert.equal(
+        (await h.prisma.shard.findUniqueOrThrow({ where: { id: shard.id } })).state,
+        'RUNNING',
+      );
+      const reply = await report(false);
+      const ended = await h.prisma.shard.findUniqueOrThrow({ where: { id: shard.id } });
+      assert.equal(ended.state, 'EXITED');
+      assert.match(ended.failureReason ?? '', /found stopped by reconciliation/);
+      assert.equal(await reservedOn(h, gpu), 0);
+      assert.deepEqual(reply.desired, []);
+    });
+
     it('cordon, uncordon and drain are for admins; cordoned and draining hosts take no shards; drain stops every shard', async () => {
       await fleet.registerHost(registerRequest('op-1', { gpus: 2, labels: { pool: 'op' } }));
       const keep = assertOk(await place('op', '10g')).createShard;

@@ -316,7 +316,8 @@ export class FleetService {
   /**
    * The agent's periodic report of its shard containers. Settles what events may have missed
    * (a STOPPING shard whose container is gone or stopped is STOPPED; a PLACED or STARTING one
-   * whose container runs is RUNNING), brings an OFFLINE host back, and replies with what
+   * whose container runs is RUNNING; a RUNNING one whose container is there but stopped is
+   * EXITED, since its exit event was lost), brings an OFFLINE host back, and replies with what
    * should run. NOT_FOUND for a host that never registered (it must register first).
    */
   async reconcile(hostId: string, request: ReconcileRequest): Promise<ReconcileReply> {
@@ -326,19 +327,25 @@ export class FleetService {
     });
     if (host === null) throw new NotFoundError('host', hostId);
     const running = new Set(request.containers.filter((c) => c.running).map((c) => c.shardId));
+    const stoppedContainers = new Set(
+      request.containers.filter((c) => !c.running).map((c) => c.shardId),
+    );
     const now = this.clock.now();
     if (host.state === 'OFFLINE') await this.revive(hostId, running, now);
     const effects = new CommitEffects();
     await this.prisma.$transaction(async (tx) => {
       const shards = await tx.$queryRaw<ShardRecord[]>`
         SELECT ${SHARD_COLUMNS} FROM shard
-         WHERE host_id = ${hostId} AND state IN ('PLACED', 'STARTING', 'STOPPING')
+         WHERE host_id = ${hostId} AND state IN ('PLACED', 'STARTING', 'RUNNING', 'STOPPING')
          ORDER BY id FOR UPDATE`;
       for (const shard of shards) {
         const isRunning = running.has(shard.id);
         if (shard.state === 'STOPPING' && !isRunning) {
           await this.lifecycle.moveTo(tx, shard, 'STOPPED', {}, effects, now);
-        } else if (shard.state !== 'STOPPING' && isRunning) {
+        } else if (shard.state === 'RUNNING' && stoppedContainers.has(shard.id)) {
+          const failureReason = 'its container was found stopped by reconciliation';
+          await this.lifecycle.moveTo(tx, shard, 'EXITED', { failureReason }, effects, now);
+        } else if (shard.state !== 'STOPPING' && shard.state !== 'RUNNING' && isRunning) {
           await this.lifecycle.moveTo(tx, shard, 'RUNNING', { startedAt: now }, effects, now);
         }
       }
