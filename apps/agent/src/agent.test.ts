@@ -495,6 +495,19 @@ describe('agent', () => {
     assert.ok(again.runningShards.some((shard) => shard.shardId === 's-adopt'));
   });
 
+  it('registers again when a reconcile goes unanswered (the control plane lost this host)', async () => {
+    const registers = controlPlane.registers.length;
+    controlPlane.ignoreReconciles = true;
+    try {
+      await agent!.reconcileNow();
+    } finally {
+      controlPlane.ignoreReconciles = false;
+    }
+    const again = controlPlane.registers[registers];
+    assert.ok(again, 'no register after the unanswered reconcile');
+    assert.equal(again.hostId, HOST);
+  });
+
   it('reconciles: stops what must stay stopped, removes what is unknown, launches what is missing', async () => {
     await controlPlane.command(HOST, { type: 'launch', shard: spec('s-stray') });
     await controlPlane.command(HOST, { type: 'launch', shard: spec('s-pause') });

@@ -16,7 +16,6 @@ import { NatsAgentLink } from './link/nats-agent-link.js';
 import { createLogger, PinoNestLogger } from './logging/logger.js';
 import { AgentService } from './reconcile/agent.service.js';
 import { HeartbeatService } from './reconcile/heartbeat.service.js';
-import { ReconcileService } from './reconcile/reconcile.service.js';
 
 /** A running agent. */
 export interface Agent {
@@ -60,7 +59,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     return {
       hostId: config.hostId,
       inventory: app.get(GpusService).inventory,
-      reconcileNow: () => context.get(ReconcileService).reconcileOnce(),
+      reconcileNow: () => context.get(AgentService).reconcile(),
       heartbeatNow: () => context.get(HeartbeatService).beat(),
       stop: () => {
         stopped ??= service.stop().finally(() => context.close());

@@ -77,12 +77,7 @@ export class AgentService implements OnModuleDestroy {
     });
     await this.register();
     this.every(this.config.heartbeatSeconds, 'heartbeat', () => this.heartbeats.beat(), true);
-    this.every(
-      this.config.reconcileSeconds,
-      'reconcile',
-      () => this.reconciler.reconcileOnce(),
-      false,
-    );
+    this.every(this.config.reconcileSeconds, 'reconcile', () => this.reconcile(), false);
     this.logger.info(
       {
         heartbeatSeconds: this.config.heartbeatSeconds,
@@ -104,6 +99,22 @@ export class AgentService implements OnModuleDestroy {
     this.stopping.abort();
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
+  }
+
+  /**
+   * One reconciliation. The control plane answers no reconcile from a host it does not know
+   * (an empty desired set would make this agent remove every shard), so an unanswered one
+   * means it lost us, e.g. it restarted on a new database: register again, which retries
+   * until a control plane answers.
+   */
+  async reconcile(): Promise<void> {
+    try {
+      await this.reconciler.reconcileOnce();
+    } catch (error) {
+      if (!(error instanceof LinkUnavailableError)) throw error;
+      this.logger.warn({ err: error }, 'reconcile went unanswered; registering again');
+      await this.register();
+    }
   }
 
   /** Registers, retrying with backoff while nobody answers; one attempt at a time. */

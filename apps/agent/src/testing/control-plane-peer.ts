@@ -58,6 +58,8 @@ export class ScriptedControlPlane {
   readonly problems: string[] = [];
   readonly desired = new Map<string, HostDesiredState>();
   rejectRegistration: { code: string; message: string } | undefined;
+  /** Leave reconciles unanswered, as a control plane that does not know the host does. */
+  ignoreReconciles = false;
 
   private constructor(private readonly connection: NatsConnection) {}
 
@@ -194,6 +196,7 @@ export class ScriptedControlPlane {
     );
     on(CONTROL_PLANE_SUBSCRIPTIONS.reconcile, reconcileRequestSchema, (request, msg) => {
       this.reconciles.push(request);
+      if (this.ignoreReconciles) return;
       msg.respond(
         encodeMessage(reconcileReplySchema, {
           protocolVersion: PROTOCOL_VERSION,
