@@ -66,7 +66,7 @@ async function main() {
 
   // What is there: Docker decides whether an agent can run; NVML whether GPUs are real.
   const docker = await findDocker(Docker);
-  const simulateSpec = process.env.GPUSHARDS_SIMULATE_GPUS;
+  const simulateSpec = process.env.GPUSHARDS_SIMULATE_GPUS || undefined;
   const nvmlLibrary = process.env.GPUSHARDS_NVML_LIBRARY || 'libnvidia-ml.so.1';
   const nvml = simulateSpec ? undefined : findNvml(koffi, nvmlLibrary);
   const simulated = simulateSpec !== undefined || !nvml.found;
@@ -74,7 +74,7 @@ async function main() {
   if (simulated) {
     let gpus;
     try {
-      gpus = agentApi.parseSimulatedGpus(simulateSpec || DEFAULT_SIMULATED_GPUS);
+      gpus = agentApi.parseSimulatedGpus(simulateSpec ?? DEFAULT_SIMULATED_GPUS);
     } catch (error) {
       throw new StartError(`GPUSHARDS_SIMULATE_GPUS: ${error.message}`);
     }
