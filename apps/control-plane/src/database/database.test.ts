@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Test } from '@nestjs/testing';
@@ -285,6 +288,20 @@ describe('PGlite', () => {
       assert.equal(await db.prisma.team.count(), 0, 'the first is unharmed');
     } finally {
       await db.cleanup();
+    }
+  });
+
+  it('knows the array types of enums its own migrations created, on a first start', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'gpushards-first-start-'));
+    const prisma = await PrismaService.open({ embeddedDataDir: dataDir });
+    try {
+      const states = ['STOPPED', 'LOST'];
+      const rows = await prisma.$queryRaw<{ count: bigint }[]>`
+        SELECT count(*) AS count FROM shard WHERE state = ANY(${states}::shard_state[])`;
+      assert.equal(Number(rows[0]?.count), 0);
+    } finally {
+      await prisma.close();
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 

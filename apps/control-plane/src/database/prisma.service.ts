@@ -76,6 +76,9 @@ export class PrismaService extends PrismaClient implements OnModuleInit, OnModul
     const applied = await applyPendingMigrations(backend.migrationAdapter, prismaFolder);
     if (applied.length > 0) {
       this.logger.log(`${describeDatabase(this.config)}: applied migrations ${applied.join(', ')}`);
+      // PGlite learns array types (shard_state[] and the like) when it opens; types the
+      // migrations just created would otherwise be unknown until the next start.
+      await backend.pglite?.refreshArrayTypes();
     }
     await this.$connect();
   }
