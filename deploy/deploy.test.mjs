@@ -1,13 +1,12 @@
 // Checks of the deployment files that need no registry (the images cannot be built here):
 //   node --test deploy/
-// compose.yaml parses and is wired as docs/operations.md says (`docker compose config` too when
-// the compose plugin exists), the Dockerfile copies only what exists or a build makes, the
+// compose.yaml parses and is wired as docs/operations.md says (no compose plugin is packaged for
+// these machines, so `docker compose config` is not run), the Dockerfile copies only what exists or a build makes, the
 // agent's env file lists exactly the variables of docs/agent.md, the systemd unit verifies,
 // and the Grafana dashboard queries only metrics docs/metrics.md documents.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -41,29 +40,6 @@ test('compose.yaml runs PostgreSQL, NATS, migrations and the control plane from 
   // The NATS server reads the configuration generate-config.mjs writes (nats-server.conf).
   assert.deepEqual(compose.services.nats.command, ['-c', '/etc/gpushards/nats/nats-server.conf']);
   assert.ok(existsSync(join(root, 'deploy/nats/nats-server.conf')));
-});
-
-test('docker compose config accepts compose.yaml (when the compose plugin is installed)', (t) => {
-  if (spawnSync('docker', ['compose', 'version']).status !== 0) {
-    t.skip('no `docker compose` here: the YAML checks above still ran');
-    return;
-  }
-  const natsDir = mkdtempSync(join(tmpdir(), 'gpushards-compose-'));
-  try {
-    mkdirSync(join(natsDir, 'credentials'));
-    writeFileSync(join(natsDir, 'credentials/control-plane.env'), 'GPUSHARDS_NATS_USER=cp\n');
-    const result = spawnSync(
-      'docker',
-      ['compose', '-f', join(here, 'compose.yaml'), 'config', '--quiet'],
-      {
-        encoding: 'utf8',
-        env: { ...process.env, POSTGRES_PASSWORD: 'checked', GPUSHARDS_NATS_DIR: natsDir },
-      },
-    );
-    assert.equal(result.status, 0, result.stderr);
-  } finally {
-    rmSync(natsDir, { recursive: true, force: true });
-  }
 });
 
 test('the Dockerfile copies files that exist or that the build makes, and .dockerignore lets them in', () => {

@@ -4,10 +4,10 @@
 // in-process agent for this host, linked directly (no NATS). Builds what is missing first,
 // uses the local Docker engine and NVIDIA driver when they are there, and simulates GPUs with
 // the fake NVIDIA libraries when there is no driver. docs/operations.md, "The one box".
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
 
-import { ensureBuilt, FAKE_DRIVER_DIR, INTERPOSER_PATH, runStep } from './one-box/build.mjs';
+import { ensureBuilt, FAKE_DRIVER_DIR, INTERPOSER_PATH } from './one-box/build.mjs';
 import { DEFAULT_SIMULATED_GPUS, findDocker, findNvml, hostIdFor } from './one-box/environment.mjs';
 import { createLogSink } from './one-box/log-sink.mjs';
 import { REPO_ROOT } from './one-box/paths.mjs';
@@ -81,20 +81,6 @@ async function main() {
     gpuSource = { kind: 'simulated', gpus, fakeLibraryDir: FAKE_DRIVER_DIR };
   } else {
     gpuSource = { kind: 'nvml', nvmlLibrary };
-  }
-
-  if (!config.database.url && !existsSync(config.database.embeddedDataDir)) {
-    // Work-around: PGlite learns the database's array types when it opens, so a control plane
-    // that creates the embedded database itself (migrations in the same PGlite) cannot pass
-    // enum arrays (shard_state[]) until it is restarted: agent registration fails with
-    // "malformed array literal". Migrating in a separate process first avoids that. Remove
-    // once the control plane refreshes PGlite's array types after migrating.
-    step(`creating the embedded database in ${shown(config.database.embeddedDataDir)}`);
-    await runStep(
-      process.execPath,
-      [join(REPO_ROOT, 'apps/control-plane/dist/database/migrations/cli.js'), 'deploy'],
-      { env: { ...process.env, GPUSHARDS_DATA_DIR: config.dataDir } },
-    );
   }
 
   step('starting the control plane');

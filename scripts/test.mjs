@@ -21,6 +21,11 @@ const tiers = [
     command: nx(['run', 'integration-tests:test', '--excludeTaskDependencies']),
   },
   { name: 'native', command: ['bash', ['native/run-tests.sh']], requires: 'native/run-tests.sh' },
+  // `npm start` end to end (simulated GPUs, real Docker) and the deployment files.
+  {
+    name: 'one-box',
+    command: ['node', ['--test', '--test-concurrency=1', 'scripts/one-box/', 'deploy/']],
+  },
   // Uses what the native tier built: the interposer and fakes inside a real Docker container.
   { name: 'docker', command: ['node', ['native/docker-tests/run.mjs', 'native/build']] },
 ];

@@ -30,6 +30,7 @@ describe('buildCreateOptions', () => {
       'CUDA_DEVICE_ORDER=FASTEST_FIRST',
       'HF_HOME=/cache',
       'NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b',
+      'NVIDIA_DRIVER_CAPABILITIES=compute,utility',
       'GPUSHARDS_REGION_PATH=/run/gpushards/region',
       'GPUSHARDS_CONTEXT_BYTES=500',
       'CUDA_DEVICE_MEMORY_LIMIT_0=1024',

@@ -71,8 +71,12 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
     ...plan.env,
     ...(plan.simulatedDriver?.env ?? {}),
     NVIDIA_VISIBLE_DEVICES: uuids.join(','),
-    // No NVIDIA runtime hides the other GPUs of a simulated host: the fake driver does.
-    ...(plan.simulated ? { CUDA_VISIBLE_DEVICES: uuids.join(',') } : {}),
+    // No NVIDIA runtime hides the other GPUs of a simulated host: the fake driver does. On a
+    // real one, the runtime mounts libcuda only for the "compute" capability, which many images
+    // do not ask for (the runtime's default is "utility"); users may not set NVIDIA_* keys.
+    ...(plan.simulated
+      ? { CUDA_VISIBLE_DEVICES: uuids.join(',') }
+      : { NVIDIA_DRIVER_CAPABILITIES: 'compute,utility' }),
     GPUSHARDS_REGION_PATH: CONTAINER_PATHS.regionFile,
     ...(plan.contextBytes !== undefined
       ? { GPUSHARDS_CONTEXT_BYTES: String(plan.contextBytes) }
