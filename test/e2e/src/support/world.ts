@@ -1,0 +1,227 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+
+import { docker, shardContainers } from './docker.js';
+import { SHARD_FIELDS, type ShardView } from './graphql.js';
+import { assertConverged, Ledger } from './invariants.js';
+import { waitFor } from './processes.js';
+import { MiB, System } from './system.js';
+
+export interface Team {
+  readonly key: string;
+  readonly id: string;
+  /** A MEMBER token: shards are created and changed as the team, not as the admin. */
+  readonly token: string;
+}
+
+export interface QuotaInput {
+  maxTotal: string;
+  maxShards: number;
+  maxPerShard: string;
+  maxGpusPerShard?: number;
+}
+
+export interface ShardRequest {
+  name: string;
+  memoryPerGpu: string;
+  gpuCount?: number;
+  placementPolicy?: 'BINPACK' | 'SPREAD';
+  gpuModelInclude?: string[];
+  gpuModelExclude?: string[];
+  idempotencyKey?: string;
+  /** Default: hold 256 MiB and wait for SIGTERM. */
+  command?: string[];
+}
+
+export const DEFAULT_HELD = 256 * MiB;
+
+/** The running system plus what the suite made in it: teams, tokens, the shard ledger. */
+export class World {
+  readonly ledger = new Ledger();
+  readonly teams = new Map<string, Team>();
+
+  constructor(readonly system: System) {}
+
+  get tokens() {
+    const teams = this.teams;
+    return {
+      tokenOf: (key: string) => this.team(key).token,
+      teamIds: new Map([...teams.values()].map((team) => [team.key, team.id])),
+    };
+  }
+
+  team(key: string): Team {
+    const team = this.teams.get(key);
+    if (team === undefined) throw new Error(`no team ${key}`);
+    return team;
+  }
+
+  /** An admin creates the team, sets its quota and a MEMBER token. */
+  async createTeam(key: string, quota: QuotaInput): Promise<Team> {
+    const { createTeam } = await this.system.admin<{ createTeam: { id: string } }>(
+      `mutation ($name: String!) { createTeam(name: $name) { id } }`,
+      { name: `e2e-${key}` },
+    );
+    await this.system.admin(
+      `mutation ($teamId: ID!, $input: QuotaPolicyInput!) {
+        setQuotaPolicy(teamId: $teamId, input: $input) { id }
+      }`,
+      { teamId: createTeam.id, input: quota },
+    );
+    const { createApiToken } = await this.system.admin<{ createApiToken: { secret: string } }>(
+      `mutation ($teamId: ID!) {
+        createApiToken(teamId: $teamId, role: MEMBER, name: "e2e member") { secret }
+      }`,
+      { teamId: createTeam.id },
+    );
+    const team = { key, id: createTeam.id, token: createApiToken.secret };
+    this.teams.set(key, team);
+    return team;
+  }
+
+  input(request: ShardRequest): Record<string, unknown> {
+    return {
+      name: request.name,
+      image: this.system.image,
+      command: request.command ?? ['/e2e-probe', 'hold', String(DEFAULT_HELD)],
+      memoryPerGpu: request.memoryPerGpu,
+      ...(request.gpuCount !== undefined ? { gpuCount: request.gpuCount } : {}),
+      ...(request.placementPolicy ? { placementPolicy: request.placementPolicy } : {}),
+      ...(request.gpuModelInclude ? { gpuModelInclude: request.gpuModelInclude } : {}),
+      ...(request.gpuModelExclude ? { gpuModelExclude: request.gpuModelExclude } : {}),
+      ...(request.idempotencyKey ? { idempotencyKey: request.idempotencyKey } : {}),
+    };
+  }
+
+  /** createShard as the team (control plane `n`). */
+  async createShard(teamKey: string, request: ShardRequest, n: 1 | 2 = 1): Promise<ShardView> {
+    const { createShard } = await this.system.as<{ createShard: ShardView }>(
+      this.team(teamKey).token,
+      `mutation ($input: CreateShardInput!) { createShard(input: $input) { ${SHARD_FIELDS} } }`,
+      { input: this.input(request) },
+      n,
+    );
+    return createShard;
+  }
+
+  async shard(teamKey: string, id: string, n: 1 | 2 = 1): Promise<ShardView> {
+    const { shard } = await this.system.as<{ shard: ShardView }>(
+      this.team(teamKey).token,
+      `query ($id: ID!) { shard(id: $id) { ${SHARD_FIELDS} } }`,
+      { id },
+      n,
+    );
+    return shard;
+  }
+
+  async waitForState(
+    teamKey: string,
+    id: string,
+    state: string,
+    timeoutMs = 30_000,
+  ): Promise<ShardView> {
+    let last = '';
+    try {
+      return await waitFor(
+        `shard ${id} ${state}`,
+        async () => {
+          const shard = await this.shard(teamKey, id);
+          last = `${shard.state}${shard.failureReason ? ` (${shard.failureReason})` : ''}`;
+          return shard.state === state ? shard : undefined;
+        },
+        timeoutMs,
+        250,
+      );
+    } catch (error) {
+      throw new Error(`shard ${id} did not become ${state} in ${timeoutMs} ms; it is ${last}`, {
+        cause: error,
+      });
+    }
+  }
+
+  /** Creates, waits for RUNNING, checks its one container, and enters it in the ledger. */
+  async runningShard(
+    teamKey: string,
+    request: ShardRequest,
+    n: 1 | 2 = 1,
+  ): Promise<ShardView & { hostId: string; containerId: string }> {
+    const created = await this.createShard(teamKey, request, n);
+    const running = await this.waitForState(teamKey, created.id, 'RUNNING');
+    assert.ok(running.hostId !== null && running.containerId !== null, JSON.stringify(running));
+    const containers = this.containersOf(running.id);
+    assert.equal(containers.length, 1, `one container for ${running.id}`);
+    assert.equal(containers[0]!.id, running.containerId);
+    assert.equal(containers[0]!.hostId, running.hostId);
+    const held =
+      request.command === undefined
+        ? DEFAULT_HELD
+        : request.command[1] === 'hold'
+          ? Number(request.command[2])
+          : undefined;
+    this.ledger.add({
+      id: running.id,
+      teamKey,
+      hostId: running.hostId,
+      state: 'RUNNING',
+      containerId: running.containerId,
+      ...(held !== undefined ? { heldBytes: held } : {}),
+    });
+    return running as ShardView & { hostId: string; containerId: string };
+  }
+
+  /** Waits until the heartbeats report `usedBytes` on the shard's first GPU. */
+  async waitForUsage(teamKey: string, id: string, usedBytes: string): Promise<void> {
+    let last = '';
+    try {
+      await waitFor(
+        `shard ${id} using ${usedBytes}`,
+        async () => {
+          const shard = await this.shard(teamKey, id);
+          last = shard.gpus.find((g) => g.releasedAt === null)?.used.bytes ?? 'nothing';
+          return last === usedBytes ? true : undefined;
+        },
+        15_000,
+        250,
+      );
+    } catch (error) {
+      throw new Error(`shard ${id} reports ${last} used, not ${usedBytes}`, { cause: error });
+    }
+  }
+
+  containersOf(shardId: string) {
+    return shardContainers(this.system.hostIds).filter((c) => c.shardId === shardId);
+  }
+
+  /** The probe's JSON lines in the container's output. */
+  probeOutput(containerId: string): Record<string, number>[] {
+    return docker('logs', containerId)
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as Record<string, number>);
+  }
+
+  /** One more CUDA process inside the shard: the CUresult of allocating `bytes`. */
+  allocateIn(containerId: string, bytes: number): number {
+    // A new process needs a CUDA context first: past the cap even that is refused, and the
+    // probe then exits 2 with the CUresult in its JSON line.
+    const run = spawnSync('docker', ['exec', containerId, '/e2e-probe', 'alloc', String(bytes)], {
+      encoding: 'utf8',
+    });
+    const line = run.stdout.trim().split('\n').pop() ?? '';
+    try {
+      return (JSON.parse(line) as { result: number }).result;
+    } catch {
+      throw new Error(`docker exec probe alloc: exit ${run.status}: ${run.stdout}${run.stderr}`);
+    }
+  }
+
+  async converged(timeoutMs = 30_000): Promise<void> {
+    await assertConverged(this.system, this.ledger, this.tokens, timeoutMs);
+  }
+
+  /** host key ("a") of a host id. */
+  keyOf(hostId: string | null): string {
+    for (const key of ['a', 'b', 'c']) if (this.system.hostId(key) === hostId) return key;
+    return `?${hostId}`;
+  }
+}
