@@ -8,11 +8,31 @@ import { Role, type Caller } from './caller.js';
 /** lastUsedAt is a hint for people, not an audit trail: written at most this often per token. */
 const LAST_USED_RESOLUTION_MS = 60_000;
 
+/**
+ * How long a looked-up token is believed without reading its row again. Revoking through this
+ * process drops it at once; another control plane on the same database notices within this.
+ */
+export const TOKEN_CACHE_TTL_MS = 5_000;
+
+/** Cached tokens at most (a flood of distinct tokens cannot grow memory without bound). */
+const TOKEN_CACHE_MAX_ENTRIES = 10_000;
+
+interface CachedCaller {
+  readonly caller: Caller;
+  readonly expiresAt: number;
+}
+
 const BEARER = /^Bearer +(\S+)\s*$/i;
 
 @Injectable()
 export class AuthService {
   private readonly logger: Logger;
+  /** sha256 of the secret → the caller it stood for, until expiresAt. Valid tokens only. */
+  private readonly cache = new Map<string, CachedCaller>();
+  /** Raised by every forgetToken: a lookup that overlapped one caches nothing. */
+  private generation = 0;
+  /** Token id → when this process last wrote (or read) its lastUsedAt. */
+  private readonly lastUsed = new Map<string, number>();
 
   constructor(
     private readonly prisma: PrismaService,
@@ -35,10 +55,20 @@ export class AuthService {
     if (!looksLikeTokenSecret(secret)) {
       throw new UnauthenticatedError('invalid token: unknown or revoked');
     }
+    const hash = hashTokenSecret(secret);
+    const now = Date.now();
+    const cached = this.cache.get(hash);
+    if (cached !== undefined && cached.expiresAt > now) {
+      this.touch(cached.caller.tokenId, now);
+      return cached.caller;
+    }
+    const generation = this.generation;
     const token = await this.prisma.apiToken.findUnique({
-      where: { tokenHash: hashTokenSecret(secret) },
+      where: { tokenHash: hash },
+      select: { id: true, name: true, role: true, teamId: true, revokedAt: true, lastUsedAt: true },
     });
     if (token === null || token.revokedAt !== null) {
+      this.cache.delete(hash);
       throw new UnauthenticatedError('invalid token: unknown or revoked');
     }
     const caller = toCaller(token);
@@ -46,17 +76,49 @@ export class AuthService {
       this.logger.warn({ tokenId: token.id }, 'refused a team token that has no team');
       throw new UnauthenticatedError('invalid token: unknown or revoked');
     }
-    await this.touch(token.id, token.lastUsedAt);
+    if (generation === this.generation) this.remember(hash, caller, now);
+    if (token.lastUsedAt !== null && !this.lastUsed.has(token.id)) {
+      this.lastUsed.set(token.id, token.lastUsedAt.getTime());
+    }
+    this.touch(token.id, now);
     return caller;
   }
 
-  private async touch(tokenId: string, lastUsedAt: Date | null): Promise<void> {
-    const now = Date.now();
-    if (lastUsedAt !== null && now - lastUsedAt.getTime() < LAST_USED_RESOLUTION_MS) return;
-    await this.prisma.apiToken.update({
-      where: { id: tokenId },
-      data: { lastUsedAt: new Date(now) },
-    });
+  /**
+   * Forgets a token at once (call after the transaction that revoked it committed): this
+   * process refuses it from the next request on; other processes within TOKEN_CACHE_TTL_MS.
+   */
+  forgetToken(tokenId: string): void {
+    this.generation++;
+    for (const [hash, entry] of this.cache) {
+      if (entry.caller.tokenId === tokenId) this.cache.delete(hash);
+    }
+    this.lastUsed.delete(tokenId);
+  }
+
+  private remember(hash: string, caller: Caller, now: number): void {
+    if (this.cache.size >= TOKEN_CACHE_MAX_ENTRIES) {
+      for (const [key, entry] of this.cache) {
+        if (entry.expiresAt <= now) this.cache.delete(key);
+      }
+      if (this.cache.size >= TOKEN_CACHE_MAX_ENTRIES) this.cache.clear();
+    }
+    this.cache.set(hash, { caller, expiresAt: now + TOKEN_CACHE_TTL_MS });
+  }
+
+  /**
+   * Writes lastUsedAt at most once a LAST_USED_RESOLUTION_MS per token and process, off the
+   * request path: the request neither waits for it nor fails with it.
+   */
+  private touch(tokenId: string, now: number): void {
+    const last = this.lastUsed.get(tokenId);
+    if (last !== undefined && now - last < LAST_USED_RESOLUTION_MS) return;
+    this.lastUsed.set(tokenId, now);
+    this.prisma.apiToken
+      .update({ where: { id: tokenId }, data: { lastUsedAt: new Date(now) }, select: { id: true } })
+      .catch((error: unknown) => {
+        this.logger.debug({ tokenId, err: error }, 'could not record lastUsedAt');
+      });
   }
 }
 

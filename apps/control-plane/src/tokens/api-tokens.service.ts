@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { AuditService } from '../audit/audit.service.js';
 import { ADMIN_TOKENS_LOCK_KEY } from '../auth/admin-token.bootstrap.js';
 import { generateTokenSecret } from '../auth/api-token-secret.js';
+import { AuthService } from '../auth/auth.service.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible } from '../auth/team-scope.js';
 import { PrismaService } from '../database/index.js';
@@ -37,6 +38,7 @@ export class ApiTokensService {
   constructor(
     private readonly prisma: PrismaService,
     private readonly audit: AuditService,
+    private readonly auth: AuthService,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'tokens' });
@@ -158,6 +160,8 @@ export class ApiTokensService {
       });
       return { token: revoked, changed: true };
     });
+    // Committed: this process refuses the token from now on (others within the cache's TTL).
+    this.auth.forgetToken(tokenId);
     if (result.changed) {
       this.logger.info(
         { tokenId, teamId: result.token.teamId, actorTokenId: caller.tokenId },
