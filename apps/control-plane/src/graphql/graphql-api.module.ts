@@ -1,3 +1,4 @@
+import { ApolloServerPluginCacheControlDisabled } from '@apollo/server/plugin/disabled';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Module } from '@nestjs/common';
 import { GraphQLModule } from '@nestjs/graphql';
@@ -44,6 +45,10 @@ function authorizationOf(
           includeStacktraceInErrorResponses: false,
           autoTransformHttpErrors: false,
           formatError,
+          // Apollo installs its cache-control plugin by default: a hook on every resolved field
+          // for Cache-Control headers nothing here sets. Usage and schema reporting stay off
+          // anyway without APOLLO_KEY.
+          plugins: [ApolloServerPluginCacheControlDisabled()],
           context: ({ req, connectionParams }: TransportContext): RequestContext => ({
             authorization: req?.headers.authorization ?? authorizationOf(connectionParams),
           }),
