@@ -6,7 +6,7 @@ import {
   type Placed,
   type PlacementRequest,
 } from '@gpushards/limits';
-import type { Prisma } from '../database/index.js';
+import { Prisma } from '../database/index.js';
 import { NoCapacityError, type HostRejection } from '../errors/domain-errors.js';
 import { FleetCache } from './fleet-cache.js';
 
@@ -56,6 +56,38 @@ export class PlacementHolds {
 }
 
 /**
+ * A statement that takes a placement's capacity and writes more in the same round trip: it
+ * starts with `takeCapacityCtes(placed)` (CTEs `schedulable` and `taken`), writes only when
+ * every GPU was taken, and its one row has `takenUuids` (the GPUs `taken` holds, NULL for none).
+ */
+export type ReserveStatement = (placed: Placed) => Prisma.Sql;
+
+/** A row of a ReserveStatement. */
+export interface ReserveRow {
+  readonly takenUuids: string[] | null;
+}
+
+/**
+ * The conditional update as CTEs: `schedulable` share-locks the host if it is still ONLINE,
+ * `taken` raises each chosen GPU's reserved bytes where it still has room (RETURNING uuid).
+ * All or nothing is up to the statement: `(SELECT count(*) FROM taken) = gpuCount`.
+ */
+export function takeCapacityCtes(placed: Placed): Prisma.Sql {
+  const size = BigInt(placed.reservedBytesPerGpu);
+  return Prisma.sql`
+    schedulable AS (
+      SELECT id FROM host WHERE id = ${placed.hostId} AND state = 'ONLINE' FOR SHARE
+    ), taken AS (
+      UPDATE gpu SET reserved_bytes = reserved_bytes + ${size}
+       WHERE uuid = ANY(${[...placed.gpuUuids]}::text[])
+         AND host_id = (SELECT id FROM schedulable)
+         AND missing_since IS NULL
+         AND reserved_bytes + ${size} <= floor(total_bytes * overcommit_ratio)
+      RETURNING uuid
+    )`;
+}
+
+/**
  * Placement against the in-memory fleet, made true by a conditional update in the caller's
  * transaction: `UPDATE gpu SET reserved_bytes = reserved_bytes + n WHERE ... AND
  * reserved_bytes + n <= floor(total_bytes * overcommit_ratio)` on a host that is still ONLINE.
@@ -78,18 +110,26 @@ export class PlacementService {
    * host again and places again, up to MAX_STALE_PLACEMENTS times. Picks stay held in `holds`
    * until the caller settles them.
    */
-  async reserve(
+  async reserve<R extends ReserveRow = ReserveRow>(
     tx: Prisma.TransactionClient,
     request: PlacementRequest,
     view: FleetView,
     holds: PlacementHolds,
-  ): Promise<Placed | NoFit | Contended> {
+    statement?: ReserveStatement,
+  ): Promise<(Placed & { readonly row: R | undefined }) | NoFit | Contended> {
     for (let attempt = 0; attempt < MAX_STALE_PLACEMENTS; attempt++) {
       const fleet = view === 'fresh' ? this.cache.committedHosts() : this.cache.hosts();
       const result = place(request, fleet);
       if (result.kind === 'no-fit') return result;
       holds.hold(result.gpuUuids, result.reservedBytesPerGpu);
-      if (await this.takeCapacity(tx, result)) return result;
+      if (statement === undefined) {
+        if (await this.takeCapacity(tx, result)) return { ...result, row: undefined };
+      } else {
+        const row = (await tx.$queryRaw<R[]>(statement(result)))[0];
+        const taken = row?.takenUuids ?? [];
+        if (taken.length === result.gpuUuids.length) return { ...result, row };
+        await this.giveBack(tx, result, taken);
+      }
       holds.dropLast();
       await this.cache.reloadHost(tx, result.hostId);
     }
@@ -102,25 +142,27 @@ export class PlacementService {
    * sweep of the host waits for this transaction and then sees its shard.
    */
   private async takeCapacity(tx: Prisma.TransactionClient, placed: Placed): Promise<boolean> {
-    const size = BigInt(placed.reservedBytesPerGpu);
-    const uuids = [...placed.gpuUuids];
     const taken = await tx.$queryRaw<{ uuid: string }[]>`
-      WITH schedulable AS (
-        SELECT id FROM host WHERE id = ${placed.hostId} AND state = 'ONLINE' FOR SHARE
-      )
-      UPDATE gpu SET reserved_bytes = reserved_bytes + ${size}
-       WHERE uuid = ANY(${uuids}::text[])
-         AND host_id = (SELECT id FROM schedulable)
-         AND missing_since IS NULL
-         AND reserved_bytes + ${size} <= floor(total_bytes * overcommit_ratio)
-      RETURNING uuid`;
-    if (taken.length === uuids.length) return true;
-    if (taken.length > 0) {
-      await tx.$executeRaw`
-        UPDATE gpu SET reserved_bytes = reserved_bytes - ${size}
-         WHERE uuid = ANY(${taken.map((gpu) => gpu.uuid)}::text[])`;
-    }
+      WITH ${takeCapacityCtes(placed)} SELECT uuid FROM taken`;
+    if (taken.length === placed.gpuUuids.length) return true;
+    await this.giveBack(
+      tx,
+      placed,
+      taken.map((gpu) => gpu.uuid),
+    );
     return false;
+  }
+
+  /** Undoes the part of a conditional update that succeeded when not every GPU had room. */
+  private async giveBack(
+    tx: Prisma.TransactionClient,
+    placed: Placed,
+    taken: readonly string[],
+  ): Promise<void> {
+    if (taken.length === 0) return;
+    await tx.$executeRaw`
+      UPDATE gpu SET reserved_bytes = reserved_bytes - ${BigInt(placed.reservedBytesPerGpu)}
+       WHERE uuid = ANY(${[...taken]}::text[])`;
   }
 }
 

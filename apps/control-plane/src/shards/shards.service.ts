@@ -4,6 +4,7 @@ import {
   effectiveGpuModelFilter,
   evaluateQuota,
   type GpuModelFilter,
+  type Placed,
   type PlacementRequest,
   type QuotaDenial,
   type QuotaPolicy,
@@ -19,8 +20,8 @@ import {
   lockTeamForUpdate,
   postgresErrorCode,
   isUniqueViolation,
+  Prisma,
   PrismaService,
-  type Prisma,
   type ShardState,
 } from '../database/index.js';
 import {
@@ -40,8 +41,10 @@ import { PlacementMetrics, type PlacementOutcome } from '../placement/placement-
 import {
   noCapacityError,
   PlacementService,
+  takeCapacityCtes,
   type FleetView,
   type PlacementHolds,
+  type ReserveRow,
 } from '../placement/placement.service.js';
 import { LIVE_SHARD_STATES } from '../teams/teams.service.js';
 import { formatSize } from '../validation/sizes.js';
@@ -241,50 +244,22 @@ export class ShardsService {
     const decision = evaluateQuota(request, usageOf(team), policy);
     if (!decision.allowed) throw quotaError(decision);
     const placementRequest = placementRequestOf(request, policy);
-    const result = await this.placement.reserve(tx, placementRequest, view, holds);
+    const shardId = randomUUID();
+    // One round trip: the conditional GPU update, the shard, its reservations and the audit
+    // row, written only when every chosen GPU had room.
+    const result = await this.placement.reserve<ShardRecord & ReserveRow>(
+      tx,
+      placementRequest,
+      view,
+      holds,
+      (placed) => insertShardStatement(caller, teamId, shardId, request, placed),
+    );
     if (result.kind === 'contended') throw new NeedFreshFleet();
     if (result.kind === 'no-fit') {
       if (view === 'fresh') throw noCapacityError(result);
       throw new NeedFreshFleet();
     }
-    const shardId = randomUUID();
-    const rows = await tx.$queryRaw<ShardRecord[]>`
-      WITH inserted AS (
-        INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
-                           limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
-                           host_selector, placement_policy, state, host_id, idempotency_key,
-                           updated_at)
-        VALUES (${shardId}::uuid, ${teamId}::uuid, ${request.name}, ${request.image},
-                ${request.command}::text[], ${JSON.stringify(request.env)}::jsonb,
-                ${BigInt(request.bytesPerGpu)}, ${request.gpuCount},
-                ${BigInt(result.reservedBytesPerGpu)}, ${request.gpuModel.include}::text[],
-                ${request.gpuModel.exclude}::text[], ${JSON.stringify(request.hostSelector)}::jsonb,
-                ${request.policy}::placement_policy, 'PLACED', ${result.hostId},
-                ${request.idempotencyKey}, now())
-        RETURNING *
-      ), reservations AS (
-        INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
-        SELECT ${shardId}::uuid, uuid, ${BigInt(result.reservedBytesPerGpu)}, now()
-          FROM unnest(${[...result.gpuUuids]}::text[]) AS uuid
-      )
-      SELECT ${SHARD_COLUMNS} FROM inserted AS shard`;
-    const shard = rows[0]!;
-    await this.audit.record(tx, caller, {
-      action: 'shard.create',
-      targetType: 'Shard',
-      targetId: shard.id,
-      teamId,
-      details: {
-        name: shard.name,
-        image: shard.image,
-        hostId: result.hostId,
-        gpuUuids: [...result.gpuUuids],
-        bytesPerGpu: String(request.bytesPerGpu),
-        limitBytesPerGpu: String(result.reservedBytesPerGpu),
-        gpuCount: request.gpuCount,
-        idempotencyKey: request.idempotencyKey,
-      },
-    });
+    const { takenUuids: _taken, ...shard } = result.row!;
     effects.changes.push({ shard, previousState: null, state: 'PLACED', at: shard.createdAt });
     const spec = launchSpecOf(shard, result.gpuUuids);
     effects.command({ shardId, hostId: result.hostId, command: 'launch' }, (commands) =>
@@ -761,6 +736,60 @@ async function readTeamState(
       ) held
      WHERE team.id = ${teamId}::uuid`;
   return rows[0];
+}
+
+/**
+ * The statement of a createShard (see ReserveStatement): the conditional GPU update, then, only
+ * if it took every GPU, the shard (PLACED), its reservations and its audit row "shard.create".
+ */
+function insertShardStatement(
+  caller: Caller,
+  teamId: string,
+  shardId: string,
+  request: ShardRequest,
+  placed: Placed,
+): Prisma.Sql {
+  const limit = BigInt(placed.reservedBytesPerGpu);
+  const details = {
+    name: request.name,
+    image: request.image,
+    hostId: placed.hostId,
+    gpuUuids: [...placed.gpuUuids],
+    bytesPerGpu: String(request.bytesPerGpu),
+    limitBytesPerGpu: String(placed.reservedBytesPerGpu),
+    gpuCount: request.gpuCount,
+    idempotencyKey: request.idempotencyKey,
+  };
+  return Prisma.sql`
+    WITH ${takeCapacityCtes(placed)},
+    complete AS (
+      SELECT count(*) = ${placed.gpuUuids.length} AS ok FROM taken
+    ), inserted AS (
+      INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
+                         limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
+                         host_selector, placement_policy, state, host_id, idempotency_key,
+                         updated_at)
+      SELECT ${shardId}::uuid, ${teamId}::uuid, ${request.name}, ${request.image},
+             ${request.command}::text[], ${JSON.stringify(request.env)}::jsonb,
+             ${BigInt(request.bytesPerGpu)}, ${request.gpuCount}, ${limit},
+             ${request.gpuModel.include}::text[], ${request.gpuModel.exclude}::text[],
+             ${JSON.stringify(request.hostSelector)}::jsonb,
+             ${request.policy}::placement_policy, 'PLACED', ${placed.hostId},
+             ${request.idempotencyKey}, now()
+       WHERE (SELECT ok FROM complete)
+      RETURNING *
+    ), reservations AS (
+      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
+      SELECT ${shardId}::uuid, uuid, ${limit}, now() FROM taken WHERE (SELECT ok FROM complete)
+    ), audit AS (
+      INSERT INTO audit_event (id, actor_token_id, actor_role, team_id, action, target_type,
+                               target_id, details)
+      SELECT ${randomUUID()}::uuid, ${caller.tokenId}::uuid, ${caller.role}::token_role,
+             ${teamId}::uuid, 'shard.create', 'Shard', ${shardId}, ${JSON.stringify(details)}::jsonb
+       WHERE (SELECT ok FROM complete)
+    )
+    SELECT (SELECT array_agg(uuid) FROM taken) AS "takenUuids", ${SHARD_COLUMNS}
+      FROM (SELECT 1) AS one LEFT JOIN inserted AS shard ON true`;
 }
 
 /**
