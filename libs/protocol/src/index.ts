@@ -18,5 +18,6 @@ export {
 } from './primitives.js';
 export * from './subjects.js';
 export * from './env.js';
+export * from './nats-auth.js';
 export * from './messages.js';
 export * from './codec.js';

@@ -2,11 +2,10 @@ import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 
 import { parseSize } from '@gpushards/limits';
-import { formatIssues, hostIdSchema, hostInfoSchema } from '@gpushards/protocol';
+import { formatIssues, hostIdSchema, hostInfoSchema, readNatsAuth } from '@gpushards/protocol';
 import { z } from 'zod';
 
 import { parseSimulatedGpus, SimulatedGpuSpecError } from '../gpus/simulated-gpus.js';
-import type { NatsAuth } from '../link/nats-agent-link.js';
 import { DEFAULTS, type AgentOptions } from './agent-options.js';
 
 export class ConfigError extends Error {
@@ -93,7 +92,7 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     throw new ConfigError(`invalid agent configuration:\n  ${problems.join('\n  ')}`);
   }
   const vars = parsed.data;
-  const auth = readAuth(vars, problems);
+  const auth = readNatsAuth(vars, (path) => resolve(path), problems);
   let gpus: AgentOptions['gpus'] = {
     kind: 'nvml',
     nvmlLibrary: vars.GPUSHARDS_NVML_LIBRARY,
@@ -153,35 +152,6 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     ...(contextOverheadBytes !== undefined ? { contextOverheadBytes } : {}),
     logLevel: vars.GPUSHARDS_LOG_LEVEL,
   };
-}
-
-function readAuth(vars: z.infer<typeof envSchema>, problems: string[]): NatsAuth | undefined {
-  const ways: NatsAuth[] = [];
-  if (vars.GPUSHARDS_NATS_USER !== undefined || vars.GPUSHARDS_NATS_PASSWORD !== undefined) {
-    if (vars.GPUSHARDS_NATS_USER === undefined || vars.GPUSHARDS_NATS_PASSWORD === undefined) {
-      problems.push(
-        'GPUSHARDS_NATS_USER and GPUSHARDS_NATS_PASSWORD go together: set both or neither',
-      );
-    } else {
-      ways.push({
-        kind: 'password',
-        user: vars.GPUSHARDS_NATS_USER,
-        password: vars.GPUSHARDS_NATS_PASSWORD,
-      });
-    }
-  }
-  if (vars.GPUSHARDS_NATS_NKEY_SEED_FILE !== undefined) {
-    ways.push({ kind: 'nkey', seedFile: resolve(vars.GPUSHARDS_NATS_NKEY_SEED_FILE) });
-  }
-  if (vars.GPUSHARDS_NATS_CREDS !== undefined) {
-    ways.push({ kind: 'creds', credsFile: resolve(vars.GPUSHARDS_NATS_CREDS) });
-  }
-  if (ways.length > 1) {
-    problems.push(
-      'set one way to authenticate to NATS: GPUSHARDS_NATS_USER/PASSWORD, GPUSHARDS_NATS_NKEY_SEED_FILE or GPUSHARDS_NATS_CREDS',
-    );
-  }
-  return ways[0];
 }
 
 function parseLabels(text: string | undefined): Record<string, string> {

@@ -18,6 +18,7 @@ import {
   registerRequestSchema,
   shardStateEventSchema,
   type AgentSubjects,
+  type NatsAuth,
   type CommandReply,
   type Heartbeat,
   type ReconcileReply,
@@ -42,10 +43,7 @@ import { errorMessage, protocolText } from '../common/text.js';
 import type { Logger } from '../logging/logger.js';
 import { LinkUnavailableError, type AgentLink, type CommandHandler } from './agent-link.js';
 
-export type NatsAuth =
-  | { kind: 'password'; user: string; password: string }
-  | { kind: 'nkey'; seedFile: string }
-  | { kind: 'creds'; credsFile: string };
+export type { NatsAuth } from '@gpushards/protocol';
 
 export interface NatsLinkOptions {
   /** nats://host:port, one or more. */

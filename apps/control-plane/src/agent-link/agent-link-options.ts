@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { readNatsAuth } from '@gpushards/protocol';
 import { z } from 'zod';
 import { ConfigError } from '../config/control-plane-config.js';
 import type { Logger } from '../logging/logger.js';
@@ -9,11 +10,7 @@ import {
 } from './agent-command-client.js';
 import type { AgentTransport } from './agent-transport.js';
 import type { InProcessAgentHub } from './in-process-agent-hub.js';
-import {
-  NatsAgentTransport,
-  type NatsAuth,
-  type NatsConnectionOptions,
-} from './nats-agent-transport.js';
+import { NatsAgentTransport, type NatsConnectionOptions } from './nats-agent-transport.js';
 
 /**
  * How the control plane reaches its agents: over NATS, or through an InProcessAgentHub that
@@ -121,7 +118,7 @@ export function agentLinkFromEnv(
     throw new ConfigError(`invalid configuration:\n  ${problems.join('\n  ')}`);
   }
   const vars = parsed.data;
-  const auth = readAuth(vars, cwd, problems);
+  const auth = readNatsAuth(vars, (path) => resolve(cwd, path), problems);
   if (vars.GPUSHARDS_NATS_URL === undefined) {
     const stray = Object.keys(present);
     if (stray.length > 0) {
@@ -141,37 +138,4 @@ export function agentLinkFromEnv(
     nats: { servers: vars.GPUSHARDS_NATS_URL.split(','), ...(auth ? { auth } : {}) },
     commands,
   };
-}
-
-function readAuth(
-  vars: z.infer<typeof envSchema>,
-  cwd: string,
-  problems: string[],
-): NatsAuth | undefined {
-  const ways: NatsAuth[] = [];
-  if (vars.GPUSHARDS_NATS_USER !== undefined || vars.GPUSHARDS_NATS_PASSWORD !== undefined) {
-    if (vars.GPUSHARDS_NATS_USER === undefined || vars.GPUSHARDS_NATS_PASSWORD === undefined) {
-      problems.push(
-        'GPUSHARDS_NATS_USER and GPUSHARDS_NATS_PASSWORD go together: set both or neither',
-      );
-    } else {
-      ways.push({
-        kind: 'password',
-        user: vars.GPUSHARDS_NATS_USER,
-        password: vars.GPUSHARDS_NATS_PASSWORD,
-      });
-    }
-  }
-  if (vars.GPUSHARDS_NATS_NKEY_SEED_FILE !== undefined) {
-    ways.push({ kind: 'nkey', seedFile: resolve(cwd, vars.GPUSHARDS_NATS_NKEY_SEED_FILE) });
-  }
-  if (vars.GPUSHARDS_NATS_CREDS !== undefined) {
-    ways.push({ kind: 'creds', credsFile: resolve(cwd, vars.GPUSHARDS_NATS_CREDS) });
-  }
-  if (ways.length > 1) {
-    problems.push(
-      'set one way to authenticate to NATS: GPUSHARDS_NATS_USER/PASSWORD, GPUSHARDS_NATS_NKEY_SEED_FILE or GPUSHARDS_NATS_CREDS',
-    );
-  }
-  return ways[0];
 }

@@ -3,6 +3,7 @@ import {
   CONTROL_PLANE_QUEUE_GROUP,
   CONTROL_PLANE_SUBSCRIPTIONS,
   hostSubjects,
+  type NatsAuth,
 } from '@gpushards/protocol';
 import {
   connect,
@@ -22,10 +23,7 @@ import {
 } from './agent-transport.js';
 
 /** How the control plane logs in to NATS (deploy/nats/generate-config.mjs writes each). */
-export type NatsAuth =
-  | { readonly kind: 'password'; readonly user: string; readonly password: string }
-  | { readonly kind: 'nkey'; readonly seedFile: string }
-  | { readonly kind: 'creds'; readonly credsFile: string };
+export type { NatsAuth } from '@gpushards/protocol';
 
 export interface NatsConnectionOptions {
   /** nats://host:port, one or more. */
