@@ -21,3 +21,4 @@ export * from './env.js';
 export * from './nats-auth.js';
 export * from './messages.js';
 export * from './codec.js';
+export * from './request.js';

@@ -16,6 +16,7 @@ import {
   reconcileRequestSchema,
   registerReplySchema,
   registerRequestSchema,
+  requestMessage,
   shardStateEventSchema,
   type AgentSubjects,
   type NatsAuth,
@@ -157,37 +158,26 @@ export class NatsAgentLink implements AgentLink {
     return this.connection;
   }
 
-  private async request<Q extends z.ZodType, R extends z.ZodType>(
+  private request<Q extends z.ZodType, R extends z.ZodType>(
     subject: string,
     requestSchema: Q,
     message: z.input<Q>,
     replySchema: R,
   ): Promise<z.output<R>> {
-    const data = encodeMessage(requestSchema, message);
-    let raw: Msg;
-    try {
-      raw = await this.open().request(subject, data, {
-        timeout: this.options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
-      });
-    } catch (error) {
-      throw new LinkUnavailableError(
-        `no answer from the control plane on ${subject}: ${errorMessage(error)}`,
-        { cause: error },
-      );
-    }
-    const decoded = decodeMessage(replySchema, raw.data);
-    if (!decoded.ok) {
-      throw new Error(
-        `the control plane's answer on ${subject} is unusable: ${decoded.error.message}`,
-      );
-    }
-    const reply = decoded.message as { hostId: string };
-    if (reply.hostId !== this.hostId) {
-      throw new Error(
-        `the control plane answered on ${subject} for host ${JSON.stringify(reply.hostId)}, not ${JSON.stringify(this.hostId)}`,
-      );
-    }
-    return decoded.message;
+    const send = async (to: string, data: string): Promise<Uint8Array> => {
+      try {
+        const raw = await this.open().request(to, data, {
+          timeout: this.options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+        });
+        return raw.data;
+      } catch (error) {
+        throw new LinkUnavailableError(
+          `no answer from the control plane on ${to}: ${errorMessage(error)}`,
+          { cause: error },
+        );
+      }
+    };
+    return requestMessage(send, subject, this.hostId, requestSchema, message, replySchema);
   }
 
   private async answer(msg: Msg, handler: CommandHandler): Promise<void> {

@@ -14,6 +14,7 @@ import {
   reconcileRequestSchema,
   registerReplySchema,
   registerRequestSchema,
+  requestMessage,
   shardStateEventSchema,
   type AgentSubjects,
   type Command,
@@ -294,20 +295,14 @@ export class InProcessAgentLink {
     replySchema: R,
   ): Promise<z.output<R>> {
     this.assertConnected();
-    const raw = await this.hub.request(subject, encodeMessage(requestSchema, message));
-    const decoded = decodeMessage(replySchema, raw);
-    if (!decoded.ok) {
-      throw new Error(
-        `the control plane's answer on ${subject} is unusable: ${decoded.error.message}`,
-      );
-    }
-    const reply = decoded.message as { hostId: string };
-    if (reply.hostId !== this.hostId) {
-      throw new Error(
-        `the control plane answered on ${subject} for host ${JSON.stringify(reply.hostId)}, not ${JSON.stringify(this.hostId)}`,
-      );
-    }
-    return decoded.message;
+    return requestMessage(
+      (to, data) => this.hub.request(to, data),
+      subject,
+      this.hostId,
+      requestSchema,
+      message,
+      replySchema,
+    );
   }
 
   private assertConnected(): void {
