@@ -18,6 +18,10 @@ async function main(): Promise<number> {
   const system = new System();
   const world = new World(system);
   const runner = new Runner();
+  runner.afterEach = async (ok) => {
+    await system.ensureUp();
+    if (!ok) await world.rebase();
+  };
   fleetChecks(runner, world);
   faultChecks(runner, world);
 

@@ -1,4 +1,592 @@
-import type { Runner } from '../support/runner.js';
-import type { World } from '../support/world.js';
+import assert from 'node:assert/strict';
 
-export function faultChecks(_runner: Runner, _world: World): void {}
+import {
+  expectGraphqlError,
+  graphqlResponse,
+  SHARD_FIELDS,
+  type ShardView,
+} from '../support/graphql.js';
+import { logSize, sleep, waitFor } from '../support/processes.js';
+import type { Runner } from '../support/runner.js';
+import { HOST_OFFLINE_SECONDS, MiB } from '../support/system.js';
+import type { World } from '../support/world.js';
+import { placed } from './fleet.js';
+
+const BURST = 16;
+
+/**
+ * Faults, each followed by the invariants (support/invariants.ts): no lost shard, no duplicate
+ * container, no leaked reservation, usage that still adds up.
+ */
+export function faultChecks(runner: Runner, world: World): void {
+  const { system } = world;
+  const vision = () => world.team('vision');
+
+  const stop = (id: string, n: 1 | 2 = 1) =>
+    system.as<{ stopShard: { state: string } }>(
+      vision().token,
+      `mutation ($id: ID!) { stopShard(id: $id, graceSeconds: 2) { state } }`,
+      { id },
+      n,
+    );
+
+  runner.check(
+    'kill -9 agent b: a launch and a stop sent while it is down converge; its containers are adopted',
+    async () => {
+      const hostB = system.hostId('b');
+      const running = world.ledger.onHost(hostB);
+      assert.ok(running.length >= 4, `host b runs ${running.length} of the suite's shards`);
+      await system.agent('b').process.kill9();
+
+      const launched = await world.createShard('vision', {
+        name: 'while-b-down',
+        memoryPerGpu: '1g',
+        gpuModelInclude: ['L4'],
+      });
+      assert.equal(launched.hostId, hostB);
+      const victim = placed.s2!;
+      assert.equal(victim.hostId, hostB);
+      assert.equal((await stop(victim.id, 2)).stopShard.state, 'STOPPING');
+      // The commands find no agent; the database says what should happen.
+      await sleep(1_000);
+      assert.equal((await world.shard('vision', launched.id)).state, 'PLACED');
+
+      await system.restartAgent('b');
+      const up = await world.waitForState('vision', launched.id, 'RUNNING');
+      world.track('vision', up);
+      const stopped = await world.waitForState('vision', victim.id, 'STOPPED');
+      assert.equal(stopped.exitCode, 0);
+      world.ledger.set(victim.id, { state: 'STOPPED' });
+      assert.equal((await system.host('b')).state, 'ONLINE', 'b never went OFFLINE');
+      await world.converged();
+    },
+    90_000,
+  );
+
+  runner.check(
+    'kill -9 agent b in the middle of a launch: after its restart the shard runs in exactly one container',
+    async () => {
+      const hostB = system.hostId('b');
+      const agentB = system.agent('b');
+      const mark = logSize(agentB.process.spec.logFile);
+      const created = await world.createShard('vision', {
+        name: 'mid-launch',
+        memoryPerGpu: '1g',
+        gpuModelInclude: ['L4'],
+      });
+      assert.equal(created.hostId, hostB);
+      // Killed as soon as Docker has the container, before or just after it reported RUNNING.
+      await agentB.process.waitForLog(/launch/, 15_000, mark);
+      await waitFor(
+        'the container created',
+        () => (world.containersOf(created.id).length > 0 ? true : undefined),
+        15_000,
+        10,
+      );
+      await agentB.process.kill9();
+      const stateWhenKilled = (await world.shard('vision', created.id)).state;
+      const containersWhileDown = world.containersOf(created.id).length;
+      await system.restartAgent('b');
+      const running = await world.waitForState('vision', created.id, 'RUNNING');
+      world.track('vision', running);
+      console.log(
+        `     (agent b killed with the shard ${stateWhenKilled}, ${containersWhileDown} container(s))`,
+      );
+      await world.converged();
+    },
+    90_000,
+  );
+
+  runner.check(
+    `kill -9 agent a for over ${HOST_OFFLINE_SECONDS}s: OFFLINE, shards LOST and released; back, the same containers RUNNING`,
+    async () => {
+      const hostA = system.hostId('a');
+      const onA = world.ledger.onHost(hostA);
+      assert.ok(onA.length >= 3, `host a runs ${onA.length} of the suite's shards`);
+      const reservedBefore = (await system.host('a')).memory.reserved.bytes;
+      assert.notEqual(reservedBefore, '0');
+      await system.agent('a').process.kill9();
+
+      await waitFor(
+        'host a OFFLINE',
+        async () => ((await system.host('a', 2)).state === 'OFFLINE' ? true : undefined),
+        (HOST_OFFLINE_SECONDS + 20) * 1000,
+        500,
+      );
+      for (const shard of onA) {
+        assert.equal((await world.shard(shard.teamKey, shard.id)).state, 'LOST', shard.id);
+        world.ledger.set(shard.id, { state: 'LOST' });
+      }
+      assert.equal((await system.host('a')).memory.reserved.bytes, '0', 'LOST releases');
+      const offline = await expectGraphqlError(() =>
+        world.createShard('vision', {
+          name: 'h100-offline',
+          memoryPerGpu: '1g',
+          gpuModelInclude: ['H100'],
+        }),
+      );
+      assert.equal(offline.code, 'NO_CAPACITY', offline.message);
+      await world.converged();
+
+      await system.restartAgent('a');
+      for (const shard of onA) {
+        await world.waitForState(shard.teamKey, shard.id, 'RUNNING');
+        world.ledger.set(shard.id, { state: 'RUNNING' });
+      }
+      assert.equal((await system.host('a')).state, 'ONLINE');
+      assert.equal(
+        (await system.host('a')).memory.reserved.bytes,
+        reservedBefore,
+        'the reservations are taken back',
+      );
+      await world.converged();
+    },
+    120_000,
+  );
+
+  runner.check(
+    `kill -9 control plane 1 during a burst of ${BURST} createShard calls: each succeeded once or failed cleanly; retries with the same keys return the same shards`,
+    async () => {
+      const burst = world.team('burst');
+      const cp1 = system.controlPlane(1);
+      const keys = Array.from({ length: BURST }, (_, i) => `burst-${system.runId}-${i}`);
+      const mutation = `mutation ($input: CreateShardInput!) { createShard(input: $input) { id state } }`;
+      const inputOf = (key: string, i: number) =>
+        world.input({ name: `burst-${i}`, memoryPerGpu: '512m', idempotencyKey: key });
+      let answered = 0;
+      let killing: Promise<void> | undefined;
+      let killedOn = '';
+      const kill = (why: string) => {
+        if (killing !== undefined) return;
+        killedOn = why;
+        killing = cp1.process.kill9();
+      };
+      // The kill should land between a commit and its answer: watch the database for a shard
+      // committed but not answered yet (or give up waiting for one after 8 answers).
+      const watcher = (async () => {
+        while (killing === undefined) {
+          const [row] = await system.query<{ n: string }>(
+            'SELECT count(*)::text AS n FROM shard WHERE team_id = $1',
+            [burst.id],
+          );
+          const committed = Number(row!.n);
+          if (answered >= 2 && committed > answered) {
+            kill(`${committed} committed, ${answered} answered`);
+          }
+          await sleep(2);
+        }
+      })();
+      type Outcome =
+        | { key: string; kind: 'ok'; id: string }
+        | { key: string; kind: 'error'; code: string; message: string }
+        | { key: string; kind: 'network'; message: string };
+      const outcomes = await Promise.all(
+        keys.map(async (key, i): Promise<Outcome> => {
+          await sleep(i * 5);
+          try {
+            const response = await graphqlResponse<{ createShard: { id: string } }>(
+              cp1.graphqlUrl,
+              burst.token,
+              mutation,
+              { input: inputOf(key, i) },
+              20_000,
+            );
+            if (response.errors?.length) {
+              const first = response.errors[0]!;
+              return {
+                key,
+                kind: 'error',
+                code: first.extensions?.code ?? '?',
+                message: first.message,
+              };
+            }
+            answered += 1;
+            if (answered >= 8) kill('8 answered');
+            return { key, kind: 'ok', id: response.data!.createShard.id };
+          } catch (error) {
+            return { key, kind: 'network', message: String(error) };
+          }
+        }),
+      );
+      if (killing === undefined) kill('all answered');
+      await killing;
+      await watcher;
+      const ok = outcomes.filter((o) => o.kind === 'ok');
+      const failed = outcomes.filter((o) => o.kind !== 'ok');
+      assert.ok(ok.length >= 2, `2 calls answered before the kill: ${JSON.stringify(outcomes)}`);
+      assert.ok(failed.length > 0, 'the kill cut the burst short (no call failed)');
+      // Failing cleanly: the connection broke, or an error code came back, never a half answer.
+      for (const outcome of failed) {
+        if (outcome.kind === 'error') {
+          assert.notEqual(outcome.code, 'INTERNAL_SERVER_ERROR', outcome.message);
+        }
+      }
+      const committedBeforeRetry = await system.query<{ key: string; id: string }>(
+        `SELECT idempotency_key AS key, id FROM shard WHERE team_id = $1`,
+        [burst.id],
+      );
+      const ids = new Map(committedBeforeRetry.map((row) => [row.key, row.id]));
+      for (const outcome of ok) {
+        assert.equal(ids.get(outcome.key), outcome.id, `the answered ${outcome.key} is committed`);
+      }
+
+      // Retry every key on control plane 2.
+      const retried = new Map<string, string>();
+      for (const [i, key] of keys.entries()) {
+        const { createShard } = await system.as<{ createShard: { id: string } }>(
+          burst.token,
+          mutation,
+          { input: inputOf(key, i) },
+          2,
+        );
+        retried.set(key, createShard.id);
+      }
+      for (const outcome of ok) {
+        assert.equal(retried.get(outcome.key), outcome.id, `retrying ${outcome.key} replays it`);
+      }
+      for (const [key, id] of ids) {
+        assert.equal(
+          retried.get(key),
+          id,
+          `a shard committed for ${key} before the kill is replayed`,
+        );
+      }
+      const rows = await system.query<{ key: string; n: string }>(
+        `SELECT idempotency_key AS key, count(*)::text AS n FROM shard WHERE team_id = $1 GROUP BY 1`,
+        [burst.id],
+      );
+      assert.equal(rows.length, BURST, 'one shard per key, no shard without a key');
+      assert.ok(
+        rows.every((row) => row.n === '1' && keys.includes(row.key)),
+        JSON.stringify(rows),
+      );
+      // A retry on control plane 1's side again, once it is back, still replays.
+      await system.restartControlPlane(1);
+      const again = await system.as<{ createShard: { id: string } }>(
+        burst.token,
+        mutation,
+        { input: inputOf(keys[BURST - 1]!, BURST - 1) },
+        1,
+      );
+      assert.equal(again.createShard.id, retried.get(keys[BURST - 1]!));
+
+      // Every one runs, shards whose launch died with control plane 1 included (reconcile).
+      for (const id of retried.values()) {
+        const running = await world.waitForState('burst', id, 'RUNNING', 60_000);
+        world.track('burst', running);
+      }
+      await world.converged();
+      console.log(
+        `     (burst: killed on ${killedOn}; ${ok.length} answered, ` +
+          `${failed.filter((o) => o.kind === 'network').length} cut off, ` +
+          `${committedBeforeRetry.length - ok.length} committed without an answer)`,
+      );
+
+      // Delete them, half through each control plane, so that later faults run on a lighter box.
+      for (const [i, id] of [...retried.values()].entries()) {
+        await system.as(
+          burst.token,
+          `mutation ($id: ID!) { deleteShard(id: $id) { state } }`,
+          { id },
+          i % 2 === 0 ? 1 : 2,
+        );
+        world.ledger.set(id, { state: 'DELETED' });
+      }
+      await world.converged();
+    },
+    150_000,
+  );
+
+  runner.check(
+    'restart nats-server: both sides reconnect; a shard created during the outage runs; commands flow again',
+    async () => {
+      const restartedAt = Date.now();
+      const logMarks = new Map(
+        ['a', 'b', 'c'].map((key) => [key, logSize(system.agent(key).process.spec.logFile)]),
+      );
+      await system.nats!.stop(2_000);
+      const during = await world.createShard(
+        'vision',
+        { name: 'during-nats-outage', memoryPerGpu: '1g', gpuModelInclude: ['H100'] },
+        2,
+      );
+      assert.equal(during.state, 'PLACED', 'the database takes it while the bus is down');
+      await sleep(2_000);
+      await system.startNatsProcess();
+      for (const key of ['a', 'b', 'c']) {
+        await system
+          .agent(key)
+          .process.waitForLog(/NATS connection restored/, 30_000, logMarks.get(key));
+      }
+      const running = await world.waitForState('vision', during.id, 'RUNNING', 45_000);
+      world.track('vision', running);
+      // A command after the restart reaches its agent.
+      const s5 = placed.s5!;
+      assert.equal((await stop(s5.id)).stopShard.state, 'STOPPING');
+      await world.waitForState('vision', s5.id, 'STOPPED');
+      world.ledger.set(s5.id, { state: 'STOPPED' });
+      for (const key of ['a', 'b', 'c']) {
+        await waitFor(`heartbeats from ${key} after the restart`, async () => {
+          const host = await system.host(key, 2);
+          return host.state === 'ONLINE' &&
+            Date.parse(host.lastHeartbeatAt ?? '') > restartedAt + 2_000
+            ? true
+            : undefined;
+        });
+      }
+      await world.converged();
+    },
+    120_000,
+  );
+
+  runner.check(
+    'kill -9 PostgreSQL and restart it: calls fail cleanly meanwhile, then both control planes serve and heartbeats land',
+    async () => {
+      const key = `pg-outage-${system.runId}`;
+      const input = world.input({ name: 'pg-outage', memoryPerGpu: '1g', idempotencyKey: key });
+      await system.killPostgres();
+      const killedAt = Date.now();
+      const during = await graphqlResponse<unknown>(
+        system.controlPlane(1).graphqlUrl,
+        vision().token,
+        `mutation ($input: CreateShardInput!) { createShard(input: $input) { id } }`,
+        { input },
+        20_000,
+      );
+      assert.ok(during.errors?.length, `createShard without a database: ${JSON.stringify(during)}`);
+      assert.ok(!during.data, 'no data with the error');
+      const ready = await fetch(`${system.controlPlane(2).url}/readyz`);
+      assert.equal(ready.status, 503, '/readyz says the database is gone');
+      await system.restartPostgres();
+      for (const n of [1, 2] as const) await system.waitReady(system.controlPlane(n), 30_000);
+      assert.ok(system.controlPlane(1).process.running && system.controlPlane(2).process.running);
+      const leftover = await system.query<{ n: string }>(
+        'SELECT count(*)::text AS n FROM shard WHERE idempotency_key = $1',
+        [key],
+      );
+      assert.equal(leftover[0]!.n, '0', 'the failed createShard wrote nothing');
+      for (const n of [1, 2] as const) {
+        const shard = await world.runningShard(
+          'vision',
+          {
+            name: `after-pg-${n}`,
+            memoryPerGpu: '1g',
+            ...(n === 1 ? { idempotencyKey: key } : {}),
+          },
+          n,
+        );
+        assert.ok(shard.id);
+      }
+      for (const hostKey of ['a', 'b', 'c']) {
+        await waitFor(`heartbeats from ${hostKey} recorded again`, async () => {
+          const host = await system.host(hostKey, 2);
+          return Date.parse(host.lastHeartbeatAt ?? '') > killedAt + 1_000 ? true : undefined;
+        });
+      }
+      await world.converged();
+    },
+    120_000,
+  );
+
+  runner.check(
+    'cordon and drain host c: no new shards, its shards stopped (not moved), reservations released; uncordon takes shards again',
+    async () => {
+      const hostC = system.hostId('c');
+      const onC = world.ledger.onHost(hostC);
+      assert.ok(onC.length >= 2, `host c runs ${onC.length} of the suite's shards`);
+      const { cordonHost } = await system.admin<{
+        cordonHost: { state: string; cordoned: boolean };
+      }>(`mutation ($id: ID!) { cordonHost(id: $id) { state cordoned } }`, { id: hostC });
+      assert.deepEqual(cordonHost, { state: 'CORDONED', cordoned: true });
+      const cordoned = await expectGraphqlError(() =>
+        world.createShard(
+          'vision',
+          { name: 'a100-cordoned', memoryPerGpu: '1g', gpuModelInclude: ['A100'] },
+          2,
+        ),
+      );
+      assert.equal(cordoned.code, 'NO_CAPACITY');
+      const reasonC = (
+        cordoned.errors[0]!.extensions!.hosts as { hostId: string; reason: string }[]
+      ).find((h) => h.hostId === hostC)?.reason;
+      assert.match(reasonC ?? '', /cordoned/, JSON.stringify(cordoned.errors[0]!.extensions));
+      await world.converged(); // its shards keep running
+
+      const { drainHost } = await system.admin<{ drainHost: { state: string } }>(
+        `mutation ($id: ID!) { drainHost(id: $id) { state } }`,
+        { id: hostC },
+        2,
+      );
+      assert.equal(drainHost.state, 'DRAINING');
+      for (const shard of onC) {
+        const stopped = await world.waitForState(shard.teamKey, shard.id, 'STOPPED');
+        assert.equal(stopped.hostId, hostC, 'not moved');
+        world.ledger.set(shard.id, { state: 'STOPPED' });
+        const containers = world.containersOf(shard.id);
+        assert.ok(
+          containers.length === 1 && containers[0]!.state === 'exited',
+          JSON.stringify(containers),
+        );
+      }
+      assert.equal((await system.host('c')).memory.reserved.bytes, '0');
+      const preview = await system.as<{
+        placementPreview: { fits: boolean; hosts: { hostId: string; kind: string }[] };
+      }>(
+        vision().token,
+        `query { placementPreview(input: {memoryPerGpu: "1g", gpuModelInclude: ["A100"]}) { fits hosts { hostId kind } } }`,
+      );
+      assert.equal(preview.placementPreview.fits, false);
+      assert.equal(
+        preview.placementPreview.hosts.find((h) => h.hostId === hostC)?.kind,
+        'host-draining',
+      );
+      await world.converged();
+
+      const { uncordonHost } = await system.admin<{
+        uncordonHost: { state: string; cordoned: boolean };
+      }>(`mutation ($id: ID!) { uncordonHost(id: $id) { state cordoned } }`, { id: hostC });
+      assert.deepEqual(uncordonHost, { state: 'ONLINE', cordoned: false });
+      const back = await world.runningShard('vision', {
+        name: 'a100-back',
+        memoryPerGpu: '20g',
+        gpuModelInclude: ['A100'],
+      });
+      assert.equal(back.hostId, hostC);
+      await world.converged();
+    },
+    90_000,
+  );
+
+  runner.check(
+    'two control planes race for one team and one GPU: the quota and the capacity hold across replicas',
+    async () => {
+      // Precondition (the drain check leaves host c uncordoned unless it failed half-way).
+      if ((await system.host('c')).cordoned) {
+        await system.admin(`mutation ($id: ID!) { uncordonHost(id: $id) { state } }`, {
+          id: system.hostId('c'),
+        });
+      }
+      const race = await world.createTeam('race', {
+        maxTotal: '1t',
+        maxShards: 3,
+        maxPerShard: '8g',
+      });
+      const create = (name: string, memoryPerGpu: string, n: 1 | 2, include?: string[]) =>
+        graphqlResponse<{ createShard: { id: string; hostId: string } }>(
+          system.controlPlane(n).graphqlUrl,
+          race.token,
+          `mutation ($input: CreateShardInput!) { createShard(input: $input) { id hostId } }`,
+          {
+            input: world.input({
+              name,
+              memoryPerGpu,
+              ...(include ? { gpuModelInclude: include } : {}),
+            }),
+          },
+        );
+      // Quota: 6 at once, 3 through each control plane, for a team that may hold 3.
+      const quotaRace = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => create(`quota-race-${i}`, '512m', i % 2 === 0 ? 1 : 2)),
+      );
+      const admitted = quotaRace.filter((r) => !r.errors?.length);
+      const refused = quotaRace.filter((r) => r.errors?.length);
+      assert.equal(admitted.length, 3, JSON.stringify(quotaRace));
+      for (const r of refused) {
+        assert.equal(r.errors![0]!.extensions?.code, 'QUOTA_EXCEEDED');
+        assert.match(r.errors![0]!.message, /3 held \+ 1 requested = 4 > limit 3/);
+      }
+      for (const r of admitted) {
+        const running = await world.waitForState('race', r.data!.createShard.id, 'RUNNING');
+        world.track('race', running);
+        await system.as(race.token, `mutation ($id: ID!) { deleteShard(id: $id) { state } }`, {
+          id: running.id,
+        });
+        world.ledger.set(running.id, { state: 'DELETED' });
+      }
+
+      // Capacity: shards sized so that the A100 has room for exactly 3; 6 race for it through
+      // both control planes.
+      await system.admin(
+        `mutation ($teamId: ID!) {
+          setQuotaPolicy(teamId: $teamId, input: {maxTotal: "1t", maxShards: 100, maxPerShard: "40g"}) { id }
+        }`,
+        { teamId: race.id },
+      );
+      const c = await system.host('c');
+      const free = Number(c.gpus[0]!.free.bytes);
+      const overhead = Number(c.contextOverhead.bytes);
+      const sizeMiB = Math.floor((free / 3 - overhead) / MiB);
+      assert.ok(sizeMiB >= 64, `the A100 has ${free} B free: too little for the race`);
+      const need = sizeMiB * MiB + overhead;
+      const k = Math.floor(free / need);
+      assert.equal(k, 3);
+      const gpuRace = await Promise.all(
+        Array.from({ length: 2 * k }, (_, i) =>
+          create(`gpu-race-${i}`, `${sizeMiB}m`, i % 2 === 0 ? 1 : 2, ['A100']),
+        ),
+      );
+      const fits = gpuRace.filter((r) => !r.errors?.length);
+      assert.equal(fits.length, k, JSON.stringify(gpuRace));
+      for (const r of gpuRace.filter((x) => x.errors?.length)) {
+        assert.equal(r.errors![0]!.extensions?.code, 'NO_CAPACITY', JSON.stringify(r.errors));
+      }
+      for (const r of fits) {
+        const running = await world.waitForState('race', r.data!.createShard.id, 'RUNNING');
+        assert.equal(running.hostId, system.hostId('c'));
+        world.track('race', running);
+      }
+      await world.converged();
+    },
+    90_000,
+  );
+
+  runner.check(
+    'at the end: both control planes agree on every shard; /metrics adds up',
+    async () => {
+      for (const team of world.teams.values()) {
+        const views: ShardView[][] = [];
+        for (const n of [1, 2] as const) {
+          const { shards } = await system.as<{ shards: { edges: { node: ShardView }[] } }>(
+            team.token,
+            `query { shards(first: 500) { edges { node { ${SHARD_FIELDS} } } } }`,
+            {},
+            n,
+          );
+          views.push(shards.edges.map((e) => e.node));
+        }
+        const summary = (list: ShardView[]) =>
+          list.map((s) => `${s.id} ${s.state} ${s.hostId}`).sort();
+        assert.deepEqual(summary(views[0]!), summary(views[1]!), `team ${team.key}`);
+        const { team: usage } = await system.as<{
+          team: { usage: { reserved: { bytes: string }; shardCount: number } };
+        }>(
+          team.token,
+          `query ($id: ID!) { team(id: $id) { usage { reserved { bytes } shardCount } } }`,
+          { id: team.id },
+        );
+        for (const n of [1, 2] as const) {
+          const metrics = await system.metrics(n);
+          const reserved = new RegExp(
+            `^gpushards_team_reserved_bytes\\{team="e2e-${team.key}"\\} (\\d+)$`,
+            'm',
+          ).exec(metrics)?.[1];
+          const shards = new RegExp(
+            `^gpushards_team_shards\\{team="e2e-${team.key}"\\} (\\d+)$`,
+            'm',
+          ).exec(metrics)?.[1];
+          assert.equal(
+            reserved,
+            usage.usage.reserved.bytes,
+            `control plane ${n}: team ${team.key} reserved`,
+          );
+          assert.equal(
+            Number(shards),
+            usage.usage.shardCount,
+            `control plane ${n}: team ${team.key} shards`,
+          );
+        }
+      }
+      await world.converged();
+    },
+  );
+}

@@ -7,7 +7,8 @@ import {
   type HostView,
   type ShardView,
 } from '../support/graphql.js';
-import { waitFor } from '../support/processes.js';
+import { findProblems } from '../support/invariants.js';
+import { sleep, waitFor } from '../support/processes.js';
 import type { Runner } from '../support/runner.js';
 import { FLEET, GiB, MiB } from '../support/system.js';
 import type { World } from '../support/world.js';
@@ -338,6 +339,57 @@ export function fleetChecks(runner: Runner, world: World): void {
         'the old reservation closed, the new one open',
       );
       // The probe that just allocated has exited: the shard holds what the filler holds.
+      await world.converged();
+    },
+  );
+
+  runner.check(
+    'resize below what the shard holds: refused, or the cap and its reservation stay one',
+    async () => {
+      // Holds 1 GiB (+ its context) of a 1.5 GiB request; asked to shrink to 512 MiB.
+      const shard = await world.runningShard('vision', {
+        name: 'shrink',
+        memoryPerGpu: '1536m',
+        gpuModelInclude: ['H100'],
+        command: ['/e2e-probe', 'hold', String(GiB)],
+      });
+      try {
+        const used = String(BigInt(shard.limitPerGpu.bytes) - BigInt(512 * MiB));
+        await world.waitForUsage('vision', shard.id, used);
+        const response = await system.rawAs<{ resizeShard: { limitPerGpu: { bytes: string } } }>(
+          world.team('vision').token,
+          `mutation ($id: ID!) { resizeShard(id: $id, memoryPerGpu: "512m") { limitPerGpu { bytes } } }`,
+          { id: shard.id },
+        );
+        if (response.errors?.length) {
+          const code = response.errors[0]!.extensions?.code;
+          assert.ok(code === 'CONFLICT' || code === 'BAD_USER_INPUT', JSON.stringify(response));
+          const after = await world.shard('vision', shard.id);
+          assert.equal(after.limitPerGpu.bytes, shard.limitPerGpu.bytes, 'the cap is unchanged');
+        } else {
+          // Accepted: the agent refuses a cap under the usage (BELOW_USAGE), so the
+          // reservation must not shrink under what the container holds.
+          await sleep(2_500); // a heartbeat and a reconcile
+          const problems = (await findProblems(system, world.ledger, world.tokens)).filter((p) =>
+            p.includes(shard.id),
+          );
+          const view = await world.shard('vision', shard.id);
+          assert.deepEqual(
+            problems,
+            [],
+            `resizeShard to 512m was accepted (limit now ${view.limitPerGpu.bytes} B, ` +
+              `reserved ${view.gpus[0]?.reserved.bytes} B) while the shard uses ${view.gpus[0]?.used.bytes} B`,
+          );
+        }
+      } finally {
+        // Whatever happened, this shard must not weigh on the checks after this one.
+        await system.as(
+          world.team('vision').token,
+          `mutation ($id: ID!) { deleteShard(id: $id) { state } }`,
+          { id: shard.id },
+        );
+        world.ledger.set(shard.id, { state: 'DELETED' });
+      }
       await world.converged();
     },
   );

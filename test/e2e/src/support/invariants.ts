@@ -5,6 +5,8 @@ import { System } from './system.js';
 
 /** States that hold a reservation (prisma/schema.prisma, model Shard). */
 export const HOLDING = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING'];
+/** States that count against the team's quota: also LOST (its container may come back). */
+export const COUNTED = [...HOLDING, 'LOST'];
 
 /** What the suite expects of one shard it created: it may never be lost. */
 export interface Expected {
@@ -48,8 +50,9 @@ interface Tokens {
  *
  * - reservations: each GPU's reserved_bytes equals the sum of its live shard_gpu rows; live
  *   rows belong to shards in PLACED/STARTING/RUNNING/STOPPING only, one per GPU of the shard
- *   (gpu_count of them), each of the shard's limit, on GPUs of the shard's host;
- * - usage adds up: each team's usage (GraphQL) is what its holding shards request, each
+ *   (gpu_count of them), each of the shard's limit, on GPUs of the shard's host, and none
+ *   used beyond what it reserves (the cap is the reservation);
+ * - usage adds up: each team's usage (GraphQL) is what its counted shards request, each
  *   host's reserved memory the sum of its GPUs', free = capacity − reserved;
  * - containers: at most one per shard; a RUNNING shard has exactly one, running, on its
  *   host; no container runs for a shard that should not run; DELETED shards have none;
@@ -87,21 +90,25 @@ export async function findProblems(
     state: string;
     host_id: string | null;
     team_id: string;
+    container_id: string | null;
     gpu_count: number;
     limit: string;
     requested: string;
     live: string;
     bad_size: string;
     off_host: string;
+    over_cap: string;
   }>(
-    `SELECT s.id, s.state::text AS state, s.host_id, s.team_id, s.gpu_count,
+    `SELECT s.id, s.state::text AS state, s.host_id, s.team_id, s.gpu_count, s.container_id,
             s.limit_bytes_per_gpu::text AS limit,
             (s.bytes_per_gpu * s.gpu_count)::text AS requested,
             COUNT(sg.*) FILTER (WHERE sg.released_at IS NULL)::text AS live,
             COUNT(sg.*) FILTER (WHERE sg.released_at IS NULL
                                   AND sg.reserved_bytes <> s.limit_bytes_per_gpu)::text AS bad_size,
             COUNT(sg.*) FILTER (WHERE sg.released_at IS NULL
-                                  AND g.host_id IS DISTINCT FROM s.host_id)::text AS off_host
+                                  AND g.host_id IS DISTINCT FROM s.host_id)::text AS off_host,
+            COUNT(sg.*) FILTER (WHERE sg.released_at IS NULL
+                                  AND sg.used_bytes > sg.reserved_bytes)::text AS over_cap
        FROM shard s
        LEFT JOIN shard_gpu sg ON sg.shard_id = s.id
        LEFT JOIN gpu g ON g.uuid = sg.gpu_uuid
@@ -122,6 +129,12 @@ export async function findProblems(
     if (shard.bad_size !== '0') {
       problems.push(`shard ${shard.id}: a live reservation differs from its limit ${shard.limit}`);
     }
+    if (shard.over_cap !== '0') {
+      problems.push(
+        `shard ${shard.id} (${shard.state}): uses more than it reserves on ${shard.over_cap} GPU(s) ` +
+          `(limit ${shard.limit})`,
+      );
+    }
     if (shard.off_host !== '0') {
       problems.push(`shard ${shard.id}: a live reservation on a GPU of another host`);
     }
@@ -129,10 +142,9 @@ export async function findProblems(
 
   if (checkUsage) {
     for (const [teamKey, teamId] of tokens.teamIds) {
-      const expected = shards
-        .filter((s) => s.team_id === teamId && HOLDING.includes(s.state))
-        .reduce((sum, s) => sum + BigInt(s.requested), 0n);
-      const count = shards.filter((s) => s.team_id === teamId && HOLDING.includes(s.state)).length;
+      const counted = shards.filter((s) => s.team_id === teamId && COUNTED.includes(s.state));
+      const expected = counted.reduce((sum, s) => sum + BigInt(s.requested), 0n);
+      const count = counted.length;
       const { team } = await system.as<{
         team: { usage: { shardCount: number; reserved: { bytes: string } } };
       }>(
@@ -143,7 +155,7 @@ export async function findProblems(
       if (team.usage.reserved.bytes !== String(expected) || team.usage.shardCount !== count) {
         problems.push(
           `team ${teamKey}: usage says ${team.usage.shardCount} shard(s), ${team.usage.reserved.bytes} B; ` +
-            `its holding shards are ${count}, ${expected} B`,
+            `its shards that count are ${count}, ${expected} B`,
         );
       }
     }
@@ -185,10 +197,8 @@ export async function findProblems(
       problems.push(`container ${list[0]!.name} belongs to no shard in the database`);
       continue;
     }
-    if (
-      running.length > 0 &&
-      !['PLACED', 'STARTING', 'RUNNING', 'STOPPING'].includes(shard.state)
-    ) {
+    // A LOST shard's host is offline: its container may well still run there.
+    if (running.length > 0 && !COUNTED.includes(shard.state)) {
       problems.push(`shard ${shardId} is ${shard.state} but its container runs`);
     }
     if (shard.state === 'DELETED') problems.push(`shard ${shardId} is DELETED but has a container`);
@@ -205,6 +215,11 @@ export async function findProblems(
     const running = (perShard.get(shard.id) ?? []).filter((c) => c.state === 'running');
     if (running.length !== 1) {
       problems.push(`shard ${shard.id} is RUNNING with ${running.length} running container(s)`);
+    } else if (shard.container_id !== running[0]!.id) {
+      problems.push(
+        `shard ${shard.id} is RUNNING with container_id ${shard.container_id ?? 'NULL'}, ` +
+          `but its container is ${running[0]!.id.slice(0, 12)}`,
+      );
     }
   }
 
@@ -219,7 +234,7 @@ export async function findProblems(
         `shard ${expected.id}: ${shard.state} on ${shard.host_id}, expected ${expected.state} on ${expected.hostId}`,
       );
     }
-    if (expected.state === 'RUNNING' && expected.containerId !== undefined) {
+    if (expected.state === 'RUNNING' && typeof expected.containerId === 'string') {
       const list = perShard.get(expected.id) ?? [];
       if (!list.some((c) => c.id === expected.containerId && c.state === 'running')) {
         problems.push(
@@ -254,11 +269,15 @@ export async function findProblems(
   return problems;
 }
 
-/** Waits until every invariant holds (faults converge through reconcile); throws the last problems. */
+/**
+ * Waits until every invariant holds (faults converge through reconcile), leaving out problems
+ * an earlier check already reported (`known`); throws the new ones, which become known.
+ */
 export async function assertConverged(
   system: System,
   ledger: Ledger,
   tokens: Tokens,
+  known: Set<string>,
   timeoutMs = 30_000,
 ): Promise<void> {
   let last: string[] = [];
@@ -266,7 +285,7 @@ export async function assertConverged(
     await waitFor(
       'the invariants',
       async () => {
-        last = await findProblems(system, ledger, tokens);
+        last = (await findProblems(system, ledger, tokens)).filter((p) => !known.has(p));
         return last.length === 0 ? true : undefined;
       },
       timeoutMs,
@@ -274,6 +293,7 @@ export async function assertConverged(
     );
   } catch (error) {
     if (last.length === 0) throw error;
+    for (const problem of last) known.add(problem);
     throw new Error(`after ${timeoutMs} ms, still:\n  - ${last.join('\n  - ')}`, {
       cause: error,
     });

@@ -19,6 +19,8 @@ export interface Outcome {
 export class Runner {
   private readonly checks: Check[] = [];
   readonly outcomes: Outcome[] = [];
+  /** Runs after every check, passed or not (a fault check may leave a process down). */
+  afterEach: ((ok: boolean) => Promise<void>) | undefined;
 
   check(name: string, run: () => Promise<void>, timeoutMs = 60_000): void {
     this.checks.push({ name, run, timeoutMs });
@@ -57,6 +59,18 @@ export class Runner {
         this.report({ name: check.name, ok: false, seconds: (Date.now() - started) / 1000, error });
       } finally {
         clearTimeout(timer);
+      }
+      if (this.afterEach !== undefined) {
+        try {
+          await this.afterEach(this.outcomes[this.outcomes.length - 1]!.ok);
+        } catch (error) {
+          this.report({
+            name: `restoring the system after: ${check.name}`,
+            ok: false,
+            seconds: 0,
+            error,
+          });
+        }
       }
     }
   }

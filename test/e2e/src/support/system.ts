@@ -305,6 +305,34 @@ export class System {
     await agent.process.waitForLog(/"msg":"agent started"/, 60_000);
   }
 
+  /** Whether kill/restart left PostgreSQL down (set by the suite around its own calls). */
+  postgresDown = false;
+
+  async killPostgres(): Promise<void> {
+    this.postgresDown = true;
+    await this.postgres!.kill();
+  }
+
+  async restartPostgres(): Promise<void> {
+    await this.postgres!.restart();
+    this.postgresDown = false;
+  }
+
+  /**
+   * After a fault check, whatever it left down is started again, so that one failure does not
+   * take every later check with it.
+   */
+  async ensureUp(): Promise<void> {
+    if (this.postgresDown) await this.restartPostgres();
+    if (this.nats !== undefined && !this.nats.running) await this.startNatsProcess();
+    for (const n of [1, 2] as const) {
+      if (!this.controlPlane(n).process.running) await this.restartControlPlane(n);
+    }
+    for (const [key, agent] of this.agents) {
+      if (!agent.process.running) await this.restartAgent(key);
+    }
+  }
+
   // ---- the end ----------------------------------------------------------------------------
 
   /** Stops everything this run started and removes its containers, image and folders. */
