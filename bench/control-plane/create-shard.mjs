@@ -1,18 +1,25 @@
 // createShard through the GraphQL endpoint on PostgreSQL, 1,000 registered hosts × 8 GPUs:
 // closed-loop throughput and latency, then open-loop latency at a fixed rate.
 // Placement and commit only: agent commands are recorded in memory, nothing is launched.
+// The load generator runs in its own process (load.mjs); every case reports the CPU time per
+// request of the control plane(s), PostgreSQL and the load generator.
 //
 // Build first (npx nx run control-plane:build), then:
 //   node bench/control-plane/create-shard.mjs [--seconds 10] [--concurrency 64] [--rates 50,100,200]
 //     [--teams 100] [--processes 1] [--pool 10] [--dist apps/control-plane/dist]
-import { spawn } from 'node:child_process';
+//     [--cases me,closed,open] [--no-keep-alive] [--server-node-args "--flag ..."]
+//     [--profile DIR]   (the server writes a V8 CPU profile into DIR when the run ends)
+import { fork, spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 
 const { values: options } = parseArgs({
   options: {
@@ -23,6 +30,10 @@ const { values: options } = parseArgs({
     processes: { type: 'string', default: '1' },
     pool: { type: 'string', default: '10' },
     dist: { type: 'string', default: 'apps/control-plane/dist' },
+    profile: { type: 'string' },
+    cases: { type: 'string', default: 'me,closed,open' },
+    'server-node-args': { type: 'string', default: '' },
+    'no-keep-alive': { type: 'boolean', default: false },
   },
 });
 const SECONDS = Number(options.seconds);
@@ -35,10 +46,18 @@ const GPUS_PER_HOST = 8;
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 const dist = resolve(options.dist);
+const PROFILE = options.profile === undefined ? undefined : resolve(options.profile);
+const KEEP_ALIVE = !options['no-keep-alive'];
+const CASES = new Set(options.cases.split(','));
+const CLOCK_TICKS = 100; // USER_HZ on Linux
+let postmaster;
 
 const { startPostgres, createTestDatabase } = await import(`${dist}/testing/index.js`);
 const { createControlPlane } = await import(`${dist}/control-plane.js`);
 const { FleetService } = await import(`${dist}/fleet/fleet.service.js`);
+
+/** Preloaded with --profile: SIGUSR2 exits normally, so that --cpu-prof writes its file. */
+const exitOnSignal = `data:text/javascript,process.on('SIGUSR2',()=>process.exit(0))`;
 
 const CREATE = `mutation ($input: CreateShardInput!) { createShard(input: $input) { id hostId } }`;
 
@@ -158,7 +177,11 @@ async function setUp(database, dataDir) {
 
 /** `node dist/main.js` on the database; resolves with its GraphQL URL. */
 async function startServer(databaseUrl, dataDir, poolSize) {
-  const child = spawn(process.execPath, [join(dist, 'main.js')], {
+  const profiling = PROFILE
+    ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE}`, '--import', exitOnSignal]
+    : [];
+  const nodeArgs = options['server-node-args'].split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, ...profiling, join(dist, 'main.js')], {
     env: {
       ...process.env,
       DATABASE_URL: databaseUrl,
@@ -180,86 +203,122 @@ async function startServer(databaseUrl, dataDir, poolSize) {
   return { child, graphqlUrl: `${url}/graphql` };
 }
 
-/** The floor: an authenticated query that reads one row (HTTP, GraphQL, token lookup). */
-function meOne(servers, tokens) {
-  const n = sequence++;
-  const started = performance.now();
-  return graphql(
-    servers[n % servers.length].graphqlUrl,
-    '{ me { id } }',
-    {},
-    tokens[n % tokens.length],
-  ).then((body) => ({
-    ms: performance.now() - started,
-    ok: !body.errors,
-    code: body.errors?.[0]?.extensions?.code,
-  }));
-}
+const load = fork(fileURLToPath(new URL('./load.mjs', import.meta.url)), [], {
+  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+});
 
-let sequence = 0;
-function createOne(servers, tokens) {
-  const n = sequence++;
-  const server = servers[n % servers.length];
-  const token = tokens[n % tokens.length];
-  const started = performance.now();
-  return graphql(
-    server.graphqlUrl,
-    CREATE,
-    { input: { name: `s-${n}`, image: 'ghcr.io/bench/worker:1', memoryPerGpu: '1g' } },
-    token,
-  ).then((body) => {
-    const ms = performance.now() - started;
-    if (body.errors) return { ms, ok: false, code: body.errors[0]?.extensions?.code };
-    return { ms, ok: true };
-  });
-}
-
-async function closedLoop(servers, tokens, seconds, concurrency, call = createOne) {
-  const results = [];
-  const deadline = performance.now() + seconds * 1000;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (performance.now() < deadline) results.push(await call(servers, tokens));
-    }),
-  );
-  return { results, elapsed: (performance.now() - started) / 1000 };
-}
-
-async function openLoop(servers, tokens, seconds, rate) {
-  const pending = [];
-  const started = performance.now();
-  const total = Math.round(seconds * rate);
-  for (let i = 0; i < total; i++) {
-    const due = started + (i * 1000) / rate;
-    const wait = due - performance.now();
-    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    pending.push(createOne(servers, tokens));
+/**
+ * CPU seconds (user + system) of a process from /proc/<pid>/stat, with `children` also those of
+ * its ended and reaped children (backends that closed); 0 once it has gone.
+ */
+function cpuOf(pid, children = false) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number);
+    const own = fields[11] + fields[12];
+    return (children ? own + fields[13] + fields[14] : own) / CLOCK_TICKS;
+  } catch {
+    return 0;
   }
-  const results = await Promise.all(pending);
-  return { results, elapsed: (performance.now() - started) / 1000 };
 }
 
-function summary(name, { results, elapsed }) {
-  const ok = results.filter((r) => r.ok);
-  const ms = ok.map((r) => r.ms).sort((a, b) => a - b);
-  const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))] ?? NaN;
-  const failures = {};
-  for (const r of results) if (!r.ok) failures[r.code] = (failures[r.code] ?? 0) + 1;
+/** The postmaster of the throwaway cluster (its command line names the cluster folder). */
+function postmasterOf(dir) {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (cmdline.includes(dir) && cmdline.split('\0')[0].endsWith('postgres')) {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        if (!readFileSync(`/proc/${ppid}/cmdline`, 'utf8').includes(dir)) return Number(entry);
+      }
+    } catch {
+      // ended while being looked at
+    }
+  }
+  return undefined;
+}
+
+/** CPU seconds of the postmaster and its children (the backends of the pool), ended ones included. */
+function postgresCpu(postmaster) {
+  if (postmaster === undefined) return 0;
+  let total = cpuOf(postmaster, true);
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster) {
+        total += cpuOf(Number(entry));
+      }
+    } catch {
+      // ended while being looked at
+    }
+  }
+  return total;
+}
+
+/** One case in the load process, with the CPU the server, PostgreSQL and the client used. */
+async function measure(servers, tokens, job) {
+  const serverCpu = () => servers.reduce((sum, { child }) => sum + cpuOf(child.pid), 0);
+  const before = {
+    server: serverCpu(),
+    postgres: postgresCpu(postmaster),
+    statements: await statementCount(),
+  };
+  const answer = new Promise((resolveAnswer) => load.once('message', resolveAnswer));
+  load.send({ urls: servers.map((s) => s.graphqlUrl), tokens, ...job });
+  const result = await answer;
   return {
-    case: name,
-    requests: results.length,
-    placed: ok.length,
-    failures: JSON.stringify(failures),
-    'placed/s': Math.round(ok.length / elapsed),
-    'p50 ms': at(0.5).toFixed(1),
-    'p99 ms': at(0.99).toFixed(1),
-    'max ms': (ms.at(-1) ?? NaN).toFixed(1),
+    ...result,
+    serverCpuMs: (serverCpu() - before.server) * 1000,
+    // Minus the count query itself; includes the background refreshes during the case.
+    statements: (await statementCount()) - before.statements - 1,
+    postgresCpuMs: (postgresCpu(postmaster) - before.postgres) * 1000,
   };
 }
 
-const server = await startPostgres();
+function summary(name, result) {
+  const ms = result.ms.filter((m) => m >= 0).sort((a, b) => a - b);
+  const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))] ?? NaN;
+  const failures = {};
+  for (const code of result.failures) failures[code] = (failures[code] ?? 0) + 1;
+  const perRequest = (cpuMs) => (cpuMs / Math.max(1, result.ms.length)).toFixed(2);
+  return {
+    case: name,
+    requests: result.ms.length,
+    failures: JSON.stringify(failures),
+    'ok/s': Math.round(ms.length / result.elapsed),
+    'p50 ms': at(0.5).toFixed(1),
+    'p99 ms': at(0.99).toFixed(1),
+    'max ms': (ms.at(-1) ?? NaN).toFixed(1),
+    // CPU milliseconds per request: the control plane(s), PostgreSQL, the load generator.
+    'server cpu': perRequest(result.serverCpuMs),
+    'pg cpu': perRequest(result.postgresCpuMs),
+    'client cpu': perRequest(result.cpuMs),
+    'sql/req': (result.statements / Math.max(1, result.ms.length)).toFixed(1),
+  };
+}
+
+// pg_stat_statements counts the statements (BEGIN and COMMIT included) each request costs.
+const server = await startPostgres({
+  settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'top' },
+});
 const database = await createTestDatabase('postgres', { server });
+const stats = new pg.Client({ connectionString: database.config.url });
+await stats.connect();
+await stats.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+/** Statements run in the bench database so far (pg_stat_statements). */
+async function statementCount() {
+  const { rows } = await stats.query(
+    `SELECT coalesce(sum(calls), 0)::bigint AS calls FROM pg_stat_statements
+      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+  );
+  return Number(rows[0].calls);
+}
 await database.prisma.close();
 const dataDir = await mkdtemp(join(os.tmpdir(), 'gpushards-bench-'));
 const servers = [];
@@ -272,22 +331,40 @@ try {
   for (let i = 0; i < PROCESSES; i++) {
     servers.push(await startServer(database.config.url, dataDir, Number(options.pool)));
   }
-  await closedLoop(servers, tokens, 2, CONCURRENCY);
+  postmaster = postmasterOf(server.dir);
+  const closed = { seconds: SECONDS, concurrency: CONCURRENCY, keepAlive: KEEP_ALIVE };
+  await measure(servers, tokens, { ...closed, seconds: 2, operation: 'create' });
   const rows = [];
-  rows.push(
-    summary(
-      `reference: { me { id } }, ${CONCURRENCY} in flight`,
-      await closedLoop(servers, tokens, SECONDS / 2, CONCURRENCY, meOne),
-    ),
+  // Background work with no requests (the fleet cache's refresh every second, the sweeps).
+  const idle = {
+    server: servers.reduce((sum, { child }) => sum + cpuOf(child.pid), 0),
+    postgres: postgresCpu(postmaster),
+  };
+  await new Promise((r) => setTimeout(r, 3000));
+  console.log(
+    `idle: control plane ${(((servers.reduce((sum, { child }) => sum + cpuOf(child.pid), 0) - idle.server) * 1000) / 3).toFixed(0)} ms CPU/s, PostgreSQL ${(((postgresCpu(postmaster) - idle.postgres) * 1000) / 3).toFixed(0)} ms CPU/s`,
   );
-  rows.push(
-    summary(
-      `closed loop, ${CONCURRENCY} in flight`,
-      await closedLoop(servers, tokens, SECONDS, CONCURRENCY),
-    ),
-  );
-  for (const rate of RATES) {
-    rows.push(summary(`open loop, ${rate} req/s`, await openLoop(servers, tokens, SECONDS, rate)));
+  if (CASES.has('me'))
+    rows.push(
+      summary(
+        `reference: { me { id } }, ${CONCURRENCY} in flight`,
+        await measure(servers, tokens, { ...closed, seconds: SECONDS / 2, operation: 'me' }),
+      ),
+    );
+  if (CASES.has('closed'))
+    rows.push(
+      summary(
+        `createShard, closed loop, ${CONCURRENCY} in flight`,
+        await measure(servers, tokens, { ...closed, operation: 'create' }),
+      ),
+    );
+  for (const rate of CASES.has('open') ? RATES : []) {
+    rows.push(
+      summary(
+        `createShard, open loop, ${rate} req/s`,
+        await measure(servers, tokens, { seconds: SECONDS, rate, operation: 'create' }),
+      ),
+    );
   }
   console.log(
     `${os.cpus().length} × ${os.cpus()[0]?.model}, Node ${process.version}, ${PROCESSES} control-plane process(es), pool ${options.pool}, load average ${os
@@ -297,12 +374,15 @@ try {
   );
   console.table(rows);
 } finally {
-  for (const { child } of servers) child.kill('SIGTERM');
+  load.kill();
+  // With --profile the server writes its CPU profile when it exits normally (SIGUSR2).
+  for (const { child } of servers) child.kill(PROFILE ? 'SIGUSR2' : 'SIGTERM');
   await Promise.all(
     servers.map(
       ({ child }) => new Promise((r) => (child.exitCode === null ? child.once('exit', r) : r())),
     ),
   );
+  await stats.end();
   await database.cleanup();
   await server.stop();
   await rm(dataDir, { recursive: true, force: true });
