@@ -327,6 +327,7 @@ export class FleetService {
     });
     if (host === null) throw new NotFoundError('host', hostId);
     const running = new Set(request.containers.filter((c) => c.running).map((c) => c.shardId));
+    const containerOf = new Map(request.containers.map((c) => [c.shardId, c.containerId]));
     const stoppedContainers = new Set(
       request.containers.filter((c) => !c.running).map((c) => c.shardId),
     );
@@ -346,7 +347,16 @@ export class FleetService {
           const failureReason = 'its container was found stopped by reconciliation';
           await this.lifecycle.moveTo(tx, shard, 'EXITED', { failureReason }, effects, now);
         } else if (shard.state !== 'STOPPING' && shard.state !== 'RUNNING' && isRunning) {
-          await this.lifecycle.moveTo(tx, shard, 'RUNNING', { startedAt: now }, effects, now);
+          // The container id too: a container adopted by a restarted agent sends no event.
+          const containerId = containerOf.get(shard.id);
+          await this.lifecycle.moveTo(
+            tx,
+            shard,
+            'RUNNING',
+            { startedAt: now, ...(containerId === undefined ? {} : { containerId }) },
+            effects,
+            now,
+          );
         }
       }
     });

@@ -355,8 +355,11 @@ export function faultChecks(runner: Runner, world: World): void {
       );
       assert.ok(during.errors?.length, `createShard without a database: ${JSON.stringify(during)}`);
       assert.ok(!during.data, 'no data with the error');
-      const ready = await fetch(`${system.controlPlane(2).url}/readyz`);
-      assert.equal(ready.status, 503, '/readyz says the database is gone');
+      for (const n of [1, 2] as const) {
+        const ready = await fetch(`${system.controlPlane(n).url}/readyz`);
+        assert.equal(ready.status, 503, `control plane ${n}: /readyz says the database is gone`);
+      }
+      await sleep(3_000); // heartbeats and reconciles meet no database meanwhile
       await system.restartPostgres();
       for (const n of [1, 2] as const) await system.waitReady(system.controlPlane(n), 30_000);
       assert.ok(system.controlPlane(1).process.running && system.controlPlane(2).process.running);
@@ -585,6 +588,60 @@ export function faultChecks(runner: Runner, world: World): void {
             `control plane ${n}: team ${team.key} shards`,
           );
         }
+      }
+      // Accounting: each team's reserved GiB-hours are its reservations' bytes × time, as
+      // shard_gpu holds them; what was used never exceeds what was reserved.
+      const from = new Date(system.startedAt - 60_000).toISOString();
+      const to = new Date(Date.now() - 1_000).toISOString();
+      for (const team of world.teams.values()) {
+        const reports: { reservedGibHours: number; usedGibHours: number }[] = [];
+        for (const n of [1, 2] as const) {
+          const { usage } = await system.as<{
+            usage: {
+              reservedGibHours: number;
+              usedGibHours: number;
+              shards: { edges: { node: { reservedGibHours: number; usedGibHours: number } }[] };
+            };
+          }>(
+            team.token,
+            `query ($teamId: ID!, $from: String!, $to: String!) {
+              usage(teamId: $teamId, from: $from, to: $to) {
+                reservedGibHours usedGibHours
+                shards(first: 500) { edges { node { reservedGibHours usedGibHours } } }
+              }
+            }`,
+            { teamId: team.id, from, to },
+            n,
+          );
+          reports.push(usage);
+          for (const { node } of usage.shards.edges) {
+            assert.ok(
+              node.usedGibHours <= node.reservedGibHours * (1 + 1e-9),
+              `team ${team.key}: a shard used ${node.usedGibHours} GiB·h of ${node.reservedGibHours} reserved`,
+            );
+          }
+        }
+        assert.deepEqual(
+          reports[0],
+          reports[1],
+          `team ${team.key}: both control planes account alike`,
+        );
+        const [row] = await system.query<{ gibh: string | null }>(
+          `SELECT (sum(sg.reserved_bytes::numeric * extract(epoch FROM
+                     least(coalesce(sg.released_at, $3::timestamptz), $3::timestamptz)
+                     - greatest(sg.reserved_at, $2::timestamptz)))
+                   / (1073741824.0 * 3600))::text AS gibh
+             FROM shard_gpu sg JOIN shard s ON s.id = sg.shard_id
+            WHERE s.team_id = $1 AND sg.reserved_at < $3::timestamptz
+              AND coalesce(sg.released_at, $3::timestamptz) > $2::timestamptz`,
+          [team.id, from, to],
+        );
+        const expected = Number(row!.gibh ?? 0);
+        assert.ok(
+          Math.abs(reports[0]!.reservedGibHours - expected) <= 1e-6 * Math.max(1, expected),
+          `team ${team.key}: ${reports[0]!.reservedGibHours} GiB·h reserved, shard_gpu says ${expected}`,
+        );
+        assert.ok(expected > 0, `team ${team.key} reserved something`);
       }
       await world.converged();
     },

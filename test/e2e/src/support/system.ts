@@ -62,6 +62,7 @@ export class System {
   readonly runId = `e2e${process.pid.toString(36)}${randomBytes(2).toString('hex')}`;
   readonly workDir = mkdtempSync(join(tmpdir(), `gpushards-e2e-${this.runId}-`));
   readonly image = `gpushards-e2e/probe:${this.runId}`;
+  readonly startedAt = Date.now();
   readonly controlPlanes: ControlPlaneProcess[] = [];
   readonly agents = new Map<string, AgentProcess>();
   adminToken = '';
