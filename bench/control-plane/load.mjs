@@ -1,6 +1,6 @@
 // The load generator of create-shard.mjs, in its own process (forked; talks over IPC) so that
 // its CPU is measured apart from the server's. Plain node:http with a keep-alive agent (a real
-// client keeps its connections; undici's fetch costs about twice the CPU per request).
+// client keeps its connections).
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
 
