@@ -2,9 +2,14 @@
 // The multi-host end-to-end suite: nats-server with per-agent nkey users, PostgreSQL, two
 // control planes, three agents with different simulated GPUs, the Docker engine; every check
 // through GraphQL, Docker and SQL. Prints one line per check and ends with `N passed, N failed`.
-//   node test/e2e/dist/run.js        (GPUSHARDS_E2E_KEEP=1 keeps the logs folder)
+//   node test/e2e/dist/run.js   (GPUSHARDS_E2E_KEEP=1 keeps the whole work folder; after a
+//   failure the logs are copied to test/e2e/logs/<run>)
+import { cpSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
 import { faultChecks } from './scenarios/faults.js';
 import { fleetChecks } from './scenarios/fleet.js';
+import { REPO_ROOT } from './support/native.js';
 import { killAllGroups } from './support/processes.js';
 import { Runner } from './support/runner.js';
 import { System } from './support/system.js';
@@ -24,13 +29,18 @@ async function main(): Promise<number> {
   };
   fleetChecks(runner, world);
   faultChecks(runner, world);
+  // GPUSHARDS_E2E_ONLY=<regex>: only the checks it matches, plus the first two (the fleet
+  // and the teams every other check uses). For debugging; the numbers then cover fewer checks.
+  const only = process.env.GPUSHARDS_E2E_ONLY;
+  if (only) runner.keepOnly(new RegExp(only), 2);
 
   let closing = false;
   const emergency = (signal: NodeJS.Signals) => {
     if (closing) return;
     closing = true;
     console.log(`\n${signal}: stopping everything this run started`);
-    void system.close({ keepWorkDir: true }).finally(() => {
+    saveLogs(system);
+    void system.close().finally(() => {
       killAllGroups();
       process.exit(130);
     });
@@ -53,25 +63,59 @@ async function main(): Promise<number> {
   if (setupOk) await runner.runAll(started + SUITE_DEADLINE_MS);
 
   const { passed, failed } = runner.summary();
-  const keep = failed > 0 || process.env.GPUSHARDS_E2E_KEEP === '1';
-  if (keep) await saveLogs(system);
+  const keepAll = process.env.GPUSHARDS_E2E_KEEP === '1';
+  if (failed > 0) await dumpDatabase(system);
+  if (failed > 0 && !keepAll) saveLogs(system);
   closing = true;
   try {
-    await system.close({ keepWorkDir: keep });
+    await system.close({ keepWorkDir: keepAll });
   } catch (error) {
     console.log(`cleanup: ${error instanceof Error ? error.message : String(error)}`);
     if (error instanceof AggregateError)
       for (const e of error.errors) console.log(`  ${String(e)}`);
   }
+  if (keepAll) console.log(`kept ${system.workDir} (GPUSHARDS_E2E_KEEP=1)`);
   killAllGroups();
   console.log(`e2e: ${((Date.now() - started) / 1000).toFixed(1)}s`);
   console.log(`${passed} passed, ${failed} failed`);
   return failed === 0 ? 0 : 1;
 }
 
-/** On failure the logs stay (the rest of the work folder is removed by close only when kept=false). */
-async function saveLogs(system: System): Promise<void> {
-  console.log(`logs kept in ${system.workDir}/logs`);
+/** For the logs of a failed run: shards, reservations and the audit trail, as JSON lines. */
+async function dumpDatabase(system: System): Promise<void> {
+  const tables: Record<string, string> = {
+    shards: 'SELECT * FROM shard ORDER BY created_at',
+    reservations: 'SELECT * FROM shard_gpu ORDER BY reserved_at',
+    gpus: 'SELECT * FROM gpu ORDER BY host_id, index',
+    audit: 'SELECT * FROM audit_event ORDER BY at, id',
+  };
+  for (const [name, sql] of Object.entries(tables)) {
+    try {
+      const rows = await system.query(sql);
+      writeFileSync(
+        join(system.workDir, 'logs', `db-${name}.jsonl`),
+        rows.map((row) => JSON.stringify(row)).join('\n') + '\n',
+      );
+    } catch (error) {
+      console.log(`could not dump ${name}: ${String(error)}`);
+    }
+  }
+}
+
+/**
+ * After a failure, every process's log is copied to test/e2e/logs/<run> (git-ignored; earlier
+ * runs' are removed) before the work folder goes.
+ */
+function saveLogs(system: System): void {
+  const root = join(REPO_ROOT, 'test/e2e/logs');
+  try {
+    rmSync(root, { recursive: true, force: true });
+    mkdirSync(root, { recursive: true });
+    cpSync(join(system.workDir, 'logs'), join(root, system.runId), { recursive: true });
+    console.log(`logs of the failed run: ${join(root, system.runId)}`);
+  } catch (error) {
+    console.log(`could not keep the logs: ${String(error)}`);
+  }
 }
 
 main().then(

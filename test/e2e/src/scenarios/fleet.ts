@@ -99,14 +99,22 @@ export function fleetChecks(runner: Runner, world: World): void {
   runner.check(
     'binpack: the fullest GPU that fits, across hosts (L4 first, then the A100 for 30g, then two L4s)',
     async () => {
-      const preview = await system.as<{
-        placementPreview: { fits: boolean; hostId: string; gpuUuids: string[] };
-      }>(
-        world.team('vision').token,
-        `query { placementPreview(input: {memoryPerGpu: "10g"}) { fits hostId gpuUuids } }`,
-      );
+      const previewOn = (n: 1 | 2) =>
+        system.as<{ placementPreview: { fits: boolean; hostId: string; gpuUuids: string[] } }>(
+          world.team('vision').token,
+          `query { placementPreview(input: {memoryPerGpu: "10g"}) { fits hostId gpuUuids } }`,
+          {},
+          n,
+        );
+      const preview = await previewOn(1);
+      const preview2 = await previewOn(2);
       const s1 = await world.runningShard('vision', { name: 'bin-1', memoryPerGpu: '10g' });
-      assert.equal(where(s1), 'b[0]', 'an empty fleet: the smallest GPUs that fit (L4)');
+      assert.equal(
+        where(s1),
+        'b[0]',
+        `an empty fleet: the smallest GPUs that fit (L4); the previews said ` +
+          `${JSON.stringify(preview)} (control plane 1), ${JSON.stringify(preview2)} (2)`,
+      );
       assert.equal(preview.placementPreview.hostId, s1.hostId, 'the preview said the same');
       assert.deepEqual(preview.placementPreview.gpuUuids, [s1.gpus[0]!.gpuUuid]);
       const s2 = await world.runningShard('vision', { name: 'bin-2', memoryPerGpu: '10g' }, 2);
@@ -374,6 +382,7 @@ export function fleetChecks(runner: Runner, world: World): void {
             p.includes(shard.id),
           );
           const view = await world.shard('vision', shard.id);
+          if (problems.length > 0) world.reportedShards.add(shard.id);
           assert.deepEqual(
             problems,
             [],

@@ -26,6 +26,12 @@ export class Runner {
     this.checks.push({ name, run, timeoutMs });
   }
 
+  /** Drops every check but the first `keepFirst` and those whose name matches. */
+  keepOnly(pattern: RegExp, keepFirst: number): void {
+    const kept = this.checks.filter((check, i) => i < keepFirst || pattern.test(check.name));
+    this.checks.splice(0, this.checks.length, ...kept);
+  }
+
   get size(): number {
     return this.checks.length;
   }

@@ -232,6 +232,9 @@ export class World {
     }
   }
 
+  /** Shards whose failure a check reported: later checks that would see it again skip them. */
+  readonly reportedShards = new Set<string>();
+
   /** Problems already reported by a failed check: later checks leave them out. */
   readonly knownProblems = new Set<string>();
 
