@@ -21,6 +21,8 @@ const tiers = [
     command: nx(['run', 'integration-tests:test', '--excludeTaskDependencies']),
   },
   { name: 'native', command: ['bash', ['native/run-tests.sh']], requires: 'native/run-tests.sh' },
+  // Three agents, two control planes, NATS, PostgreSQL and Docker as processes, with faults.
+  { name: 'e2e', command: nx(['run', 'e2e:test', '--excludeTaskDependencies']) },
   // `npm start` end to end (simulated GPUs, real Docker) and the deployment files.
   {
     name: 'one-box',
