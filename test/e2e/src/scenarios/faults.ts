@@ -298,6 +298,70 @@ export function faultChecks(runner: Runner, world: World): void {
   );
 
   runner.check(
+    'launch storm: 4 waves of 6 shards at once on host b, through both control planes, while it reconciles: every one RUNNING',
+    async () => {
+      const burst = world.team('burst');
+      const created: string[] = [];
+      for (const wave of [0, 1, 2, 3]) {
+        const responses = await Promise.all(
+          Array.from({ length: 6 }, (_, i) =>
+            graphqlResponse<{ createShard: { id: string; hostId: string } }>(
+              system.controlPlane(i % 2 === 0 ? 1 : 2).graphqlUrl,
+              burst.token,
+              `mutation ($input: CreateShardInput!) { createShard(input: $input) { id hostId } }`,
+              {
+                input: world.input({
+                  name: `storm-${wave}-${i}`,
+                  memoryPerGpu: '256m',
+                  gpuModelInclude: ['L4'],
+                }),
+              },
+            ),
+          ),
+        );
+        for (const response of responses) {
+          assert.ok(!response.errors?.length, JSON.stringify(response.errors));
+          assert.equal(response.data!.createShard.hostId, system.hostId('b'));
+          created.push(response.data!.createShard.id);
+        }
+        // The next wave while the agent's reconcile (every 4 s) still sees containers starting.
+        await sleep(1_200);
+      }
+      const ended: string[] = [];
+      for (const id of created) {
+        const shard = await waitFor(
+          `shard ${id} settled`,
+          async () => {
+            const view = await world.shard('burst', id);
+            return ['PLACED', 'STARTING'].includes(view.state) ? undefined : view;
+          },
+          60_000,
+          250,
+        );
+        if (shard.state !== 'RUNNING') {
+          ended.push(`${id}: ${shard.state} (${shard.failureReason ?? 'no reason'})`);
+          world.reportedShards.add(id);
+        } else {
+          world.track('burst', shard);
+        }
+      }
+      assert.deepEqual(ended, [], 'healthy shards ended by the control plane');
+      await world.converged();
+      for (const [i, id] of created.entries()) {
+        await system.as(
+          burst.token,
+          `mutation ($id: ID!) { deleteShard(id: $id) { state } }`,
+          { id },
+          i % 2 === 0 ? 1 : 2,
+        );
+        if (world.ledger.shards.has(id)) world.ledger.set(id, { state: 'DELETED' });
+      }
+      await world.converged();
+    },
+    120_000,
+  );
+
+  runner.check(
     'restart nats-server: both sides reconnect; a shard created during the outage runs; commands flow again',
     async () => {
       const restartedAt = Date.now();
