@@ -10,7 +10,7 @@ import { logSize, sleep, waitFor } from '../support/processes.js';
 import type { Runner } from '../support/runner.js';
 import { HOST_OFFLINE_SECONDS, MiB } from '../support/system.js';
 import type { World } from '../support/world.js';
-import { placed } from './fleet.js';
+import { earlier } from './fleet.js';
 
 const BURST = 16;
 
@@ -44,7 +44,7 @@ export function faultChecks(runner: Runner, world: World): void {
         gpuModelInclude: ['L4'],
       });
       assert.equal(launched.hostId, hostB);
-      const victim = placed.s2!;
+      const victim = earlier('s2');
       assert.equal(victim.hostId, hostB);
       assert.equal((await stop(victim.id, 2)).stopShard.state, 'STOPPING');
       // The commands find no agent; the database says what should happen.
@@ -385,7 +385,7 @@ export function faultChecks(runner: Runner, world: World): void {
       const running = await world.waitForState('vision', during.id, 'RUNNING', 45_000);
       world.track('vision', running);
       // A command after the restart reaches its agent.
-      const s5 = placed.s5!;
+      const s5 = earlier('s5');
       assert.equal((await stop(s5.id)).stopShard.state, 'STOPPING');
       await world.waitForState('vision', s5.id, 'STOPPED');
       world.ledger.set(s5.id, { state: 'STOPPED' });
@@ -496,16 +496,23 @@ export function faultChecks(runner: Runner, world: World): void {
         );
       }
       assert.equal((await system.host('c')).memory.reserved.bytes, '0');
-      const preview = await system.as<{
-        placementPreview: { fits: boolean; hosts: { hostId: string; kind: string }[] };
-      }>(
-        vision().token,
-        `query { placementPreview(input: {memoryPerGpu: "1g", gpuModelInclude: ["A100"]}) { fits hosts { hostId kind } } }`,
-      );
-      assert.equal(preview.placementPreview.fits, false);
-      assert.equal(
-        preview.placementPreview.hosts.find((h) => h.hostId === hostC)?.kind,
-        'host-draining',
+      // Drained through control plane 2; control plane 1's copy of the fleet follows within
+      // its refresh (a second).
+      let kind: string | undefined;
+      await waitFor(
+        `control plane 1 to preview host c as draining (last: ${kind})`,
+        async () => {
+          const { placementPreview } = await system.as<{
+            placementPreview: { fits: boolean; hosts: { hostId: string; kind: string }[] };
+          }>(
+            vision().token,
+            `query { placementPreview(input: {memoryPerGpu: "1g", gpuModelInclude: ["A100"]}) { fits hosts { hostId kind } } }`,
+          );
+          kind = placementPreview.hosts.find((h) => h.hostId === hostC)?.kind;
+          return !placementPreview.fits && kind === 'host-draining' ? true : undefined;
+        },
+        5_000,
+        100,
       );
       await world.converged();
 

@@ -11,10 +11,18 @@ import { findProblems } from '../support/invariants.js';
 import { sleep, waitFor } from '../support/processes.js';
 import type { Runner } from '../support/runner.js';
 import { FLEET, GiB, MiB } from '../support/system.js';
-import type { World } from '../support/world.js';
+import type { ShardRequest, World } from '../support/world.js';
 
 /** What the suite remembers between the fleet checks. */
 export const placed: Record<string, { id: string; hostId: string; containerId: string }> = {};
+
+/** A shard an earlier check placed; a clear failure when that check failed before placing it. */
+export function earlier(name: string): { id: string; hostId: string; containerId: string } {
+  const shard = placed[name];
+  if (shard === undefined)
+    throw new Error(`needs shard ${name}, which an earlier check did not place`);
+  return shard;
+}
 
 const CUDA_ERROR_OUT_OF_MEMORY = 2;
 
@@ -96,37 +104,89 @@ export function fleetChecks(runner: Runner, world: World): void {
     assert.equal(error.code, 'NOT_FOUND');
   });
 
+  /** The host key and GPU indices a control plane's placementPreview names ("b[1,2]"). */
+  const previewWhere = async (request: ShardRequest, n: 1 | 2): Promise<string> => {
+    const { placementPreview } = await system.as<{
+      placementPreview: { fits: boolean; hostId: string | null; gpuUuids: string[] };
+    }>(
+      world.team('vision').token,
+      `query ($input: PlacementInput!) { placementPreview(input: $input) { fits hostId gpuUuids } }`,
+      {
+        input: {
+          memoryPerGpu: request.memoryPerGpu,
+          ...(request.gpuCount !== undefined ? { gpuCount: request.gpuCount } : {}),
+          ...(request.placementPolicy ? { placementPolicy: request.placementPolicy } : {}),
+          ...(request.gpuModelInclude ? { gpuModelInclude: request.gpuModelInclude } : {}),
+          ...(request.gpuModelExclude ? { gpuModelExclude: request.gpuModelExclude } : {}),
+        },
+      },
+      n,
+    );
+    if (!placementPreview.fits) return 'no fit';
+    const indices = placementPreview.gpuUuids.map((uuid) => gpuIndex.get(uuid) ?? -1);
+    return `${world.keyOf(placementPreview.hostId)}${JSON.stringify(indices.sort((x, y) => x - y))}`;
+  };
+  const gpuIndex = new Map<string, number>();
+
+  /**
+   * createShard through control plane `n`, expecting it on `expected` ("b[1,2]"). Each control
+   * plane places from its own copy of the fleet, read again every second (docs/fleet-and-shards.md),
+   * so a change another control plane made may take that long to show: first its preview must
+   * name the expected GPUs (within 5 s), then the shard must land there.
+   */
+  const placedAt = async (
+    request: ShardRequest,
+    expected: string,
+    why: string,
+    n: 1 | 2 = 1,
+  ): Promise<ShardView & { hostId: string; containerId: string }> => {
+    let seen = '';
+    try {
+      await waitFor(
+        `the preview of control plane ${n}`,
+        async () => ((seen = await previewWhere(request, n)) === expected ? true : undefined),
+        5_000,
+        100,
+      );
+    } catch (error) {
+      throw new Error(`${why}: control plane ${n} still previews ${seen}, not ${expected}`, {
+        cause: error,
+      });
+    }
+    const shard = await world.runningShard('vision', request, n);
+    assert.equal(where(shard), expected, `${why} (control plane ${n}'s preview said ${seen})`);
+    return shard;
+  };
+
   runner.check(
     'binpack: the fullest GPU that fits, across hosts (L4 first, then the A100 for 30g, then two L4s)',
     async () => {
-      const previewOn = (n: 1 | 2) =>
-        system.as<{ placementPreview: { fits: boolean; hostId: string; gpuUuids: string[] } }>(
-          world.team('vision').token,
-          `query { placementPreview(input: {memoryPerGpu: "10g"}) { fits hostId gpuUuids } }`,
-          {},
-          n,
-        );
-      const preview = await previewOn(1);
-      const preview2 = await previewOn(2);
-      const s1 = await world.runningShard('vision', { name: 'bin-1', memoryPerGpu: '10g' });
-      assert.equal(
-        where(s1),
+      const { gpus } = await system.admin<{
+        gpus: { edges: { node: { uuid: string; index: number } }[] };
+      }>(`query { gpus(first: 500) { edges { node { uuid index } } } }`);
+      for (const { node } of gpus.edges) gpuIndex.set(node.uuid, node.index);
+      const s1 = await placedAt(
+        { name: 'bin-1', memoryPerGpu: '10g' },
         'b[0]',
-        `an empty fleet: the smallest GPUs that fit (L4); the previews said ` +
-          `${JSON.stringify(preview)} (control plane 1), ${JSON.stringify(preview2)} (2)`,
+        'an empty fleet: the smallest GPUs that fit (L4)',
       );
-      assert.equal(preview.placementPreview.hostId, s1.hostId, 'the preview said the same');
-      assert.deepEqual(preview.placementPreview.gpuUuids, [s1.gpus[0]!.gpuUuid]);
-      const s2 = await world.runningShard('vision', { name: 'bin-2', memoryPerGpu: '10g' }, 2);
-      assert.equal(where(s2), 'b[0]', 'the same L4 while it has room (through control plane 2)');
-      const s3 = await world.runningShard('vision', { name: 'bin-3', memoryPerGpu: '30g' });
-      assert.equal(where(s3), 'c[0]', 'no L4 holds 30g: the A100 (40g) before an H100 (80g)');
-      const s4 = await world.runningShard('vision', {
-        name: 'bin-4',
-        memoryPerGpu: '10g',
-        gpuCount: 2,
-      });
-      assert.equal(where(s4), 'b[1,2]', 'two GPUs: the fullest two that fit on one host');
+      const s2 = await placedAt(
+        { name: 'bin-2', memoryPerGpu: '10g' },
+        'b[0]',
+        'the same L4 while it has room',
+        2,
+      );
+      const s3 = await placedAt(
+        { name: 'bin-3', memoryPerGpu: '30g' },
+        'c[0]',
+        'no L4 holds 30g: the A100 (40g) before an H100 (80g)',
+      );
+      const s4 = await placedAt(
+        { name: 'bin-4', memoryPerGpu: '10g', gpuCount: 2 },
+        'b[1,2]',
+        'two GPUs: the fullest two that fit on one host',
+        2,
+      );
       assert.equal(s4.gpus.length, 2);
       Object.assign(placed, { s1, s2, s3, s4 });
       // The container sees exactly its GPUs, with its cap per GPU.
@@ -144,25 +204,20 @@ export function fleetChecks(runner: Runner, world: World): void {
   runner.check(
     'spread: the emptiest GPUs (the H100s, one after the other, then both)',
     async () => {
-      const s5 = await world.runningShard('vision', {
-        name: 'spread-1',
-        memoryPerGpu: '8g',
+      const spread = (name: string, memoryPerGpu: string, gpuCount = 1): ShardRequest => ({
+        name,
+        memoryPerGpu,
+        gpuCount,
         placementPolicy: 'SPREAD',
       });
-      assert.equal(where(s5), 'a[0]');
-      const s6 = await world.runningShard(
-        'vision',
-        { name: 'spread-2', memoryPerGpu: '8g', placementPolicy: 'SPREAD' },
+      const s5 = await placedAt(spread('spread-1', '8g'), 'a[0]', 'the emptiest: an H100');
+      const s6 = await placedAt(
+        spread('spread-2', '8g'),
+        'a[1]',
+        'the other H100, now the emptiest',
         2,
       );
-      assert.equal(where(s6), 'a[1]', 'the other H100, now the emptiest');
-      const s7 = await world.runningShard('vision', {
-        name: 'spread-3',
-        memoryPerGpu: '4g',
-        gpuCount: 2,
-        placementPolicy: 'SPREAD',
-      });
-      assert.equal(where(s7), 'a[0,1]');
+      const s7 = await placedAt(spread('spread-3', '4g', 2), 'a[0,1]', 'both H100s');
       Object.assign(placed, { s5, s6, s7 });
     },
   );
@@ -170,25 +225,23 @@ export function fleetChecks(runner: Runner, world: World): void {
   runner.check(
     'model constraints: "H100" include, "L4" exclude, all four L4s, unknown and full models',
     async () => {
-      const h100 = await world.runningShard('vision', {
-        name: 'model-h100',
-        memoryPerGpu: '20g',
-        gpuModelInclude: ['H100'],
-      });
-      assert.equal(where(h100), 'a[0]', 'only H100s; binpack takes the first of two equal ones');
-      const notL4 = await world.runningShard('vision', {
-        name: 'model-not-l4',
-        memoryPerGpu: '5g',
-        gpuModelExclude: ['L4'],
-      });
-      assert.equal(where(notL4), 'c[0]', 'no L4: the fullest of the rest, the A100');
-      const allL4 = await world.runningShard('vision', {
-        name: 'model-all-l4',
-        memoryPerGpu: '2g',
-        gpuCount: 4,
-        gpuModelInclude: ['l4'],
-      });
-      assert.equal(where(allL4), 'b[0,1,2,3]', 'case-insensitive, every L4 of host b');
+      const h100 = await placedAt(
+        { name: 'model-h100', memoryPerGpu: '20g', gpuModelInclude: ['H100'] },
+        'a[0]',
+        'only H100s; binpack takes the first of two equal ones',
+        2,
+      );
+      const notL4 = await placedAt(
+        { name: 'model-not-l4', memoryPerGpu: '5g', gpuModelExclude: ['L4'] },
+        'c[0]',
+        'no L4: the fullest of the rest, the A100',
+      );
+      const allL4 = await placedAt(
+        { name: 'model-all-l4', memoryPerGpu: '2g', gpuCount: 4, gpuModelInclude: ['l4'] },
+        'b[0,1,2,3]',
+        'case-insensitive, every L4 of host b',
+        2,
+      );
       for (const gpu of allL4.gpus) assert.equal(gpu.model, 'NVIDIA L4');
       Object.assign(placed, { h100, notL4, allL4 });
 
@@ -316,7 +369,7 @@ export function fleetChecks(runner: Runner, world: World): void {
   runner.check(
     'resize: a bigger cap reaches the running container; reservations follow',
     async () => {
-      const fill = placed.fill!;
+      const fill = earlier('fill');
       assert.equal(world.allocateIn(fill.containerId, 512 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
       const before = await world.shard('vision', fill.id);
       const { resizeShard } = await system.as<{
@@ -406,7 +459,7 @@ export function fleetChecks(runner: Runner, world: World): void {
   runner.check(
     'stop and delete: STOPPED keeps the exited container, DELETED removes it; both release',
     async () => {
-      const fill = placed.fill!;
+      const fill = earlier('fill');
       const hostBefore = await system.host(world.keyOf(fill.hostId));
       const { stopShard } = await system.as<{ stopShard: { state: string } }>(
         world.team('vision').token,
@@ -437,7 +490,7 @@ export function fleetChecks(runner: Runner, world: World): void {
         world.containersOf(fill.id).length === 0 ? true : undefined,
       );
       // A running shard deleted at once: its container goes too.
-      const s7 = placed.s7!;
+      const s7 = earlier('s7');
       await system.as(
         world.team('vision').token,
         `mutation ($id: ID!) { deleteShard(id: $id) { state } }`,
