@@ -35,7 +35,9 @@ export class ReconcileService {
             {
               shardId: shard.shardId,
               containerId: shard.containerId,
-              running: shard.state === 'RUNNING',
+              // A starting container is not a stopped one: reported as stopped, a control
+              // plane that already applied its RUNNING event would end the shard.
+              running: shard.state === 'RUNNING' || shard.state === 'STARTING',
             },
           ],
     );

@@ -691,6 +691,21 @@ for (const kind of TEST_DATABASE_KINDS) {
         await h.graphql(RESIZE, { id: shard.id, size: '10%' }, sizer.member),
         'BAD_USER_INPUT',
       );
+      // The agent reported 12 GiB in use on one GPU: a cap under it is refused.
+      await h.prisma.shardGpu.updateMany({
+        where: { shardId: shard.id, gpuUuid: grown.gpus[0]!.gpuUuid, releasedAt: null },
+        data: { usedBytes: BigInt(12 * GiB) },
+      });
+      const belowUsage = await h.graphql(RESIZE, { id: shard.id, size: '5g' }, sizer.member);
+      assertError(belowUsage, 'CONFLICT');
+      assert.match(
+        belowUsage.errors![0]!.message,
+        /holds 12 GiB on GPU .*free memory in the shard first/,
+      );
+      await h.prisma.shardGpu.updateMany({
+        where: { shardId: shard.id, releasedAt: null },
+        data: { usedBytes: 0n },
+      });
       assert.deepEqual(await shardRowCounts(h), before);
       const shrunk = assertOk(
         await h.graphql<{ resizeShard: ShardResult }>(

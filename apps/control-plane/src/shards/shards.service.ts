@@ -609,6 +609,16 @@ export class ShardsService {
       const live = await tx.$queryRaw<{ uuid: string; usedBytes: bigint }[]>`
         SELECT gpu_uuid AS uuid, used_bytes AS "usedBytes" FROM shard_gpu
          WHERE shard_id = ${shardId}::uuid AND released_at IS NULL ORDER BY gpu_uuid`;
+      // The agent refuses a cap under what the container holds, and the reservation must
+      // never shrink under it either (the freed bytes would be placed twice).
+      const heldPastCap = live.find((gpu) => gpu.usedBytes > newLimit);
+      if (heldPastCap !== undefined) {
+        throw new ConflictError(
+          `shard ${id} holds ${formatSize(Number(heldPastCap.usedBytes))} on GPU ` +
+            `${heldPastCap.uuid}, more than the ${formatSize(Number(newLimit))} cap ` +
+            `${formatSize(Number(newBytes))} per GPU would give it; free memory in the shard first`,
+        );
+      }
       const uuids = live.map((gpu) => gpu.uuid);
       const changed = await tx.$queryRaw<{ uuid: string }[]>`
         UPDATE gpu SET reserved_bytes = reserved_bytes + ${delta}
