@@ -32,5 +32,5 @@ export {
   type PrismaFolder,
 } from './migrations/migration-files.js';
 export { DATABASE_CONFIG, PrismaService } from './prisma.service.js';
-export { lockTeamForUpdate } from './team-lock.js';
+export { lockTeamForUpdate, lockTeamsForUpdate } from './team-lock.js';
 export * from './generated/client.js';

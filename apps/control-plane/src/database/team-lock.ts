@@ -22,3 +22,21 @@ export async function lockTeamForUpdate(
   // executeRaw, not queryRaw: the function returns `void`, which the PGlite adapter cannot read.
   await tx.$executeRaw`SELECT pg_advisory_xact_lock(${TEAM_LOCK_SPACE}::int4, hashtext(${teamId}))`;
 }
+
+/**
+ * lockTeamForUpdate for several teams at once (a batch of createShard calls): one statement
+ * that takes the locks in key order, so two transactions locking overlapping sets always
+ * queue behind each other instead of deadlocking. The caller must read what the locks guard
+ * in a later statement: under READ COMMITTED a statement sees the database as it was when it
+ * started, before it waited for the locks.
+ */
+export async function lockTeamsForUpdate(
+  tx: Prisma.TransactionClient,
+  teamIds: readonly string[],
+): Promise<void> {
+  if (teamIds.length === 0) return;
+  await tx.$executeRaw`
+    SELECT pg_advisory_xact_lock(${TEAM_LOCK_SPACE}::int4, key)
+      FROM (SELECT DISTINCT hashtext(id) AS key FROM unnest(${[...teamIds]}::text[]) AS id
+             ORDER BY key) AS keys`;
+}

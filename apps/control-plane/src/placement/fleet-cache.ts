@@ -134,14 +134,6 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     return this.hostList;
   }
 
-  /** The fleet as last read plus this process's commits, without in-flight picks. */
-  committedHosts(): Host[] {
-    return this.hostList.map((host) => ({
-      ...host,
-      gpus: host.gpus.map((gpu) => ({ ...gpu, reservedBytes: bytes(gpu.committedBytes) })),
-    }));
-  }
-
   /** The most GPUs any host has (whatever its state), 0 for an empty fleet. */
   maxGpusPerHost(): number {
     return this.largestHostGpus;
@@ -207,28 +199,68 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     );
   }
 
-  /** Reads one host and its GPUs again (inside a transaction, after a conditional update missed). */
-  async reloadHost(reader: DatabaseReader, id: string): Promise<void> {
+  /**
+   * Reads these hosts and their GPUs again, after a conditional update on them missed
+   * (another control plane took their GPUs first). Inside a transaction, `uncommitted` names
+   * what that transaction itself added to GPUs' reserved bytes: the rows already include it,
+   * while the cache still counts it as held until the transaction ends.
+   */
+  async reloadHosts(
+    reader: DatabaseReader,
+    ids: readonly string[],
+    uncommitted: ReadonlyMap<string, number> = new Map(),
+  ): Promise<void> {
+    if (ids.length === 0) return;
     const hosts = await reader.$queryRaw<HostRow[]>`
       SELECT id, name, state::text AS state, labels,
              context_overhead_bytes AS "contextOverheadBytes"
-        FROM host WHERE id = ${id}`;
+        FROM host WHERE id = ANY(${[...ids]}::text[])`;
     const gpus = await reader.$queryRaw<GpuRow[]>`
       SELECT uuid, host_id AS "hostId", index, model, total_bytes AS "totalBytes",
              reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio"
-        FROM gpu WHERE host_id = ${id} AND missing_since IS NULL`;
-    const row = hosts[0];
-    const old = this.hostsById.get(id);
-    if (row === undefined) {
-      if (old !== undefined) this.replaceHosts(this.hostList.filter((host) => host !== old));
-      return;
+        FROM gpu WHERE host_id = ANY(${[...ids]}::text[]) AND missing_since IS NULL`;
+    const committed = (gpu: GpuRow): GpuRow => ({
+      ...gpu,
+      reservedBytes: Number(gpu.reservedBytes) - (uncommitted.get(gpu.uuid) ?? 0),
+    });
+    let replaced = this.hostList;
+    for (const id of ids) {
+      const row = hosts.find((host) => host.id === id);
+      const old = this.hostsById.get(id);
+      if (row === undefined && old === undefined) continue;
+      const rows = gpus.filter((gpu) => gpu.hostId === id).map(committed);
+      if (row !== undefined && old !== undefined && this.updateInPlace(old, row, rows)) continue;
+      replaced = replaced.filter((host) => host.id !== id);
+      if (row !== undefined) replaced.push(this.toHost(row, rows));
     }
-    const fresh = this.toHost(row, gpus);
-    this.replaceHosts(
-      old === undefined
-        ? [...this.hostList, fresh].sort((a, b) => (a.id < b.id ? -1 : 1))
-        : this.hostList.map((host) => (host === old ? fresh : host)),
-    );
+    if (replaced !== this.hostList) {
+      this.replaceHosts(replaced.sort((a, b) => (a.id < b.id ? -1 : 1)));
+    }
+  }
+
+  /**
+   * A host whose GPUs are the ones cached takes its state and reserved bytes from the rows
+   * without being replaced; false when it changed otherwise (it must be replaced).
+   */
+  private updateInPlace(host: CachedHost, row: HostRow, gpus: readonly GpuRow[]): boolean {
+    const same =
+      host.name === row.name &&
+      host.contextOverheadBytes === Number(row.contextOverheadBytes) &&
+      JSON.stringify(host.labels) === JSON.stringify(stringRecord(row.labels)) &&
+      gpus.length === host.gpus.length &&
+      gpus.every(
+        (gpu) =>
+          this.gpusByUuid.get(gpu.uuid) !== undefined &&
+          host.gpus.includes(this.gpusByUuid.get(gpu.uuid)!),
+      );
+    if (!same) return false;
+    host.state = row.state;
+    for (const gpu of gpus) {
+      const cached = this.gpusByUuid.get(gpu.uuid)!;
+      cached.committedBytes = Number(gpu.reservedBytes);
+      this.recount(cached);
+    }
+    return true;
   }
 
   /** Counts `size` more reserved on each GPU for this process's placements until `release`. */

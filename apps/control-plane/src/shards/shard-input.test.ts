@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { nextShardState } from '../fleet/fleet.service.js';
-import { CreateAdmission } from './create-admission.js';
 import { imageReferenceProblem } from './shard-input.js';
 
 describe('image references', () => {
@@ -65,48 +64,5 @@ describe('shard state from agent reports', () => {
     for (const finished of ['STOPPED', 'EXITED', 'FAILED', 'DELETED'] as const) {
       assert.equal(nextShardState(finished, 'RUNNING'), undefined, finished);
     }
-  });
-});
-
-describe('create admission', () => {
-  it('runs one job per team at a time and at most `limit` at once', async () => {
-    const admission = new CreateAdmission(2);
-    let running = 0;
-    let most = 0;
-    const perTeam = new Map<string, number>();
-    const order: string[] = [];
-    const job = (team: string, label: string) =>
-      admission.run(team, async () => {
-        running++;
-        perTeam.set(team, (perTeam.get(team) ?? 0) + 1);
-        most = Math.max(most, running);
-        assert.equal(perTeam.get(team), 1, `one ${team} job at a time`);
-        await new Promise((resolve) => setTimeout(resolve, 5));
-        order.push(label);
-        perTeam.set(team, perTeam.get(team)! - 1);
-        running--;
-        return label;
-      });
-    const results = await Promise.all([
-      job('a', 'a1'),
-      job('a', 'a2'),
-      job('b', 'b1'),
-      job('c', 'c1'),
-      job('a', 'a3'),
-    ]);
-    assert.deepEqual(results, ['a1', 'a2', 'b1', 'c1', 'a3']);
-    assert.equal(most, 2);
-    assert.ok(
-      order.indexOf('a1') < order.indexOf('a2') && order.indexOf('a2') < order.indexOf('a3'),
-    );
-  });
-
-  it('a failing job lets the next one of its team run', async () => {
-    const admission = new CreateAdmission(1);
-    await assert.rejects(
-      admission.run('a', () => Promise.reject(new Error('boom'))),
-      /boom/,
-    );
-    assert.equal(await admission.run('a', async () => 'next'), 'next');
   });
 });

@@ -46,6 +46,9 @@ const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
 const MAX_ENV_KEY_LENGTH = 256;
 const LABEL_KEY = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
 const CONTROL_CHARACTER = /\p{Cc}/u;
+/** Half of a surrogate pair alone: JavaScript strings may hold one, PostgreSQL text may not. */
+const LONE_SURROGATE = /\p{Cs}/u;
+const NOT_UNICODE = 'is not valid Unicode text: it holds an unpaired surrogate (\\ud800-\\udfff)';
 const PRINTABLE_ASCII = /^[\x21-\x7e]+$/;
 
 // The reference grammar of the distribution project (docker pull), as one pattern:
@@ -127,6 +130,8 @@ function checkSelector(
         `${field}[${i}].value`,
         `must be at most ${MAX_LABEL_VALUE_LENGTH} characters, without control characters`,
       );
+    } else if (LONE_SURROGATE.test(value)) {
+      check.problem(`${field}[${i}].value`, NOT_UNICODE);
     }
     selector[key] = value;
   });
@@ -140,7 +145,8 @@ function checkEnv(
 ): Record<string, string> {
   const env: Record<string, string> = {};
   let syntaxOk = true;
-  entries.forEach(({ name }, i) => {
+  entries.forEach(({ name, value }, i) => {
+    if (LONE_SURROGATE.test(value)) check.problem(`${field}[${i}].value`, NOT_UNICODE);
     if (name.length === 0 || name.length > MAX_ENV_KEY_LENGTH) {
       check.problem(`${field}[${i}].name`, `must be 1 to ${MAX_ENV_KEY_LENGTH} characters long`);
       syntaxOk = false;
@@ -165,6 +171,9 @@ function checkEnv(
 
 function checkCommand(check: InputCheck, field: string, command: readonly string[]): string[] {
   if (command.length === 0) return [];
+  command.forEach((argument, i) => {
+    if (LONE_SURROGATE.test(argument)) check.problem(`${field}[${i}]`, NOT_UNICODE);
+  });
   const parsed = shardLaunchSpecSchema.shape.command.safeParse(command);
   if (!parsed.success) {
     for (const message of new Set(parsed.error.issues.map((issue) => issue.message))) {

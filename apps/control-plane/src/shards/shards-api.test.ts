@@ -12,6 +12,7 @@ import {
   assertOk,
   createShard,
   createTestTeam,
+  errorCode,
   GiB,
   gpuUuidOf,
   MiB,
@@ -244,6 +245,18 @@ for (const kind of TEST_DATABASE_KINDS) {
         ['teamId injection', { teamId: INJECTION }, 'input.teamId'],
         ['idempotency key with spaces', { idempotencyKey: 'a b' }, 'input.idempotencyKey'],
         ['command with NUL', { command: ['sh', 'a\u0000b'] }, 'input.command'],
+        ['command with a lone surrogate', { command: ['sh', 'a\ud800'] }, 'input.command[1]'],
+        [
+          'env value with a lone surrogate',
+          { env: [{ name: 'A', value: '\udc00' }] },
+          'input.env[0].value',
+          /unpaired surrogate/,
+        ],
+        [
+          'selector value with a lone surrogate',
+          { hostSelector: [{ key: 'zone', value: 'x\ud800y' }] },
+          'input.hostSelector[0].value',
+        ],
         ['model term injection', { gpuModelInclude: [INJECTION] }, 'input.gpuModelInclude[0]'],
       ];
       for (const [what, input, field, message] of cases) {
@@ -391,6 +404,67 @@ for (const kind of TEST_DATABASE_KINDS) {
       // The key is per team: another team may use it.
       const other = assertOk(await createShard(h, beta.member, input)).createShard;
       assert.notEqual(other.id, first.id);
+    });
+
+    it('concurrent calls share a transaction and are decided in arrival order: exactly the quota is placed', async () => {
+      await registerPool('burst', ['burst-1', 'burst-2']);
+      const burst = await createTestTeam(h, 'burst', { maxShards: 3 });
+      const before = await shardRowCounts(h);
+      const responses = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          createShard(h, burst.member, {
+            name: `burst-${i}`,
+            memoryPerGpu: '1g',
+            hostSelector: [{ key: 'pool', value: 'burst' }],
+          }),
+        ),
+      );
+      const codes = responses.map((r) => errorCode(r) ?? 'OK').sort();
+      assert.deepEqual(codes, [...Array(3).fill('OK'), ...Array(7).fill('QUOTA_EXCEEDED')]);
+      const after = await shardRowCounts(h);
+      assert.equal(after.shards - before.shards, 3);
+      assert.equal(after.reservations - before.reservations, 3);
+      assert.equal(await h.prisma.shard.count({ where: { teamId: burst.id } }), 3);
+      // Racing calls under one key for different shards: one is placed, the others CONFLICT.
+      const keyed = await Promise.all(
+        ['1g', '2g', '1g'].map((memoryPerGpu) =>
+          createShard(h, alpha.member, {
+            idempotencyKey: 'burst-key',
+            memoryPerGpu,
+            hostSelector: [{ key: 'pool', value: 'burst' }],
+          }),
+        ),
+      );
+      const placed = keyed.filter((r) => errorCode(r) === undefined);
+      assert.ok(placed.length >= 1, JSON.stringify(keyed.map(errorCode)));
+      assert.equal(new Set(placed.map((r) => assertOk(r).createShard.id)).size, 1);
+      for (const r of keyed) assert.ok(errorCode(r) === undefined || errorCode(r) === 'CONFLICT');
+      assert.equal(await h.prisma.shard.count({ where: { idempotencyKey: 'burst-key' } }), 1);
+    });
+
+    it('GPUs taken behind the cache (another control plane): placed on another GPU in the same call, NO_CAPACITY once none is left', async () => {
+      await registerPool('behind', ['behind-1']);
+      const [first, second] = [gpuUuidOf('behind-1', 0), gpuUuidOf('behind-1', 1)];
+      // Binpack on two empty GPUs takes #0: take it in the database only.
+      await h.prisma.$executeRaw`UPDATE gpu SET reserved_bytes = total_bytes WHERE uuid = ${first}`;
+      const input = { memoryPerGpu: '8g', hostSelector: [{ key: 'pool', value: 'behind' }] };
+      const shard = assertOk(await createShard(h, alpha.member, input)).createShard;
+      assert.deepEqual(
+        shard.gpus.map((gpu) => gpu.gpuUuid),
+        [second],
+      );
+      assert.equal(await reservedOn(h, first), 80 * GiB, 'the taken GPU was given nothing');
+      await h.prisma
+        .$executeRaw`UPDATE gpu SET reserved_bytes = total_bytes WHERE uuid = ${second}`;
+      const before = await shardRowCounts(h);
+      assertError(await createShard(h, alpha.member, input), 'NO_CAPACITY');
+      assert.deepEqual(await shardRowCounts(h), before, 'nothing written');
+      // Back to what the live reservations hold, for the invariant checks of later tests.
+      await h.prisma.$executeRaw`
+        UPDATE gpu SET reserved_bytes = coalesce((SELECT sum(reserved_bytes) FROM shard_gpu
+                                                   WHERE gpu_uuid = gpu.uuid AND released_at IS NULL), 0)
+         WHERE host_id = 'behind-1'`;
+      assert.equal(await reservedOn(h, second), Number(shard.limitPerGpu.bytes));
     });
 
     it('team isolation: another team cannot see, list, stop, resize or delete a shard', async () => {

@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { PlacementModule } from '../placement/placement.module.js';
 import { TeamsModule } from '../teams/teams.module.js';
+import { ShardCreator } from './shard-creator.js';
 import { ShardLifecycle } from './shard-lifecycle.js';
 import { ShardsResolver } from './shards.resolver.js';
 import { ShardsService } from './shards.service.js';
@@ -11,7 +12,7 @@ import { ShardsService } from './shards.service.js';
  */
 @Module({
   imports: [PlacementModule, TeamsModule],
-  providers: [ShardsService, ShardLifecycle, ShardsResolver],
+  providers: [ShardsService, ShardCreator, ShardLifecycle, ShardsResolver],
   exports: [ShardsService, ShardLifecycle],
 })
 export class ShardsModule {}

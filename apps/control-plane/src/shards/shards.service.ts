@@ -1,65 +1,33 @@
-import { Inject, Injectable } from '@nestjs/common';
-import {
-  bytes,
-  effectiveGpuModelFilter,
-  evaluateQuota,
-  type GpuModelFilter,
-  type Placed,
-  type PlacementRequest,
-  type QuotaDenial,
-  type QuotaPolicy,
-  type TeamUsage,
-} from '@gpushards/limits';
-import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import { bytes, evaluateQuota, type QuotaPolicy, type TeamUsage } from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
 import { AuditService } from '../audit/audit.service.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible, canSeeTeam } from '../auth/team-scope.js';
-import {
-  DEFAULT_POOL_SIZE,
-  lockTeamForUpdate,
-  postgresErrorCode,
-  isUniqueViolation,
-  Prisma,
-  PrismaService,
-  type ShardState,
-} from '../database/index.js';
+import { lockTeamForUpdate, Prisma, PrismaService, type ShardState } from '../database/index.js';
 import {
   BadUserInputError,
   ConflictError,
   NoCapacityError,
   NotFoundError,
-  QuotaExceededError,
   type FieldProblem,
 } from '../errors/domain-errors.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
 import { encodeCursor, pageRequest, type ConnectionShape } from '../graphql/connection.js';
 import { sizeOf } from '../graphql/size.model.js';
-import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
-import { PlacementMetrics, type PlacementOutcome } from '../placement/placement-metrics.js';
-import {
-  noCapacityError,
-  PlacementService,
-  takeCapacityCtes,
-  type FleetView,
-  type PlacementHolds,
-  type ReserveRow,
-} from '../placement/placement.service.js';
-import { LIVE_SHARD_STATES } from '../teams/teams.service.js';
+import { noCapacityError, PlacementService } from '../placement/placement.service.js';
 import { formatSize } from '../validation/sizes.js';
 import { checkId } from '../validation/input.js';
-import { CreateAdmission } from './create-admission.js';
-import { launchSpecOf } from './launch-spec.js';
+import { ShardCreator } from './shard-creator.js';
 import { CommitEffects, ShardLifecycle } from './shard-lifecycle.js';
 import {
   checkCreateShardInput,
   checkMemoryPerGpu,
   checkPlacementInput,
   type PlacementRequestInput,
-  type ShardRequest,
 } from './shard-input.js';
-import { isReserving, SHARD_COLUMNS, stringRecord, type ShardRecord } from './shard-record.js';
+import { isReserving, SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
 import {
   shardView,
   type CreateShardInput,
@@ -69,47 +37,17 @@ import {
   type ShardGpu,
   type ShardsArgs,
 } from './shard.model.js';
-
-/**
- * Transactions a createShard may run: the first on the cached fleet, then on a freshly read
- * one when the first found no room or kept losing races; deadlocks are retried too.
- */
-const MAX_CREATE_ROUNDS = 4;
-
-/**
- * Transaction timing for createShard: waiting for a pooled connection (admission keeps this
- * short) and the whole transaction.
- */
-const CREATE_TRANSACTION_OPTIONS = { maxWait: 10_000, timeout: 20_000 };
-
-/** Connections left to everything else (authentication, reads, agents) while creates run. */
-const CONNECTIONS_KEPT_FOR_OTHERS = 2;
+import {
+  placementRequestOf,
+  quotaError,
+  quotaPolicyOf,
+  readTeamState,
+  usageOf,
+} from './team-quota.js';
 
 /** Default seconds between SIGTERM and SIGKILL for stopShard. */
 export const DEFAULT_STOP_GRACE_SECONDS = 30;
 const MAX_STOP_GRACE_SECONDS = 600;
-
-/** The placement on the cached fleet found nothing (or lost every race): read the fleet again. */
-class NeedFreshFleet extends Error {}
-
-/** PostgreSQL's deadlock and serialization failures: the transaction may simply run again. */
-function isTransient(error: unknown): boolean {
-  const code = postgresErrorCode(error);
-  return code === '40P01' || code === '40001';
-}
-
-interface TeamState {
-  readonly hasPolicy: boolean;
-  readonly maxTotalBytes: bigint | null;
-  readonly maxShards: number | null;
-  readonly maxBytesPerShard: bigint | null;
-  readonly maxGpusPerShard: number | null;
-  readonly allowedGpuModels: string[] | null;
-  readonly priority: number | null;
-  readonly shardCount: number;
-  readonly reservedBytes: bigint;
-  readonly existingId: string | null;
-}
 
 interface GpuRow {
   gpuUuid: string;
@@ -123,168 +61,31 @@ interface GpuRow {
 
 @Injectable()
 export class ShardsService {
-  private readonly logger: Logger;
-  private readonly admission: CreateAdmission;
-
   constructor(
     private readonly prisma: PrismaService,
     private readonly audit: AuditService,
     private readonly placement: PlacementService,
     private readonly cache: FleetCache,
+    private readonly creator: ShardCreator,
     private readonly lifecycle: ShardLifecycle,
-    private readonly metrics: PlacementMetrics,
     private readonly events: ShardEventBus,
-    @Inject(LOGGER) logger: Logger,
-  ) {
-    this.logger = logger.child({ module: 'shards' });
-    const connections =
-      prisma.backendKind === 'pglite' ? 1 : (prisma.config.poolSize ?? DEFAULT_POOL_SIZE);
-    this.admission = new CreateAdmission(Math.max(1, connections - CONNECTIONS_KEPT_FOR_OTHERS));
-  }
+  ) {}
 
   // -------------------------------------------------------------------------------------
   // createShard
 
   /**
-   * Validates, then in one transaction: team lock, idempotency, quota, placement with the
-   * conditional reservation, the shard row (PLACED) and its audit event. After commit the
-   * host's agent is told to launch it.
+   * Validates, then hands the call to ShardCreator: in one transaction (shared with other
+   * calls that arrive meanwhile) team lock, idempotency, quota, placement with the conditional
+   * reservation, the shard row (PLACED) and its audit event. After commit the host's agent is
+   * told to launch it.
    */
   async create(caller: Caller, input: CreateShardInput): Promise<ShardRecord> {
     const started = performance.now();
     const request = checkCreateShardInput(input);
     const teamId = targetTeam(caller, input.teamId);
     await this.checkAgainstFleet(request, started);
-    let outcome: PlacementOutcome = 'error';
-    try {
-      const created = await this.admission.run(teamId, () =>
-        this.createWithRetries(caller, teamId, request, started),
-      );
-      outcome = created.replayed ? 'replayed' : 'placed';
-      return created.shard;
-    } catch (error) {
-      if (error instanceof QuotaExceededError) outcome = 'quota_exceeded';
-      if (error instanceof NoCapacityError) outcome = 'no_capacity';
-      throw error;
-    } finally {
-      this.metrics.observe(outcome, (performance.now() - started) / 1000);
-    }
-  }
-
-  private async createWithRetries(
-    caller: Caller,
-    teamId: string,
-    request: ShardRequest,
-    started: number,
-  ): Promise<{ shard: ShardRecord; replayed: boolean }> {
-    let view: FleetView = 'cached';
-    for (let round = 1; ; round++) {
-      const holds = this.placement.holds();
-      const effects = new CommitEffects();
-      try {
-        const result = await this.prisma.$transaction(
-          (tx) => this.createIn(tx, caller, teamId, request, view, holds, effects),
-          CREATE_TRANSACTION_OPTIONS,
-        );
-        holds.settle(true);
-        this.lifecycle.afterCommit(effects);
-        if (!result.replayed) {
-          this.logger.debug(
-            {
-              shardId: result.shard.id,
-              teamId,
-              hostId: result.shard.hostId,
-              actorTokenId: caller.tokenId,
-            },
-            'shard placed',
-          );
-        }
-        return result;
-      } catch (error) {
-        holds.settle(false);
-        if (round < MAX_CREATE_ROUNDS && error instanceof NeedFreshFleet) {
-          await this.cache.refreshedSince(started);
-          view = 'fresh';
-          continue;
-        }
-        if (round < MAX_CREATE_ROUNDS && isTransient(error)) continue;
-        if (isUniqueViolation(error) && request.idempotencyKey !== null) {
-          const existing = await this.findByIdempotencyKey(teamId, request.idempotencyKey);
-          if (existing !== undefined)
-            return { shard: this.replay(existing, request), replayed: true };
-        }
-        if (error instanceof NeedFreshFleet) {
-          throw new ConflictError(
-            'the GPUs this shard could take kept being taken by other requests; try again',
-          );
-        }
-        throw error;
-      }
-    }
-  }
-
-  private async createIn(
-    tx: Prisma.TransactionClient,
-    caller: Caller,
-    teamId: string,
-    request: ShardRequest,
-    view: FleetView,
-    holds: PlacementHolds,
-    effects: CommitEffects,
-  ): Promise<{ shard: ShardRecord; replayed: boolean }> {
-    await lockTeamForUpdate(tx, teamId);
-    const team = await readTeamState(tx, teamId, request.idempotencyKey);
-    if (team === undefined) throw new NotFoundError('team', teamId);
-    if (team.existingId !== null) {
-      const rows = await tx.$queryRaw<ShardRecord[]>`
-        SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ${team.existingId}::uuid`;
-      return { shard: this.replay(rows[0]!, request), replayed: true };
-    }
-    const policy = quotaPolicyOf(team);
-    const decision = evaluateQuota(request, usageOf(team), policy);
-    if (!decision.allowed) throw quotaError(decision);
-    const placementRequest = placementRequestOf(request, policy);
-    const shardId = randomUUID();
-    // One round trip: the conditional GPU update, the shard, its reservations and the audit
-    // row, written only when every chosen GPU had room.
-    const result = await this.placement.reserve<ShardRecord & ReserveRow>(
-      tx,
-      placementRequest,
-      view,
-      holds,
-      (placed) => insertShardStatement(caller, teamId, shardId, request, placed),
-    );
-    if (result.kind === 'contended') throw new NeedFreshFleet();
-    if (result.kind === 'no-fit') {
-      if (view === 'fresh') throw noCapacityError(result);
-      throw new NeedFreshFleet();
-    }
-    const { takenUuids: _taken, ...shard } = result.row!;
-    effects.changes.push({ shard, previousState: null, state: 'PLACED', at: shard.createdAt });
-    const spec = launchSpecOf(shard, result.gpuUuids);
-    effects.command({ shardId, hostId: result.hostId, command: 'launch' }, (commands) =>
-      commands.launch(result.hostId, spec),
-    );
-    return { shard, replayed: false };
-  }
-
-  /** The first shard of an idempotency key, if the retry asks for the same shard. */
-  private replay(existing: ShardRecord, request: ShardRequest): ShardRecord {
-    if (fingerprintOfRecord(existing) !== fingerprintOfRequest(request)) {
-      throw new ConflictError(
-        `idempotency key "${request.idempotencyKey}" was used for a different shard (${existing.id}); use a new key`,
-      );
-    }
-    return existing;
-  }
-
-  private async findByIdempotencyKey(
-    teamId: string,
-    key: string,
-  ): Promise<ShardRecord | undefined> {
-    const rows = await this.prisma.$queryRaw<ShardRecord[]>`
-      SELECT ${SHARD_COLUMNS} FROM shard WHERE team_id = ${teamId}::uuid AND idempotency_key = ${key}`;
-    return rows[0];
+    return (await this.creator.create(caller, teamId, request, started)).shard;
   }
 
   /**
@@ -405,13 +206,13 @@ export class ShardsService {
     let policy: QuotaPolicy | undefined;
     let quotaProblem: string | null = null;
     if (teamId !== undefined) {
-      const team = await readTeamState(this.prisma, teamId, null);
+      const team = await readTeamState(this.prisma, teamId);
       if (team === undefined) throw new NotFoundError('team', teamId);
       policy = quotaPolicyOf(team);
       const decision = evaluateQuota(request, usageOf(team), policy);
       if (!decision.allowed) quotaProblem = decision.message;
     }
-    const result = this.placement.preview(placementRequestOf(request, policy));
+    const result = this.placement.place(placementRequestOf(request, policy));
     if (result.kind === 'placed') {
       const host = this.cache.hosts().find((h) => h.id === result.hostId);
       return {
@@ -589,7 +390,7 @@ export class ShardsService {
       }
       if (newBytes === shard.bytesPerGpu) return shard;
       if (newBytes > shard.bytesPerGpu) {
-        const team = await readTeamState(tx, shard.teamId, null);
+        const team = await readTeamState(tx, shard.teamId);
         if (team === undefined) throw new NotFoundError('team', shard.teamId);
         const usage = usageOf(team);
         const withoutThis: TeamUsage = {
@@ -721,134 +522,6 @@ function targetTeam(caller: Caller, teamId: string | null | undefined): string {
   return id;
 }
 
-async function readTeamState(
-  reader: Pick<Prisma.TransactionClient, '$queryRaw'>,
-  teamId: string,
-  idempotencyKey: string | null,
-): Promise<TeamState | undefined> {
-  const rows = await reader.$queryRaw<TeamState[]>`
-    SELECT quota.team_id IS NOT NULL AS "hasPolicy",
-           quota.max_total_bytes AS "maxTotalBytes", quota.max_shards AS "maxShards",
-           quota.max_bytes_per_shard AS "maxBytesPerShard",
-           quota.max_gpus_per_shard AS "maxGpusPerShard",
-           quota.allowed_gpu_models AS "allowedGpuModels", quota.priority,
-           held.shards AS "shardCount", held.bytes AS "reservedBytes",
-           (SELECT id::text FROM shard
-             WHERE team_id = team.id AND idempotency_key = ${idempotencyKey}) AS "existingId"
-      FROM team
-      LEFT JOIN quota_policy quota ON quota.team_id = team.id
-      CROSS JOIN LATERAL (
-        SELECT count(*)::int AS shards,
-               coalesce(sum(bytes_per_gpu * gpu_count), 0)::bigint AS bytes
-          FROM shard
-         WHERE shard.team_id = team.id
-           AND shard.state = ANY(${[...LIVE_SHARD_STATES]}::shard_state[])
-      ) held
-     WHERE team.id = ${teamId}::uuid`;
-  return rows[0];
-}
-
-/**
- * The statement of a createShard (see ReserveStatement): the conditional GPU update, then, only
- * if it took every GPU, the shard (PLACED), its reservations and its audit row "shard.create".
- */
-function insertShardStatement(
-  caller: Caller,
-  teamId: string,
-  shardId: string,
-  request: ShardRequest,
-  placed: Placed,
-): Prisma.Sql {
-  const limit = BigInt(placed.reservedBytesPerGpu);
-  const details = {
-    name: request.name,
-    image: request.image,
-    hostId: placed.hostId,
-    gpuUuids: [...placed.gpuUuids],
-    bytesPerGpu: String(request.bytesPerGpu),
-    limitBytesPerGpu: String(placed.reservedBytesPerGpu),
-    gpuCount: request.gpuCount,
-    idempotencyKey: request.idempotencyKey,
-  };
-  return Prisma.sql`
-    WITH ${takeCapacityCtes(placed)},
-    complete AS (
-      SELECT count(*) = ${placed.gpuUuids.length} AS ok FROM taken
-    ), inserted AS (
-      INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
-                         limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
-                         host_selector, placement_policy, state, host_id, idempotency_key,
-                         updated_at)
-      SELECT ${shardId}::uuid, ${teamId}::uuid, ${request.name}, ${request.image},
-             ${request.command}::text[], ${JSON.stringify(request.env)}::jsonb,
-             ${BigInt(request.bytesPerGpu)}, ${request.gpuCount}, ${limit},
-             ${request.gpuModel.include}::text[], ${request.gpuModel.exclude}::text[],
-             ${JSON.stringify(request.hostSelector)}::jsonb,
-             ${request.policy}::placement_policy, 'PLACED', ${placed.hostId},
-             ${request.idempotencyKey}, now()
-       WHERE (SELECT ok FROM complete)
-      RETURNING *
-    ), reservations AS (
-      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
-      SELECT ${shardId}::uuid, uuid, ${limit}, now() FROM taken WHERE (SELECT ok FROM complete)
-    ), audit AS (
-      INSERT INTO audit_event (id, actor_token_id, actor_role, team_id, action, target_type,
-                               target_id, details)
-      SELECT ${randomUUID()}::uuid, ${caller.tokenId}::uuid, ${caller.role}::token_role,
-             ${teamId}::uuid, 'shard.create', 'Shard', ${shardId}, ${JSON.stringify(details)}::jsonb
-       WHERE (SELECT ok FROM complete)
-    )
-    SELECT (SELECT array_agg(uuid) FROM taken) AS "takenUuids", ${SHARD_COLUMNS}
-      FROM (SELECT 1) AS one LEFT JOIN inserted AS shard ON true`;
-}
-
-/**
- * The team's policy in libs/limits terms. No policy row: the team may place nothing (every
- * limit 0). An empty allowedGpuModels column means every model.
- */
-function quotaPolicyOf(team: TeamState): QuotaPolicy {
-  if (!team.hasPolicy) {
-    return { maxShards: 0, maxTotalBytes: bytes(0), priority: 0 };
-  }
-  return {
-    maxTotalBytes: bytes(Number(team.maxTotalBytes ?? 0n)),
-    maxShards: team.maxShards ?? 0,
-    maxBytesPerShard: bytes(Number(team.maxBytesPerShard ?? 0n)),
-    ...(team.maxGpusPerShard === null ? {} : { maxGpusPerShard: team.maxGpusPerShard }),
-    ...(team.allowedGpuModels === null || team.allowedGpuModels.length === 0
-      ? {}
-      : { allowedGpuModels: team.allowedGpuModels }),
-    priority: team.priority ?? 0,
-  };
-}
-
-function usageOf(team: TeamState): TeamUsage {
-  return { reservedBytes: bytes(Number(team.reservedBytes)), shardCount: team.shardCount };
-}
-
-function quotaError(denial: QuotaDenial): QuotaExceededError {
-  const { allowed: _allowed, code: _code, message, ...numbers } = denial;
-  return new QuotaExceededError(message, numbers);
-}
-
-function placementRequestOf(
-  request: PlacementRequestInput,
-  policy: QuotaPolicy | undefined,
-): PlacementRequest {
-  let gpuModel: GpuModelFilter = request.gpuModel;
-  if (policy !== undefined) {
-    const effective = effectiveGpuModelFilter(request.gpuModel, policy);
-    if (effective.ok) gpuModel = effective.filter;
-  }
-  return {
-    bytesPerGpu: bytes(request.bytesPerGpu),
-    gpuCount: request.gpuCount,
-    gpuModel,
-    hostSelector: request.hostSelector,
-    policy: request.policy === 'SPREAD' ? 'spread' : 'binpack',
-  };
-}
-
 async function hostIsOffline(
   tx: Prisma.TransactionClient,
   hostId: string | null,
@@ -856,41 +529,6 @@ async function hostIsOffline(
   if (hostId === null) return true;
   const host = await tx.host.findUnique({ where: { id: hostId }, select: { state: true } });
   return host === null || host.state === 'OFFLINE';
-}
-
-function sortedRecord(record: Readonly<Record<string, string>>): [string, string][] {
-  return Object.entries(record).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-}
-
-/** What a createShard asked for, to tell a retry from a different request under one key. */
-function fingerprintOfRequest(request: ShardRequest): string {
-  return JSON.stringify([
-    request.name,
-    request.image,
-    request.command,
-    sortedRecord(request.env),
-    request.bytesPerGpu,
-    request.gpuCount,
-    request.gpuModel.include,
-    request.gpuModel.exclude,
-    sortedRecord(request.hostSelector),
-    request.policy,
-  ]);
-}
-
-function fingerprintOfRecord(shard: ShardRecord): string {
-  return JSON.stringify([
-    shard.name,
-    shard.image,
-    shard.command,
-    sortedRecord(stringRecord(shard.env)),
-    Number(shard.bytesPerGpu),
-    shard.gpuCount,
-    shard.gpuModelInclude,
-    shard.gpuModelExclude,
-    sortedRecord(stringRecord(shard.hostSelector)),
-    shard.placementPolicy,
-  ]);
 }
 
 /** Shards are listed newest first; the cursor holds (createdAt, id). */

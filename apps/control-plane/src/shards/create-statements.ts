@@ -1,0 +1,171 @@
+import type { Placed } from '@gpushards/limits';
+import type { Caller } from '../auth/caller.js';
+import { Prisma } from '../database/index.js';
+import type { ShardRequest } from './shard-input.js';
+import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
+
+/** A shard a batch of createShard calls means to write, on the GPUs placement chose. */
+export interface PlannedShard {
+  readonly shardId: string;
+  readonly auditId: string;
+  readonly caller: Caller;
+  readonly teamId: string;
+  readonly request: ShardRequest;
+  readonly placed: Placed;
+}
+
+/** The shards already created under these (team, idempotency key) pairs, by `${teamId}/${key}`. */
+export async function findByIdempotencyKeys(
+  tx: Prisma.TransactionClient,
+  keys: readonly { teamId: string; key: string }[],
+): Promise<Map<string, ShardRecord>> {
+  if (keys.length === 0) return new Map();
+  const rows = await tx.$queryRaw<ShardRecord[]>`
+    SELECT ${SHARD_COLUMNS}
+      FROM shard
+      JOIN unnest(${keys.map((k) => k.teamId)}::uuid[], ${keys.map((k) => k.key)}::text[])
+           AS wanted(team_id, key)
+        ON shard.team_id = wanted.team_id AND shard.idempotency_key = wanted.key`;
+  return new Map(rows.map((row) => [idempotencyKeyOf(row.teamId, row.idempotencyKey!), row]));
+}
+
+export function idempotencyKeyOf(teamId: string, key: string): string {
+  return `${teamId}/${key}`;
+}
+
+/** What the batch statement did: the GPUs it took, and the shards it wrote by id. */
+export interface BatchWritten {
+  readonly takenUuids: ReadonlySet<string>;
+  readonly shards: ReadonlyMap<string, ShardRecord>;
+}
+
+/**
+ * One statement for a whole batch, the conditional reservation and the rows:
+ *
+ * 1. Each chosen GPU's reserved bytes rise by the sum of the batch's shards on it, only where
+ *    the host is still ONLINE (share-locked, so a cordon, drain or offline sweep waits for
+ *    this transaction and then sees its shards) and the GPU keeps reserved ≤ floor(total ×
+ *    overcommit). The GPU rows are locked in UUID order first, the order every writer of GPU
+ *    rows uses, so concurrent batches and heartbeats queue instead of deadlocking.
+ * 2. Only the shards all of whose GPUs were taken are written: the shard (PLACED), its
+ *    reservations and its audit event "shard.create".
+ *
+ * A GPU that lacked room for the batch's sum takes nothing, so every shard on it is left out;
+ * what those shards' other GPUs took must be given back (`giveBack`) before the transaction
+ * commits.
+ */
+export async function writeBatch(
+  tx: Prisma.TransactionClient,
+  planned: readonly PlannedShard[],
+): Promise<BatchWritten> {
+  const rows = await tx.$queryRaw<(ShardRecord & { takenUuids: string[] | null })[]>`
+    WITH batch AS (
+      SELECT * FROM jsonb_to_recordset(${JSON.stringify(planned.map(batchRowOf))}::jsonb) AS b(
+        id uuid, team_id uuid, name text, image text, command text[], env jsonb,
+        bytes_per_gpu bigint, gpu_count int, limit_bytes bigint, gpu_model_include text[],
+        gpu_model_exclude text[], host_selector jsonb, placement_policy placement_policy,
+        host_id text, idempotency_key text, gpu_uuids text[], audit_id uuid,
+        actor_token_id uuid, actor_role token_role, details jsonb)
+    ), wanted AS (
+      SELECT chosen.uuid, batch.host_id, sum(batch.limit_bytes)::bigint AS bytes
+        FROM batch CROSS JOIN LATERAL unnest(batch.gpu_uuids) AS chosen(uuid)
+       GROUP BY chosen.uuid, batch.host_id
+    ), schedulable AS (
+      SELECT id FROM host
+       WHERE id IN (SELECT host_id FROM batch) AND state = 'ONLINE'
+       ORDER BY id FOR SHARE
+    ), locked AS (
+      SELECT uuid FROM gpu WHERE uuid IN (SELECT uuid FROM wanted) ORDER BY uuid FOR UPDATE
+    ), taken AS (
+      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + wanted.bytes
+        FROM wanted
+       WHERE gpu.uuid = wanted.uuid
+         AND gpu.uuid IN (SELECT uuid FROM locked)
+         AND gpu.host_id = wanted.host_id
+         AND gpu.host_id IN (SELECT id FROM schedulable)
+         AND gpu.missing_since IS NULL
+         AND gpu.reserved_bytes + wanted.bytes <= floor(gpu.total_bytes * gpu.overcommit_ratio)
+      RETURNING gpu.uuid
+    ), complete AS (
+      SELECT batch.* FROM batch
+       WHERE NOT EXISTS (SELECT 1 FROM unnest(batch.gpu_uuids) AS chosen(uuid)
+                          WHERE chosen.uuid NOT IN (SELECT uuid FROM taken))
+    ), inserted AS (
+      INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
+                         limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
+                         host_selector, placement_policy, state, host_id, idempotency_key,
+                         updated_at)
+      SELECT id, team_id, name, image, command, env, bytes_per_gpu, gpu_count, limit_bytes,
+             gpu_model_include, gpu_model_exclude, host_selector, placement_policy, 'PLACED',
+             host_id, idempotency_key, now()
+        FROM complete
+      RETURNING *
+    ), reservations AS (
+      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
+      SELECT complete.id, chosen.uuid, complete.limit_bytes, now()
+        FROM complete CROSS JOIN LATERAL unnest(complete.gpu_uuids) AS chosen(uuid)
+    ), audit AS (
+      INSERT INTO audit_event (id, actor_token_id, actor_role, team_id, action, target_type,
+                               target_id, details)
+      SELECT audit_id, actor_token_id, actor_role, team_id, 'shard.create', 'Shard', id::text,
+             details
+        FROM complete
+    )
+    SELECT (SELECT array_agg(uuid) FROM taken) AS "takenUuids", ${SHARD_COLUMNS}
+      FROM (SELECT 1) AS one LEFT JOIN inserted AS shard ON true`;
+  const shards = new Map<string, ShardRecord>();
+  for (const { takenUuids: _taken, ...shard } of rows) {
+    if (shard.id !== null) shards.set(shard.id, shard);
+  }
+  return { takenUuids: new Set(rows[0]?.takenUuids ?? []), shards };
+}
+
+/** Lowers GPUs' reserved bytes again: what left-out shards of a batch took on them. */
+export async function giveBack(
+  tx: Prisma.TransactionClient,
+  taken: ReadonlyMap<string, bigint>,
+): Promise<void> {
+  if (taken.size === 0) return;
+  const uuids = [...taken.keys()].sort();
+  await tx.$executeRaw`
+    UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - back.bytes
+      FROM unnest(${uuids}::text[], ${uuids.map((uuid) => taken.get(uuid)!)}::bigint[])
+           AS back(uuid, bytes)
+     WHERE gpu.uuid = back.uuid`;
+}
+
+/** A planned shard as a row of the batch's JSON (sizes as strings: they may pass 2^31). */
+function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: PlannedShard) {
+  const limit = String(placed.reservedBytesPerGpu);
+  return {
+    id: shardId,
+    team_id: teamId,
+    name: request.name,
+    image: request.image,
+    command: request.command,
+    env: request.env,
+    bytes_per_gpu: String(request.bytesPerGpu),
+    gpu_count: request.gpuCount,
+    limit_bytes: limit,
+    gpu_model_include: request.gpuModel.include,
+    gpu_model_exclude: request.gpuModel.exclude,
+    host_selector: request.hostSelector,
+    placement_policy: request.policy,
+    host_id: placed.hostId,
+    idempotency_key: request.idempotencyKey,
+    gpu_uuids: placed.gpuUuids,
+    audit_id: auditId,
+    actor_token_id: caller.tokenId,
+    actor_role: caller.role,
+    details: {
+      name: request.name,
+      image: request.image,
+      hostId: placed.hostId,
+      gpuUuids: placed.gpuUuids,
+      bytesPerGpu: String(request.bytesPerGpu),
+      limitBytesPerGpu: limit,
+      gpuCount: request.gpuCount,
+      idempotencyKey: request.idempotencyKey,
+    },
+  };
+}

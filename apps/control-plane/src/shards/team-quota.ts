@@ -1,0 +1,110 @@
+import {
+  bytes,
+  effectiveGpuModelFilter,
+  type GpuModelFilter,
+  type PlacementRequest,
+  type QuotaDenial,
+  type QuotaPolicy,
+  type TeamUsage,
+} from '@gpushards/limits';
+import type { Prisma } from '../database/index.js';
+import { QuotaExceededError } from '../errors/domain-errors.js';
+import { LIVE_SHARD_STATES } from '../teams/teams.service.js';
+import type { PlacementRequestInput } from './shard-input.js';
+
+/** A team's quota policy and what its live shards hold, as one transaction read them. */
+export interface TeamState {
+  readonly teamId: string;
+  readonly hasPolicy: boolean;
+  readonly maxTotalBytes: bigint | null;
+  readonly maxShards: number | null;
+  readonly maxBytesPerShard: bigint | null;
+  readonly maxGpusPerShard: number | null;
+  readonly allowedGpuModels: string[] | null;
+  readonly priority: number | null;
+  readonly shardCount: number;
+  readonly reservedBytes: bigint;
+}
+
+type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
+
+/** The teams that exist among `teamIds`, by id. Lock them first when the answer decides a write. */
+export async function readTeamStates(
+  reader: Reader,
+  teamIds: readonly string[],
+): Promise<Map<string, TeamState>> {
+  const rows = await reader.$queryRaw<TeamState[]>`
+    SELECT team.id::text AS "teamId",
+           quota.team_id IS NOT NULL AS "hasPolicy",
+           quota.max_total_bytes AS "maxTotalBytes", quota.max_shards AS "maxShards",
+           quota.max_bytes_per_shard AS "maxBytesPerShard",
+           quota.max_gpus_per_shard AS "maxGpusPerShard",
+           quota.allowed_gpu_models AS "allowedGpuModels", quota.priority,
+           held.shards AS "shardCount", held.bytes AS "reservedBytes"
+      FROM team
+      LEFT JOIN quota_policy quota ON quota.team_id = team.id
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS shards,
+               coalesce(sum(bytes_per_gpu * gpu_count), 0)::bigint AS bytes
+          FROM shard
+         WHERE shard.team_id = team.id
+           AND shard.state = ANY(${[...LIVE_SHARD_STATES]}::shard_state[])
+      ) held
+     WHERE team.id = ANY(${[...teamIds]}::uuid[])`;
+  return new Map(rows.map((row) => [row.teamId, row]));
+}
+
+export async function readTeamState(
+  reader: Reader,
+  teamId: string,
+): Promise<TeamState | undefined> {
+  return (await readTeamStates(reader, [teamId])).get(teamId);
+}
+
+/**
+ * The team's policy in libs/limits terms. No policy row: the team may place nothing (every
+ * limit 0). An empty allowedGpuModels column means every model.
+ */
+export function quotaPolicyOf(team: TeamState): QuotaPolicy {
+  if (!team.hasPolicy) {
+    return { maxShards: 0, maxTotalBytes: bytes(0), priority: 0 };
+  }
+  return {
+    maxTotalBytes: bytes(Number(team.maxTotalBytes ?? 0n)),
+    maxShards: team.maxShards ?? 0,
+    maxBytesPerShard: bytes(Number(team.maxBytesPerShard ?? 0n)),
+    ...(team.maxGpusPerShard === null ? {} : { maxGpusPerShard: team.maxGpusPerShard }),
+    ...(team.allowedGpuModels === null || team.allowedGpuModels.length === 0
+      ? {}
+      : { allowedGpuModels: team.allowedGpuModels }),
+    priority: team.priority ?? 0,
+  };
+}
+
+export function usageOf(team: TeamState): TeamUsage {
+  return { reservedBytes: bytes(Number(team.reservedBytes)), shardCount: team.shardCount };
+}
+
+export function quotaError(denial: QuotaDenial): QuotaExceededError {
+  const { allowed: _allowed, code: _code, message, ...numbers } = denial;
+  return new QuotaExceededError(message, numbers);
+}
+
+/** The request as placement sees it: the policy's allowed models narrow its model filter. */
+export function placementRequestOf(
+  request: PlacementRequestInput,
+  policy: QuotaPolicy | undefined,
+): PlacementRequest {
+  let gpuModel: GpuModelFilter = request.gpuModel;
+  if (policy !== undefined) {
+    const effective = effectiveGpuModelFilter(request.gpuModel, policy);
+    if (effective.ok) gpuModel = effective.filter;
+  }
+  return {
+    bytesPerGpu: bytes(request.bytesPerGpu),
+    gpuCount: request.gpuCount,
+    gpuModel,
+    hostSelector: request.hostSelector,
+    policy: request.policy === 'SPREAD' ? 'spread' : 'binpack',
+  };
+}
