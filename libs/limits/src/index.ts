@@ -4,3 +4,4 @@ export * from './placement.js';
 export * from './quota.js';
 export * from './accounting.js';
 export * from './gpu-accounting.js';
+export * from './placement-index.js';

@@ -12,7 +12,7 @@
  * Ties go to the smaller host id (code-unit order), then the smaller GPU index, then the
  * smaller UUID, so the result does not depend on the order of the fleet or of its GPUs.
  */
-import { type Bytes, bytes, clampBytes, formatSize, isBytes, MAX_BYTES } from './sizes.js';
+import { type Bytes, bytes, clampBytes, formatSize } from './sizes.js';
 import {
   DEFAULT_CONTEXT_OVERHEAD_BYTES,
   DEFAULT_OVERCOMMIT_RATIO,
@@ -21,6 +21,20 @@ import {
   type Host,
   type HostId,
 } from './inventory.js';
+import {
+  checkedRatio,
+  compareText,
+  gateReason,
+  modelMatcher,
+  needOn,
+  pickOn,
+  placedOn,
+  planOf,
+  rawCapacity,
+  unreachable,
+  type Picks,
+  type Plan,
+} from './placement-rules.js';
 
 export type PlacementPolicy = 'binpack' | 'spread';
 
@@ -121,23 +135,11 @@ export type PlacementResult = Placed | NoFit;
 
 export type GpuCapacity = Pick<Gpu, 'totalBytes' | 'reservedBytes' | 'overcommitRatio'>;
 
-function checkedRatio(ratio: number): number {
-  if (!(ratio > 0 && Number.isFinite(ratio))) {
-    throw new RangeError(`overcommit ratio must be a positive finite number, not ${ratio}`);
-  }
-  return ratio;
-}
-
 export function overcommitRatioOf(
   gpu: GpuCapacity,
   defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
 ): number {
   return checkedRatio(gpu.overcommitRatio ?? defaultRatio);
-}
-
-/** floor(totalBytes × ratio), clamped to MAX_BYTES: the one capacity rule, unbranded for speed. */
-function rawCapacity(gpu: GpuCapacity, defaultRatio: number): number {
-  return Math.min(Math.floor(gpu.totalBytes * overcommitRatioOf(gpu, defaultRatio)), MAX_BYTES);
 }
 
 /** floor(totalBytes × ratio): what may be reserved on the GPU in all. */
@@ -175,167 +177,9 @@ export function contextOverheadOf(
   return host.contextOverheadBytes ?? defaultOverhead;
 }
 
-function normalizedTerms(terms: readonly string[] | undefined): string[] {
-  return (terms ?? []).map((term) => term.trim().toLowerCase());
-}
-
 /** Whether a GPU model passes the filter; see GpuModelFilter. */
 export function matchesGpuModel(model: string, filter: GpuModelFilter = {}): boolean {
   return modelMatcher(filter)(model);
-}
-
-/** A fleet has a handful of distinct model names, so each is lowercased and tested once. */
-function modelMatcher(filter: GpuModelFilter): (model: string) => boolean {
-  const include = normalizedTerms(filter.include);
-  const exclude = normalizedTerms(filter.exclude);
-  if (include.length === 0 && exclude.length === 0) return () => true;
-  const verdicts = new Map<string, boolean>();
-  return (model) => {
-    let verdict = verdicts.get(model);
-    if (verdict === undefined) {
-      const name = model.toLowerCase();
-      verdict =
-        (include.length === 0 || include.some((term) => name.includes(term))) &&
-        !exclude.some((term) => name.includes(term));
-      verdicts.set(model, verdict);
-    }
-    return verdict;
-  };
-}
-
-/** A request checked once, with what every host is tested against. */
-interface Plan {
-  readonly bytesPerGpu: Bytes;
-  readonly gpuCount: number;
-  /** +1: less free first (binpack); −1: more free first (spread). */
-  readonly order: 1 | -1;
-  readonly filter: GpuModelFilter;
-  readonly modelMatches: (model: string) => boolean;
-  /** Sorted by key, so the first mismatch reported does not depend on key order. */
-  readonly selector: readonly (readonly [string, string])[];
-  readonly defaultOverhead: Bytes;
-  readonly defaultRatio: number;
-}
-
-function planOf(request: PlacementRequest, options: PlacementOptions): Plan {
-  if (!Number.isSafeInteger(request.gpuCount) || request.gpuCount < 1) {
-    throw new RangeError(`gpuCount must be a whole number of at least 1, not ${request.gpuCount}`);
-  }
-  if (!isBytes(request.bytesPerGpu) || request.bytesPerGpu === 0) {
-    throw new RangeError(
-      `bytesPerGpu must be a whole number of bytes above 0, not ${request.bytesPerGpu}`,
-    );
-  }
-  const defaultOverhead = options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES;
-  if (!isBytes(defaultOverhead)) {
-    throw new RangeError(`defaultOverheadBytes must be a byte count, not ${defaultOverhead}`);
-  }
-  const defaultRatio = checkedRatio(options.defaultOvercommitRatio ?? DEFAULT_OVERCOMMIT_RATIO);
-  const filter = request.gpuModel ?? {};
-  return {
-    bytesPerGpu: request.bytesPerGpu,
-    gpuCount: request.gpuCount,
-    order: preferenceOrder(request.policy ?? 'binpack'),
-    filter,
-    modelMatches: modelMatcher(filter),
-    selector: Object.entries(request.hostSelector ?? {}).sort(([a], [b]) => compareText(a, b)),
-    defaultOverhead,
-    defaultRatio,
-  };
-}
-
-function compareText(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/** +1: smaller free first (binpack); −1: larger free first (spread). */
-function preferenceOrder(policy: PlacementPolicy): 1 | -1 {
-  switch (policy) {
-    case 'binpack':
-      return 1;
-    case 'spread':
-      return -1;
-    default:
-      return unreachable(policy);
-  }
-}
-
-/** Whether GPU a, with `freeA` free, is taken before GPU b. */
-function prefers(order: 1 | -1, freeA: number, a: Gpu, freeB: number, b: Gpu): boolean {
-  const byFree = order * (freeA - freeB);
-  if (byFree !== 0) return byFree < 0;
-  if (a.index !== b.index) return a.index < b.index;
-  return a.uuid < b.uuid;
-}
-
-/**
- * The gpuCount most preferred GPUs of one host, best first. Kept in a bounded buffer by
- * insertion, so a host costs O(GPUs × gpuCount) and nothing is allocated per GPU; the
- * buffer is reused across hosts.
- */
-interface Picks {
-  readonly gpus: Gpu[];
-  readonly free: number[];
-  count: number;
-}
-
-/** Fills `picks` from the host; returns the picks' score (their total free bytes) or NaN. */
-function pickOn(host: Host, plan: Plan, need: number, picks: Picks): number {
-  const k = plan.gpuCount;
-  const { gpus, free } = picks;
-  picks.count = 0;
-  for (const gpu of host.gpus) {
-    if (!plan.modelMatches(gpu.model)) continue;
-    const available = rawCapacity(gpu, plan.defaultRatio) - gpu.reservedBytes;
-    if (available < need) continue;
-    const full = picks.count === k;
-    if (full && !prefers(plan.order, available, gpu, free[k - 1]!, gpus[k - 1]!)) continue;
-    let slot = full ? k - 1 : picks.count++;
-    while (slot > 0 && prefers(plan.order, available, gpu, free[slot - 1]!, gpus[slot - 1]!)) {
-      free[slot] = free[slot - 1]!;
-      gpus[slot] = gpus[slot - 1]!;
-      slot--;
-    }
-    free[slot] = available;
-    gpus[slot] = gpu;
-  }
-  if (picks.count < k) return Number.NaN;
-  let score = 0;
-  for (let i = 0; i < k; i++) score += free[i]!;
-  return score;
-}
-
-function unreachable(value: never): never {
-  throw new Error(`unhandled variant: ${JSON.stringify(value)}`);
-}
-
-const OFFLINE: NoFitReason = { kind: 'host-offline' };
-const CORDONED: NoFitReason = { kind: 'host-cordoned' };
-const DRAINING: NoFitReason = { kind: 'host-draining' };
-
-/** Reasons that do not look at GPUs: the host's state and labels. */
-function gateReason(host: Host, plan: Plan): NoFitReason | undefined {
-  switch (host.state) {
-    case 'ONLINE':
-      break;
-    case 'OFFLINE':
-      return OFFLINE;
-    case 'CORDONED':
-      return CORDONED;
-    case 'DRAINING':
-      return DRAINING;
-    default:
-      return unreachable(host.state);
-  }
-  for (const [key, wanted] of plan.selector) {
-    const actual = Object.hasOwn(host.labels, key) ? host.labels[key] : undefined;
-    if (actual !== wanted) return { kind: 'label-mismatch', key, wanted, actual: actual ?? null };
-  }
-  return undefined;
-}
-
-function needOn(host: Host, plan: Plan): number {
-  return plan.bytesPerGpu + contextOverheadOf(host, plan.defaultOverhead);
 }
 
 /** Why a host that passed the gate cannot take the shard. */
@@ -386,14 +230,7 @@ export function place(
     }
   }
   if (best === undefined) return noFit(fleet, plan);
-  const chosen = best.gpus.sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid));
-  return {
-    kind: 'placed',
-    hostId: best.host.id,
-    gpuUuids: chosen.map((gpu) => gpu.uuid),
-    bytesPerGpu: plan.bytesPerGpu,
-    reservedBytesPerGpu: bytes(best.need),
-  };
+  return placedOn(best.host, plan, best.need, best.gpus);
 }
 
 function noFit(fleet: readonly Host[], plan: Plan): NoFit {
