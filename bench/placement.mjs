@@ -1,7 +1,16 @@
-// Placement latency on a synthetic fleet: 1,000 hosts × 8 GPUs.
+// Placement latency on a synthetic fleet: 1,000 hosts × 8 GPUs, by place() and by a
+// PlacementIndex that is told of one changed host before each call (what a placement does).
 // Build first (npx nx run limits:build), then: node bench/placement.mjs [placements per case]
 import os from 'node:os';
-import { GiB, MiB, bytes, gpuUuid, hostId, place } from '../libs/limits/dist/index.js';
+import {
+  GiB,
+  MiB,
+  bytes,
+  gpuUuid,
+  hostId,
+  place,
+  PlacementIndex,
+} from '../libs/limits/dist/index.js';
 
 const HOSTS = 1000;
 const GPUS_PER_HOST = 8;
@@ -84,13 +93,18 @@ function percentile(sorted, p) {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
-function measure(request, fleet) {
+/** Times `call(i)` MEASURED times after WARMUP untimed calls; `before(i)` runs untimed. */
+function measure(call, before = () => {}) {
   let kind;
-  for (let i = 0; i < WARMUP; i++) kind = place(request, fleet).kind;
+  for (let i = 0; i < WARMUP; i++) {
+    before(i);
+    kind = call(i).kind;
+  }
   const nanos = new Float64Array(MEASURED);
   for (let i = 0; i < MEASURED; i++) {
+    before(WARMUP + i);
     const start = process.hrtime.bigint();
-    place(request, fleet);
+    call(i);
     nanos[i] = Number(process.hrtime.bigint() - start);
   }
   nanos.sort();
@@ -120,8 +134,23 @@ console.log(
   'mean µs'.padStart(8),
   'calls/s'.padStart(9),
 );
-for (const { name, request } of CASES) {
-  const r = measure(request, fleet);
+const index = new PlacementIndex();
+index.reset(fleet);
+const runs = CASES.flatMap(({ name, request }) => [
+  { name, run: () => measure(() => place(request, fleet)) },
+  {
+    name: `  index, 1 host changed per call`,
+    // A different host each time, as if the previous placement had landed there; the host
+    // itself is unchanged, so every call sees the same fleet and costs one host's rescoring.
+    run: () =>
+      measure(
+        () => index.place(request),
+        (i) => index.changed(fleet[(i * 7919) % HOSTS].id),
+      ),
+  },
+]);
+for (const { name, run } of runs) {
+  const r = run();
   console.log(
     name.padEnd(48),
     r.kind.padEnd(8),

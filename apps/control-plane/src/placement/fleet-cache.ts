@@ -9,12 +9,15 @@ import {
   gpuUuid,
   hostId as toHostId,
   matchesGpuModel,
+  PlacementIndex,
   type Bytes,
   type GpuModelFilter,
   type GpuUuid,
   type Host,
   type HostId,
   type HostState,
+  type PlacementRequest,
+  type PlacementResult,
 } from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
 import { PrismaService, type Prisma } from '../database/index.js';
@@ -34,6 +37,7 @@ export type DatabaseReader = Pick<Prisma.TransactionClient, '$queryRaw'>;
 
 interface CachedGpu {
   readonly uuid: GpuUuid;
+  readonly hostId: HostId;
   readonly index: number;
   readonly model: string;
   readonly totalBytes: Bytes;
@@ -96,6 +100,8 @@ export interface GpuDelta {
 export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly logger: Logger;
   private hostList: CachedHost[] = [];
+  /** Remembers each host's placement score; told of every change made here to hostList. */
+  private readonly index = new PlacementIndex();
   private readonly hostsById = new Map<string, CachedHost>();
   private readonly gpusByUuid = new Map<string, CachedGpu>();
   private models: readonly string[] = [];
@@ -129,9 +135,14 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     await this.reading?.done.catch(() => undefined);
   }
 
-  /** The fleet with this process's in-flight picks counted as reserved; for place(). */
+  /** The fleet with this process's in-flight picks counted as reserved. */
   hosts(): readonly Host[] {
     return this.hostList;
+  }
+
+  /** place(request, hosts()), through the index: only hosts changed since are scored again. */
+  place(request: PlacementRequest): PlacementResult {
+    return this.index.place(request);
   }
 
   /** The most GPUs any host has (whatever its state), 0 for an empty fleet. */
@@ -255,6 +266,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       );
     if (!same) return false;
     host.state = row.state;
+    this.index.changed(host.id);
     for (const gpu of gpus) {
       const cached = this.gpusByUuid.get(gpu.uuid)!;
       cached.committedBytes = Number(gpu.reservedBytes);
@@ -297,11 +309,16 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   /** A host's new state, as this process committed it. */
   setHostState(id: string, state: HostState): void {
     const host = this.hostsById.get(id);
-    if (host !== undefined) host.state = state;
+    if (host === undefined) return;
+    host.state = state;
+    this.index.changed(host.id);
   }
 
   private recount(gpu: CachedGpu): void {
-    gpu.reservedBytes = bytes(gpu.committedBytes + gpu.heldBytes);
+    const reserved = gpu.committedBytes + gpu.heldBytes;
+    if (reserved === gpu.reservedBytes) return;
+    gpu.reservedBytes = bytes(reserved);
+    this.index.changed(gpu.hostId);
   }
 
   private async readAll(startedAt: number): Promise<void> {
@@ -350,8 +367,9 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
 
   /** A host from its rows; GPUs keep what this process holds on them. */
   private toHost(row: HostRow, gpus: readonly GpuRow[]): CachedHost {
+    const id = toHostId(row.id);
     return {
-      id: toHostId(row.id),
+      id,
       name: row.name,
       state: row.state,
       labels: stringRecord(row.labels),
@@ -361,6 +379,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
         const heldBytes = this.gpusByUuid.get(gpu.uuid)?.heldBytes ?? 0;
         return {
           uuid: gpuUuid(gpu.uuid),
+          hostId: id,
           index: gpu.index,
           model: gpu.model,
           totalBytes: bytes(Number(gpu.totalBytes)),
@@ -375,6 +394,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
 
   private replaceHosts(hosts: CachedHost[]): void {
     this.hostList = hosts;
+    this.index.reset(hosts);
     this.hostsById.clear();
     this.gpusByUuid.clear();
     const models = new Set<string>();

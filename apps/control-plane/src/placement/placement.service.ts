@@ -1,7 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import {
   describeNoFitReason,
-  place,
   type NoFit,
   type Placed,
   type PlacementRequest,
@@ -49,7 +48,7 @@ export class PlacementService {
    * conditional update makes it true.
    */
   place(request: PlacementRequest): Placed | NoFit {
-    return place(request, this.cache.hosts());
+    return this.cache.place(request);
   }
 }
 
