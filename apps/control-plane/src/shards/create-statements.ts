@@ -58,6 +58,12 @@ export async function writeBatch(
   tx: Prisma.TransactionClient,
   planned: readonly PlannedShard[],
 ): Promise<BatchWritten> {
+  const wanted = wantedPerGpu(planned);
+  const hostIds = [...new Set(wanted.map((gpu) => gpu.hostId))].sort();
+  const uuids = wanted.map((gpu) => gpu.uuid);
+  // GPUs and hosts are named by arrays of their keys, not by joins with the batch's rows: the
+  // planner sizes a parameter array exactly and probes the primary keys, where it guesses
+  // 100 rows for jsonb_to_recordset and then reads all 8,000 GPUs.
   const rows = await tx.$queryRaw<(ShardRecord & { takenUuids: string[] | null })[]>`
     WITH batch AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(planned.map(batchRowOf))}::jsonb) AS b(
@@ -67,19 +73,20 @@ export async function writeBatch(
         host_id text, idempotency_key text, gpu_uuids text[], audit_id uuid,
         actor_token_id uuid, actor_role token_role, details jsonb)
     ), wanted AS (
-      SELECT chosen.uuid, batch.host_id, sum(batch.limit_bytes)::bigint AS bytes
-        FROM batch CROSS JOIN LATERAL unnest(batch.gpu_uuids) AS chosen(uuid)
-       GROUP BY chosen.uuid, batch.host_id
+      SELECT * FROM unnest(${uuids}::text[], ${wanted.map((gpu) => gpu.hostId)}::text[],
+                           ${wanted.map((gpu) => String(gpu.bytes))}::bigint[])
+                    AS w(uuid, host_id, bytes)
     ), schedulable AS (
       SELECT id FROM host
-       WHERE id IN (SELECT host_id FROM batch) AND state = 'ONLINE'
+       WHERE id = ANY(${hostIds}::text[]) AND state = 'ONLINE'
        ORDER BY id FOR SHARE
     ), locked AS (
-      SELECT uuid FROM gpu WHERE uuid IN (SELECT uuid FROM wanted) ORDER BY uuid FOR UPDATE
+      SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[]) ORDER BY uuid FOR UPDATE
     ), taken AS (
       UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + wanted.bytes
         FROM wanted
        WHERE gpu.uuid = wanted.uuid
+         AND gpu.uuid = ANY(${uuids}::text[])
          AND gpu.uuid IN (SELECT uuid FROM locked)
          AND gpu.host_id = wanted.host_id
          AND gpu.host_id IN (SELECT id FROM schedulable)
@@ -118,6 +125,22 @@ export async function writeBatch(
     if (shard.id !== null) shards.set(shard.id, shard);
   }
   return { takenUuids: new Set(rows[0]?.takenUuids ?? []), shards };
+}
+
+/** What the batch adds to each GPU (the sum of its shards' caps there), in UUID order. */
+function wantedPerGpu(
+  planned: readonly PlannedShard[],
+): { uuid: string; hostId: string; bytes: bigint }[] {
+  const wanted = new Map<string, { uuid: string; hostId: string; bytes: bigint }>();
+  for (const { placed } of planned) {
+    for (const uuid of placed.gpuUuids) {
+      const gpu = wanted.get(uuid);
+      const cap = BigInt(placed.reservedBytesPerGpu);
+      if (gpu === undefined) wanted.set(uuid, { uuid, hostId: placed.hostId, bytes: cap });
+      else gpu.bytes += cap;
+    }
+  }
+  return [...wanted.values()].sort((a, b) => (a.uuid < b.uuid ? -1 : 1));
 }
 
 /** Lowers GPUs' reserved bytes again: what left-out shards of a batch took on them. */
