@@ -9,6 +9,7 @@
 //     [--teams 100] [--processes 1] [--pool 10] [--dist apps/control-plane/dist]
 //     [--cases me,closed,open] [--no-keep-alive] [--server-node-args "--flag ..."]
 //     [--profile DIR]   (the server writes a V8 CPU profile into DIR when the run ends)
+//     [--statements]    (per case, the statements that took PostgreSQL's time: plan + execute)
 import { fork, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -34,6 +35,7 @@ const { values: options } = parseArgs({
     cases: { type: 'string', default: 'me,closed,open' },
     'server-node-args': { type: 'string', default: '' },
     'no-keep-alive': { type: 'boolean', default: false },
+    statements: { type: 'boolean', default: false },
   },
 });
 const SECONDS = Number(options.seconds);
@@ -49,6 +51,7 @@ const dist = resolve(options.dist);
 const PROFILE = options.profile === undefined ? undefined : resolve(options.profile);
 const KEEP_ALIVE = !options['no-keep-alive'];
 const CASES = new Set(options.cases.split(','));
+const STATEMENTS = options.statements;
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 let postmaster;
 
@@ -269,9 +272,11 @@ async function measure(servers, tokens, job) {
     postgres: postgresCpu(postmaster),
     statements: await statementCount(),
   };
+  if (STATEMENTS) await stats.query('SELECT pg_stat_statements_reset()');
   const answer = new Promise((resolveAnswer) => load.once('message', resolveAnswer));
   load.send({ urls: servers.map((s) => s.graphqlUrl), tokens, ...job });
   const result = await answer;
+  if (STATEMENTS) await printStatements(job, result.ms.length);
   return {
     ...result,
     serverCpuMs: (serverCpu() - before.server) * 1000,
@@ -305,7 +310,11 @@ function summary(name, result) {
 
 // pg_stat_statements counts the statements (BEGIN and COMMIT included) each request costs.
 const server = await startPostgres({
-  settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'top' },
+  settings: {
+    shared_preload_libraries: 'pg_stat_statements',
+    'pg_stat_statements.track': 'top',
+    'pg_stat_statements.track_planning': STATEMENTS ? 'on' : 'off',
+  },
 });
 const database = await createTestDatabase('postgres', { server });
 const stats = new pg.Client({ connectionString: database.config.url });
@@ -318,6 +327,23 @@ async function statementCount() {
       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
   );
   return Number(rows[0].calls);
+}
+/** What PostgreSQL spent its time on during one case, per request, most expensive first. */
+async function printStatements(job, requests) {
+  const { rows } = await stats.query(
+    `SELECT calls, total_plan_time AS plan, total_exec_time AS exec, query FROM pg_stat_statements
+      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+      ORDER BY total_plan_time + total_exec_time DESC LIMIT 8`,
+  );
+  console.log(`statements, ${job.operation} ${job.rate ? `at ${job.rate} req/s` : 'closed loop'}:`);
+  console.table(
+    rows.map((row) => ({
+      'calls/req': (Number(row.calls) / Math.max(1, requests)).toFixed(2),
+      'plan ms/call': (row.plan / Number(row.calls)).toFixed(3),
+      'exec ms/call': (row.exec / Number(row.calls)).toFixed(3),
+      query: row.query.replace(/\s+/g, ' ').slice(0, 70),
+    })),
+  );
 }
 await database.prisma.close();
 const dataDir = await mkdtemp(join(os.tmpdir(), 'gpushards-bench-'));
