@@ -10,6 +10,20 @@ describe('loadConfigFromEnv', () => {
     assert.equal(config.dataDir, '/srv/.gpushards');
     assert.equal(config.database.url, undefined);
     assert.equal(config.database.embeddedDataDir, '/srv/.gpushards/database');
+    assert.equal(config.logLevel, 'info');
+  });
+
+  it('GPUSHARDS_LOG_LEVEL: a pino level or silent, anything else refused by name', () => {
+    assert.equal(loadConfigFromEnv({ GPUSHARDS_LOG_LEVEL: 'debug' }).logLevel, 'debug');
+    assert.equal(loadConfigFromEnv({ GPUSHARDS_LOG_LEVEL: 'silent' }).logLevel, 'silent');
+    assert.throws(
+      () => loadConfigFromEnv({ GPUSHARDS_LOG_LEVEL: 'loud' }),
+      (error: unknown) =>
+        error instanceof ConfigError &&
+        /GPUSHARDS_LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud"/.test(
+          error.message,
+        ),
+    );
   });
 
   it('reads every variable; empty ones count as unset', () => {

@@ -6,6 +6,7 @@ import {
   DEFAULT_DATA_DIR,
   type DatabaseConfig,
 } from '../database/index.js';
+import type { LogLevel } from '../logging/logger.js';
 
 /** Everything the control plane needs to start; built from the environment or given by a caller. */
 export interface ControlPlaneConfig {
@@ -23,6 +24,11 @@ export interface ControlPlaneConfig {
    * and their reservations released.
    */
   readonly hostOfflineSeconds: number;
+}
+
+/** What `node dist/main.js` reads from its environment: the config and how much to log. */
+export interface ControlPlaneEnv extends ControlPlaneConfig {
+  readonly logLevel: LogLevel;
 }
 
 export const CONTROL_PLANE_CONFIG = Symbol('ControlPlaneConfig');
@@ -63,6 +69,11 @@ const envSchema = z.object({
     .transform(Number)
     .refine(isHostOfflineSeconds, HOST_OFFLINE_SECONDS_RULE)
     .default(DEFAULT_HOST_OFFLINE_SECONDS),
+  GPUSHARDS_LOG_LEVEL: z
+    .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+      message: 'must be one of fatal, error, warn, info, debug, trace, silent',
+    })
+    .default('info'),
 });
 
 export class ConfigError extends Error {
@@ -71,7 +82,8 @@ export class ConfigError extends Error {
 
 /**
  * Reads GPUSHARDS_PORT (default 4000), GPUSHARDS_HOST (default 127.0.0.1), GPUSHARDS_DATA_DIR
- * (default .gpushards under `cwd`), GPUSHARDS_HOST_OFFLINE_SECONDS (default 60, 5 to 86400) and, through databaseConfigFromEnv, DATABASE_URL and
+ * (default .gpushards under `cwd`), GPUSHARDS_HOST_OFFLINE_SECONDS (default 60, 5 to 86400),
+ * GPUSHARDS_LOG_LEVEL (default info) and, through databaseConfigFromEnv, DATABASE_URL and
  * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
  * every bad variable and what it should look like, never echoing DATABASE_URL (it may hold a
  * password).
@@ -79,7 +91,7 @@ export class ConfigError extends Error {
 export function loadConfigFromEnv(
   env: NodeJS.ProcessEnv = process.env,
   cwd: string = process.cwd(),
-): ControlPlaneConfig {
+): ControlPlaneEnv {
   const present = Object.fromEntries(
     Object.keys(envSchema.shape)
       .map((key) => [key, env[key]] as const)
@@ -109,5 +121,6 @@ export function loadConfigFromEnv(
     dataDir: resolve(cwd, parsed.data.GPUSHARDS_DATA_DIR),
     database,
     hostOfflineSeconds: parsed.data.GPUSHARDS_HOST_OFFLINE_SECONDS,
+    logLevel: parsed.data.GPUSHARDS_LOG_LEVEL,
   };
 }
