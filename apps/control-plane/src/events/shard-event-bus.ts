@@ -20,18 +20,31 @@ export const MAX_BUFFERED_EVENTS = 10_000;
 type Listener<T> = (event: T) => void;
 
 /**
- * In-process fan-out of shard state changes to GraphQL subscriptions. Services publish after
- * their transaction commits. Only subscribers connected to the process that made the change
- * hear it: several control-plane replicas need a shared fan-out (NATS or PostgreSQL
- * LISTEN/NOTIFY) behind this same interface.
+ * Fan-out of shard state changes to GraphQL subscriptions. Services publish after their
+ * transaction commits; this process's subscribers hear it at once, and what `forwardTo`
+ * registered (ShardEventRelay, on PostgreSQL) passes it to the other control-plane replicas,
+ * whose relays `deliver` it to their own subscribers.
  */
 @Injectable()
 export class ShardEventBus implements OnModuleDestroy {
   private readonly listeners = new Set<Listener<ShardStateChange>>();
   private readonly closers = new Set<() => void>();
+  private forward: Listener<ShardStateChange> | undefined;
 
+  /** A change this process committed. */
   publish(event: ShardStateChange): void {
+    this.deliver(event);
+    this.forward?.(event);
+  }
+
+  /** To this process's subscribers only (a change another replica made). */
+  deliver(event: ShardStateChange): void {
     for (const listener of this.listeners) listener(event);
+  }
+
+  /** Where this process's own changes go besides its subscribers; one destination. */
+  forwardTo(forward: Listener<ShardStateChange>): void {
+    this.forward = forward;
   }
 
   /** The events `accept` lets through, from now until the iterator is returned. */

@@ -1,0 +1,209 @@
+import {
+  Inject,
+  Injectable,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { z } from 'zod';
+import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
+import { PrismaService } from '../database/index.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
+import { ShardEventBus, type ShardStateChange } from './shard-event-bus.js';
+
+/** The PostgreSQL channel every control plane of one database listens on. */
+export const SHARD_EVENTS_CHANNEL = 'gpushards_shard_events';
+
+/** NOTIFY refuses payloads of 8,000 bytes and more; a message is cut well before. */
+export const MAX_NOTIFY_PAYLOAD_BYTES = 7_000;
+
+const RECONNECT_DELAY_MS = 1_000;
+
+const relayedChangeSchema = z.object({
+  id: z.uuid(),
+  previousState: z.string().max(16).nullable(),
+  state: z.string().max(16),
+  at: z.iso.datetime(),
+});
+
+const relayedMessageSchema = z.object({
+  origin: z.string().max(64),
+  changes: z.array(relayedChangeSchema).max(1_000),
+});
+
+type RelayedChange = z.infer<typeof relayedChangeSchema>;
+
+/**
+ * Shard state changes between control planes that share one PostgreSQL database, so that a
+ * shardEvents subscriber hears every change of its team whichever replica made it (an agent's
+ * event or a createShard may reach any of them).
+ *
+ * What this process publishes on the bus is sent on, after its transaction committed, by
+ * NOTIFY on SHARD_EVENTS_CHANNEL: shard ids and states only (a payload must stay under 8 kB),
+ * the changes of one tick in one message. Each other replica LISTENs on its own connection
+ * and, when it has subscribers, reads those shards and delivers the changes; the shard in such
+ * an event is the row as read then, which may already be past the change. Messages from this
+ * process are ignored (its subscribers heard them first hand). A replica that is disconnected
+ * from the database misses what is sent meanwhile (it reconnects every second); subscriptions
+ * are live notifications, the shards query is the record. The embedded database serves one
+ * process, so there is nothing to relay.
+ */
+@Injectable()
+export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly logger: Logger;
+  /** Tells this process's messages from other replicas'. */
+  private readonly origin = randomUUID();
+  private client: pg.Client | undefined;
+  private outgoing: RelayedChange[] = [];
+  private flushScheduled = false;
+  /** Incoming messages are delivered one after the other, in the order they came. */
+  private delivering: Promise<void> = Promise.resolve();
+  private reconnectTimer: NodeJS.Timeout | undefined;
+  private closed = false;
+
+  constructor(
+    @Inject(CONTROL_PLANE_CONFIG) private readonly config: ControlPlaneConfig,
+    private readonly bus: ShardEventBus,
+    private readonly prisma: PrismaService,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'shard-event-relay' });
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    if (this.config.database.url === undefined) return;
+    this.bus.forwardTo((change) => this.send(change));
+    await this.connect();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.reconnectTimer);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => undefined);
+    await this.delivering;
+  }
+
+  private async connect(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.config.database.url });
+    const lost = (error?: Error) => {
+      if (this.client !== client) return;
+      this.client = undefined;
+      client.end().catch(() => undefined);
+      if (this.closed) return;
+      this.logger.warn(
+        { err: error },
+        'shard event relay lost its database connection; other replicas miss changes until it is back',
+      );
+      this.reconnectTimer = setTimeout(() => this.reconnect(), RECONNECT_DELAY_MS);
+    };
+    client.on('error', lost);
+    client.on('end', () => lost());
+    client.on('notification', (message) => {
+      if (message.channel !== SHARD_EVENTS_CHANNEL) return;
+      this.delivering = this.delivering.then(() => this.receive(message.payload));
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${SHARD_EVENTS_CHANNEL}`);
+    } catch (error) {
+      client.removeAllListeners('end');
+      await client.end().catch(() => undefined);
+      throw error;
+    }
+    this.client = client;
+  }
+
+  private reconnect(): void {
+    if (this.closed) return;
+    this.connect().then(
+      () => this.logger.info('shard event relay connected again'),
+      (error: unknown) => {
+        this.logger.warn({ err: error }, 'shard event relay could not connect; trying again');
+        this.reconnectTimer = setTimeout(() => this.reconnect(), RECONNECT_DELAY_MS);
+      },
+    );
+  }
+
+  private send(change: ShardStateChange): void {
+    this.outgoing.push({
+      id: change.shard.id,
+      previousState: change.previousState,
+      state: change.state,
+      at: change.at.toISOString(),
+    });
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => {
+      this.flushScheduled = false;
+      this.flush().catch((error: unknown) =>
+        this.logger.warn({ err: error }, 'shard state changes not sent to other replicas'),
+      );
+    });
+  }
+
+  private async flush(): Promise<void> {
+    const changes = this.outgoing;
+    this.outgoing = [];
+    const client = this.client;
+    if (client === undefined || changes.length === 0) return;
+    for (const payload of payloadsOf(this.origin, changes)) {
+      await client.query('SELECT pg_notify($1, $2)', [SHARD_EVENTS_CHANNEL, payload]);
+    }
+  }
+
+  private async receive(payload: string | undefined): Promise<void> {
+    let message: z.infer<typeof relayedMessageSchema>;
+    try {
+      message = relayedMessageSchema.parse(JSON.parse(payload ?? ''));
+    } catch (error) {
+      this.logger.warn(
+        { err: error, payload: payload?.slice(0, 200) },
+        `ignored a malformed message on ${SHARD_EVENTS_CHANNEL}`,
+      );
+      return;
+    }
+    if (message.origin === this.origin || this.bus.subscriberCount === 0) return;
+    try {
+      const ids = [...new Set(message.changes.map((change) => change.id))];
+      const rows = await this.prisma.$queryRaw<ShardRecord[]>`
+        SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ANY(${ids}::uuid[])`;
+      const shards = new Map(rows.map((row) => [row.id, row]));
+      for (const change of message.changes) {
+        const shard = shards.get(change.id);
+        if (shard === undefined) continue;
+        this.bus.deliver({
+          shard,
+          previousState: change.previousState,
+          state: change.state,
+          at: new Date(change.at),
+        });
+      }
+    } catch (error) {
+      this.logger.warn({ err: error }, 'shard state changes from another replica not delivered');
+    }
+  }
+}
+
+/** The changes as few NOTIFY payloads as fit under MAX_NOTIFY_PAYLOAD_BYTES, in order. */
+export function payloadsOf(origin: string, changes: readonly RelayedChange[]): string[] {
+  const payloads: string[] = [];
+  let batch: RelayedChange[] = [];
+  let size = 0;
+  const envelope = Buffer.byteLength(JSON.stringify({ origin, changes: [] }));
+  for (const change of changes) {
+    const changeSize = Buffer.byteLength(JSON.stringify(change)) + 1;
+    if (batch.length > 0 && envelope + size + changeSize > MAX_NOTIFY_PAYLOAD_BYTES) {
+      payloads.push(JSON.stringify({ origin, changes: batch }));
+      batch = [];
+      size = 0;
+    }
+    batch.push(change);
+    size += changeSize;
+  }
+  if (batch.length > 0) payloads.push(JSON.stringify({ origin, changes: batch }));
+  return payloads;
+}
