@@ -20,7 +20,7 @@ export class HealthController {
   async readyz(@Res() reply: FastifyReply): Promise<void> {
     const readiness = await this.health.readiness();
     // An object is sent as JSON (application/json; charset=utf-8).
-    if (readiness.ready) await reply.status(200).send({ status: 'ready' });
-    else await reply.status(503).send({ status: 'not ready', reason: readiness.reason });
+    if (readiness.ready) void reply.status(200).send({ status: 'ready' });
+    else void reply.status(503).send({ status: 'not ready', reason: readiness.reason });
   }
 }

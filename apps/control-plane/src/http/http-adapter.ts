@@ -104,8 +104,8 @@ function toleratingBadHost(route: RouteOptions): void {
 }
 
 /** What Apollo Server answered under express for methods other than GET and POST. */
-async function onlyGetPost(_request: FastifyRequest, reply: FastifyReply): Promise<void> {
-  await reply
+function onlyGetPost(_request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  return reply
     .status(HttpStatus.METHOD_NOT_ALLOWED)
     .header('allow', 'GET, POST')
     .send({

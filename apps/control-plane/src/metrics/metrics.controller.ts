@@ -14,6 +14,6 @@ export class MetricsController {
     const text = await this.registry.metrics();
     // "text/plain; version=0.0.4; charset=utf-8", set explicitly: Fastify sends a string as
     // text/plain; charset=utf-8 without the version Prometheus looks for.
-    await reply.status(200).header('content-type', this.registry.contentType).send(text);
+    void reply.status(200).header('content-type', this.registry.contentType).send(text);
   }
 }
