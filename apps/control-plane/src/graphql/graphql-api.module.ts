@@ -28,9 +28,9 @@ function authorizationOf(
 
 /**
  * The GraphQL API: code-first schema (sorted, kept in memory; docs/schema.graphql is written by
- * `schema-file.js write`), Apollo Server 5 on Fastify 5 (@as-integrations/fastify) at /graphql, and
- * graphql-ws on the same path (the same HTTP server's upgrade) for subscriptions. Apollo's landing page loads from a CDN, so it is off; GET / serves
- * the self-contained explorer instead.
+ * `schema-file.js write`), Apollo Server 5 on Fastify 5 (@as-integrations/fastify) at /graphql,
+ * and graphql-ws on the same path (the HTTP server's upgrade) for subscriptions. Apollo's landing
+ * page loads from a CDN, so it is off; GET / serves the self-contained explorer instead.
  */
 @Module({
   imports: [
