@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import type { INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import type { NestExpressApplication } from '@nestjs/platform-express';
+import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { DestinationStream } from 'pino';
@@ -17,6 +17,7 @@ import {
 import { EMBEDDED_DATABASE_SUBDIR, type DatabaseConfig } from './database/index.js';
 import type { Clock } from './fleet/clock.js';
 import { GRAPHQL_PATH } from './graphql/graphql-api.module.js';
+import { createHttpAdapter } from './http/http-adapter.js';
 import { createLogger, PinoNestLogger, type LogLevel } from './logging/logger.js';
 import type { ShardCommands } from './shards/shard-commands.js';
 
@@ -59,12 +60,6 @@ export interface ControlPlane {
 }
 
 /**
- * Request bodies up to this size are parsed, so that oversized fields reach input validation
- * and get a BAD_USER_INPUT naming the field rather than a bare 413.
- */
-const JSON_BODY_LIMIT = '2mb';
-
-/**
  * Starts a control plane in this process and waits until it listens: migrations applied, the
  * first admin token created if none exists. Used by main.ts, the one-box launcher and tests.
  */
@@ -88,9 +83,9 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
   const logger = createLogger(options.logLevel ?? 'info', options.logDestination);
   const link = options.link ? await openAgentLink(options.link, logger) : undefined;
   const shardCommands = link?.commands ?? options.shardCommands;
-  let app: NestExpressApplication;
+  let app: NestFastifyApplication;
   try {
-    app = await NestFactory.create<NestExpressApplication>(
+    app = await NestFactory.create<NestFastifyApplication>(
       AppModule.forRoot({
         config,
         logger,
@@ -99,13 +94,13 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
         ...(shardCommands ? { shardCommands } : {}),
         ...(link ? { agentTransport: link.transport } : {}),
       }),
+      createHttpAdapter(),
       { logger: new PinoNestLogger(logger), bodyParser: false, abortOnError: false },
     );
   } catch (error) {
     await link?.close();
     throw error;
   }
-  app.useBodyParser('json', { limit: JSON_BODY_LIMIT });
   const close = async (): Promise<void> => {
     try {
       await app.close();

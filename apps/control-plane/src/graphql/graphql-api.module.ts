@@ -9,15 +9,18 @@ import { LOGGER, type Logger } from '../logging/logger.js';
 
 export const GRAPHQL_PATH = '/graphql';
 
-/** What @as-integrations/express5 (HTTP) or graphql-ws (subscriptions) pass to `context`. */
-interface TransportContext {
-  req?: { headers: { authorization?: string } };
-  connectionParams?: Readonly<Record<string, unknown>>;
-}
+/**
+ * What `context` is called with: over HTTP, the Fastify request itself (@as-integrations/fastify
+ * calls `context(request, reply)`); over graphql-ws (subscriptions), an object with the
+ * connection parameters.
+ */
+type TransportContext =
+  | { readonly headers: { readonly authorization?: string | undefined } }
+  | { readonly connectionParams?: Readonly<Record<string, unknown>> };
 
 /** graphql-ws clients send the token as connection parameter "Authorization" (or "authorization"). */
 function authorizationOf(
-  connectionParams: TransportContext['connectionParams'],
+  connectionParams: Readonly<Record<string, unknown>> | undefined,
 ): string | undefined {
   const value = connectionParams?.['Authorization'] ?? connectionParams?.['authorization'];
   return typeof value === 'string' ? value : undefined;
@@ -25,9 +28,9 @@ function authorizationOf(
 
 /**
  * The GraphQL API: code-first schema (sorted, kept in memory; docs/schema.graphql is written by
- * `schema-file.js write`), Apollo Server 5 on express 5 at /graphql, and graphql-ws on the same
- * path for subscriptions. Apollo's landing page loads from a CDN, so it is off; GET / serves
- * the self-contained explorer instead.
+ * `schema-file.js write`), Apollo Server 5 on Fastify 5 (@as-integrations/fastify) at /graphql,
+ * and graphql-ws on the same path (the HTTP server's upgrade) for subscriptions. Apollo's landing
+ * page loads from a CDN, so it is off; GET / serves the self-contained explorer instead.
  */
 @Module({
   imports: [
@@ -49,8 +52,11 @@ function authorizationOf(
           // for Cache-Control headers nothing here sets. Usage and schema reporting stay off
           // anyway without APOLLO_KEY.
           plugins: [ApolloServerPluginCacheControlDisabled()],
-          context: ({ req, connectionParams }: TransportContext): RequestContext => ({
-            authorization: req?.headers.authorization ?? authorizationOf(connectionParams),
+          context: (transport: TransportContext): RequestContext => ({
+            authorization:
+              'headers' in transport
+                ? transport.headers.authorization
+                : authorizationOf(transport.connectionParams),
           }),
           subscriptions: {
             'graphql-ws': {
