@@ -57,7 +57,8 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
   private readonly origin = randomUUID();
   private client: pg.Client | undefined;
   private outgoing: RelayedChange[] = [];
-  private flushScheduled = false;
+  /** One NOTIFY at a time on the connection; changes queued meanwhile go in the next. */
+  private sending: Promise<void> | undefined;
   /** Incoming messages are delivered one after the other, in the order they came. */
   private delivering: Promise<void> = Promise.resolve();
   private reconnectTimer: NodeJS.Timeout | undefined;
@@ -135,23 +136,28 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
       state: change.state,
       at: change.at.toISOString(),
     });
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    setImmediate(() => {
-      this.flushScheduled = false;
-      this.flush().catch((error: unknown) =>
-        this.logger.warn({ err: error }, 'shard state changes not sent to other replicas'),
-      );
-    });
+    if (this.sending !== undefined) return;
+    this.sending = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => this.flush())
+      .finally(() => {
+        this.sending = undefined;
+      });
   }
 
+  /** Sends what is queued, and what queues meanwhile, until nothing is left. */
   private async flush(): Promise<void> {
-    const changes = this.outgoing;
-    this.outgoing = [];
-    const client = this.client;
-    if (client === undefined || changes.length === 0) return;
-    for (const payload of payloadsOf(this.origin, changes)) {
-      await client.query('SELECT pg_notify($1, $2)', [SHARD_EVENTS_CHANNEL, payload]);
+    while (this.outgoing.length > 0) {
+      const changes = this.outgoing;
+      this.outgoing = [];
+      const client = this.client;
+      if (client === undefined) return;
+      try {
+        for (const payload of payloadsOf(this.origin, changes)) {
+          await client.query('SELECT pg_notify($1, $2)', [SHARD_EVENTS_CHANNEL, payload]);
+        }
+      } catch (error) {
+        this.logger.warn({ err: error }, 'shard state changes not sent to other replicas');
+      }
     }
   }
 
