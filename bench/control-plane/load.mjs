@@ -141,7 +141,10 @@ class Pool {
     const bytes = requestBytes(url, bodyOf(operation, n), tokens[n % tokens.length], this.keepAlive);
     const idle = this.idle.get(url.href) ?? [];
     this.idle.set(url.href, idle);
-    const connection = idle.pop() ?? new Connection(url, this.keepAlive);
+    // The server closes connections idle past its keep-alive timeout (5 s): skip those.
+    let connection = idle.pop();
+    while (connection?.closed) connection = idle.pop();
+    connection ??= new Connection(url, this.keepAlive);
     const started = performance.now();
     try {
       const answer = JSON.parse(await connection.send(bytes));
