@@ -10,6 +10,7 @@
 //     [--cases me,closed,open] [--no-keep-alive] [--server-node-args "--flag ..."]
 //     [--profile DIR]   (the server writes a V8 CPU profile into DIR when the run ends)
 //     [--statements]    (per case, the statements that took PostgreSQL's time: plan + execute)
+//     [--no-fsync]      (PostgreSQL as the tests run it: WAL not flushed at commit)
 import { fork, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -36,6 +37,7 @@ const { values: options } = parseArgs({
     'server-node-args': { type: 'string', default: '' },
     'no-keep-alive': { type: 'boolean', default: false },
     statements: { type: 'boolean', default: false },
+    'no-fsync': { type: 'boolean', default: false },
   },
 });
 const SECONDS = Number(options.seconds);
@@ -314,6 +316,9 @@ const server = await startPostgres({
     shared_preload_libraries: 'pg_stat_statements',
     'pg_stat_statements.track': 'top',
     'pg_stat_statements.track_planning': STATEMENTS ? 'on' : 'off',
+    // Durable as in production (the test helper turns fsync off), unless --no-fsync.
+    fsync: options['no-fsync'] ? 'off' : 'on',
+    full_page_writes: options['no-fsync'] ? 'off' : 'on',
   },
 });
 const database = await createTestDatabase('postgres', { server });
