@@ -336,7 +336,7 @@ async function statementCount() {
 /** What PostgreSQL spent its time on during one case, per request, most expensive first. */
 async function printStatements(job, requests) {
   const { rows } = await stats.query(
-    `SELECT calls, total_plan_time AS plan, total_exec_time AS exec, query FROM pg_stat_statements
+    `SELECT calls, total_plan_time AS plan, total_exec_time AS exec, max_exec_time AS max, query FROM pg_stat_statements
       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
       ORDER BY total_plan_time + total_exec_time DESC LIMIT 8`,
   );
@@ -346,6 +346,7 @@ async function printStatements(job, requests) {
       'calls/req': (Number(row.calls) / Math.max(1, requests)).toFixed(2),
       'plan ms/call': (row.plan / Number(row.calls)).toFixed(3),
       'exec ms/call': (row.exec / Number(row.calls)).toFixed(3),
+      'max exec ms': Number(row.max).toFixed(1),
       query: row.query.replace(/\s+/g, ' ').slice(0, 70),
     })),
   );
