@@ -575,6 +575,50 @@ for (const kind of TEST_DATABASE_KINDS) {
       assertError(await h.graphql(SHARDS, { teamId: INJECTION }, lister.viewer), 'BAD_USER_INPUT');
     });
 
+    it('a page of shards gives each shard its own GPUs (read together for the page), as shard(id) does', async () => {
+      await registerPool('gpu-list', ['gpu-list-1', 'gpu-list-2'], 4);
+      const team = await createTestTeam(h, 'gpu-lister');
+      const ids: string[] = [];
+      for (const gpuCount of [2, 1, 3, 4]) {
+        ids.push(
+          assertOk(
+            await createShard(h, team.member, {
+              hostSelector: [{ key: 'pool', value: 'gpu-list' }],
+              memoryPerGpu: '10g',
+              gpuCount,
+            }),
+          ).createShard.id,
+        );
+      }
+      type Gpus = { index: number; gpuUuid: string; reserved: { bytes: string } }[];
+      const page = assertOk(
+        await h.graphql<{
+          shards: { edges: { node: { id: string; gpuCount: number; gpus: Gpus } }[] };
+        }>(
+          `query ($teamId: ID) { shards(teamId: $teamId) { edges { node { id gpuCount gpus { index gpuUuid reserved { bytes } } } } } }`,
+          { teamId: team.id },
+        ),
+      ).shards.edges.map((edge) => edge.node);
+      assert.deepEqual(
+        page.map((shard) => shard.id),
+        [...ids].reverse(),
+      );
+      for (const shard of page) {
+        assert.equal(shard.gpus.length, shard.gpuCount, shard.id);
+        const alone = assertOk(
+          await h.graphql<{ shard: { gpus: Gpus } }>(
+            `query ($id: ID!) { shard(id: $id) { gpus { index gpuUuid reserved { bytes } } } }`,
+            { id: shard.id },
+          ),
+        ).shard.gpus;
+        assert.deepEqual(shard.gpus, alone, shard.id);
+        assert.deepEqual(
+          shard.gpus.map((gpu) => gpu.index),
+          [...shard.gpus.map((gpu) => gpu.index)].sort((a, b) => a - b),
+        );
+      }
+    });
+
     it('placementPreview: where it would go, or every host with its reason; nothing reserved', async () => {
       await registerPool('preview', ['preview-1']);
       const before = await shardRowCounts(h);

@@ -28,6 +28,7 @@ import {
   type PlacementRequestInput,
 } from './shard-input.js';
 import { isReserving, SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
+import { TickBatch } from '../graphql/tick-batch.js';
 import {
   shardView,
   type CreateShardInput,
@@ -174,27 +175,40 @@ export class ShardsService {
   }
 
   /** Its latest reservation on each GPU (live unless the shard stopped), by GPU index. */
-  async gpusOf(shardId: string): Promise<ShardGpu[]> {
-    const rows = await this.prisma.$queryRaw<GpuRow[]>`
-      SELECT DISTINCT ON (held.gpu_uuid)
-             held.gpu_uuid AS "gpuUuid", gpu.index, gpu.model,
-             held.reserved_bytes AS "reservedBytes", held.used_bytes AS "usedBytes",
-             held.reserved_at AS "reservedAt", held.released_at AS "releasedAt"
-        FROM shard_gpu held JOIN gpu ON gpu.uuid = held.gpu_uuid
-       WHERE held.shard_id = ${shardId}::uuid
-       ORDER BY held.gpu_uuid, held.reserved_at DESC`;
-    return rows
-      .sort((a, b) => a.index - b.index)
-      .map((row) => ({
-        gpuUuid: row.gpuUuid,
-        index: row.index,
-        model: row.model,
-        reserved: sizeOf(row.reservedBytes),
-        used: sizeOf(row.usedBytes),
-        reservedAt: row.reservedAt,
-        releasedAt: row.releasedAt,
-      }));
+  gpusOf(shardId: string): Promise<ShardGpu[]> {
+    return this.gpuReservations.load(shardId);
   }
+
+  /** Shard.gpus of every shard asked for in one tick: one query for a page of shards. */
+  private readonly gpuReservations = new TickBatch<string, ShardGpu[]>(
+    async (shardIds) => {
+      const rows = await this.prisma.$queryRaw<(GpuRow & { shardId: string })[]>`
+        SELECT DISTINCT ON (held.shard_id, held.gpu_uuid)
+               held.shard_id::text AS "shardId", held.gpu_uuid AS "gpuUuid", gpu.index,
+               gpu.model, held.reserved_bytes AS "reservedBytes",
+               held.used_bytes AS "usedBytes", held.reserved_at AS "reservedAt",
+               held.released_at AS "releasedAt"
+          FROM shard_gpu held JOIN gpu ON gpu.uuid = held.gpu_uuid
+         WHERE held.shard_id = ANY(${[...shardIds]}::uuid[])
+         ORDER BY held.shard_id, held.gpu_uuid, held.reserved_at DESC`;
+      const byShard = new Map<string, ShardGpu[]>();
+      for (const row of rows.sort((a, b) => a.index - b.index)) {
+        const gpus = byShard.get(row.shardId) ?? [];
+        byShard.set(row.shardId, gpus);
+        gpus.push({
+          gpuUuid: row.gpuUuid,
+          index: row.index,
+          model: row.model,
+          reserved: sizeOf(row.reservedBytes),
+          used: sizeOf(row.usedBytes),
+          reservedAt: row.reservedAt,
+          releasedAt: row.releasedAt,
+        });
+      }
+      return byShard;
+    },
+    () => [],
+  );
 
   /** Where the request would go now (on the cached fleet), or every host's reason why not. */
   async preview(caller: Caller, input: PlacementInput): Promise<PlacementPreview> {
