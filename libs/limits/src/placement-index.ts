@@ -19,15 +19,7 @@ import {
   type PlacementRequest,
   type PlacementResult,
 } from './placement.js';
-import {
-  gateReason,
-  needOn,
-  pickOn,
-  placedOn,
-  planOf,
-  type Picks,
-  type Plan,
-} from './placement-rules.js';
+import { beats, placedOn, planOf, scoreOn, type Picks, type Plan } from './placement-rules.js';
 
 /** Request shapes remembered at once; the least recently used one is forgotten first. */
 export const PLACEMENT_INDEX_SHAPES = 64;
@@ -74,31 +66,20 @@ export class PlacementIndex {
     const shape = this.shapeOf(request);
     const { plan, scores, scoredAt } = shape;
     const { hosts, generations } = this;
-    let best = -1;
-    let bestScore = 0;
+    let best: { host: Host; hostId: string; score: number } | undefined;
     for (let position = 0; position < hosts.length; position++) {
+      const host = hosts[position]!;
       if (scoredAt[position] !== generations[position]) {
-        scores[position] = this.score(hosts[position]!, plan);
+        scores[position] = scoreOn(host, plan, this.picks);
         scoredAt[position] = generations[position]!;
       }
       const score = scores[position]!;
-      if (Number.isNaN(score)) continue;
-      const byScore = best < 0 ? -1 : plan.order * (score - bestScore);
-      if (byScore < 0 || (byScore === 0 && hosts[position]!.id < hosts[best]!.id)) {
-        best = position;
-        bestScore = score;
+      if (!Number.isNaN(score) && beats(plan, score, host.id, best)) {
+        best = { host, hostId: host.id, score };
       }
     }
-    if (best < 0) return place(request, hosts, this.options);
-    const host = hosts[best]!;
-    const need = needOn(host, plan);
-    pickOn(host, plan, need, this.picks);
-    return placedOn(host, plan, need, this.picks.gpus.slice(0, plan.gpuCount));
-  }
-
-  private score(host: Host, plan: Plan): number {
-    if (gateReason(host, plan) !== undefined) return Number.NaN;
-    return pickOn(host, plan, needOn(host, plan), this.picks);
+    if (best === undefined) return place(request, hosts, this.options);
+    return placedOn(best.host, plan, this.picks);
   }
 
   private shapeOf(request: PlacementRequest): Shape {

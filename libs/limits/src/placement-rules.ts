@@ -195,9 +195,34 @@ export function needOn(host: Host, plan: Plan): number {
   return plan.bytesPerGpu + (host.contextOverheadBytes ?? plan.defaultOverhead);
 }
 
-/** The answer for a chosen host and its picked GPUs (in any order). */
-export function placedOn(host: Host, plan: Plan, need: number, gpus: readonly Gpu[]): Placed {
-  const chosen = [...gpus].sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid));
+/** The host's score for the plan (see pickOn), NaN when it cannot take the shard; uses `picks`. */
+export function scoreOn(host: Host, plan: Plan, picks: Picks): number {
+  if (gateReason(host, plan) !== undefined) return Number.NaN;
+  return pickOn(host, plan, needOn(host, plan), picks);
+}
+
+/**
+ * Whether a host that can take the shard with `score` goes before the best so far: by the
+ * policy's order of scores, then the smaller host id.
+ */
+export function beats(
+  plan: Plan,
+  score: number,
+  hostId: string,
+  best: { readonly score: number; readonly hostId: string } | undefined,
+): boolean {
+  if (best === undefined) return true;
+  const byScore = plan.order * (score - best.score);
+  return byScore < 0 || (byScore === 0 && hostId < best.hostId);
+}
+
+/** The answer for the chosen host: its GPUs picked again, ordered by index. */
+export function placedOn(host: Host, plan: Plan, picks: Picks): Placed {
+  const need = needOn(host, plan);
+  pickOn(host, plan, need, picks);
+  const chosen = picks.gpus
+    .slice(0, plan.gpuCount)
+    .sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid));
   return {
     kind: 'placed',
     hostId: host.id,

@@ -24,13 +24,14 @@ import {
 import {
   checkedRatio,
   compareText,
+  beats,
   gateReason,
   modelMatcher,
   needOn,
-  pickOn,
   placedOn,
   planOf,
   rawCapacity,
+  scoreOn,
   unreachable,
   type Picks,
   type Plan,
@@ -218,19 +219,15 @@ export function place(
 ): PlacementResult {
   const plan = planOf(request, options);
   const picks: Picks = { gpus: [], free: [], count: 0 };
-  let best: { host: Host; need: number; score: number; gpus: Gpu[] } | undefined;
+  let best: { host: Host; hostId: string; score: number } | undefined;
   for (const host of fleet) {
-    if (gateReason(host, plan) !== undefined) continue;
-    const need = needOn(host, plan);
-    const score = pickOn(host, plan, need, picks);
-    if (Number.isNaN(score)) continue;
-    const byScore = best === undefined ? -1 : plan.order * (score - best.score);
-    if (byScore < 0 || (byScore === 0 && best !== undefined && host.id < best.host.id)) {
-      best = { host, need, score, gpus: picks.gpus.slice(0, plan.gpuCount) };
+    const score = scoreOn(host, plan, picks);
+    if (!Number.isNaN(score) && beats(plan, score, host.id, best)) {
+      best = { host, hostId: host.id, score };
     }
   }
   if (best === undefined) return noFit(fleet, plan);
-  return placedOn(best.host, plan, best.need, best.gpus);
+  return placedOn(best.host, plan, picks);
 }
 
 function noFit(fleet: readonly Host[], plan: Plan): NoFit {
