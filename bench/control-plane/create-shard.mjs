@@ -269,12 +269,13 @@ function postgresCpu(postmaster) {
 /** One case in the load process, with the CPU the server, PostgreSQL and the client used. */
 async function measure(servers, tokens, job) {
   const serverCpu = () => servers.reduce((sum, { child }) => sum + cpuOf(child.pid), 0);
+  // Reset before counting, so that the count taken after the case starts from this one.
+  if (STATEMENTS) await stats.query('SELECT pg_stat_statements_reset()');
   const before = {
     server: serverCpu(),
     postgres: postgresCpu(postmaster),
     statements: await statementCount(),
   };
-  if (STATEMENTS) await stats.query('SELECT pg_stat_statements_reset()');
   const answer = new Promise((resolveAnswer) => load.once('message', resolveAnswer));
   load.send({ urls: servers.map((s) => s.graphqlUrl), tokens, ...job });
   const result = await answer;
