@@ -10,7 +10,10 @@ const nx = (args) => ['npx', ['nx', ...args, '--output-style=stream']];
 /** Each tier is a command whose output carries its own pass/fail counts. */
 const tiers = [
   { name: 'limits', command: nx(['run', 'limits:test', '--excludeTaskDependencies']) },
-  { name: 'protocol', command: nx(['run', 'protocol:test', '--excludeTaskDependencies']) },
+  {
+    name: 'protocol',
+    command: nx(['run-many', '-t', 'test', '-p', 'protocol,link', '--excludeTaskDependencies']),
+  },
   {
     name: 'control-plane',
     command: nx(['run', 'control-plane:test', '--excludeTaskDependencies']),

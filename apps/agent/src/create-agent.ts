@@ -3,7 +3,7 @@ import 'reflect-metadata';
 import { resolve } from 'node:path';
 import { hostname } from 'node:os';
 
-import type { INestApplicationContext } from '@nestjs/common';
+import type { INestMicroservice } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { assertValidHostId } from '@gpushards/protocol';
 import Docker from 'dockerode';
@@ -12,6 +12,7 @@ import { AgentModule } from './agent.module.js';
 import { DEFAULTS, type AgentConfig, type AgentOptions } from './config/agent-options.js';
 import { GpusService, type GpuInventory } from './gpus/gpus.service.js';
 import type { AgentLink } from './link/agent-link.js';
+import { AgentLinkServer } from './link/agent-link-server.js';
 import { NatsAgentLink } from './link/nats-agent-link.js';
 import { createLogger, PinoNestLogger } from './logging/logger.js';
 import { AgentService } from './reconcile/agent.service.js';
@@ -30,7 +31,7 @@ export interface Agent {
 }
 
 /**
- * Starts an agent in this process and resolves once it has registered with the control
+ * Starts an agent (a NestJS microservice) in this process and resolves once it has registered with the control
  * plane. Used by main.ts (options from the environment), the one-box launcher (with an
  * in-process AgentLink) and tests. Throws on a configuration the agent cannot run with,
  * and when the control plane refuses the registration.
@@ -43,15 +44,17 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       ? options.link.custom
       : new NatsAgentLink(config.hostId, options.link.nats, logger.child({ module: 'link' }));
   const docker = options.docker ?? new Docker();
-  let app: INestApplicationContext | undefined;
+  let app: INestMicroservice | undefined;
   try {
-    app = await NestFactory.createApplicationContext(
-      AgentModule.forRoot(config, link, docker, logger),
-      {
-        logger: new PinoNestLogger(logger.child({ module: 'nest' })),
-        abortOnError: false,
-      },
-    );
+    // A NestJS microservice: its transport (AgentLinkServer) is the link, connected once the
+    // modules are up (the shard containers here adopted), and its @MessagePattern handlers
+    // (CommandsController) answer the control plane's commands.
+    app = await NestFactory.createMicroservice(AgentModule.forRoot(config, link, docker, logger), {
+      strategy: new AgentLinkServer(link),
+      logger: new PinoNestLogger(logger.child({ module: 'nest' })),
+      abortOnError: false,
+    });
+    await app.listen();
     const service = app.get(AgentService);
     await service.start();
     const context = app;

@@ -22,3 +22,5 @@ export * from './nats-auth.js';
 export * from './messages.js';
 export * from './codec.js';
 export * from './request.js';
+export * from './text.js';
+export * from './command-answer.js';

@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type Docker from 'dockerode';
 import type { ContainerCreateOptions } from 'dockerode';
 
-import { errorMessage } from '../common/text.js';
+import { errorMessage } from '@gpushards/protocol';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { hostLabelFilters, LABELS } from './labels.js';
 import { pullReference } from './container-spec.js';

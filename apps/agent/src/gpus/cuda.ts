@@ -1,6 +1,6 @@
 import * as koffi from 'koffi';
 
-import { errorMessage } from '../common/text.js';
+import { errorMessage } from '@gpushards/protocol';
 import { formatUuid } from '../regions/region-file.js';
 
 /**

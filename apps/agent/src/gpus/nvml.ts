@@ -1,6 +1,6 @@
 import * as koffi from 'koffi';
 
-import { errorMessage } from '../common/text.js';
+import { errorMessage } from '@gpushards/protocol';
 
 /**
  * The few NVML calls the agent needs, through koffi (no native addon to build). The same

@@ -1,15 +1,10 @@
-import { readFileSync } from 'node:fs';
-
 import {
-  PROTOCOL_VERSION,
   agentInboxPrefix,
   agentSubjects,
-  checkSubjectHost,
-  commandIdSchema,
+  answerCommand,
   commandReplySchema,
-  commandSchema,
-  decodeMessage,
   encodeMessage,
+  errorMessage,
   heartbeatSchema,
   hostSubjects,
   reconcileReplySchema,
@@ -20,7 +15,6 @@ import {
   shardStateEventSchema,
   type AgentSubjects,
   type NatsAuth,
-  type CommandReply,
   type Heartbeat,
   type ReconcileReply,
   type ReconcileRequest,
@@ -28,19 +22,10 @@ import {
   type RegisterRequest,
   type ShardStateEvent,
 } from '@gpushards/protocol';
-import {
-  connect,
-  credsAuthenticator,
-  nkeyAuthenticator,
-  usernamePasswordAuthenticator,
-  type Authenticator,
-  type Msg,
-  type NatsConnection,
-  type Subscription,
-} from '@nats-io/transport-node';
+import { connectNats } from '@gpushards/link';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { z } from 'zod';
 
-import { errorMessage, protocolText } from '../common/text.js';
 import type { Logger } from '../logging/logger.js';
 import { LinkUnavailableError, type AgentLink, type CommandHandler } from './agent-link.js';
 
@@ -78,23 +63,18 @@ export class NatsAgentLink implements AgentLink {
   }
 
   async connect(): Promise<void> {
-    const authenticator = natsAuthenticator(this.options.auth);
-    try {
-      this.connection = await connect({
+    this.connection = await connectNats(
+      {
         servers: this.options.servers,
+        auth: this.options.auth,
         name: `gpushards-agent-${this.hostId}`,
         inboxPrefix: agentInboxPrefix(this.hostId),
-        maxReconnectAttempts: -1,
-        ...(authenticator ? { authenticator } : {}),
-      });
-    } catch (error) {
-      throw new Error(
-        `cannot connect to NATS at ${this.options.servers.join(', ')}: ${errorMessage(error)}`,
-        { cause: error },
-      );
-    }
-    void this.watchStatus(this.connection);
-    this.logger.info({ servers: this.options.servers }, 'connected to NATS');
+        onReconnect: () => {
+          for (const listener of this.restoredListeners) listener();
+        },
+      },
+      this.logger,
+    );
   }
 
   register(request: RegisterRequest): Promise<RegisterReply> {
@@ -181,7 +161,18 @@ export class NatsAgentLink implements AgentLink {
   }
 
   private async answer(msg: Msg, handler: CommandHandler): Promise<void> {
-    const reply = await this.commandReply(msg, handler);
+    const reply = await answerCommand(this.hostId, msg.subject, msg.data, handler, (refusal) => {
+      if (refusal.code === 'INTERNAL') {
+        this.logger.error(
+          { err: refusal.cause, commandId: refusal.commandId },
+          'a command failed unexpectedly',
+        );
+      }
+      this.logger.warn(
+        { commandId: refusal.commandId, code: refusal.code, reason: refusal.message },
+        'refused a command',
+      );
+    });
     if (!msg.reply) {
       this.logger.warn({ commandId: reply.commandId }, 'a command came without a reply subject');
       return;
@@ -192,93 +183,7 @@ export class NatsAgentLink implements AgentLink {
       this.logger.error({ err: error, commandId: reply.commandId }, 'could not answer a command');
     }
   }
-
-  private async commandReply(msg: Msg, handler: CommandHandler): Promise<CommandReply> {
-    const refuse = (commandId: string | null, code: string, message: string): CommandReply => {
-      this.logger.warn({ commandId, code, reason: message }, 'refused a command');
-      return {
-        protocolVersion: PROTOCOL_VERSION,
-        hostId: this.hostId,
-        commandId,
-        ok: false,
-        error: { code, message: protocolText(message) },
-      };
-    };
-    const decoded = decodeMessage(commandSchema, msg.data);
-    if (!decoded.ok) {
-      const code =
-        decoded.error.code === 'UNSUPPORTED_VERSION' ? 'UNSUPPORTED_VERSION' : 'INVALID_COMMAND';
-      return refuse(readCommandId(msg.data), code, decoded.error.message);
-    }
-    const command = decoded.message;
-    const bound = checkSubjectHost(msg.subject, command);
-    if (!bound.ok) return refuse(command.commandId, 'WRONG_HOST', bound.error.message);
-    try {
-      return await handler(command);
-    } catch (error) {
-      this.logger.error(
-        { err: error, commandId: command.commandId },
-        'a command failed unexpectedly',
-      );
-      return refuse(command.commandId, 'INTERNAL', errorMessage(error));
-    }
-  }
-
-  private async watchStatus(connection: NatsConnection): Promise<void> {
-    for await (const status of connection.status()) {
-      switch (status.type) {
-        case 'disconnect':
-          this.logger.warn({ server: status.server }, 'lost the NATS connection; reconnecting');
-          break;
-        case 'reconnect':
-          this.logger.info({ server: status.server }, 'NATS connection restored');
-          for (const listener of this.restoredListeners) listener();
-          break;
-        case 'error':
-          // Permission violations arrive here: a subject this host's user may not use.
-          this.logger.error({ err: status.error }, 'NATS reported an error');
-          break;
-        default:
-          break;
-      }
-    }
-  }
 }
 
 /** The nats.js authenticator for one of the ways an agent (or a test peer) logs in. */
-export function natsAuthenticator(auth: NatsAuth | undefined): Authenticator | undefined {
-  if (auth === undefined) return undefined;
-  switch (auth.kind) {
-    case 'password':
-      return usernamePasswordAuthenticator(auth.user, auth.password);
-    case 'nkey':
-      return nkeyAuthenticator(
-        new TextEncoder().encode(readSecret(auth.seedFile, 'NATS nkey seed').trim()),
-      );
-    case 'creds':
-      return credsAuthenticator(
-        new TextEncoder().encode(readSecret(auth.credsFile, 'NATS credentials')),
-      );
-  }
-}
-
-function readSecret(path: string, what: string): string {
-  try {
-    return readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new Error(`cannot read the ${what} file ${path}: ${errorMessage(error)}`, {
-      cause: error,
-    });
-  }
-}
-
-/** The command id of an undecodable command, when it has a readable one, for its error reply. */
-function readCommandId(data: Uint8Array): string | null {
-  try {
-    const value: unknown = JSON.parse(new TextDecoder().decode(data));
-    const id = (value as { commandId?: unknown } | null)?.commandId;
-    return commandIdSchema.safeParse(id).success ? (id as string) : null;
-  } catch {
-    return null;
-  }
-}
+export { natsAuthenticator } from '@gpushards/link';

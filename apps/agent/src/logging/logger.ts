@@ -1,4 +1,3 @@
-import type { LoggerService } from '@nestjs/common';
 import { pino, type DestinationStream, type Level, type Logger } from 'pino';
 
 export type { Logger } from 'pino';
@@ -17,38 +16,5 @@ export function createLogger(
   return destination ? pino(options, destination) : pino(options);
 }
 
-/** Nest's own messages (module wiring) as pino JSON lines, with Nest's context as a field. */
-export class PinoNestLogger implements LoggerService {
-  constructor(private readonly logger: Logger) {}
-
-  log(message: unknown, ...params: unknown[]): void {
-    this.write('info', message, params);
-  }
-
-  error(message: unknown, ...params: unknown[]): void {
-    this.write('error', message, params);
-  }
-
-  warn(message: unknown, ...params: unknown[]): void {
-    this.write('warn', message, params);
-  }
-
-  debug(message: unknown, ...params: unknown[]): void {
-    this.write('debug', message, params);
-  }
-
-  verbose(message: unknown, ...params: unknown[]): void {
-    this.write('trace', message, params);
-  }
-
-  fatal(message: unknown, ...params: unknown[]): void {
-    this.write('fatal', message, params);
-  }
-
-  private write(level: Level, message: unknown, params: unknown[]): void {
-    // Nest passes the context last.
-    const context = typeof params.at(-1) === 'string' ? (params.at(-1) as string) : undefined;
-    if (message instanceof Error) this.logger[level]({ context, err: message }, message.message);
-    else this.logger[level]({ context }, String(message));
-  }
-}
+/** Nest's own messages as pino lines: the adapter both apps share. */
+export { PinoNestLogger } from '@gpushards/link';

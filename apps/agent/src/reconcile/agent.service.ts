@@ -1,4 +1,9 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  type OnApplicationBootstrap,
+  type OnModuleDestroy,
+} from '@nestjs/common';
 import { PROTOCOL_VERSION, type RegisterRequest } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
@@ -6,7 +11,6 @@ import { DockerRuntime } from '../containers/docker-runtime.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { AGENT_LINK, LinkUnavailableError, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { CommandsService } from '../shards/commands.service.js';
 import { ShardsService } from '../shards/shards.service.js';
 import { HeartbeatService } from './heartbeat.service.js';
 import { ReconcileService } from './reconcile.service.js';
@@ -30,11 +34,11 @@ const REGISTER_RETRY_MAX_MS = 30_000;
 
 /**
  * The agent's life: adopt the shard containers already here, follow Docker's events,
- * take commands, register (again after every reconnection), then heartbeat and reconcile
+ * take commands (through CommandsController), register (again after every reconnection), then heartbeat and reconcile
  * on their intervals until stopped.
  */
 @Injectable()
-export class AgentService implements OnModuleDestroy {
+export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly logger: Logger;
   private readonly stopping = new AbortController();
   private readonly timers = new Set<NodeJS.Timeout>();
@@ -46,7 +50,6 @@ export class AgentService implements OnModuleDestroy {
     private readonly gpus: GpusService,
     private readonly docker: DockerRuntime,
     private readonly shards: ShardsService,
-    private readonly commands: CommandsService,
     private readonly heartbeats: HeartbeatService,
     private readonly reconciler: ReconcileService,
     @Inject(LOGGER) logger: Logger,
@@ -54,8 +57,11 @@ export class AgentService implements OnModuleDestroy {
     this.logger = logger.child({ module: 'agent' });
   }
 
-  /** Resolves once registered; throws RegistrationRejectedError, or on a broken setup. */
-  async start(): Promise<void> {
+  /**
+   * Before the microservice's link connects and takes commands: adopt the shard containers
+   * already here and follow Docker's events.
+   */
+  async onApplicationBootstrap(): Promise<void> {
     await this.shards.sweep();
     this.docker.watchEvents(
       this.config.hostId,
@@ -68,8 +74,14 @@ export class AgentService implements OnModuleDestroy {
       },
       this.stopping.signal,
     );
-    await this.link.connect();
-    await this.link.onCommand((command) => this.commands.handle(command));
+  }
+
+  /**
+   * Once the link is connected and commands reach their handlers (AgentLinkServer): register
+   * (again after every reconnection), then heartbeat and reconcile on their intervals.
+   * Resolves once registered; throws RegistrationRejectedError, or on a broken setup.
+   */
+  async start(): Promise<void> {
     this.link.onRestored(() => {
       void this.register().catch((error: unknown) =>
         this.logger.error({ err: error }, 'registering again failed'),

@@ -7,7 +7,7 @@ import {
 } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
-import { errorMessage, protocolText } from '../common/text.js';
+import { errorMessage, protocolText } from '@gpushards/protocol';
 import { RuntimeError } from '../containers/docker-runtime.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { BelowUsageError } from '../regions/regions.service.js';

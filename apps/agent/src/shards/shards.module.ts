@@ -3,12 +3,14 @@ import { Module } from '@nestjs/common';
 import { ContainersModule } from '../containers/containers.module.js';
 import { GpusModule } from '../gpus/gpus.module.js';
 import { RegionsModule } from '../regions/regions.module.js';
+import { CommandsController } from './commands.controller.js';
 import { CommandsService } from './commands.service.js';
 import { ShardsService } from './shards.service.js';
 import { StateReporter } from './state-reporter.js';
 
 @Module({
   imports: [ContainersModule, GpusModule, RegionsModule],
+  controllers: [CommandsController],
   providers: [ShardsService, CommandsService, StateReporter],
   exports: [ShardsService, CommandsService],
 })

@@ -8,7 +8,7 @@ import {
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { KeyedMutex } from '../common/keyed-mutex.js';
-import { errorMessage } from '../common/text.js';
+import { errorMessage } from '@gpushards/protocol';
 import { buildCreateOptions, orderGpus, type ShardGpu } from '../containers/container-spec.js';
 import {
   DockerRuntime,

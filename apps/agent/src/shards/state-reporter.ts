@@ -4,7 +4,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { PROTOCOL_VERSION, type ShardState, type ShardStateEvent } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
-import { protocolText } from '../common/text.js';
+import { protocolText } from '@gpushards/protocol';
 import { AGENT_LINK, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 

@@ -12,6 +12,7 @@ import {
 } from '@gpushards/protocol';
 import type { Logger } from '../logging/logger.js';
 import type { ShardCommands } from '../shards/shard-commands.js';
+import { AgentClientProxy } from './agent-client-proxy.js';
 import { CommandNotDeliveredError, type AgentTransport } from './agent-transport.js';
 
 /** How commands are delivered: each attempt's wait, how many attempts, the pause between. */
@@ -49,7 +50,8 @@ export class CommandRefusedError extends Error {
 }
 
 /**
- * The ShardCommands port over an AgentTransport: each command gets a fresh command id, and
+ * The ShardCommands port over the agents' microservices (AgentClientProxy on an
+ * AgentTransport): each command gets a fresh command id, and
  * an attempt that no agent answered in time is repeated with the same id, so the agent acts
  * on it once however many copies arrive (it remembers the replies by id). Resolves when the
  * agent took the command on; rejects when it refused, or after the last unanswered attempt:
@@ -58,12 +60,14 @@ export class CommandRefusedError extends Error {
 export class AgentCommandClient implements ShardCommands {
   private readonly delivery: Required<CommandDeliveryOptions>;
   private readonly closing = new AbortController();
+  private readonly client: AgentClientProxy;
 
   constructor(
-    private readonly transport: AgentTransport,
+    transport: AgentTransport,
     options: CommandDeliveryOptions,
     private readonly logger: Logger,
   ) {
+    this.client = new AgentClientProxy(transport);
     this.delivery = { ...DEFAULT_COMMAND_DELIVERY, ...options };
     const { timeoutMs, attempts, retryDelayMs } = this.delivery;
     if (!(timeoutMs > 0) || !Number.isInteger(attempts) || attempts < 1 || !(retryDelayMs >= 0)) {
@@ -108,7 +112,7 @@ export class AgentCommandClient implements ShardCommands {
     for (let attempt = 1; ; attempt++) {
       let raw: Uint8Array | string;
       try {
-        raw = await this.transport.sendCommand(hostId, data, timeoutMs);
+        raw = await this.client.command({ hostId, data, timeoutMs });
       } catch (error) {
         if (!(error instanceof CommandNotDeliveredError)) throw error;
         if (attempt >= attempts || this.closing.signal.aborted) {

@@ -7,6 +7,7 @@ import {
   decodeMessage,
   encodeMessage,
   hostIdFromSubject,
+  protocolText,
   reconcileReplySchema,
   registerReplySchema,
   type AgentSubjectKind,
@@ -22,7 +23,6 @@ import { NotFoundError } from '../errors/domain-errors.js';
 import { FleetService } from '../fleet/fleet.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import type { AgentMessage } from './agent-transport.js';
-import { protocolText } from './protocol-text.js';
 
 /** How the handling of one agent message ended: the `outcome` label of the counter. */
 export type AgentMessageOutcome =

@@ -1,12 +1,8 @@
 import {
-  PROTOCOL_VERSION,
   agentSubjects,
+  answerCommand,
   assertValidHostId,
-  checkSubjectHost,
-  commandIdSchema,
   commandReplySchema,
-  commandSchema,
-  decodeMessage,
   encodeMessage,
   heartbeatSchema,
   hostSubjects,
@@ -32,7 +28,6 @@ import {
   type AgentMessageHandler,
   type AgentTransport,
 } from './agent-transport.js';
-import { protocolText } from './protocol-text.js';
 
 export interface InProcessAgentHubOptions {
   /**
@@ -258,34 +253,8 @@ export class InProcessAgentLink {
     if (handler === undefined) {
       throw new CommandNotDeliveredError(`host ${this.hostId}'s agent takes no commands`);
     }
-    return encodeMessage(commandReplySchema, await this.commandReply(data, handler));
-  }
-
-  private async commandReply(
-    data: string,
-    handler: InProcessCommandHandler,
-  ): Promise<CommandReply> {
-    const refuse = (commandId: string | null, code: string, message: string): CommandReply => ({
-      protocolVersion: PROTOCOL_VERSION,
-      hostId: this.hostId,
-      commandId,
-      ok: false,
-      error: { code, message: protocolText(message) },
-    });
-    const decoded = decodeMessage(commandSchema, data);
-    if (!decoded.ok) {
-      const code =
-        decoded.error.code === 'UNSUPPORTED_VERSION' ? 'UNSUPPORTED_VERSION' : 'INVALID_COMMAND';
-      return refuse(readCommandId(data), code, decoded.error.message);
-    }
-    const command = decoded.message;
-    const bound = checkSubjectHost(hostSubjects(this.hostId).cmd, command);
-    if (!bound.ok) return refuse(command.commandId, 'WRONG_HOST', bound.error.message);
-    try {
-      return await handler(command);
-    } catch (error) {
-      return refuse(command.commandId, 'INTERNAL', (error as Error).message ?? String(error));
-    }
+    const reply = await answerCommand(this.hostId, hostSubjects(this.hostId).cmd, data, handler);
+    return encodeMessage(commandReplySchema, reply);
   }
 
   private async request<Q extends z.ZodType, R extends z.ZodType>(
@@ -326,14 +295,4 @@ function withTimeout<T>(work: Promise<T>, ms: number, timedOut: () => Error): Pr
       },
     );
   });
-}
-
-/** The command id of an undecodable command, when it has a readable one, for its error reply. */
-function readCommandId(data: string): string | null {
-  try {
-    const id = (JSON.parse(data) as { commandId?: unknown } | null)?.commandId;
-    return commandIdSchema.safeParse(id).success ? (id as string) : null;
-  } catch {
-    return null;
-  }
 }

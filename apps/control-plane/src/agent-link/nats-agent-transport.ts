@@ -1,20 +1,12 @@
-import { readFileSync } from 'node:fs';
 import {
   CONTROL_PLANE_QUEUE_GROUP,
   CONTROL_PLANE_SUBSCRIPTIONS,
+  errorMessage,
   hostSubjects,
   type NatsAuth,
 } from '@gpushards/protocol';
-import {
-  connect,
-  credsAuthenticator,
-  nkeyAuthenticator,
-  usernamePasswordAuthenticator,
-  type Authenticator,
-  type Msg,
-  type NatsConnection,
-  type Subscription,
-} from '@nats-io/transport-node';
+import { connectNats } from '@gpushards/link';
+import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from '../logging/logger.js';
 import {
   CommandNotDeliveredError,
@@ -52,25 +44,11 @@ export class NatsAgentTransport implements AgentTransport {
     options: NatsConnectionOptions,
     logger: Logger,
   ): Promise<NatsAgentTransport> {
-    const authenticator = natsAuthenticator(options.auth);
-    let connection: NatsConnection;
-    try {
-      connection = await connect({
-        servers: [...options.servers],
-        name: 'gpushards-control-plane',
-        maxReconnectAttempts: -1,
-        ...(authenticator ? { authenticator } : {}),
-      });
-    } catch (error) {
-      throw new Error(
-        `cannot connect to NATS at ${options.servers.join(', ')}: ${(error as Error).message}`,
-        { cause: error },
-      );
-    }
-    const transport = new NatsAgentTransport(connection, logger);
-    void transport.watchStatus();
-    logger.info({ servers: options.servers }, 'connected to NATS');
-    return transport;
+    const connection = await connectNats(
+      { servers: options.servers, auth: options.auth, name: 'gpushards-control-plane' },
+      logger,
+    );
+    return new NatsAgentTransport(connection, logger);
   }
 
   async listen(handler: AgentMessageHandler): Promise<void> {
@@ -107,7 +85,7 @@ export class NatsAgentTransport implements AgentTransport {
       return reply.data;
     } catch (error) {
       // Timeouts, no responders (no agent of that host connected), a lost connection.
-      throw new CommandNotDeliveredError(`no answer on ${subject}: ${(error as Error).message}`, {
+      throw new CommandNotDeliveredError(`no answer on ${subject}: ${errorMessage(error)}`, {
         cause: error,
       });
     }
@@ -132,46 +110,5 @@ export class NatsAgentTransport implements AgentTransport {
   private track(handling: Promise<void>): void {
     this.inFlight.add(handling);
     void handling.finally(() => this.inFlight.delete(handling));
-  }
-
-  private async watchStatus(): Promise<void> {
-    for await (const status of this.connection.status()) {
-      switch (status.type) {
-        case 'disconnect':
-          this.logger.warn({ server: status.server }, 'lost the NATS connection; reconnecting');
-          break;
-        case 'reconnect':
-          this.logger.info({ server: status.server }, 'NATS connection restored');
-          break;
-        case 'error':
-          // Permission violations arrive here: a subject the control-plane user may not use.
-          this.logger.error({ err: status.error }, 'NATS reported an error');
-          break;
-        default:
-          break;
-      }
-    }
-  }
-}
-
-function natsAuthenticator(auth: NatsAuth | undefined): Authenticator | undefined {
-  if (auth === undefined) return undefined;
-  switch (auth.kind) {
-    case 'password':
-      return usernamePasswordAuthenticator(auth.user, auth.password);
-    case 'nkey':
-      return nkeyAuthenticator(new TextEncoder().encode(readSecret(auth.seedFile).trim()));
-    case 'creds':
-      return credsAuthenticator(new TextEncoder().encode(readSecret(auth.credsFile)));
-  }
-}
-
-function readSecret(path: string): string {
-  try {
-    return readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new Error(`cannot read the NATS credentials file ${path}: ${(error as Error).message}`, {
-      cause: error,
-    });
   }
 }

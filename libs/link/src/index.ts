@@ -1,0 +1,2 @@
+export * from './nats-connection.js';
+export * from './nest-logger.js';
