@@ -5,3 +5,4 @@ export * from './quota.js';
 export * from './accounting.js';
 export * from './gpu-accounting.js';
 export * from './placement-index.js';
+export * from './lifecycle/index.js';

@@ -1,0 +1,3 @@
+export * from './states.js';
+export * from './transitions.js';
+export * from './convergence.js';

@@ -1,0 +1,316 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import fc from 'fast-check';
+import {
+  countsAgainstQuota,
+  FINAL_STATES,
+  holdsReservation,
+  isFinal,
+  SHARD_STATES,
+  shouldRun,
+  type ShardState,
+} from './states.js';
+import {
+  ACQUIRING_CAUSES,
+  AGENT_REPORTS,
+  allTransitions,
+  canTransition,
+  checkTransition,
+  INITIAL_STATES,
+  nextOnReport,
+  reservationChange,
+  TRANSITIONS,
+  type StopIntent,
+} from './transitions.js';
+import {
+  CONTAINER_KINDS,
+  containerActionFor,
+  converge,
+  desiredContainerOf,
+  type ContainerObservation,
+} from './convergence.js';
+
+const state = fc.constantFrom(...SHARD_STATES);
+const intent = fc.constantFrom<StopIntent>('stop', 'requeue', 'preempt');
+const observation: fc.Arbitrary<ContainerObservation> = fc.oneof(
+  fc.constantFrom<ContainerObservation>(
+    ...CONTAINER_KINDS.filter((k) => k !== 'exited').map(
+      (kind) => ({ kind }) as ContainerObservation,
+    ),
+  ),
+  fc.integer({ min: 0, max: 255 }).map((exitCode) => ({ kind: 'exited' as const, exitCode })),
+);
+
+describe('shard lifecycle', () => {
+  test('no transition leaves a final state except deletion, and none leaves DELETED', () => {
+    for (const from of FINAL_STATES) {
+      for (const to of SHARD_STATES) {
+        if (canTransition(from, to)) assert.equal(to, 'DELETED', `${from} → ${to}`);
+      }
+    }
+    assert.deepEqual(TRANSITIONS.DELETED, {});
+    fc.assert(
+      fc.property(state, state, (from, to) => {
+        if (isFinal(from) && to !== 'DELETED') assert.equal(canTransition(from, to), false);
+      }),
+    );
+  });
+
+  test('every state but DELETED can be deleted; every state is reachable from a new shard', () => {
+    for (const from of SHARD_STATES) {
+      if (from !== 'DELETED') assert.ok(canTransition(from, 'DELETED', 'deleted'), from);
+    }
+    const reached = new Set<ShardState>(Object.keys(INITIAL_STATES) as ShardState[]);
+    for (let grew = true; grew;) {
+      grew = false;
+      for (const { from, to } of allTransitions()) {
+        if (reached.has(from) && !reached.has(to)) {
+          reached.add(to);
+          grew = true;
+        }
+      }
+    }
+    assert.deepEqual([...reached].sort(), [...SHARD_STATES].sort());
+  });
+
+  test('reservations are taken only by placement or recovery, and released on leaving the holding states', () => {
+    for (const { from, to, cause } of allTransitions()) {
+      const change = reservationChange(from, to);
+      if (change === 'acquire')
+        assert.ok(ACQUIRING_CAUSES.has(cause), `${from} → ${to} by ${cause}`);
+      const check = checkTransition(from, to, cause);
+      assert.ok(check.ok);
+      assert.equal(check.reservation, change);
+    }
+    for (const initial of Object.keys(INITIAL_STATES) as ShardState[]) {
+      assert.equal(holdsReservation(initial), initial === 'PLACED');
+    }
+  });
+
+  test('quota usage and reserved bytes, kept incrementally over any run of transitions, equal the sums over the holding states', () => {
+    const transitions = allTransitions();
+    fc.assert(
+      fc.property(
+        fc.array(fc.record({ size: fc.integer({ min: 1, max: 1 << 20 }), pending: fc.boolean() }), {
+          minLength: 1,
+          maxLength: 8,
+        }),
+        fc.array(fc.tuple(fc.nat(), fc.nat()), { maxLength: 60 }),
+        (created, steps) => {
+          const shards = created.map((s) => ({
+            size: s.size,
+            state: (s.pending ? 'PENDING' : 'PLACED') as ShardState,
+          }));
+          let reserved = shards.reduce(
+            (sum, s) => sum + (holdsReservation(s.state) ? s.size : 0),
+            0,
+          );
+          let quota = shards.reduce((sum, s) => sum + s.size, 0);
+          for (const [which, pick] of steps) {
+            const shard = shards[which % shards.length]!;
+            const options = transitions.filter((t) => t.from === shard.state);
+            if (options.length === 0) continue;
+            const { to, cause } = options[pick % options.length]!;
+            const check = checkTransition(shard.state, to, cause);
+            assert.ok(check.ok);
+            if (check.reservation === 'acquire') reserved += shard.size;
+            if (check.reservation === 'release') reserved -= shard.size;
+            quota +=
+              (countsAgainstQuota(to) ? shard.size : 0) -
+              (countsAgainstQuota(shard.state) ? shard.size : 0);
+            shard.state = to;
+            assert.equal(
+              reserved,
+              shards.reduce((sum, s) => sum + (holdsReservation(s.state) ? s.size : 0), 0),
+            );
+            assert.equal(
+              quota,
+              shards.reduce((sum, s) => sum + (countsAgainstQuota(s.state) ? s.size : 0), 0),
+            );
+          }
+        },
+      ),
+    );
+  });
+
+  test('every holding state counts against quota; no final state holds anything', () => {
+    for (const s of SHARD_STATES) {
+      if (holdsReservation(s)) assert.ok(countsAgainstQuota(s), s);
+      if (isFinal(s)) assert.ok(!holdsReservation(s) && !countsAgainstQuota(s) && !shouldRun(s), s);
+    }
+  });
+
+  test("an agent's report leads only to an allowed transition", () => {
+    fc.assert(
+      fc.property(state, fc.constantFrom(...AGENT_REPORTS), intent, (from, report, why) => {
+        const next = nextOnReport(from, report, why);
+        if (next === undefined || next.state === from) return;
+        assert.ok(
+          canTransition(from, next.state, next.cause),
+          `${from} + ${report} → ${next.state} by ${next.cause}`,
+        );
+      }),
+    );
+    assert.deepEqual(nextOnReport('STARTING', 'RUNNING'), { state: 'RUNNING', cause: 'started' });
+    assert.deepEqual(nextOnReport('LOST', 'RUNNING'), { state: 'RUNNING', cause: 'recovered' });
+    assert.deepEqual(nextOnReport('STOPPING', 'EXITED', 'requeue'), {
+      state: 'PENDING',
+      cause: 'requeued',
+    });
+    assert.equal(nextOnReport('STOPPING', 'RUNNING'), undefined);
+    const to = (from: ShardState, report: (typeof AGENT_REPORTS)[number]) =>
+      nextOnReport(from, report)?.state;
+    assert.equal(to('PLACED', 'PULLING'), 'STARTING');
+    assert.equal(to('RUNNING', 'EXITED'), 'EXITED');
+    assert.equal(to('RUNNING', 'VANISHED'), 'FAILED');
+    for (const reported of ['EXITED', 'FAILED', 'STOPPED', 'VANISHED'] as const) {
+      assert.equal(to('STOPPING', reported), 'STOPPED', reported);
+    }
+    assert.equal(to('RUNNING', 'STARTING'), undefined);
+    for (const finished of FINAL_STATES) assert.equal(to(finished, 'RUNNING'), undefined, finished);
+    assert.equal(to('PENDING', 'RUNNING'), undefined);
+  });
+});
+
+// ---------------------------------------------------------------------------------------
+// Convergence: a model of one shard, its reservation and its one container slot.
+
+interface World {
+  state: ShardState;
+  container: ContainerObservation;
+  reserved: boolean;
+}
+
+/** Applies one reconciliation round; `room` says whether a recovery finds its GPUs free. */
+function reconcileOnce(world: World, why: StopIntent, room: boolean): boolean {
+  const decision = converge(world.state, world.container, why);
+  let changed = false;
+  if (decision.next !== undefined && decision.next.state !== world.state) {
+    let { state: to, cause } = decision.next;
+    if (cause === 'recovered' && !room) {
+      to = 'FAILED';
+      cause = 'failed';
+    }
+    const check = checkTransition(world.state, to, cause);
+    assert.ok(check.ok, `${world.state} → ${to} by ${cause}: ${check.ok ? '' : check.message}`);
+    if (check.reservation === 'acquire') world.reserved = true;
+    if (check.reservation === 'release') world.reserved = false;
+    world.state = to;
+    changed = true;
+    // The agent acts on the reply, which reflects the new state.
+    const action = containerActionFor(desiredContainerOf(to), world.container.kind);
+    changed = act(world, action) || changed;
+    return changed;
+  }
+  return act(world, decision.container) || changed;
+}
+
+function act(world: World, action: ReturnType<typeof containerActionFor>): boolean {
+  switch (action) {
+    case 'none':
+      return false;
+    case 'launch':
+      assert.equal(world.container.kind, 'absent', 'a launch never makes a second container');
+      world.container = { kind: 'running' };
+      return true;
+    case 'relaunch':
+      assert.equal(world.container.kind, 'created', 'only a container that never ran is replaced');
+      world.container = { kind: 'running' };
+      return true;
+    case 'unpause':
+      world.container = { kind: 'running' };
+      return true;
+    case 'stop':
+      world.container = { kind: 'exited', exitCode: 137 };
+      return true;
+    case 'remove':
+      world.container = { kind: 'absent' };
+      return true;
+  }
+}
+
+describe('convergence table', () => {
+  test('every (state, container) pair has one defined action', () => {
+    for (const s of SHARD_STATES) {
+      for (const kind of CONTAINER_KINDS) {
+        const observed = (
+          kind === 'exited' ? { kind, exitCode: 1 } : { kind }
+        ) as ContainerObservation;
+        const decision = converge(s, observed);
+        assert.ok(decision.container !== undefined, `${s} × ${kind}`);
+        if (decision.next !== undefined && decision.next.state !== s) {
+          assert.ok(canTransition(s, decision.next.state, decision.next.cause), `${s} × ${kind}`);
+        }
+      }
+    }
+  });
+
+  test('a launch only where no container exists (at most one container per shard)', () => {
+    for (const desired of ['run', 'stopped', 'none'] as const) {
+      for (const kind of CONTAINER_KINDS) {
+        const action = containerActionFor(desired, kind);
+        if (action === 'launch') assert.equal(kind, 'absent');
+        if (action === 'relaunch') assert.equal(kind, 'created');
+      }
+    }
+  });
+
+  test('repeated reconciliation from any pair settles where the container agrees with the state and nothing reserved runs nothing', () => {
+    fc.assert(
+      fc.property(
+        state,
+        observation,
+        intent,
+        fc.boolean(),
+        fc.array(fc.boolean(), { minLength: 8, maxLength: 8 }),
+        (start, container, why, room, docker) => {
+          const world: World = { state: start, container, reserved: holdsReservation(start) };
+          let stable = false;
+          for (let round = 0; round < 8 && !stable; round++) {
+            // Docker finishes what it was doing: a restart ends running or exited, a removal gone.
+            if (world.container.kind === 'restarting') {
+              world.container = docker[round]
+                ? { kind: 'running' }
+                : { kind: 'exited', exitCode: 1 };
+            } else if (world.container.kind === 'removing') {
+              world.container = { kind: 'absent' };
+            }
+            stable = !reconcileOnce(world, why, room);
+          }
+          assert.ok(stable, `not stable after 8 rounds from ${start} × ${container.kind}`);
+          const desired = desiredContainerOf(world.state);
+          const kind = world.container.kind;
+          if (desired === 'run') assert.equal(kind, 'running', `${world.state} with ${kind}`);
+          if (desired === 'stopped')
+            assert.ok(
+              !['running', 'paused', 'restarting', 'dead'].includes(kind),
+              `${world.state} with ${kind}`,
+            );
+          if (desired === 'none') assert.equal(kind, 'absent', `${world.state} with ${kind}`);
+          assert.equal(world.reserved, holdsReservation(world.state));
+          if (world.reserved)
+            assert.equal(kind, 'running', 'a reservation held by a shard that runs nothing');
+          // No final state moved anywhere: it stayed as it started.
+          if (isFinal(start)) assert.equal(world.state, start);
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('the crash between create and start: a PLACED or STARTING shard with a created container is launched afresh', () => {
+    for (const s of ['PLACED', 'STARTING'] as const) {
+      const decision = converge(s, { kind: 'created' });
+      assert.equal(decision.next, undefined);
+      assert.equal(decision.container, 'relaunch');
+    }
+    assert.deepEqual(converge('STOPPING', { kind: 'exited', exitCode: 0 }).next, {
+      state: 'STOPPED',
+      cause: 'stopped',
+    });
+    assert.deepEqual(converge('PLACED', { kind: 'running' }).next, {
+      state: 'RUNNING',
+      cause: 'started',
+    });
+  });
+});

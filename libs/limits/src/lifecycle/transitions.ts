@@ -1,0 +1,222 @@
+import { holdsReservation, isFinal, SHARD_STATES, type ShardState } from './states.js';
+
+/** Why a shard changes state. */
+export const TRANSITION_CAUSES = [
+  'queued', // createShard of a request that fits nowhere now: PENDING
+  'placed', // placement took a host and GPUs (at create, or from the queue)
+  'launching', // the agent pulls, creates or starts its container
+  'started', // its container runs (an agent event or reconciliation)
+  'exited', // its container's main process ended on its own
+  'failed', // the agent could not launch or keep it; its container vanished or died
+  'stop-requested', // a user's stopShard or an operator's drain
+  'stopped', // its container is stopped (or gone, or its host offline) after a stop
+  'host-offline', // its host missed its heartbeats
+  'recovered', // its host came back still running it; reservation taken again
+  'host-back-without-it', // its host came back without its container
+  'reclaim', // its capacity is taken back for a shard with a better claim
+  'requeued', // a reclaimed shard's container stopped; it waits in the queue again
+  'preempted', // a reclaimed shard's container stopped; it asked not to be requeued
+  'expired', // it waited in the queue past its maximum wait
+  'deleted', // deleteShard (the row stays)
+] as const;
+
+export type TransitionCause = (typeof TRANSITION_CAUSES)[number];
+
+type Table = {
+  readonly [From in ShardState]: Partial<Record<ShardState, readonly TransitionCause[]>>;
+};
+
+const LIVE_END = {
+  EXITED: ['exited'],
+  FAILED: ['failed'],
+  STOPPING: ['stop-requested', 'reclaim'],
+  STOPPED: ['stopped'],
+  LOST: ['host-offline'],
+  DELETED: ['deleted'],
+} as const satisfies Partial<Record<ShardState, readonly TransitionCause[]>>;
+
+/**
+ * Every allowed transition and the causes that may take it. A pair that is not here is
+ * refused: the caller has a bug, or a late message that no longer applies.
+ */
+export const TRANSITIONS: Table = {
+  PENDING: { PLACED: ['placed'], EXPIRED: ['expired'], DELETED: ['deleted'] },
+  PLACED: { STARTING: ['launching'], RUNNING: ['started'], ...LIVE_END },
+  STARTING: { RUNNING: ['started'], ...LIVE_END },
+  RUNNING: { ...LIVE_END },
+  STOPPING: {
+    STOPPED: ['stopped', 'host-offline'],
+    PENDING: ['requeued'],
+    PREEMPTED: ['preempted'],
+    DELETED: ['deleted'],
+  },
+  LOST: {
+    RUNNING: ['recovered'],
+    EXITED: ['exited'],
+    FAILED: ['host-back-without-it', 'failed'],
+    STOPPED: ['stopped'],
+    DELETED: ['deleted'],
+  },
+  STOPPED: { DELETED: ['deleted'] },
+  EXITED: { DELETED: ['deleted'] },
+  FAILED: { DELETED: ['deleted'] },
+  PREEMPTED: { DELETED: ['deleted'] },
+  EXPIRED: { DELETED: ['deleted'] },
+  DELETED: {},
+};
+
+/** How a new shard starts: in the queue, or placed at once. */
+export const INITIAL_STATES: Readonly<Partial<Record<ShardState, readonly TransitionCause[]>>> = {
+  PENDING: ['queued'],
+  PLACED: ['placed'],
+};
+
+/** Causes that take a reservation (every transition from a non-holding to a holding state has one). */
+export const ACQUIRING_CAUSES: ReadonlySet<TransitionCause> = new Set(['placed', 'recovered']);
+
+/** What a transition does to the shard's GPU reservation. */
+export type ReservationChange = 'acquire' | 'release' | 'keep';
+
+export type TransitionCheck =
+  | {
+      readonly ok: true;
+      readonly reservation: ReservationChange;
+      /** The run is over: stoppedAt is set. */
+      readonly endsRun: boolean;
+    }
+  | { readonly ok: false; readonly message: string };
+
+export function reservationChange(from: ShardState, to: ShardState): ReservationChange {
+  const before = holdsReservation(from);
+  const after = holdsReservation(to);
+  if (before === after) return 'keep';
+  return after ? 'acquire' : 'release';
+}
+
+/** The causes that may move a shard from `from` to `to` (empty: not allowed). */
+export function causesOf(from: ShardState, to: ShardState): readonly TransitionCause[] {
+  return TRANSITIONS[from][to] ?? [];
+}
+
+export function canTransition(from: ShardState, to: ShardState, cause?: TransitionCause): boolean {
+  const causes = causesOf(from, to);
+  return cause === undefined ? causes.length > 0 : causes.includes(cause);
+}
+
+/** Whether `cause` may move a shard from `from` to `to`, and what that does. */
+export function checkTransition(
+  from: ShardState,
+  to: ShardState,
+  cause: TransitionCause,
+): TransitionCheck {
+  if (!canTransition(from, to, cause)) {
+    const allowed = causesOf(from, to);
+    return {
+      ok: false,
+      message:
+        allowed.length === 0
+          ? `a ${from} shard cannot become ${to}`
+          : `a ${from} shard becomes ${to} only by ${allowed.join(' or ')}, not by ${cause}`,
+    };
+  }
+  return {
+    ok: true,
+    reservation: reservationChange(from, to),
+    endsRun: isFinal(to) && !isFinal(from),
+  };
+}
+
+/** Throws on a transition the table does not allow (a bug in the caller). */
+export function assertTransition(
+  from: ShardState,
+  to: ShardState,
+  cause: TransitionCause,
+): Extract<TransitionCheck, { ok: true }> {
+  const check = checkTransition(from, to, cause);
+  if (!check.ok) throw new IllegalTransitionError(check.message);
+  return check;
+}
+
+export class IllegalTransitionError extends Error {
+  override name = 'IllegalTransitionError';
+}
+
+/** Every allowed (from, to, cause), for tests and documentation. */
+export function allTransitions(): { from: ShardState; to: ShardState; cause: TransitionCause }[] {
+  return SHARD_STATES.flatMap((from) =>
+    Object.entries(TRANSITIONS[from]).flatMap(([to, causes]) =>
+      (causes ?? []).map((cause) => ({ from, to: to as ShardState, cause })),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------------------------------
+// What the agent reports of a shard's container
+
+/** The states an agent reports (libs/protocol SHARD_STATES). */
+export const AGENT_REPORTS = [
+  'PULLING',
+  'STARTING',
+  'RUNNING',
+  'EXITED',
+  'FAILED',
+  'STOPPED',
+  'VANISHED',
+] as const;
+
+export type AgentReport = (typeof AGENT_REPORTS)[number];
+
+/** Where a STOPPING shard ends once its container is stopped. */
+export type StopIntent = 'stop' | 'requeue' | 'preempt';
+
+export interface NextState {
+  readonly state: ShardState;
+  readonly cause: TransitionCause;
+}
+
+/** The state a STOPPING shard takes once its container is stopped. */
+export function stoppedStateOf(intent: StopIntent): NextState {
+  switch (intent) {
+    case 'stop':
+      return { state: 'STOPPED', cause: 'stopped' };
+    case 'requeue':
+      return { state: 'PENDING', cause: 'requeued' };
+    case 'preempt':
+      return { state: 'PREEMPTED', cause: 'preempted' };
+  }
+}
+
+/**
+ * The state change an agent's report leads to, or undefined when it does not apply (a final
+ * or queued shard, a start report for a shard already running or stopping). A STOPPING shard
+ * ends as its stop intent says however its container ended.
+ */
+export function nextOnReport(
+  current: ShardState,
+  report: AgentReport,
+  intent: StopIntent = 'stop',
+): NextState | undefined {
+  if (isFinal(current) || current === 'PENDING') return undefined;
+  if (current === 'STOPPING') {
+    return report === 'RUNNING' || report === 'PULLING' || report === 'STARTING'
+      ? undefined
+      : stoppedStateOf(intent);
+  }
+  switch (report) {
+    case 'PULLING':
+    case 'STARTING':
+      return current === 'PLACED' || current === 'STARTING'
+        ? { state: 'STARTING', cause: 'launching' }
+        : undefined;
+    case 'RUNNING':
+      if (current === 'RUNNING') return { state: 'RUNNING', cause: 'started' };
+      return { state: 'RUNNING', cause: current === 'LOST' ? 'recovered' : 'started' };
+    case 'EXITED':
+      return { state: 'EXITED', cause: 'exited' };
+    case 'FAILED':
+    case 'VANISHED':
+      return { state: 'FAILED', cause: 'failed' };
+    case 'STOPPED':
+      return { state: 'STOPPED', cause: 'stopped' };
+  }
+}
