@@ -10,6 +10,7 @@ import {
   type ShardLaunchSpec,
   type ShardStateEvent,
 } from '@gpushards/protocol';
+import { nextOnReport } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
 import type { Caller } from '../auth/caller.js';
 import { PrismaService, type HostState, type Prisma, type ShardState } from '../database/index.js';
@@ -79,39 +80,6 @@ const STOPPED_FOR_AGENT: readonly ShardState[] = [
   'FAILED',
   'LOST',
 ];
-
-/**
- * The shard state a reported container state leads to, or undefined when the report does not
- * apply (a finished shard, a start report for a shard already running or stopping). A shard
- * that was asked to stop ends STOPPED however its container ended.
- */
-export function nextShardState(
-  current: ShardState,
-  reported: ShardStateEvent['state'],
-): ShardState | undefined {
-  if (
-    current === 'STOPPED' ||
-    current === 'EXITED' ||
-    current === 'FAILED' ||
-    current === 'DELETED'
-  ) {
-    return undefined;
-  }
-  switch (reported) {
-    case 'PULLING':
-    case 'STARTING':
-      return current === 'PLACED' || current === 'STARTING' ? 'STARTING' : undefined;
-    case 'RUNNING':
-      return current === 'STOPPING' ? undefined : 'RUNNING';
-    case 'EXITED':
-      return current === 'STOPPING' ? 'STOPPED' : 'EXITED';
-    case 'FAILED':
-    case 'VANISHED':
-      return current === 'STOPPING' ? 'STOPPED' : 'FAILED';
-    case 'STOPPED':
-      return 'STOPPED';
-  }
-}
 
 /**
  * The fleet registry: what agents tell the control plane (register, heartbeat, shard state
@@ -266,7 +234,7 @@ export class FleetService {
   /**
    * Applies one shard's reported state change: only events newer (`at`) than the last applied
    * one for the shard, from the shard's own host, that make sense in its state (see
-   * nextShardState). EXITED, FAILED, STOPPED and VANISHED release the reservation.
+   * libs/limits nextOnReport). EXITED, FAILED, STOPPED and VANISHED release the reservation.
    */
   async applyShardStateEvent(hostId: string, event: ShardStateEvent): Promise<StateEventOutcome> {
     if (!UUID.test(event.shardId)) return { applied: false, reason: 'unknown-shard' };
@@ -279,8 +247,10 @@ export class FleetService {
       if (shard.lastEventAt !== null && at.getTime() <= shard.lastEventAt.getTime()) {
         return { applied: false, reason: 'stale' };
       }
-      let next = nextShardState(shard.state, event.state);
-      if (next === undefined) return { applied: false, reason: 'not-applicable' };
+      const report = nextOnReport(shard.state, event.state);
+      if (report === undefined) return { applied: false, reason: 'not-applicable' };
+      let next: ShardState = report.state;
+      let cause = report.cause;
       const fields: TransitionFields = {
         lastEventAt: at,
         ...(event.containerId === undefined ? {} : { containerId: event.containerId }),
@@ -304,9 +274,10 @@ export class FleetService {
         !(await this.lifecycle.reacquire(tx, shard, effects))
       ) {
         next = 'FAILED';
+        cause = 'failed';
         extra = { failureReason: 'its GPUs were given to other shards while its host was offline' };
       }
-      await this.lifecycle.moveTo(tx, shard, next, { ...fields, ...extra }, effects, at);
+      await this.lifecycle.moveTo(tx, shard, next, cause, { ...fields, ...extra }, effects, at);
       return { applied: true, state: next };
     });
     this.lifecycle.afterCommit(effects);
@@ -342,10 +313,18 @@ export class FleetService {
       for (const shard of shards) {
         const isRunning = running.has(shard.id);
         if (shard.state === 'STOPPING' && !isRunning) {
-          await this.lifecycle.moveTo(tx, shard, 'STOPPED', {}, effects, now);
+          await this.lifecycle.moveTo(tx, shard, 'STOPPED', 'stopped', {}, effects, now);
         } else if (shard.state === 'RUNNING' && stoppedContainers.has(shard.id)) {
           const failureReason = 'its container was found stopped by reconciliation';
-          await this.lifecycle.moveTo(tx, shard, 'EXITED', { failureReason }, effects, now);
+          await this.lifecycle.moveTo(
+            tx,
+            shard,
+            'EXITED',
+            'exited',
+            { failureReason },
+            effects,
+            now,
+          );
         } else if (shard.state !== 'STOPPING' && shard.state !== 'RUNNING' && isRunning) {
           // The container id too: a container adopted by a restarted agent sends no event.
           const containerId = containerOf.get(shard.id);
@@ -353,6 +332,7 @@ export class FleetService {
             tx,
             shard,
             'RUNNING',
+            'started',
             { startedAt: now, ...(containerId === undefined ? {} : { containerId }) },
             effects,
             now,
@@ -431,7 +411,7 @@ export class FleetService {
          ORDER BY id FOR UPDATE`;
       for (const shard of shards) {
         const next: ShardState = shard.state === 'STOPPING' ? 'STOPPED' : 'LOST';
-        await this.lifecycle.moveTo(tx, shard, next, {}, effects, now);
+        await this.lifecycle.moveTo(tx, shard, next, 'host-offline', {}, effects, now);
         await this.audit.record(tx, null, {
           action: next === 'LOST' ? 'shard.lost' : 'shard.stop',
           targetType: 'Shard',
@@ -519,7 +499,8 @@ export class FleetService {
           };
         }
       }
-      await this.lifecycle.moveTo(tx, shard, next, fields, effects, now);
+      const cause = next === 'RUNNING' ? 'recovered' : 'host-back-without-it';
+      await this.lifecycle.moveTo(tx, shard, next, cause, fields, effects, now);
       await this.audit.record(tx, null, {
         action: next === 'RUNNING' ? 'shard.recover' : 'shard.fail',
         targetType: 'Shard',
@@ -601,7 +582,8 @@ export class FleetService {
       if (shards.length === 0 && host.cordoned && host.state === state) return undefined;
       for (const shard of shards) {
         const next: ShardState = offline || shard.state === 'LOST' ? 'STOPPED' : 'STOPPING';
-        await this.lifecycle.moveTo(tx, shard, next, {}, effects, this.clock.now());
+        const cause = next === 'STOPPING' ? 'stop-requested' : 'stopped';
+        await this.lifecycle.moveTo(tx, shard, next, cause, {}, effects, this.clock.now());
         await this.audit.record(tx, caller, {
           action: 'shard.stop',
           targetType: 'Shard',

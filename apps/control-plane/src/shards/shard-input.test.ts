@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { nextShardState } from '../fleet/fleet.service.js';
 import { imageReferenceProblem } from './shard-input.js';
 
 describe('image references', () => {
@@ -46,23 +45,5 @@ describe('image references', () => {
       imageReferenceProblem('a'.repeat(1024 * 1024)) ?? '',
       /at most 512 characters, got 1048576/,
     );
-  });
-});
-
-describe('shard state from agent reports', () => {
-  it('follows the state machine; a stopping shard ends STOPPED however it ended', () => {
-    assert.equal(nextShardState('PLACED', 'PULLING'), 'STARTING');
-    assert.equal(nextShardState('STARTING', 'RUNNING'), 'RUNNING');
-    assert.equal(nextShardState('LOST', 'RUNNING'), 'RUNNING');
-    assert.equal(nextShardState('RUNNING', 'EXITED'), 'EXITED');
-    assert.equal(nextShardState('RUNNING', 'VANISHED'), 'FAILED');
-    for (const reported of ['EXITED', 'FAILED', 'STOPPED', 'VANISHED'] as const) {
-      assert.equal(nextShardState('STOPPING', reported), 'STOPPED', reported);
-    }
-    assert.equal(nextShardState('STOPPING', 'RUNNING'), undefined);
-    assert.equal(nextShardState('RUNNING', 'STARTING'), undefined);
-    for (const finished of ['STOPPED', 'EXITED', 'FAILED', 'DELETED'] as const) {
-      assert.equal(nextShardState(finished, 'RUNNING'), undefined, finished);
-    }
   });
 });

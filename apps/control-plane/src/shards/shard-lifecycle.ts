@@ -1,17 +1,11 @@
 import { Inject, Injectable } from '@nestjs/common';
-import type { HostState } from '@gpushards/limits';
+import { assertTransition, type HostState, type TransitionCause } from '@gpushards/limits';
 import { Prisma, type ShardState } from '../database/index.js';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache, type GpuDelta } from '../placement/fleet-cache.js';
 import { InjectShardCommands, type ShardCommands } from './shard-commands.js';
-import { isReserving, SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
-
-/** Entering one of these releases the shard's reservations (if it still holds them). */
-const RELEASING_STATES: readonly ShardState[] = ['STOPPED', 'EXITED', 'FAILED', 'DELETED', 'LOST'];
-
-/** Entering one of these sets stoppedAt. */
-const ENDING_STATES: readonly ShardState[] = ['STOPPED', 'EXITED', 'FAILED', 'DELETED'];
+import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
 
 /** Fields a state change may set besides the state; absent ones keep their value. */
 export interface TransitionFields {
@@ -44,7 +38,7 @@ export class CommitEffects {
 }
 
 /**
- * The shard state machine's writes (prisma/schema.prisma explains the states): state changes
+ * The shard state machine's writes (the machine itself is libs/limits' lifecycle): state changes
  * with their reservation releases, taking a lost shard's reservation back, and what follows a
  * commit. Callers lock the shard row first (`lock`) and pass their transaction.
  */
@@ -69,21 +63,25 @@ export class ShardLifecycle {
   }
 
   /**
-   * Moves a locked shard to `state`: bumps version, sets stoppedAt when it ends, releases its
-   * reservations when the new state does not hold them. Returns the updated row.
+   * Moves a locked shard to `state` for `cause`, as the lifecycle table allows (throws
+   * IllegalTransitionError otherwise): bumps version, sets stoppedAt when the run ends,
+   * releases its reservations when the new state does not hold them. A transition that takes
+   * a reservation (placement, recovery) must have taken it before. Returns the updated row.
    */
   async moveTo(
     tx: Prisma.TransactionClient,
     shard: ShardRecord,
     state: ShardState,
+    cause: TransitionCause,
     fields: TransitionFields,
     effects: CommitEffects,
     at: Date = new Date(),
   ): Promise<ShardRecord> {
-    if (RELEASING_STATES.includes(state) && isReserving(shard.state)) {
+    const check = assertTransition(shard.state, state, cause);
+    if (check.reservation === 'release') {
       await this.releaseReservations(tx, [shard.id], effects);
     }
-    const stoppedAt = ENDING_STATES.includes(state) ? at : null;
+    const stoppedAt = check.endsRun ? at : null;
     const rows = await tx.$queryRaw<ShardRecord[]>`
       UPDATE shard SET state = ${state}::shard_state,
                        version = version + 1,

@@ -1,4 +1,4 @@
-import { Prisma, type Shard, type ShardState } from '../database/index.js';
+import { Prisma, type Shard } from '../database/index.js';
 
 /** A shard row as services pass it around (the Prisma model). */
 export type ShardRecord = Shard;
@@ -36,32 +36,6 @@ export const SHARD_COLUMNS = Prisma.raw(
     'shard.version',
   ].join(', '),
 );
-
-/** States that hold their GPU reservations (see the state machine in prisma/schema.prisma). */
-export const RESERVING_STATES: readonly ShardState[] = [
-  'PLACED',
-  'STARTING',
-  'RUNNING',
-  'STOPPING',
-];
-
-/** States the host's agent is told to run. */
-export const RUNNABLE_STATES: readonly ShardState[] = ['PLACED', 'STARTING', 'RUNNING'];
-
-/** States a shard never leaves except by deletion (DELETED: never). */
-export const FINISHED_STATES: readonly ShardState[] = ['STOPPED', 'EXITED', 'FAILED', 'DELETED'];
-
-export function isReserving(state: string): boolean {
-  return (RESERVING_STATES as readonly string[]).includes(state);
-}
-
-export function isRunnable(state: string): boolean {
-  return (RUNNABLE_STATES as readonly string[]).includes(state);
-}
-
-export function isFinished(state: string): boolean {
-  return (FINISHED_STATES as readonly string[]).includes(state);
-}
 
 /** Labels and host selectors are stored as JSON objects of strings. */
 export function stringRecord(json: Prisma.JsonValue): Record<string, string> {

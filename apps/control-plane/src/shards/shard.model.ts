@@ -9,6 +9,9 @@ registerEnumType(ShardState, {
   name: 'ShardState',
   description: 'Where a shard is in its life; see docs/api.md for the transitions.',
   valuesMap: {
+    PENDING: {
+      description: 'Waits in the queue for capacity; holds no GPUs, counts against quota.',
+    },
     PLACED: { description: 'GPUs reserved; the agent has not reported it starting yet.' },
     STARTING: { description: 'The agent is pulling the image or starting the container.' },
     RUNNING: { description: 'The container runs.' },
@@ -22,6 +25,10 @@ registerEnumType(ShardState, {
       description:
         'Its host went OFFLINE; reservation released. Counts against quota until deleted or back.',
     },
+    PREEMPTED: {
+      description: 'Stopped to give its capacity to a shard with a better claim; not requeued.',
+    },
+    EXPIRED: { description: 'Waited in the queue past its maximum wait; never ran.' },
     DELETED: { description: 'Deleted; kept for the record.' },
   },
 });

@@ -1,5 +1,11 @@
 import { Injectable } from '@nestjs/common';
-import { bytes, evaluateQuota, type QuotaPolicy, type TeamUsage } from '@gpushards/limits';
+import {
+  bytes,
+  evaluateQuota,
+  holdsReservation,
+  type QuotaPolicy,
+  type TeamUsage,
+} from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
 import { AuditService } from '../audit/audit.service.js';
 import { Role, type Caller } from '../auth/caller.js';
@@ -27,7 +33,7 @@ import {
   checkPlacementInput,
   type PlacementRequestInput,
 } from './shard-input.js';
-import { isReserving, SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
+import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
 import { TickBatch } from '../graphql/tick-batch.js';
 import {
   shardView,
@@ -333,7 +339,8 @@ export class ShardsService {
       ) {
         const hostGone = shard.state === 'LOST' || (await hostIsOffline(tx, shard.hostId));
         const next: ShardState = hostGone ? 'STOPPED' : 'STOPPING';
-        const updated = await this.lifecycle.moveTo(tx, shard, next, {}, effects);
+        const cause = next === 'STOPPING' ? 'stop-requested' : 'stopped';
+        const updated = await this.lifecycle.moveTo(tx, shard, next, cause, {}, effects);
         await this.audit.record(tx, caller, {
           action: 'shard.stop',
           targetType: 'Shard',
@@ -362,7 +369,7 @@ export class ShardsService {
     const shard = await this.prisma.$transaction(async (tx) => {
       const shard = await this.lockVisible(tx, caller, shardId, id);
       if (shard.state === 'DELETED') return shard;
-      const updated = await this.lifecycle.moveTo(tx, shard, 'DELETED', {}, effects);
+      const updated = await this.lifecycle.moveTo(tx, shard, 'DELETED', 'deleted', {}, effects);
       await this.audit.record(tx, caller, {
         action: 'shard.delete',
         targetType: 'Shard',
@@ -397,7 +404,7 @@ export class ShardsService {
     const shard = await this.prisma.$transaction(async (tx) => {
       await lockTeamForUpdate(tx, unlocked.teamId);
       const shard = await this.lockVisible(tx, caller, shardId, id);
-      if (!isReserving(shard.state) || shard.state === 'STOPPING') {
+      if (!holdsReservation(shard.state) || shard.state === 'STOPPING') {
         throw new ConflictError(
           `only a PLACED, STARTING or RUNNING shard can be resized; shard ${id} is ${shard.state}`,
         );

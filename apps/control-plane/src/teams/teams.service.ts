@@ -1,4 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { QUOTA_STATES } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible } from '../auth/team-scope.js';
@@ -16,11 +17,8 @@ import { LOGGER, type Logger } from '../logging/logger.js';
 import { checkId, GPU_MODEL_NAME, InputCheck, TEAM_NAME } from '../validation/input.js';
 import type { QuotaPolicy, QuotaPolicyInput, Team, TeamUsage } from './team.model.js';
 
-/**
- * Shard states that hold a reservation and count against the team's quota (see the state
- * machine in prisma/schema.prisma).
- */
-export const LIVE_SHARD_STATES = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING', 'LOST'] as const;
+/** Shard states that count against the team's quota (libs/limits countsAgainstQuota). */
+export const LIVE_SHARD_STATES = QUOTA_STATES;
 
 const MAX_SHARDS_LIMIT = 100_000;
 const MAX_GPUS_PER_SHARD_LIMIT = 1024;
