@@ -6,3 +6,4 @@ export * from './accounting.js';
 export * from './gpu-accounting.js';
 export * from './placement-index.js';
 export * from './lifecycle/index.js';
+export * from './queue/index.js';

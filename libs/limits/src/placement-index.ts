@@ -15,6 +15,7 @@
 import type { Host } from './inventory.js';
 import {
   place,
+  type Placed,
   type PlacementOptions,
   type PlacementRequest,
   type PlacementResult,
@@ -63,6 +64,11 @@ export class PlacementIndex {
 
   /** What place(request, fleet, options) answers for the fleet as it is now. */
   place(request: PlacementRequest): PlacementResult {
+    return this.tryPlace(request) ?? place(request, this.hosts, this.options);
+  }
+
+  /** place() when a host can take the request; undefined, without explaining why, when none can. */
+  tryPlace(request: PlacementRequest): Placed | undefined {
     const shape = this.shapeOf(request);
     const { plan, scores, scoredAt } = shape;
     const { hosts, generations } = this;
@@ -78,7 +84,7 @@ export class PlacementIndex {
         best = { host, hostId: host.id, score };
       }
     }
-    if (best === undefined) return place(request, hosts, this.options);
+    if (best === undefined) return undefined;
     return placedOn(best.host, plan, this.picks);
   }
 

@@ -1,0 +1,325 @@
+/**
+ * The admission pass: given the fleet, the shards that hold capacity, the queue and the teams,
+ * which pending shards are placed now, which expire, which borrowed shards are stopped to keep a
+ * guarantee, and why each of the others waits. Pure; the control plane applies the plan in one
+ * conditional transaction and runs a pass on every event that frees capacity.
+ *
+ * Order: see compareQueued (priority class, fair share, arrival, id). Shards are taken in that
+ * order; each is placed if the team's limit allows it and it fits without touching room kept
+ * for a shard ahead of it.
+ *
+ * Backfill: a shard that cannot be placed keeps room ("its spot") in the shadow fleet, the
+ * fleet as it will be once every shard that holds capacity now has ended, but with what this
+ * pass placed and the spots of the shards ahead of it still there. A shard further back is
+ * placed only where it fits both the fleet as it is and beside every spot kept ahead of it:
+ * per GPU, in-pass placements + max(held now, spots) + its need ≤ capacity. So nothing placed
+ * behind a waiting shard ever stands in its spot: the waiting shard starts on its spot no
+ * later than it would have without the backfill (when the shards held there now end). It may
+ * start earlier elsewhere if another host frees first; nothing behind it is kept from that
+ * host, since without run-time estimates no later start can be promised. A shard that cannot
+ * fit even in the shadow fleet keeps no spot (it waits for room that shards ahead leave).
+ *
+ * Guarantees: a shard whose team stays within its guarantee with it ("within guarantee") that
+ * cannot be placed reclaims: borrowed shards are chosen as victims (see reclaim.ts) and stopped
+ * by the control plane; the shard keeps the room they free as its spot and is placed by a later
+ * pass once they are gone. A shard of a non-preemptible class is admitted only within its
+ * team's guarantee (it must never need to be preempted, so it may not borrow).
+ */
+import { bytes } from '../sizes.js';
+import type { Gpu, Host } from '../inventory.js';
+import type { Placed, PlacementOptions, PlacementRequest } from '../placement.js';
+import { PlacementIndex } from '../placement-index.js';
+import { effectiveGpuModelFilter } from '../quota.js';
+import { formatSize } from '../sizes.js';
+import { quotaBytesOf } from '../quota.js';
+import { guaranteeCovers, NO_GUARANTEE } from './guarantees.js';
+import {
+  compareQueued,
+  holdingsOf,
+  teamsById,
+  type HeldShard,
+  type PendingShard,
+  type QueueTeam,
+} from './model.js';
+import { chooseVictims } from './reclaim.js';
+
+export interface AdmissionInput {
+  /** Every host, with reservedBytes as held now (held shards included). */
+  readonly fleet: readonly Host[];
+  /** Shards that hold capacity now. */
+  readonly held: readonly HeldShard[];
+  readonly pending: readonly PendingShard[];
+  readonly teams: readonly QueueTeam[];
+  readonly now: number;
+  readonly options?: PlacementOptions;
+}
+
+export type WaitReason =
+  /** Fits nowhere now. */
+  | { readonly kind: 'capacity' }
+  /** Would fit now, but only in room kept for a shard ahead of it. */
+  | { readonly kind: 'behind'; readonly shardId: string }
+  /** Its team's limit (maxTotalBytes or maxShards) is reached. */
+  | { readonly kind: 'quota'; readonly message: string }
+  /** Non-preemptible class beyond its team's guarantee. */
+  | { readonly kind: 'guarantee'; readonly message: string }
+  /** Borrowed shards are being stopped for it. */
+  | { readonly kind: 'reclaiming'; readonly victimIds: readonly string[] };
+
+export interface Placement {
+  readonly shardId: string;
+  readonly placed: Placed;
+  /** Within its team's guarantee when placed (never preempted while the team stays within it). */
+  readonly guaranteed: boolean;
+}
+
+export interface Preemption {
+  readonly victimId: string;
+  readonly victimTeamId: string;
+  readonly forShardId: string;
+  readonly hostId: string;
+}
+
+export interface Waiting {
+  readonly shardId: string;
+  /** 1-based, among the shards still waiting, in queue order. */
+  readonly position: number;
+  readonly reason: WaitReason;
+  /** Where it is expected to go (its spot), when it keeps one. */
+  readonly spot?: Placed;
+}
+
+export interface AdmissionPlan {
+  /** In the order they were decided (queue order). */
+  readonly placements: readonly Placement[];
+  readonly preemptions: readonly Preemption[];
+  /** maxWait passed: these end as EXPIRED. Sorted by id. */
+  readonly expired: readonly string[];
+  /** In queue order. */
+  readonly waiting: readonly Waiting[];
+}
+
+type MutableGpu = { -readonly [K in keyof Gpu]: Gpu[K] };
+
+/** One fleet copy per view, GPUs mutable, and a placement index over it. */
+class View {
+  readonly hosts: Host[];
+  readonly gpus = new Map<string, MutableGpu>();
+  readonly index: PlacementIndex;
+  constructor(fleet: readonly Host[], options: PlacementOptions) {
+    this.hosts = fleet.map((host) => {
+      const gpus = host.gpus.map((gpu) => {
+        const copy: MutableGpu = { ...gpu };
+        this.gpus.set(gpu.uuid, copy);
+        return copy;
+      });
+      return { ...host, gpus };
+    });
+    this.index = new PlacementIndex(options);
+    this.index.reset(this.hosts);
+  }
+  set(hostId: string, uuid: string, reserved: number): void {
+    const gpu = this.gpus.get(uuid);
+    if (gpu === undefined) return;
+    gpu.reservedBytes = bytes(reserved);
+    this.index.changed(hostId);
+  }
+}
+
+export function admit(input: AdmissionInput): AdmissionPlan {
+  const { fleet, held, now, options = {} } = input;
+  const teams = teamsById(input.teams);
+  const holdings = holdingsOf(held, teams);
+  const covered = new Map<string, number>();
+  for (const [teamId, holding] of holdings) covered.set(teamId, holding.guaranteedModelBytes);
+  const leaving = new Set(held.filter((s) => s.leaving).map((s) => s.id));
+
+  const expired: string[] = [];
+  const live: PendingShard[] = [];
+  for (const shard of input.pending) {
+    if (shard.expiresAt !== undefined && shard.expiresAt <= now) expired.push(shard.id);
+    else live.push(shard);
+  }
+  expired.sort();
+  live.sort((a, b) => compareQueued(a, b, teams));
+
+  // Per GPU: held now, placed in this pass, kept as spots.
+  const pre = new Map<string, number>();
+  const hostOf = new Map<string, string>();
+  const modelOf = new Map<string, string>();
+  for (const host of fleet) {
+    for (const gpu of host.gpus) {
+      pre.set(gpu.uuid, gpu.reservedBytes);
+      hostOf.set(gpu.uuid, host.id);
+      modelOf.set(gpu.uuid, gpu.model);
+    }
+  }
+  const inPass = new Map<string, number>();
+  const spots = new Map<string, number>();
+  const spotOwners = new Map<string, string[]>();
+  const emptied = fleet.map((host) => ({
+    ...host,
+    gpus: host.gpus.map((gpu) => ({ ...gpu, reservedBytes: bytes(0) })),
+  }));
+  const now_ = new View(fleet, options); // held + in-pass
+  const shadow = new View(emptied, options); // in-pass + spots
+  const both = new View(fleet, options); // in-pass + max(held, spots)
+  const refresh = (uuid: string): void => {
+    const hostId = hostOf.get(uuid)!;
+    const p = pre.get(uuid) ?? 0;
+    const i = inPass.get(uuid) ?? 0;
+    const s = spots.get(uuid) ?? 0;
+    now_.set(hostId, uuid, p + i);
+    shadow.set(hostId, uuid, i + s);
+    both.set(hostId, uuid, i + Math.max(p, s));
+  };
+  const add = (into: Map<string, number>, placed: Placed): void => {
+    for (const uuid of placed.gpuUuids) {
+      into.set(uuid, (into.get(uuid) ?? 0) + placed.reservedBytesPerGpu);
+      refresh(uuid);
+    }
+  };
+  const keepSpot = (shardId: string, placed: Placed): void => {
+    add(spots, placed);
+    const owners = spotOwners.get(placed.hostId);
+    if (owners === undefined) spotOwners.set(placed.hostId, [shardId]);
+    else owners.push(shardId);
+  };
+
+  const placements: Placement[] = [];
+  const preemptions: Preemption[] = [];
+  const waiting: Omit<Waiting, 'position'>[] = [];
+  let heldNow = held.filter((s) => !leaving.has(s.id));
+
+  for (const shard of live) {
+    const team = teams.get(shard.teamId);
+    const guarantee = team?.guarantee ?? NO_GUARANTEE;
+    const need = quotaBytesOf(shard.request);
+    const holding = holdings.get(shard.teamId) ?? { bytes: 0, shards: 0, guaranteedModelBytes: 0 };
+    if (team?.maxShards !== undefined && holding.shards + 1 > team.maxShards) {
+      waiting.push({
+        shardId: shard.id,
+        reason: {
+          kind: 'quota',
+          message: `team holds ${holding.shards} shards, its limit is ${team.maxShards}`,
+        },
+      });
+      continue;
+    }
+    if (team?.maxTotalBytes !== undefined && holding.bytes + need > team.maxTotalBytes) {
+      waiting.push({
+        shardId: shard.id,
+        reason: {
+          kind: 'quota',
+          message:
+            `team holds ${formatSize(bytes(holding.bytes))} + ${formatSize(need)} ` +
+            `> its limit ${formatSize(team.maxTotalBytes)}`,
+        },
+      });
+      continue;
+    }
+    // Within guarantee: the team stays within it with this shard, on GPUs the guarantee covers.
+    const narrowed = withinGuaranteeRequest(shard.request, guarantee.gpuModel);
+    const within =
+      guarantee.bytes > 0 &&
+      narrowed !== undefined &&
+      (covered.get(shard.teamId) ?? 0) + need <= guarantee.bytes;
+    if (!shard.preemptible && !within) {
+      waiting.push({
+        shardId: shard.id,
+        reason: {
+          kind: 'guarantee',
+          message:
+            `a non-preemptible shard runs only within its team's guarantee ` +
+            `(${formatSize(guarantee.bytes)}${guarantee.gpuModel ? ` on "${guarantee.gpuModel}"` : ''}), ` +
+            `which ${formatSize(need)} more would pass`,
+        },
+      });
+      continue;
+    }
+    const request = !shard.preemptible && narrowed !== undefined ? narrowed : shard.request;
+    const placed = both.index.tryPlace(request);
+    if (placed !== undefined) {
+      add(inPass, placed);
+      holding.bytes += need;
+      holding.shards += 1;
+      holdings.set(shard.teamId, holding);
+      const model = modelOf.get(placed.gpuUuids[0]!) ?? '';
+      const counts = guaranteeCovers(guarantee, model);
+      if (counts) covered.set(shard.teamId, (covered.get(shard.teamId) ?? 0) + need);
+      placements.push({ shardId: shard.id, placed, guaranteed: within && counts });
+      continue;
+    }
+    if (within && !shard.reclaimInFlight) {
+      const result = chooseVictims(
+        { request: shard.request, teamId: shard.teamId, guarantee },
+        { fleet: now_.hosts, held: heldNow, teams, coveredBytes: covered, options },
+      );
+      if (result.kind === 'reclaim') {
+        const ids = new Set(result.victims.map((v) => v.id));
+        for (const victim of result.victims) {
+          leaving.add(victim.id);
+          preemptions.push({
+            victimId: victim.id,
+            victimTeamId: victim.teamId,
+            forShardId: shard.id,
+            hostId: victim.hostId,
+          });
+          const victimTeam = teams.get(victim.teamId);
+          if (victimTeam !== undefined && guaranteeCovers(victimTeam.guarantee, victim.gpuModel)) {
+            covered.set(victim.teamId, (covered.get(victim.teamId) ?? 0) - victim.quotaBytes);
+          }
+        }
+        heldNow = heldNow.filter((s) => !ids.has(s.id));
+        keepSpot(shard.id, result.placed);
+        waiting.push({
+          shardId: shard.id,
+          reason: { kind: 'reclaiming', victimIds: result.victims.map((v) => v.id) },
+          spot: result.placed,
+        });
+        continue;
+      }
+    }
+    const spot = shadow.index.tryPlace(request);
+    if (spot !== undefined) keepSpot(shard.id, spot);
+    const reason: WaitReason = shard.reclaimInFlight
+      ? { kind: 'reclaiming', victimIds: [] }
+      : behindWhom(now_.index.tryPlace(request), spotOwners, shard.id);
+    waiting.push({ shardId: shard.id, reason, ...(spot === undefined ? {} : { spot }) });
+  }
+  return {
+    placements,
+    preemptions,
+    expired,
+    waiting: waiting.map((w, i) => ({ ...w, position: i + 1 })),
+  };
+}
+
+/** The request limited to the GPUs a guarantee covers; undefined when it asks for others. */
+export function withinGuaranteeRequest(
+  request: PlacementRequest,
+  term: string | undefined,
+): PlacementRequest | undefined {
+  if (term === undefined || term.trim() === '') return request;
+  const filter = effectiveGpuModelFilter(request.gpuModel, { allowedGpuModels: [term] });
+  return filter.ok ? { ...request, gpuModel: filter.filter } : undefined;
+}
+
+/**
+ * Why a shard that could not be placed waits: nowhere fits now, or the room that fits now is
+ * kept for a shard ahead of it (the first whose spot is on the host it would take now).
+ */
+function behindWhom(
+  fitsNow: Placed | undefined,
+  owners: ReadonlyMap<string, readonly string[]>,
+  self: string,
+): WaitReason {
+  if (fitsNow === undefined) return { kind: 'capacity' };
+  const first = owners.get(fitsNow.hostId)?.find((id) => id !== self);
+  if (first !== undefined) return { kind: 'behind', shardId: first };
+  for (const list of owners.values()) {
+    const other = list.find((id) => id !== self);
+    if (other !== undefined) return { kind: 'behind', shardId: other };
+  }
+  return { kind: 'capacity' };
+}

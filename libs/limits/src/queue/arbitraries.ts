@@ -1,0 +1,150 @@
+/**
+ * fast-check generators of small queue scenarios for the queue tests: a fleet with shards
+ * already held (placed by place() itself, so reservations are consistent), teams with
+ * guarantees and limits, and pending shards of every class.
+ */
+import fc from 'fast-check';
+import { bytes, GiB, MiB } from '../sizes.js';
+import { type Gpu, gpuUuid, type Host, hostId, type HostState } from '../inventory.js';
+import { place, type PlacementOptions, type PlacementRequest } from '../placement.js';
+import type { HeldShard, PendingShard, QueueTeam } from './model.js';
+import { DEFAULT_PRIORITY_CLASSES } from './priority.js';
+
+export const H100 = 'NVIDIA H100 80GB HBM3';
+export const A100 = 'NVIDIA A100-SXM4-40GB';
+
+export interface Scenario {
+  readonly fleet: Host[];
+  readonly held: HeldShard[];
+  readonly pending: PendingShard[];
+  readonly teams: QueueTeam[];
+  readonly options: PlacementOptions;
+  readonly now: number;
+}
+
+const TEAM_IDS = ['team-a', 'team-b', 'team-c'];
+
+const teamArb = fc.record({
+  guaranteeGiB: fc.constantFrom(0, 20, 40, 80, 160, 320),
+  term: fc.constantFrom(undefined, undefined, 'h100', 'a100'),
+  maxGiB: fc.constantFrom(undefined, undefined, undefined, 40, 120, 400),
+  maxShards: fc.constantFrom(undefined, undefined, undefined, 1, 3, 6),
+  usage: fc.constantFrom(0, 1, 10, 100),
+});
+
+const shardSpecArb = fc.record({
+  team: fc.integer({ min: 0, max: TEAM_IDS.length - 1 }),
+  gib: fc.constantFrom(4, 10, 20, 30, 39, 60, 79),
+  gpuCount: fc.constantFrom(1, 1, 1, 2),
+  cls: fc.constantFrom(0, 1, 1, 2, 2, 2),
+  model: fc.constantFrom(undefined, undefined, 'h100', 'a100'),
+  at: fc.integer({ min: 0, max: 50 }),
+  expires: fc.constantFrom(undefined, undefined, undefined, undefined, 900, 1100),
+  inFlight: fc.boolean(),
+});
+
+const hostArb = fc.record({
+  state: fc.constantFrom<HostState>('ONLINE', 'ONLINE', 'ONLINE', 'CORDONED'),
+  model: fc.constantFrom(H100, A100),
+  gpus: fc.integer({ min: 1, max: 4 }),
+});
+
+function requestOf(spec: {
+  gib: number;
+  gpuCount: number;
+  model: string | undefined;
+}): PlacementRequest {
+  return {
+    bytesPerGpu: bytes(spec.gib * GiB),
+    gpuCount: spec.gpuCount,
+    ...(spec.model === undefined ? {} : { gpuModel: { include: [spec.model] } }),
+  };
+}
+
+export const scenarioArb: fc.Arbitrary<Scenario> = fc
+  .record({
+    hosts: fc.array(hostArb, { minLength: 1, maxLength: 3 }),
+    teams: fc.array(teamArb, { minLength: TEAM_IDS.length, maxLength: TEAM_IDS.length }),
+    held: fc.array(shardSpecArb, { maxLength: 14 }),
+    pending: fc.array(shardSpecArb, { maxLength: 10 }),
+    overheadMiB: fc.constantFrom(0, 512),
+  })
+  .map(({ hosts, teams, held, pending, overheadMiB }) => {
+    const options: PlacementOptions = { defaultOverheadBytes: bytes(overheadMiB * MiB) };
+    const fleet: Host[] = hosts.map((spec, i) => ({
+      id: hostId(`host-${i}`),
+      name: `host-${i}`,
+      state: spec.state,
+      labels: {},
+      gpus: Array.from({ length: spec.gpus }, (_, index) => ({
+        uuid: gpuUuid(`GPU-${i}-${index}`),
+        index,
+        model: spec.model,
+        totalBytes: bytes((spec.model === H100 ? 80 : 40) * GiB),
+        reservedBytes: bytes(0),
+      })),
+    }));
+    const queueTeams: QueueTeam[] = teams.map((t, i) => ({
+      id: TEAM_IDS[i]!,
+      guarantee: {
+        bytes: bytes(t.guaranteeGiB * GiB),
+        ...(t.term === undefined ? {} : { gpuModel: t.term }),
+      },
+      ...(t.maxGiB === undefined ? {} : { maxTotalBytes: bytes(t.maxGiB * GiB) }),
+      ...(t.maxShards === undefined ? {} : { maxShards: t.maxShards }),
+      decayedGiBHours: t.usage,
+    }));
+    // Held shards are placed one by one on an all-ONLINE copy (a cordoned host keeps its shards).
+    const heldShards: HeldShard[] = [];
+    held.forEach((spec, n) => {
+      const request = requestOf(spec);
+      const online = fleet.map((h) => ({ ...h, state: 'ONLINE' as const }));
+      const result = place(request, online, options);
+      if (result.kind !== 'placed') return;
+      const host = fleet.find((h) => h.id === result.hostId)!;
+      const gpus = host.gpus as Gpu[];
+      gpus.forEach((gpu, k) => {
+        if (result.gpuUuids.includes(gpu.uuid)) {
+          gpus[k] = {
+            ...gpu,
+            reservedBytes: bytes(gpu.reservedBytes + result.reservedBytesPerGpu),
+          };
+        }
+      });
+      const cls = DEFAULT_PRIORITY_CLASSES[spec.cls]!;
+      heldShards.push({
+        id: `held-${n}`,
+        teamId: TEAM_IDS[spec.team]!,
+        hostId: result.hostId,
+        gpuUuids: result.gpuUuids,
+        reservedBytesPerGpu: result.reservedBytesPerGpu,
+        quotaBytes: bytes(spec.gib * GiB * spec.gpuCount),
+        gpuModel: host.gpus[0]!.model,
+        priorityRank: cls.rank,
+        preemptible: cls.preemptible,
+        placedAt: spec.at,
+        leaving: spec.inFlight && n % 3 === 0,
+      });
+    });
+    const pendingShards: PendingShard[] = pending.map((spec, n) => {
+      const cls = DEFAULT_PRIORITY_CLASSES[spec.cls]!;
+      return {
+        id: `pend-${n}`,
+        teamId: TEAM_IDS[spec.team]!,
+        request: requestOf(spec),
+        priorityRank: cls.rank,
+        preemptible: cls.preemptible,
+        arrivedAt: spec.at,
+        ...(spec.expires === undefined ? {} : { expiresAt: spec.expires }),
+        ...(spec.inFlight && n % 6 === 0 ? { reclaimInFlight: true } : {}),
+      };
+    });
+    return {
+      fleet,
+      held: heldShards,
+      pending: pendingShards,
+      teams: queueTeams,
+      options,
+      now: 1000,
+    };
+  });

@@ -1,0 +1,6 @@
+export * from './priority.js';
+export * from './fair-share.js';
+export * from './guarantees.js';
+export * from './model.js';
+export * from './reclaim.js';
+export * from './admission.js';
