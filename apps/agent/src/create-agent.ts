@@ -116,5 +116,43 @@ function resolveConfig(options: AgentOptions): AgentConfig {
     ...(options.contextOverheadBytes !== undefined
       ? { contextOverheadBytes: options.contextOverheadBytes }
       : {}),
+    enforcement: resolveEnforcement(options.enforcement),
+    containers: resolveContainers(options.containers),
   };
+}
+
+function resolveEnforcement(options: AgentOptions['enforcement'] = {}): AgentConfig['enforcement'] {
+  const intervalMs = options.intervalMs ?? DEFAULTS.enforcementIntervalMs;
+  if (!Number.isInteger(intervalMs) || intervalMs < 0 || intervalMs > 60_000) {
+    throw new RangeError(
+      `enforcement.intervalMs must be a whole number of milliseconds from 0 (off) to 60000, got ${intervalMs}`,
+    );
+  }
+  const toleranceBytes = options.toleranceBytes ?? DEFAULTS.capToleranceBytes;
+  if (!Number.isSafeInteger(toleranceBytes) || toleranceBytes < 0) {
+    throw new RangeError(
+      `enforcement.toleranceBytes must be a whole number of bytes, got ${toleranceBytes}`,
+    );
+  }
+  return {
+    intervalMs,
+    toleranceBytes,
+    allowedProcesses: [...(options.allowedProcesses ?? [])],
+    procRoot: options.procRoot ?? '/proc',
+  };
+}
+
+function resolveContainers(options: AgentOptions['containers'] = {}): AgentConfig['containers'] {
+  const pidsLimit = options.pidsLimit ?? DEFAULTS.pidsLimit;
+  if (!Number.isInteger(pidsLimit) || pidsLimit < 16) {
+    throw new RangeError(
+      `containers.pidsLimit must be a whole number of at least 16, got ${pidsLimit}`,
+    );
+  }
+  if (options.user !== undefined && !/^\d{1,10}(:\d{1,10})?$/.test(options.user)) {
+    throw new RangeError(
+      `containers.user must be a numeric uid or uid:gid (names depend on each image), got ${JSON.stringify(options.user)}`,
+    );
+  }
+  return { pidsLimit, ...(options.user !== undefined ? { user: options.user } : {}) };
 }

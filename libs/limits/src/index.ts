@@ -7,3 +7,4 @@ export * from './gpu-accounting.js';
 export * from './placement-index.js';
 export * from './lifecycle/index.js';
 export * from './queue/index.js';
+export * from './enforcement/enforcement.js';

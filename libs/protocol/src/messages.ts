@@ -69,6 +69,15 @@ export const imageReferenceSchema = z
   .string()
   .regex(/^[\x21-\x7e]{1,512}$/, 'an image reference must be 1-512 printable ASCII characters');
 
+/**
+ * What the agent does to a shard whose real GPU memory (NVML) passes its cap plus the host's
+ * tolerance: kill its largest processes until it is back under, stop it, or report it.
+ * The same names as libs/limits' CAP_POLICIES.
+ */
+export const CAP_POLICY_VALUES = ['kill', 'stop', 'report'] as const;
+export const capPolicySchema = z.enum(CAP_POLICY_VALUES);
+export type CapPolicyValue = z.infer<typeof capPolicySchema>;
+
 export const shardLaunchSpecSchema = z.object({
   shardId: shardIdSchema,
   teamId: teamIdSchema,
@@ -81,6 +90,8 @@ export const shardLaunchSpecSchema = z.object({
   gpus: gpuLimitsSchema,
   /** The per-GPU CUDA context size the control plane reserved for; informational for the agent. */
   contextOverheadBytes: bytesSchema.optional(),
+  /** The shard's cap policy (its team's, else the fleet's); absent = kill. */
+  capPolicy: capPolicySchema.optional(),
 });
 export type ShardLaunchSpec = z.infer<typeof shardLaunchSpecSchema>;
 
@@ -182,6 +193,26 @@ export type RegisterReply = z.infer<typeof registerReplySchema>;
 // ---------------------------------------------------------------------------------------
 // heartbeat: agent -> control plane, plain publish every few seconds.
 
+/** A shard's real GPU memory passed its cap + tolerance and the agent applied its policy. */
+export const capViolationSchema = z.object({
+  shardId: shardIdSchema,
+  gpuUuid: gpuUuidSchema,
+  /** What the shard's processes held on that GPU (NVML). */
+  realBytes: bytesSchema,
+  capBytes: bytesSchema,
+  toleranceBytes: bytesSchema,
+  action: capPolicySchema,
+  /** The process holding the most there. */
+  pid: z.int().min(1),
+  processBytes: bytesSchema,
+  /** kill: the processes sent SIGKILL. */
+  killedPids: z.array(z.int().min(1)).max(4096),
+  /** Set when the action failed (e.g. the stop did not go through). */
+  error: textSchema(4096).optional(),
+  at: timestampSchema,
+});
+export type CapViolationMessage = z.infer<typeof capViolationSchema>;
+
 export const heartbeatSchema = z
   .object({
     ...envelope,
@@ -205,9 +236,27 @@ export const heartbeatSchema = z
           usedBytesPerGpu: z
             .array(z.object({ gpuUuid: gpuUuidSchema, usedBytes: bytesSchema }))
             .max(MAX_GPUS_PER_HOST),
+          /**
+           * What the shard's processes really hold per GPU (NVML, per process, summed by
+           * cgroup); absent where the agent cannot sample (no driver lists processes).
+           */
+          realBytesPerGpu: z
+            .array(z.object({ gpuUuid: gpuUuidSchema, realBytes: bytesSchema }))
+            .max(MAX_GPUS_PER_HOST)
+            .optional(),
         }),
       )
       .max(MAX_SHARDS_PER_HOST),
+    /**
+     * Memory held on each GPU by processes of no shard and not on the host's allow-list;
+     * absent where the agent cannot sample, GPUs with none left out.
+     */
+    unattributedBytesPerGpu: z
+      .array(z.object({ gpuUuid: gpuUuidSchema, bytes: bytesSchema }))
+      .max(MAX_GPUS_PER_HOST)
+      .optional(),
+    /** Cap violations acted on since the last heartbeat (one is sent at once after each). */
+    violations: z.array(capViolationSchema).max(MAX_SHARDS_PER_HOST).optional(),
   })
   .describe('heartbeat');
 export type Heartbeat = z.infer<typeof heartbeatSchema>;

@@ -27,6 +27,26 @@ export type GpuSourceOptions =
       readonly fakeLibraryDir?: string;
     };
 
+/** The host's fence: sampling real GPU memory and acting on shards past their caps. */
+export interface EnforcementOptions {
+  /** Milliseconds between samples; 0 turns sampling (and enforcement) off. Default 250. */
+  readonly intervalMs?: number;
+  /** Real usage may pass a cap by this much before the policy acts; default 160 MiB. */
+  readonly toleranceBytes?: number;
+  /** Command names (/proc/<pid>/comm) of host processes whose GPU memory is expected. */
+  readonly allowedProcesses?: readonly string[];
+  /** Where /proc is (tests); default /proc. */
+  readonly procRoot?: string;
+}
+
+/** How shard containers are confined beyond the defaults (docs/agent.md, "Containers"). */
+export interface ContainerHardening {
+  /** "uid[:gid]" every shard runs as, overriding the image's user; default the image's. */
+  readonly user?: string;
+  /** Most processes and threads a shard may have; default 4096. */
+  readonly pidsLimit?: number;
+}
+
 /** Everything createAgent needs; main.ts builds it from the environment. */
 export interface AgentOptions {
   /** This host's id: its NATS subjects, its Docker labels. */
@@ -55,6 +75,8 @@ export interface AgentOptions {
   readonly docker?: Docker;
   readonly logLevel?: LogLevel;
   readonly logDestination?: DestinationStream;
+  readonly enforcement?: EnforcementOptions;
+  readonly containers?: ContainerHardening;
 }
 
 /** AgentOptions with every default filled in; what the services receive. */
@@ -70,6 +92,8 @@ export interface AgentConfig {
   readonly reconcileSeconds: number;
   readonly stopGraceSeconds: number;
   readonly contextOverheadBytes?: number;
+  readonly enforcement: Required<EnforcementOptions>;
+  readonly containers: { readonly user?: string; readonly pidsLimit: number };
 }
 
 export const AGENT_CONFIG = Symbol('AgentConfig');
@@ -83,4 +107,7 @@ export const DEFAULTS = {
   natsUrl: 'nats://127.0.0.1:4222',
   nvmlLibrary: 'libnvidia-ml.so.1',
   cudaLibrary: 'libcuda.so.1',
+  enforcementIntervalMs: 250,
+  capToleranceBytes: 160 * 1024 * 1024,
+  pidsLimit: 4096,
 } as const;

@@ -24,7 +24,46 @@ describe('agentOptionsFromEnv', () => {
       reconcileSeconds: 30,
       stopGraceSeconds: 10,
       logLevel: 'info',
+      enforcement: {},
+      containers: {},
     });
+  });
+
+  it('reads the fence settings: sample interval, tolerance, allow-list, container user and PID limit', () => {
+    const options = agentOptionsFromEnv({
+      GPUSHARDS_HOST_ID: 'box-1',
+      GPUSHARDS_SAMPLE_MS: '100',
+      GPUSHARDS_CAP_TOLERANCE: '64m',
+      GPUSHARDS_GPU_ALLOWED_PROCESSES: 'Xorg,nvidia-smi',
+      GPUSHARDS_CONTAINER_USER: '1000:1000',
+      GPUSHARDS_CONTAINER_PIDS_LIMIT: '512',
+    });
+    assert.deepEqual(options.enforcement, {
+      intervalMs: 100,
+      toleranceBytes: 64 * 1024 ** 2,
+      allowedProcesses: ['Xorg', 'nvidia-smi'],
+    });
+    assert.deepEqual(options.containers, { user: '1000:1000', pidsLimit: 512 });
+    assert.throws(
+      () =>
+        agentOptionsFromEnv({
+          GPUSHARDS_HOST_ID: 'b',
+          GPUSHARDS_SAMPLE_MS: 'fast',
+          GPUSHARDS_CAP_TOLERANCE: 'some',
+          GPUSHARDS_CONTAINER_USER: 'root',
+          GPUSHARDS_CONTAINER_PIDS_LIMIT: '3',
+        }),
+      (error: Error) =>
+        [
+          /GPUSHARDS_SAMPLE_MS must be a whole number of milliseconds/,
+          /GPUSHARDS_CONTAINER_USER must be a numeric uid/,
+          /GPUSHARDS_CONTAINER_PIDS_LIMIT must be at least 16/,
+        ].every((pattern) => pattern.test(error.message)),
+    );
+    assert.throws(
+      () => agentOptionsFromEnv({ GPUSHARDS_HOST_ID: 'b', GPUSHARDS_CAP_TOLERANCE: 'some' }),
+      /GPUSHARDS_CAP_TOLERANCE: /,
+    );
   });
 
   it('reads every setting', () => {

@@ -54,6 +54,30 @@ const envSchema = z.object({
   GPUSHARDS_HEARTBEAT_SECONDS: seconds(3600).default(DEFAULTS.heartbeatSeconds),
   GPUSHARDS_RECONCILE_SECONDS: seconds(3600).default(DEFAULTS.reconcileSeconds),
   GPUSHARDS_STOP_GRACE_SECONDS: seconds(600).default(DEFAULTS.stopGraceSeconds),
+  GPUSHARDS_SAMPLE_MS: z
+    .string()
+    .regex(/^\d+$/, 'must be a whole number of milliseconds, like 250 (0 turns sampling off)')
+    .transform(Number)
+    .refine((value) => value <= 60_000, 'must be at most 60000')
+    .optional(),
+  GPUSHARDS_CAP_TOLERANCE: z.string().optional(),
+  GPUSHARDS_GPU_ALLOWED_PROCESSES: z
+    .string()
+    .regex(
+      /^[^,\s]{1,15}(,[^,\s]{1,15})*$/,
+      'must be process names (1-15 characters, as /proc/<pid>/comm shows them) separated by commas, like Xorg,nvidia-smi',
+    )
+    .optional(),
+  GPUSHARDS_CONTAINER_USER: z
+    .string()
+    .regex(/^\d{1,10}(:\d{1,10})?$/, 'must be a numeric uid or uid:gid, like 1000:1000')
+    .optional(),
+  GPUSHARDS_CONTAINER_PIDS_LIMIT: z
+    .string()
+    .regex(/^\d+$/, 'must be a whole number, like 4096')
+    .transform(Number)
+    .refine((value) => value >= 16, 'must be at least 16')
+    .optional(),
   GPUSHARDS_LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
     .default('info'),
@@ -125,6 +149,12 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     if (size.ok) contextOverheadBytes = size.bytes;
     else problems.push(`GPUSHARDS_CONTEXT_OVERHEAD: ${size.error.message}`);
   }
+  let toleranceBytes: number | undefined;
+  if (vars.GPUSHARDS_CAP_TOLERANCE !== undefined) {
+    const size = parseSize(vars.GPUSHARDS_CAP_TOLERANCE);
+    if (size.ok) toleranceBytes = size.bytes;
+    else problems.push(`GPUSHARDS_CAP_TOLERANCE: ${size.error.message}`);
+  }
   if (problems.length > 0) {
     throw new ConfigError(`invalid agent configuration:\n  ${problems.join('\n  ')}`);
   }
@@ -151,6 +181,21 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     stopGraceSeconds: vars.GPUSHARDS_STOP_GRACE_SECONDS,
     ...(contextOverheadBytes !== undefined ? { contextOverheadBytes } : {}),
     logLevel: vars.GPUSHARDS_LOG_LEVEL,
+    enforcement: {
+      ...(vars.GPUSHARDS_SAMPLE_MS !== undefined ? { intervalMs: vars.GPUSHARDS_SAMPLE_MS } : {}),
+      ...(toleranceBytes !== undefined ? { toleranceBytes } : {}),
+      ...(vars.GPUSHARDS_GPU_ALLOWED_PROCESSES !== undefined
+        ? { allowedProcesses: vars.GPUSHARDS_GPU_ALLOWED_PROCESSES.split(',') }
+        : {}),
+    },
+    containers: {
+      ...(vars.GPUSHARDS_CONTAINER_USER !== undefined
+        ? { user: vars.GPUSHARDS_CONTAINER_USER }
+        : {}),
+      ...(vars.GPUSHARDS_CONTAINER_PIDS_LIMIT !== undefined
+        ? { pidsLimit: vars.GPUSHARDS_CONTAINER_PIDS_LIMIT }
+        : {}),
+    },
   };
 }
 

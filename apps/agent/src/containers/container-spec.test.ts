@@ -17,6 +17,8 @@ const plan: ContainerPlan = {
   interposerPath: '/usr/lib/gpushards/libvgpu.so',
   preloadFile: '/var/lib/gpushards/ld.so.preload',
   regionDir: '/var/lib/gpushards/regions/shard-1',
+  limitsFile: '/var/lib/gpushards/limits/shard-1',
+  pidsLimit: 4096,
   contextBytes: 500,
   simulated: false,
 };
@@ -43,9 +45,16 @@ describe('buildCreateOptions', () => {
       '/usr/lib/gpushards/libvgpu.so:/usr/lib/gpushards/libvgpu.so:ro',
       '/var/lib/gpushards/ld.so.preload:/etc/ld.so.preload:ro',
       '/var/lib/gpushards/regions/shard-1:/run/gpushards:rw',
+      '/var/lib/gpushards/limits/shard-1:/etc/gpushards/limits:ro',
     ]);
     assert.equal(options.HostConfig?.Privileged, false);
     assert.deepEqual(options.HostConfig?.SecurityOpt, ['no-new-privileges']);
+    // Every capability dropped but those an ordinary root image needs; never SYS_ADMIN.
+    assert.deepEqual(options.HostConfig?.CapDrop, ['ALL']);
+    assert.ok(!options.HostConfig?.CapAdd?.includes('SYS_ADMIN'));
+    assert.equal(options.HostConfig?.PidsLimit, 4096);
+    assert.equal('User' in options, false, "the image's user unless the agent names one");
+    assert.equal(buildCreateOptions({ ...plan, user: '1000:1000' }).User, '1000:1000');
     assert.equal(options.Labels?.['io.gpushards.gpus'], 'GPU-a,GPU-b');
   });
 

@@ -9,6 +9,8 @@ export const CONTAINER_PATHS = {
   preload: '/etc/ld.so.preload',
   regionDir: '/run/gpushards',
   regionFile: '/run/gpushards/region',
+  /** The agent's limits file, read-only: the caps libvgpu.so enforces (docs/interposer.md). */
+  limits: '/etc/gpushards/limits',
   /** Where the fake driver libraries go in simulated mode (Debian/Ubuntu multiarch path). */
   driverDir: '/usr/lib/x86_64-linux-gnu',
   /** The fakes' shared state file in simulated mode (GPUSHARDS_FAKE_STATE). */
@@ -45,6 +47,12 @@ export interface ContainerPlan {
   readonly preloadFile: string;
   /** The shard's region folder on the host. */
   readonly regionDir: string;
+  /** The shard's limits file on the host (root's, 0644), mounted read-only. */
+  readonly limitsFile: string;
+  /** "uid[:gid]" the container runs as instead of the image's user. */
+  readonly user?: string;
+  /** Most processes and threads in the container. */
+  readonly pidsLimit: number;
   /** Per-context charge the interposer uses, when measured. */
   readonly contextBytes?: number;
   /** Simulated GPUs: no NVIDIA runtime request (nothing could serve it). */
@@ -52,6 +60,23 @@ export interface ContainerPlan {
   /** In simulated mode, the fake libraries mounted where the driver would be, if any. */
   readonly simulatedDriver?: SimulatedDriver;
 }
+
+/**
+ * The only capabilities a shard keeps (Docker's default set less what could reach the host:
+ * no SYS_ADMIN, so no mount or remount of the limits file; no MKNOD, NET_RAW, SYS_CHROOT,
+ * SETFCAP, SETPCAP, AUDIT_WRITE). What is left lets an image that runs as root own and
+ * change its own files and drop to another user, as ordinary images do.
+ */
+export const SHARD_CAPABILITIES = [
+  'CHOWN',
+  'DAC_OVERRIDE',
+  'FOWNER',
+  'FSETID',
+  'SETUID',
+  'SETGID',
+  'KILL',
+  'NET_BIND_SERVICE',
+] as const;
 
 /**
  * Orders a shard's GPUs as CUDA enumerates them inside the container (host index = PCI bus
@@ -89,6 +114,7 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
     `${plan.interposerPath}:${CONTAINER_PATHS.interposer}:ro`,
     `${plan.preloadFile}:${CONTAINER_PATHS.preload}:ro`,
     `${plan.regionDir}:${CONTAINER_PATHS.regionDir}:rw`,
+    `${plan.limitsFile}:${CONTAINER_PATHS.limits}:ro`,
   ];
   if (plan.simulatedDriver) {
     binds.push(
@@ -101,6 +127,7 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
     name: containerName(plan.hostId, plan.shardId),
     Image: plan.image,
     ...(plan.command ? { Cmd: [...plan.command] } : {}),
+    ...(plan.user !== undefined ? { User: plan.user } : {}),
     Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
     Labels: {
       [LABELS.managed]: 'true',
@@ -113,6 +140,9 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
       Binds: binds,
       Privileged: false,
       SecurityOpt: ['no-new-privileges'],
+      CapDrop: ['ALL'],
+      CapAdd: [...SHARD_CAPABILITIES],
+      PidsLimit: plan.pidsLimit,
       RestartPolicy: { Name: 'no' },
       ...(plan.simulated
         ? {}

@@ -17,12 +17,21 @@ export interface GpuSample {
   readonly utilizationPercent?: number;
 }
 
+/** One process's memory on one GPU, as the driver reports it (host PIDs). */
+export interface GpuProcessSample {
+  readonly gpuUuid: string;
+  readonly pid: number;
+  readonly bytes: number;
+}
+
 /** Where GPU facts come from: NVML (real or fake library), or a list given in configuration. */
 export interface GpuBackend {
   readonly driverVersion: string;
   readonly cudaVersion: string;
   readonly gpus: readonly DiscoveredGpu[];
   sample(): GpuSample[];
+  /** Every process's memory on every GPU; undefined when nothing can tell (no driver). */
+  processes(): GpuProcessSample[] | undefined;
   /** The memory one CUDA context takes on this host's GPUs (the largest over them). */
   measureContextBytes(): number;
   close(): void;
@@ -55,6 +64,17 @@ export class NvmlBackend implements GpuBackend {
         ...(utilizationPercent !== undefined ? { utilizationPercent } : {}),
       };
     });
+  }
+
+  processes(): GpuProcessSample[] | undefined {
+    if (!this.nvml.listsProcesses) return undefined;
+    const samples: GpuProcessSample[] = [];
+    for (const gpu of this.gpus) {
+      for (const process of this.nvml.processes(gpu.index)) {
+        samples.push({ gpuUuid: gpu.uuid, pid: process.pid, bytes: process.usedBytes });
+      }
+    }
+    return samples;
   }
 
   /**
@@ -102,6 +122,10 @@ export class ListedGpuBackend implements GpuBackend {
 
   sample(): GpuSample[] {
     return this.gpus.map((gpu) => ({ uuid: gpu.uuid, usedBytes: 0 }));
+  }
+
+  processes(): undefined {
+    return undefined;
   }
 
   measureContextBytes(): number {

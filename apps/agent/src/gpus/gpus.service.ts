@@ -13,7 +13,13 @@ import {
   fakeDriverEnv,
   prepareFakeState,
 } from './fake-driver.js';
-import { ListedGpuBackend, NvmlBackend, type GpuBackend, type GpuSample } from './gpu-backends.js';
+import {
+  ListedGpuBackend,
+  NvmlBackend,
+  type GpuBackend,
+  type GpuProcessSample,
+  type GpuSample,
+} from './gpu-backends.js';
 import { Nvml } from './nvml.js';
 
 /** The host's GPUs as the agent registers them. */
@@ -124,6 +130,11 @@ export class GpusService implements OnModuleDestroy {
 
   sample(): GpuSample[] {
     return this.backend.sample();
+  }
+
+  /** Every process's real memory per GPU (NVML); undefined where no driver can tell. */
+  processes(): GpuProcessSample[] | undefined {
+    return this.backend.processes();
   }
 
   onModuleDestroy(): void {

@@ -13,6 +13,11 @@ const NVML_ERROR_NOT_SUPPORTED = 3;
 const UUID_BUFFER = 96; // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 const NAME_BUFFER = 96; // NVML_DEVICE_NAME_V2_BUFFER_SIZE
 const VERSION_BUFFER = 80; // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+const NVML_ERROR_INSUFFICIENT_SIZE = 7;
+/** nvmlProcessInfo_t (v2, what the _v3 list calls fill): pid u32, pad, usedGpuMemory u64, two u32. */
+const PROCESS_INFO_SIZE = 24;
+/** usedGpuMemory when the driver cannot say (e.g. Windows WDDM); never on Linux in practice. */
+const NVML_VALUE_NOT_AVAILABLE = 0xffffffffffffffffn;
 
 // koffi types are process-wide; declare them once, unnamed.
 const memoryType = koffi.struct({
@@ -33,6 +38,12 @@ export interface NvmlMemory {
   readonly totalBytes: number;
   readonly usedBytes: number;
   readonly freeBytes: number;
+}
+
+/** One process with memory on a GPU, as the driver sees it (host PID namespace). */
+export interface NvmlProcess {
+  readonly pid: number;
+  readonly usedBytes: number;
 }
 
 export class NvmlError extends Error {
@@ -57,11 +68,19 @@ type TypeSpec = Parameters<typeof koffi.type>[0];
 
 export class Nvml {
   private readonly handles: bigint[] = [];
+  /** Reused by processes(): sampling allocates nothing while the list fits. */
+  private processBuffer = Buffer.alloc(PROCESS_INFO_SIZE * 64);
+  private readonly processCount = [0];
 
   private constructor(
     readonly libraryPath: string,
     private readonly fns: Record<string, Fn>,
   ) {}
+
+  /** Whether the library lists processes per GPU (every driver since 2021; the fakes too). */
+  get listsProcesses(): boolean {
+    return this.fns.computeProcesses !== undefined;
+  }
 
   /** Loads the library and runs nvmlInit_v2; throws NvmlUnavailableError or NvmlError. */
   static open(libraryPath: string): Nvml {
@@ -86,7 +105,27 @@ export class Nvml {
         );
       }
     };
+    const optional = (name: string, result: TypeSpec, args: TypeSpec[]): Fn | undefined => {
+      try {
+        return library.func(name, result, args) as Fn;
+      } catch {
+        return undefined;
+      }
+    };
+    const processList: TypeSpec[] = ['void *', koffi.inout('unsigned int *'), 'void *'];
+    const computeProcesses = optional(
+      'nvmlDeviceGetComputeRunningProcesses_v3',
+      'int',
+      processList,
+    );
+    const graphicsProcesses = optional(
+      'nvmlDeviceGetGraphicsRunningProcesses_v3',
+      'int',
+      processList,
+    );
     const fns: Record<string, Fn> = {
+      ...(computeProcesses ? { computeProcesses } : {}),
+      ...(graphicsProcesses ? { graphicsProcesses } : {}),
       init: declare('nvmlInit_v2', 'int', []),
       shutdown: declare('nvmlShutdown', 'int', []),
       errorString: declare('nvmlErrorString', 'const char *', ['int']),
@@ -163,8 +202,51 @@ export class Nvml {
     return Math.min(100, Math.max(0, toNumber(out.gpu)));
   }
 
+  /**
+   * Every process holding memory on the GPU, compute and graphics, with its bytes (a process
+   * in both lists counts once, at its larger number). PIDs are the driver's: the host's PID
+   * namespace, whatever namespace the process runs in.
+   */
+  processes(index: number): NvmlProcess[] {
+    const handle = this.handle(index);
+    const byPid = new Map<number, number>();
+    for (const [name, call] of [
+      ['computeProcesses', 'nvmlDeviceGetComputeRunningProcesses_v3'],
+      ['graphicsProcesses', 'nvmlDeviceGetGraphicsRunningProcesses_v3'],
+    ] as const) {
+      if (this.fns[name] === undefined) continue;
+      const count = this.readProcesses(name, call, handle);
+      for (let i = 0; i < count; i++) {
+        const base = i * PROCESS_INFO_SIZE;
+        const pid = this.processBuffer.readUInt32LE(base);
+        const used = this.processBuffer.readBigUInt64LE(base + 8);
+        if (used === NVML_VALUE_NOT_AVAILABLE) continue;
+        const bytes = toNumber(used);
+        byPid.set(pid, Math.max(byPid.get(pid) ?? 0, bytes));
+      }
+    }
+    return [...byPid].map(([pid, usedBytes]) => ({ pid, usedBytes }));
+  }
+
   close(): void {
     this.check('nvmlShutdown', this.call('shutdown'));
+  }
+
+  /** Fills processBuffer, growing it while the driver says it is too small; returns the count. */
+  private readProcesses(name: string, call: string, handle: bigint): number {
+    for (;;) {
+      const capacity = Math.floor(this.processBuffer.length / PROCESS_INFO_SIZE);
+      this.processCount[0] = capacity;
+      const code = this.call(name, handle, this.processCount, this.processBuffer) as number;
+      const count = this.processCount[0] ?? 0;
+      if (code === NVML_ERROR_INSUFFICIENT_SIZE && count > capacity) {
+        // Processes come and go between calls: leave room for a few more.
+        this.processBuffer = Buffer.alloc(PROCESS_INFO_SIZE * (count + 16));
+        continue;
+      }
+      this.check(call, code);
+      return Math.min(count, capacity);
+    }
   }
 
   private handle(index: number): bigint {

@@ -8,6 +8,7 @@ import { PROTOCOL_VERSION, type RegisterRequest } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { DockerRuntime } from '../containers/docker-runtime.js';
+import { EnforcementService } from '../enforcement/enforcement.service.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { AGENT_LINK, LinkUnavailableError, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -52,6 +53,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly shards: ShardsService,
     private readonly heartbeats: HeartbeatService,
     private readonly reconciler: ReconcileService,
+    private readonly enforcement: EnforcementService,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'agent' });
@@ -90,6 +92,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     await this.register();
     this.every(this.config.heartbeatSeconds, 'heartbeat', () => this.heartbeats.beat(), true);
     this.every(this.config.reconcileSeconds, 'reconcile', () => this.reconcile(), false);
+    this.enforcement.start();
     this.logger.info(
       {
         heartbeatSeconds: this.config.heartbeatSeconds,

@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { PROTOCOL_VERSION, type Heartbeat } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { EnforcementService, type ViolationRecord } from '../enforcement/enforcement.service.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { AGENT_LINK, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -16,6 +17,8 @@ import { ShardsService } from '../shards/shards.service.js';
 export class HeartbeatService {
   private readonly logger: Logger;
   private sequence = 0;
+  /** Violations acted on and not sent yet. */
+  private violations: ViolationRecord[] = [];
 
   constructor(
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
@@ -23,9 +26,17 @@ export class HeartbeatService {
     private readonly gpus: GpusService,
     private readonly regions: RegionsService,
     private readonly shards: ShardsService,
+    private readonly enforcement: EnforcementService,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'heartbeat' });
+    // A violation goes out at once, not with the next periodic heartbeat.
+    this.enforcement.onViolations((violations) => {
+      this.violations.push(...violations);
+      void this.beat().catch((error: unknown) =>
+        this.logger.warn({ err: error }, 'could not send a violation heartbeat'),
+      );
+    });
   }
 
   async beat(): Promise<void> {
@@ -34,6 +45,29 @@ export class HeartbeatService {
   }
 
   async build(): Promise<Heartbeat> {
+    const real = this.enforcement.realUsage();
+    const realOf = (shardId: string, gpuUuids: readonly string[]) =>
+      real === undefined
+        ? {}
+        : {
+            realBytesPerGpu: gpuUuids.map((gpuUuid) => ({
+              gpuUuid,
+              realBytes: real.shards.get(shardId)?.get(gpuUuid) ?? 0,
+            })),
+          };
+    const violations = this.violations.splice(0).map((v) => ({
+      shardId: v.shardId,
+      gpuUuid: v.gpuUuid,
+      realBytes: v.realBytes,
+      capBytes: v.capBytes,
+      toleranceBytes: v.toleranceBytes,
+      action: v.action,
+      pid: v.process.pid,
+      processBytes: v.process.bytes,
+      killedPids: [...v.killedPids],
+      ...(v.error !== undefined ? { error: v.error.slice(0, 4096) } : {}),
+      at: v.at,
+    }));
     const shards: Heartbeat['shards'] = [];
     for (const shard of this.shards.list()) {
       if (shard.state !== 'RUNNING') continue;
@@ -45,11 +79,16 @@ export class HeartbeatService {
             .map((gpu) => ({ ...gpu, gpuUuid: this.gpus.canonicalUuid(gpu.gpuUuid) }))
             // Only the shard's GPUs: a container cannot report on another GPU.
             .filter((gpu) => shard.gpuUuids.includes(gpu.gpuUuid)),
+          ...realOf(shard.shardId, shard.gpuUuids),
         });
       } catch (error) {
         // A region a container corrupted must not stop the heartbeat of the others.
         this.logger.warn({ err: error, shardId: shard.shardId }, 'cannot read a shard region');
-        shards.push({ shardId: shard.shardId, usedBytesPerGpu: [] });
+        shards.push({
+          shardId: shard.shardId,
+          usedBytesPerGpu: [],
+          ...realOf(shard.shardId, shard.gpuUuids),
+        });
       }
     }
     const samples = this.gpus.sample();
@@ -71,6 +110,15 @@ export class HeartbeatService {
       sequence: this.sequence++,
       gpus,
       shards,
+      ...(real !== undefined
+        ? {
+            unattributedBytesPerGpu: [...real.unattributed].map(([gpuUuid, bytes]) => ({
+              gpuUuid,
+              bytes,
+            })),
+          }
+        : {}),
+      ...(violations.length > 0 ? { violations } : {}),
     };
   }
 }

@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 
 import { ContainersModule } from '../containers/containers.module.js';
+import { EnforcementModule } from '../enforcement/enforcement.module.js';
 import { GpusModule } from '../gpus/gpus.module.js';
 import { RegionsModule } from '../regions/regions.module.js';
 import { ShardsModule } from '../shards/shards.module.js';
@@ -9,7 +10,7 @@ import { HeartbeatService } from './heartbeat.service.js';
 import { ReconcileService } from './reconcile.service.js';
 
 @Module({
-  imports: [ContainersModule, GpusModule, RegionsModule, ShardsModule],
+  imports: [ContainersModule, GpusModule, RegionsModule, ShardsModule, EnforcementModule],
   providers: [AgentService, HeartbeatService, ReconcileService],
   exports: [AgentService],
 })

@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 
 import { ContainersModule } from '../containers/containers.module.js';
 import { GpusModule } from '../gpus/gpus.module.js';
+import { LimitsModule } from '../limits/limits.module.js';
 import { RegionsModule } from '../regions/regions.module.js';
 import { CommandsController } from './commands.controller.js';
 import { CommandsService } from './commands.service.js';
@@ -9,7 +10,7 @@ import { ShardsService } from './shards.service.js';
 import { StateReporter } from './state-reporter.js';
 
 @Module({
-  imports: [ContainersModule, GpusModule, RegionsModule],
+  imports: [ContainersModule, GpusModule, RegionsModule, LimitsModule],
   controllers: [CommandsController],
   providers: [ShardsService, CommandsService, StateReporter],
   exports: [ShardsService, CommandsService],

@@ -19,6 +19,7 @@ import { InterposerFiles } from '../containers/interposer-files.js';
 import { containerName } from '../containers/labels.js';
 import type { PullProgress } from '../containers/pull-progress.js';
 import { GpusService } from '../gpus/gpus.service.js';
+import { LimitsService } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { RegionsService } from '../regions/regions.service.js';
 import { StateReporter, type StateDetails } from './state-reporter.js';
@@ -71,6 +72,7 @@ export class ShardsService {
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
     private readonly docker: DockerRuntime,
     private readonly regions: RegionsService,
+    private readonly limits: LimitsService,
     private readonly gpus: GpusService,
     private readonly interposer: InterposerFiles,
     private readonly reporter: StateReporter,
@@ -134,6 +136,7 @@ export class ShardsService {
         };
       }
       if (record?.state === 'RUNNING' && record.containerId !== undefined) {
+        await this.limits.setLimits(spec.shardId, spec.gpus, spec.capPolicy);
         await this.regions.setLimits(spec.shardId, spec.gpus, false);
         return { state: 'RUNNING', containerId: record.containerId };
       }
@@ -202,6 +205,7 @@ export class ShardsService {
       removed =
         (await this.docker.removeContainer(containerName(this.config.hostId, shardId))) || removed;
       await this.regions.remove(shardId);
+      await this.limits.remove(shardId);
       this.records.delete(shardId);
       this.lastCommand.delete(shardId);
       if (removed) this.logger.info({ shardId, teamId: record?.teamId }, 'shard deleted');
@@ -222,6 +226,7 @@ export class ShardsService {
         );
       }
       await this.regions.setLimits(shardId, gpus, true);
+      await this.limits.setLimits(shardId, gpus, undefined);
       this.logger.info({ shardId, teamId: record.teamId, gpus }, 'shard resized');
     });
   }
@@ -280,6 +285,7 @@ export class ShardsService {
   applyLimits(spec: ShardLaunchSpec): Promise<void> {
     return this.mutex.run(spec.shardId, async () => {
       if (this.records.get(spec.shardId)?.state !== 'RUNNING') return;
+      await this.limits.setLimits(spec.shardId, spec.gpus, spec.capPolicy);
       await this.regions.setLimits(spec.shardId, spec.gpus, false);
     });
   }
@@ -386,6 +392,13 @@ export class ShardsService {
       // A fresh region: counters of an earlier container must not carry over.
       await this.regions.remove(spec.shardId);
       const regionDir = await this.regions.prepare(spec.shardId);
+      const contextBytes = this.gpus.inventory.contextOverheadBytes;
+      const limitsFile = await this.limits.prepare(
+        spec.shardId,
+        orderGpus(gpus).map((gpu) => ({ uuid: gpu.uuid, limitBytes: gpu.limitBytes })),
+        contextBytes,
+        spec.capPolicy,
+      );
       await this.docker.removeContainer(containerName(this.config.hostId, spec.shardId));
       const options = buildCreateOptions({
         hostId: this.config.hostId,
@@ -398,6 +411,9 @@ export class ShardsService {
         interposerPath: this.interposer.interposerPath,
         preloadFile: this.interposer.preloadFile,
         regionDir,
+        limitsFile,
+        pidsLimit: this.config.containers.pidsLimit,
+        ...(this.config.containers.user !== undefined ? { user: this.config.containers.user } : {}),
         ...(this.gpus.inventory.contextOverheadBytes > 0
           ? { contextBytes: this.gpus.inventory.contextOverheadBytes }
           : {}),

@@ -1,0 +1,13 @@
+import { Module } from '@nestjs/common';
+
+import { GpusModule } from '../gpus/gpus.module.js';
+import { LimitsModule } from '../limits/limits.module.js';
+import { ShardsModule } from '../shards/shards.module.js';
+import { EnforcementService } from './enforcement.service.js';
+
+@Module({
+  imports: [GpusModule, LimitsModule, ShardsModule],
+  providers: [EnforcementService],
+  exports: [EnforcementService],
+})
+export class EnforcementModule {}

@@ -1,0 +1,192 @@
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, afterEach, describe, it } from 'node:test';
+
+import type { AgentConfig } from '../config/agent-options.js';
+import type { GpuProcessSample } from '../gpus/gpu-backends.js';
+import type { GpusService } from '../gpus/gpus.service.js';
+import { decodeLimits } from '../limits/limits-file.js';
+import { LimitsService } from '../limits/limits.service.js';
+import { createLogger } from '../logging/logger.js';
+import type { ShardRecord, ShardsService } from '../shards/shards.service.js';
+import { EnforcementService } from './enforcement.service.js';
+
+const MiB = 1024 ** 2;
+const GPU0 = 'GPU-fa4e5000-0000-4000-8000-000000000000';
+const GPU1 = 'GPU-fa4e5000-0000-4000-8000-000000000001';
+const CONTAINER_A = 'a'.repeat(64);
+const CONTAINER_B = 'b'.repeat(64);
+const work = mkdtempSync(join(tmpdir(), 'gpushards-enforce-'));
+const procRoot = join(work, 'proc');
+const children: ChildProcess[] = [];
+after(() => rmSync(work, { recursive: true, force: true }));
+afterEach(() => {
+  for (const child of children.splice(0)) child.kill('SIGKILL');
+});
+
+/** A real process (so SIGKILL really lands) that a fake /proc puts in `containerId`. */
+function processIn(containerId: string | undefined, command = 'sleep'): ChildProcess {
+  const child = spawn('sleep', ['600'], { stdio: 'ignore' });
+  children.push(child);
+  const dir = join(procRoot, String(child.pid));
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(
+    join(dir, 'cgroup'),
+    containerId ? `0::/docker/${containerId}\n` : '0::/user.slice\n',
+  );
+  writeFileSync(join(dir, 'comm'), `${command}\n`);
+  return child;
+}
+
+function setUp(stateDir: string) {
+  const config = {
+    hostId: 'box-1',
+    stateDir,
+    enforcement: { intervalMs: 0, toleranceBytes: 10 * MiB, allowedProcesses: ['Xorg'], procRoot },
+  } as unknown as AgentConfig;
+  const logger = createLogger('silent', 'box-1');
+  let samples: GpuProcessSample[] = [];
+  const gpus = { processes: () => samples } as unknown as GpusService;
+  const records: ShardRecord[] = [
+    {
+      shardId: 'a',
+      teamId: 't1',
+      containerId: CONTAINER_A,
+      state: 'RUNNING',
+      gpuUuids: [GPU0, GPU1],
+    },
+    { shardId: 'b', teamId: 't2', containerId: CONTAINER_B, state: 'RUNNING', gpuUuids: [GPU0] },
+  ];
+  const stopped: string[] = [];
+  const shards = {
+    list: () => records,
+    stop: (shardId: string) => {
+      stopped.push(shardId);
+      return Promise.resolve({ wasRunning: true });
+    },
+  } as unknown as ShardsService;
+  const limits = new LimitsService(config, logger);
+  const enforcement = new EnforcementService(config, gpus, shards, limits, logger);
+  return {
+    enforcement,
+    limits,
+    stopped,
+    setSamples: (next: GpuProcessSample[]) => {
+      samples = next;
+    },
+  };
+}
+
+describe('EnforcementService', () => {
+  it('kills the largest process of the shard past its cap on GPU 1 only; the neighbour keeps its memory', async () => {
+    const { enforcement, limits, setSamples } = setUp(join(work, 'kill'));
+    await limits.prepare(
+      'a',
+      [
+        { uuid: GPU0, limitBytes: 1000 * MiB },
+        { uuid: GPU1, limitBytes: 1000 * MiB },
+      ],
+      0,
+      'kill',
+    );
+    await limits.prepare('b', [{ uuid: GPU0, limitBytes: 500 * MiB }], 0, 'kill');
+    const small = processIn(CONTAINER_A);
+    const big = processIn(CONTAINER_A);
+    const neighbour = processIn(CONTAINER_B);
+    const host = processIn(undefined, 'python');
+    const allowed = processIn(undefined, 'Xorg');
+    setSamples([
+      { gpuUuid: GPU0, pid: small.pid!, bytes: 900 * MiB },
+      { gpuUuid: GPU1, pid: small.pid!, bytes: 300 * MiB },
+      { gpuUuid: GPU1, pid: big.pid!, bytes: 800 * MiB },
+      { gpuUuid: GPU0, pid: neighbour.pid!, bytes: 500 * MiB },
+      { gpuUuid: GPU1, pid: host.pid!, bytes: 64 * MiB },
+      { gpuUuid: GPU1, pid: allowed.pid!, bytes: 32 * MiB },
+    ]);
+    const heard: unknown[] = [];
+    enforcement.onViolations((violations) => heard.push(...violations));
+    const exited = once(big, 'exit');
+    const done = await enforcement.sampleNow();
+    assert.equal(done.length, 1);
+    assert.deepEqual(
+      { ...done[0], at: undefined },
+      {
+        shardId: 'a',
+        teamId: 't1',
+        gpuUuid: GPU1,
+        realBytes: 1100 * MiB,
+        capBytes: 1000 * MiB,
+        toleranceBytes: 10 * MiB,
+        action: 'kill',
+        process: { pid: big.pid, bytes: 800 * MiB },
+        pids: [big.pid],
+        killedPids: [big.pid],
+        at: undefined,
+      },
+    );
+    assert.deepEqual(heard, done);
+    assert.deepEqual(await exited, [null, 'SIGKILL']);
+    assert.equal(small.exitCode, null, 'the smaller process of the shard lives');
+    assert.equal(neighbour.exitCode, null, 'the neighbour lives');
+    // Real usage went into the limits files, per GPU, and memory of no shard is per GPU.
+    const fileA = decodeLimits(readFileSync(limits.file('a')));
+    assert.deepEqual(
+      fileA.map((d) => d.realBytes),
+      [900 * MiB, 1100 * MiB],
+    );
+    assert.ok(fileA.every((d) => (d.realSampledAtMs ?? 0) > 0));
+    const real = enforcement.realUsage()!;
+    assert.deepEqual([...real.shards.get('b')!], [[GPU0, 500 * MiB]]);
+    assert.deepEqual([...real.unattributed], [[GPU1, 64 * MiB]], 'Xorg is on the allow-list');
+    // The next sample still lists the killed process (the driver frees a moment later): no second kill.
+    assert.deepEqual(await enforcement.sampleNow(), []);
+  });
+
+  it('stop stops the whole shard once; report reports once per episode', async () => {
+    const { enforcement, limits, stopped, setSamples } = setUp(join(work, 'stop'));
+    await limits.prepare(
+      'a',
+      [
+        { uuid: GPU0, limitBytes: 100 * MiB },
+        { uuid: GPU1, limitBytes: 100 * MiB },
+      ],
+      0,
+      'stop',
+    );
+    await limits.prepare('b', [{ uuid: GPU0, limitBytes: 100 * MiB }], 0, 'report');
+    const a = processIn(CONTAINER_A);
+    const b = processIn(CONTAINER_B);
+    const over = [
+      { gpuUuid: GPU0, pid: a.pid!, bytes: 200 * MiB },
+      { gpuUuid: GPU1, pid: a.pid!, bytes: 200 * MiB },
+      { gpuUuid: GPU0, pid: b.pid!, bytes: 200 * MiB },
+    ];
+    setSamples(over);
+    const first = await enforcement.sampleNow();
+    assert.deepEqual(
+      first.map((v) => [v.shardId, v.action]),
+      [
+        ['a', 'stop'],
+        ['b', 'report'],
+      ],
+    );
+    assert.deepEqual(stopped, ['a']);
+    assert.equal(b.exitCode, null, 'report kills nothing');
+    assert.deepEqual(await enforcement.sampleNow(), [], 'no second stop, no second report');
+    setSamples([]);
+    assert.deepEqual(await enforcement.sampleNow(), []);
+    setSamples(over);
+    assert.deepEqual(
+      (await enforcement.sampleNow()).map((v) => [v.shardId, v.action]),
+      [
+        ['a', 'stop'],
+        ['b', 'report'],
+      ],
+      'a new episode is acted on again',
+    );
+  });
+});

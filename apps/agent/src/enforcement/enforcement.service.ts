@@ -1,0 +1,250 @@
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import {
+  enforcementActions,
+  type CapViolation,
+  type EnforcementDecision,
+  type ProcessUsage,
+} from '@gpushards/limits';
+
+import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { errorMessage } from '@gpushards/protocol';
+import { GpusService } from '../gpus/gpus.service.js';
+import { LimitsService } from '../limits/limits.service.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { ShardsService } from '../shards/shards.service.js';
+import { ProcessOwners } from './process-owners.js';
+
+/** What the agent did about one violation; goes to the control plane as a shard event. */
+export interface ViolationRecord extends CapViolation {
+  readonly teamId: string;
+  readonly at: string;
+  /** The processes actually signalled (kill), or whether the stop went through. */
+  readonly killedPids: readonly number[];
+  readonly error?: string;
+}
+
+/** The latest sample: real bytes per shard per GPU, and memory of no shard per GPU. */
+export interface RealUsage {
+  readonly sampledAt: number;
+  readonly shards: ReadonlyMap<string, ReadonlyMap<string, number>>;
+  readonly unattributed: ReadonlyMap<string, number>;
+}
+
+/** A PID stays "dying" this long after its SIGKILL at most (the driver frees at exit). */
+const DYING_MS = 10_000;
+
+/**
+ * The host's fence. Every interval: each GPU's processes and their real memory from NVML,
+ * each process's shard through its cgroup, the shard's real usage per GPU written into its
+ * limits file (libvgpu.so budgets against it), and the shard's policy applied where real usage
+ * passed cap + tolerance (enforcementActions in libs/limits decides).
+ */
+@Injectable()
+export class EnforcementService implements OnModuleDestroy {
+  private readonly logger: Logger;
+  private readonly owners: ProcessOwners;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  /** PID → when it was sent SIGKILL. */
+  private readonly dying = new Map<number, number>();
+  /** shardId|gpu pairs already reported under `report`, until they go back under. */
+  private readonly reported = new Set<string>();
+  /** Shards being stopped for a violation. */
+  private readonly stopping = new Set<string>();
+  private readonly listeners = new Set<(violations: readonly ViolationRecord[]) => void>();
+  private latest: RealUsage | undefined;
+  private warnedUnsupported = false;
+
+  constructor(
+    @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
+    private readonly gpus: GpusService,
+    private readonly shards: ShardsService,
+    private readonly limits: LimitsService,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'enforcement' });
+    this.owners = new ProcessOwners(config.enforcement.procRoot);
+  }
+
+  /** Samples every `enforcement.intervalMs` until the module is destroyed. */
+  start(): void {
+    if (this.timer !== undefined || this.config.enforcement.intervalMs === 0) return;
+    const tick = () => {
+      this.running = this.sampleNow()
+        .then(() => undefined)
+        .catch((error: unknown) => this.logger.warn({ err: error }, 'GPU memory sample failed'))
+        .finally(() => {
+          this.running = undefined;
+          if (this.timer !== undefined)
+            this.timer = setTimeout(tick, this.config.enforcement.intervalMs);
+        });
+    };
+    this.timer = setTimeout(tick, 0);
+  }
+
+  /** Called with each batch of violations acted on (the heartbeat sends them at once). */
+  onViolations(listener: (violations: readonly ViolationRecord[]) => void): void {
+    this.listeners.add(listener);
+  }
+
+  /** The last sample, for heartbeats; undefined before the first or where NVML cannot tell. */
+  realUsage(): RealUsage | undefined {
+    return this.latest;
+  }
+
+  /** One sample and what follows from it; resolves to what was done. */
+  async sampleNow(): Promise<readonly ViolationRecord[]> {
+    const processes = this.gpus.processes();
+    if (processes === undefined) {
+      if (!this.warnedUnsupported) {
+        this.warnedUnsupported = true;
+        this.logger.warn(
+          'this GPU library lists no processes: real usage is not sampled and caps are enforced by libvgpu.so alone',
+        );
+      }
+      return [];
+    }
+    const now = Date.now();
+    const records = this.shards.list();
+    const byContainer = new Map(
+      records.flatMap((record) =>
+        record.containerId !== undefined ? [[record.containerId, record] as const] : [],
+      ),
+    );
+    const samples: ProcessUsage[] = processes.map((process) => {
+      const containerId = this.owners.containerOf(process.pid);
+      const shard = containerId === null ? undefined : byContainer.get(containerId);
+      return {
+        pid: process.pid,
+        gpuUuid: process.gpuUuid,
+        bytes: process.bytes,
+        ...(shard !== undefined ? { shardId: shard.shardId } : {}),
+      };
+    });
+    this.owners.endSample();
+    for (const [pid, at] of this.dying) {
+      if (now - at > DYING_MS || !processes.some((p) => p.pid === pid)) this.dying.delete(pid);
+    }
+    const decision = enforcementActions(
+      samples,
+      this.limits.all().filter((shard) => records.some((r) => r.shardId === shard.shardId)),
+      { toleranceBytes: this.config.enforcement.toleranceBytes, dying: new Set(this.dying.keys()) },
+    );
+    this.latest = this.realUsageOf(decision, samples, now);
+    await this.writeReal(now);
+    const done = await this.apply(decision, now);
+    if (done.length > 0) for (const listener of this.listeners) listener(done);
+    return done;
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.running;
+  }
+
+  private realUsageOf(
+    decision: EnforcementDecision,
+    samples: readonly ProcessUsage[],
+    now: number,
+  ): RealUsage {
+    const shards = new Map<string, Map<string, number>>();
+    for (const usage of decision.usage) {
+      const gpus = shards.get(usage.shardId) ?? new Map<string, number>();
+      gpus.set(usage.gpuUuid, usage.realBytes);
+      shards.set(usage.shardId, gpus);
+    }
+    const allowed = new Set(this.config.enforcement.allowedProcesses);
+    const unattributed = new Map<string, number>();
+    for (const gpu of decision.unattributed) {
+      let bytes = gpu.bytes;
+      if (allowed.size > 0) {
+        for (const pid of gpu.pids) {
+          const command = this.owners.commandOf(pid);
+          if (command !== undefined && allowed.has(command)) {
+            // Only this process's share on this GPU leaves the count.
+            bytes -= samples
+              .filter((p) => p.pid === pid && p.gpuUuid === gpu.gpuUuid)
+              .reduce((max, p) => Math.max(max, p.bytes), 0);
+          }
+        }
+      }
+      if (bytes > 0) unattributed.set(gpu.gpuUuid, bytes);
+    }
+    return { sampledAt: now, shards, unattributed };
+  }
+
+  private async writeReal(now: number): Promise<void> {
+    for (const record of this.shards.list()) {
+      if (record.state !== 'RUNNING') continue;
+      const real = this.latest?.shards.get(record.shardId) ?? new Map<string, number>();
+      await this.limits
+        .writeReal(record.shardId, real, now)
+        .catch((error: unknown) =>
+          this.logger.warn({ err: error, shardId: record.shardId }, 'cannot write real usage'),
+        );
+    }
+  }
+
+  private async apply(decision: EnforcementDecision, now: number): Promise<ViolationRecord[]> {
+    const done: ViolationRecord[] = [];
+    const over = new Set(decision.violations.map((v) => `${v.shardId}|${v.gpuUuid}`));
+    for (const key of this.reported) if (!over.has(key)) this.reported.delete(key);
+    const overShards = new Set(decision.violations.map((v) => v.shardId));
+    for (const shardId of this.stopping)
+      if (!overShards.has(shardId)) this.stopping.delete(shardId);
+    for (const violation of decision.violations) {
+      const record = this.shards.list().find((r) => r.shardId === violation.shardId);
+      if (record === undefined) continue;
+      const base = { ...violation, teamId: record.teamId, at: new Date(now).toISOString() };
+      if (violation.action === 'kill') {
+        const killed: number[] = [];
+        let failure: string | undefined;
+        for (const pid of violation.pids) {
+          try {
+            process.kill(pid, 'SIGKILL');
+            killed.push(pid);
+            this.dying.set(pid, now);
+          } catch (error) {
+            // ESRCH: it died on its own meanwhile.
+            if ((error as NodeJS.ErrnoException).code !== 'ESRCH') failure = errorMessage(error);
+          }
+        }
+        done.push({ ...base, killedPids: killed, ...(failure ? { error: failure } : {}) });
+      } else if (violation.action === 'stop') {
+        // One stop per shard, whatever GPUs it passed its cap on, until its processes are gone.
+        if (this.stopping.has(violation.shardId)) continue;
+        this.stopping.add(violation.shardId);
+        let failure: string | undefined;
+        try {
+          await this.shards.stop(violation.shardId, 0);
+        } catch (error) {
+          failure = errorMessage(error);
+          this.stopping.delete(violation.shardId);
+        }
+        done.push({ ...base, killedPids: [], ...(failure ? { error: failure } : {}) });
+      } else {
+        const key = `${violation.shardId}|${violation.gpuUuid}`;
+        if (this.reported.has(key)) continue;
+        this.reported.add(key);
+        done.push({ ...base, killedPids: [] });
+      }
+    }
+    for (const violation of done) {
+      this.logger.warn(
+        {
+          shardId: violation.shardId,
+          teamId: violation.teamId,
+          gpu: violation.gpuUuid,
+          realBytes: violation.realBytes,
+          capBytes: violation.capBytes,
+          action: violation.action,
+          pids: violation.killedPids,
+          ...(violation.error ? { error: violation.error } : {}),
+        },
+        'shard passed its GPU memory cap',
+      );
+    }
+    return done;
+  }
+}

@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+
+import { fnv1a64 } from '../regions/region-file.js';
+import {
+  decodeLimits,
+  encodeLimits,
+  LimitsFile,
+  LimitsFileError,
+  writeLimitsFile,
+} from './limits-file.js';
+import { LIMITS_SIZE } from './limits-layout.js';
+
+const GPU0 = 'GPU-fa4e5000-0000-4000-8000-000000000000';
+const GPU1 = 'GPU-fa4e5000-0000-4000-8000-000000000001';
+const work = mkdtempSync(join(tmpdir(), 'gpushards-limits-'));
+after(() => rmSync(work, { recursive: true, force: true }));
+
+describe('limits file', () => {
+  it('encodes the header and devices at the contract offsets', () => {
+    const bytes = encodeLimits([
+      { uuid: GPU0, limitBytes: 4 * 2 ** 30, contextBytes: 300 * 2 ** 20 },
+      { uuid: GPU1, limitBytes: 0, contextBytes: 1, realBytes: 7, realSampledAtMs: 9 },
+    ]);
+    assert.equal(bytes.length, 128 + 16 * 128);
+    assert.equal(LIMITS_SIZE, bytes.length);
+    assert.equal(bytes.subarray(0, 8).toString('latin1'), 'GPULIMT1');
+    assert.equal(bytes.readUInt32LE(8), 1);
+    assert.equal(bytes.readUInt32LE(12), 128);
+    assert.equal(bytes.readBigUInt64LE(16), BigInt(LIMITS_SIZE));
+    assert.equal(bytes.readUInt32LE(24), 16);
+    assert.equal(bytes.readUInt32LE(28), 128);
+    assert.equal(bytes.readUInt32LE(32), 2);
+    assert.equal(bytes.readBigUInt64LE(40), fnv1a64(bytes.subarray(0, 40)));
+    const second = 128 + 128;
+    assert.equal(
+      bytes.subarray(second, second + 16).toString('hex'),
+      GPU1.slice(4).replaceAll('-', ''),
+    );
+    assert.equal(bytes.readUInt32LE(second + 16), 1);
+    assert.equal(bytes.readBigUInt64LE(128 + 24), 4n << 30n);
+    assert.equal(bytes.readBigUInt64LE(128 + 32), 300n << 20n);
+    assert.equal(bytes.readBigUInt64LE(second + 48), 7n);
+    assert.equal(bytes.readBigUInt64LE(second + 56), 9n);
+    // Everything past the fields is zero (reserved).
+    assert.ok(bytes.subarray(second + 64, second + 128).every((b) => b === 0));
+    assert.ok(bytes.subarray(3 * 128).every((b) => b === 0));
+  });
+
+  it('refuses bad input with a clear error', () => {
+    assert.throws(
+      () => encodeLimits([{ uuid: GPU0, limitBytes: -1, contextBytes: 0 }]),
+      /limitBytes must be a whole number/,
+    );
+    assert.throws(
+      () => encodeLimits([{ uuid: 'nope', limitBytes: 1, contextBytes: 0 }]),
+      /not a GPU UUID/,
+    );
+    assert.throws(
+      () =>
+        encodeLimits([
+          { uuid: GPU0, limitBytes: 1, contextBytes: 0 },
+          { uuid: GPU0.toUpperCase().replace('GPU', 'GPU'), limitBytes: 1, contextBytes: 0 },
+        ]),
+      /listed twice/,
+    );
+    assert.throws(
+      () =>
+        encodeLimits(
+          Array.from({ length: 17 }, () => ({ uuid: GPU0, limitBytes: 1, contextBytes: 0 })),
+        ),
+      /at most 16 GPUs/,
+    );
+    const corrupt = encodeLimits([]);
+    corrupt.writeUInt32LE(3, 32);
+    assert.throws(() => decodeLimits(corrupt), LimitsFileError);
+  });
+
+  it('is written whole (0644) and then changed in place, field by field', async () => {
+    const path = join(work, 'shard-1');
+    await writeLimitsFile(path, [
+      { uuid: GPU0, limitBytes: 1000, contextBytes: 10 },
+      { uuid: GPU1, limitBytes: 2000, contextBytes: 10 },
+    ]);
+    assert.equal(statSync(path).mode & 0o777, 0o644);
+    const inode = statSync(path).ino;
+    const file = await LimitsFile.open(path);
+    try {
+      assert.equal(
+        await file.set(GPU1.toUpperCase().replace('GPU', 'GPU'), 'limit_bytes', 3000),
+        true,
+      );
+      assert.equal(await file.set(GPU0, 'real_bytes', 1234), true);
+      assert.equal(
+        await file.set('GPU-00000000-0000-0000-0000-000000000000', 'real_bytes', 1),
+        false,
+      );
+      await assert.rejects(file.set(GPU0, 'real_bytes', -5), RangeError);
+      assert.deepEqual(
+        decodeLimits(readFileSync(path)).map((d) => [d.uuid, d.limitBytes, d.realBytes]),
+        [
+          [GPU0, 1000, 1234],
+          [GPU1, 3000, 0],
+        ],
+      );
+    } finally {
+      await file.close();
+    }
+    // In place: a container's file bind keeps seeing the same inode.
+    assert.equal(statSync(path).ino, inode);
+  });
+});

@@ -1,0 +1,200 @@
+import { constants, promises as fs } from 'node:fs';
+import { dirname } from 'node:path';
+
+import { fnv1a64, formatUuid, parseUuid } from '../regions/region-file.js';
+import {
+  LIMITS_CHECKSUM_BYTES,
+  LIMITS_DEVICES_OFFSET,
+  LIMITS_DEVICE_FIELDS,
+  LIMITS_DEVICE_SIZE,
+  LIMITS_DEVICE_STATE_ACTIVE,
+  LIMITS_HEADER_FIELDS,
+  LIMITS_HEADER_SIZE,
+  LIMITS_MAGIC,
+  LIMITS_MAX_DEVICES,
+  LIMITS_SIZE,
+  LIMITS_VERSION,
+} from './limits-layout.js';
+
+/** One GPU of a shard as its limits file holds it. */
+export interface LimitsDevice {
+  readonly uuid: string;
+  /** The cap, context included; 0 = uncapped. */
+  readonly limitBytes: number;
+  readonly contextBytes: number;
+  /** 0 = the interposer's default. */
+  readonly poolGrowthBytes?: number;
+  /** The shard's real usage on this GPU (NVML); 0 = unknown. */
+  readonly realBytes?: number;
+  readonly realSampledAtMs?: number;
+}
+
+export type LimitsField = 'limit_bytes' | 'context_bytes' | 'real_bytes' | 'real_sampled_at_ms';
+
+function checkBytes(name: string, value: number): bigint {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`${name} must be a whole number of bytes from 0 to 2^53, got ${value}`);
+  }
+  return BigInt(value);
+}
+
+/** The whole file for these GPUs (in this order). Throws RangeError on bad input. */
+export function encodeLimits(devices: readonly LimitsDevice[]): Buffer {
+  if (devices.length > LIMITS_MAX_DEVICES) {
+    throw new RangeError(
+      `a limits file holds at most ${LIMITS_MAX_DEVICES} GPUs, got ${devices.length}`,
+    );
+  }
+  const seen = new Set<string>();
+  const buffer = Buffer.alloc(LIMITS_SIZE);
+  buffer.writeBigUInt64LE(LIMITS_MAGIC, LIMITS_HEADER_FIELDS.magic.offset);
+  buffer.writeUInt32LE(LIMITS_VERSION, LIMITS_HEADER_FIELDS.version.offset);
+  buffer.writeUInt32LE(LIMITS_HEADER_SIZE, LIMITS_HEADER_FIELDS.header_size.offset);
+  buffer.writeBigUInt64LE(BigInt(LIMITS_SIZE), LIMITS_HEADER_FIELDS.total_size.offset);
+  buffer.writeUInt32LE(LIMITS_MAX_DEVICES, LIMITS_HEADER_FIELDS.max_devices.offset);
+  buffer.writeUInt32LE(LIMITS_DEVICE_SIZE, LIMITS_HEADER_FIELDS.device_size.offset);
+  buffer.writeUInt32LE(devices.length, LIMITS_HEADER_FIELDS.device_count.offset);
+  buffer.writeBigUInt64LE(
+    fnv1a64(buffer.subarray(0, LIMITS_CHECKSUM_BYTES)),
+    LIMITS_HEADER_FIELDS.checksum.offset,
+  );
+  devices.forEach((device, index) => {
+    const uuid = parseUuid(device.uuid);
+    const key = uuid.toString('hex');
+    if (seen.has(key)) throw new RangeError(`GPU ${device.uuid} is listed twice`);
+    seen.add(key);
+    const base = LIMITS_DEVICES_OFFSET + index * LIMITS_DEVICE_SIZE;
+    uuid.copy(buffer, base + LIMITS_DEVICE_FIELDS.uuid.offset);
+    buffer.writeUInt32LE(LIMITS_DEVICE_STATE_ACTIVE, base + LIMITS_DEVICE_FIELDS.state.offset);
+    const put = (field: keyof typeof LIMITS_DEVICE_FIELDS, name: string, value: number) =>
+      buffer.writeBigUInt64LE(checkBytes(name, value), base + LIMITS_DEVICE_FIELDS[field].offset);
+    put('limit_bytes', 'limitBytes', device.limitBytes);
+    put('context_bytes', 'contextBytes', device.contextBytes);
+    put('pool_growth_bytes', 'poolGrowthBytes', device.poolGrowthBytes ?? 0);
+    put('real_bytes', 'realBytes', device.realBytes ?? 0);
+    put('real_sampled_at_ms', 'realSampledAtMs', device.realSampledAtMs ?? 0);
+  });
+  return buffer;
+}
+
+export class LimitsFileError extends Error {
+  override name = 'LimitsFileError';
+}
+
+/** Reads a limits file back (tests, operators); throws LimitsFileError on anything else. */
+export function decodeLimits(buffer: Buffer): LimitsDevice[] {
+  const fail = (detail: string): never => {
+    throw new LimitsFileError(`not a limits file: ${detail}`);
+  };
+  if (buffer.length < LIMITS_SIZE) fail(`${buffer.length} bytes, want ${LIMITS_SIZE}`);
+  if (buffer.readBigUInt64LE(0) !== LIMITS_MAGIC) fail('bad magic');
+  if (buffer.readUInt32LE(LIMITS_HEADER_FIELDS.version.offset) !== LIMITS_VERSION)
+    fail('unsupported version');
+  const checksum = buffer.readBigUInt64LE(LIMITS_HEADER_FIELDS.checksum.offset);
+  if (checksum !== fnv1a64(buffer.subarray(0, LIMITS_CHECKSUM_BYTES))) fail('bad checksum');
+  const count = buffer.readUInt32LE(LIMITS_HEADER_FIELDS.device_count.offset);
+  if (count > LIMITS_MAX_DEVICES) fail(`device_count ${count}`);
+  const devices: LimitsDevice[] = [];
+  for (let index = 0; index < count; index++) {
+    const base = LIMITS_DEVICES_OFFSET + index * LIMITS_DEVICE_SIZE;
+    if (buffer.readUInt32LE(base + LIMITS_DEVICE_FIELDS.state.offset) !== 1) continue;
+    const get = (field: keyof typeof LIMITS_DEVICE_FIELDS) =>
+      Number(buffer.readBigUInt64LE(base + LIMITS_DEVICE_FIELDS[field].offset));
+    devices.push({
+      uuid: formatUuid(buffer.subarray(base, base + 16)),
+      limitBytes: get('limit_bytes'),
+      contextBytes: get('context_bytes'),
+      poolGrowthBytes: get('pool_growth_bytes'),
+      realBytes: get('real_bytes'),
+      realSampledAtMs: get('real_sampled_at_ms'),
+    });
+  }
+  return devices;
+}
+
+/**
+ * Writes the whole file where no container sees it half-written: a temporary file in the
+ * same folder, mode 0644, then rename. Only before the container starts: a container's file
+ * bind follows the inode it was started with, so later changes go through updateLimits.
+ */
+export async function writeLimitsFile(
+  path: string,
+  devices: readonly LimitsDevice[],
+): Promise<void> {
+  const bytes = encodeLimits(devices);
+  const temporary = `${path}.${process.pid}.tmp`;
+  await fs.mkdir(dirname(path), { recursive: true, mode: 0o755 });
+  try {
+    const handle = await fs.open(
+      temporary,
+      constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
+      0o644,
+    );
+    try {
+      await handle.writeFile(bytes);
+      await handle.chmod(0o644);
+    } finally {
+      await handle.close();
+    }
+    await fs.rename(temporary, path);
+  } catch (error) {
+    await fs.rm(temporary, { force: true });
+    throw error;
+  }
+}
+
+/** An open limits file the agent updates in place: aligned 8-byte writes, one per field. */
+export class LimitsFile {
+  private readonly value = Buffer.alloc(8);
+
+  private constructor(
+    readonly path: string,
+    private readonly handle: fs.FileHandle,
+    /** GPU UUID (lowercase) → device index in the file. */
+    private readonly index: ReadonlyMap<string, number>,
+  ) {}
+
+  static async open(path: string): Promise<LimitsFile> {
+    const handle = await fs.open(path, constants.O_RDWR | constants.O_NOFOLLOW);
+    try {
+      const buffer = Buffer.alloc(LIMITS_SIZE);
+      await handle.read(buffer, 0, LIMITS_SIZE, 0);
+      const devices = decodeLimits(buffer);
+      return new LimitsFile(
+        path,
+        handle,
+        new Map(devices.map((device, i) => [device.uuid.toLowerCase(), i])),
+      );
+    } catch (error) {
+      await handle.close();
+      throw error;
+    }
+  }
+
+  has(gpuUuid: string): boolean {
+    return this.index.has(gpuUuid.toLowerCase());
+  }
+
+  /** Sets one field of one GPU; false when the file has no such GPU. */
+  async set(gpuUuid: string, field: LimitsField, value: number): Promise<boolean> {
+    const index = this.index.get(gpuUuid.toLowerCase());
+    if (index === undefined) return false;
+    this.value.writeBigUInt64LE(checkBytes(field, value));
+    const offset =
+      LIMITS_DEVICES_OFFSET + index * LIMITS_DEVICE_SIZE + LIMITS_DEVICE_FIELDS[field].offset;
+    const { bytesWritten } = await this.handle.write(this.value, 0, 8, offset);
+    if (bytesWritten !== 8)
+      throw new LimitsFileError(`${this.path}: wrote ${bytesWritten} of 8 bytes`);
+    return true;
+  }
+
+  async read(): Promise<LimitsDevice[]> {
+    const buffer = Buffer.alloc(LIMITS_SIZE);
+    await this.handle.read(buffer, 0, LIMITS_SIZE, 0);
+    return decodeLimits(buffer);
+  }
+
+  close(): Promise<void> {
+    return this.handle.close();
+  }
+}

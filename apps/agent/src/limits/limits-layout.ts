@@ -1,0 +1,39 @@
+/**
+ * The limits file's byte layout (native/vgpu's gpushards_limits.h): written only by the agent,
+ * bind-mounted read-only into the container at /etc/gpushards/limits. limits-layout.test.ts
+ * holds these numbers against the `region-layout` program built from the C header.
+ */
+import type { Field } from '../regions/region-layout.js';
+
+export const LIMITS_MAGIC = 0x31544d494c555047n; // the bytes "GPULIMT1"
+export const LIMITS_VERSION = 1;
+export const LIMITS_MAX_DEVICES = 16;
+export const LIMITS_DEVICE_STATE_ACTIVE = 1;
+/** The header checksum (FNV-1a 64) covers bytes [0, LIMITS_CHECKSUM_BYTES). */
+export const LIMITS_CHECKSUM_BYTES = 40;
+
+export const LIMITS_HEADER_FIELDS = {
+  magic: { offset: 0, size: 8 },
+  version: { offset: 8, size: 4 },
+  header_size: { offset: 12, size: 4 },
+  total_size: { offset: 16, size: 8 },
+  max_devices: { offset: 24, size: 4 },
+  device_size: { offset: 28, size: 4 },
+  device_count: { offset: 32, size: 4 },
+  checksum: { offset: 40, size: 8 },
+} as const satisfies Record<string, Field>;
+
+export const LIMITS_DEVICE_FIELDS = {
+  uuid: { offset: 0, size: 16 },
+  state: { offset: 16, size: 4 },
+  limit_bytes: { offset: 24, size: 8 },
+  context_bytes: { offset: 32, size: 8 },
+  pool_growth_bytes: { offset: 40, size: 8 },
+  real_bytes: { offset: 48, size: 8 },
+  real_sampled_at_ms: { offset: 56, size: 8 },
+} as const satisfies Record<string, Field>;
+
+export const LIMITS_HEADER_SIZE = 128;
+export const LIMITS_DEVICE_SIZE = 128;
+export const LIMITS_DEVICES_OFFSET = LIMITS_HEADER_SIZE;
+export const LIMITS_SIZE = LIMITS_DEVICES_OFFSET + LIMITS_DEVICE_SIZE * LIMITS_MAX_DEVICES;

@@ -1,0 +1,164 @@
+import { promises as fs } from 'node:fs';
+import { join } from 'node:path';
+
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { DEFAULT_CAP_POLICY, type CapPolicy } from '@gpushards/limits';
+import type { GpuLimit } from '@gpushards/protocol';
+
+import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { KeyedMutex } from '../common/keyed-mutex.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { LimitsFile, writeLimitsFile, type LimitsDevice } from './limits-file.js';
+
+/** A shard's caps as the agent enforces them. */
+export interface ShardLimits {
+  readonly shardId: string;
+  readonly policy: CapPolicy;
+  /** GPU UUID → cap in bytes, context included. */
+  readonly capBytes: ReadonlyMap<string, number>;
+}
+
+interface Entry {
+  policy: CapPolicy;
+  capBytes: Map<string, number>;
+  file?: LimitsFile;
+}
+
+/**
+ * Each shard's limits file: the caps and the context charge where only the agent can write
+ * (<stateDir>/limits/<shardId>, root's, 0644, bind-mounted read-only into the container at
+ * /etc/gpushards/limits), plus the real usage the agent measured, which libvgpu.so budgets
+ * against. Written whole before the container starts; changed in place afterwards.
+ */
+@Injectable()
+export class LimitsService implements OnModuleDestroy {
+  private readonly entries = new Map<string, Entry>();
+  private readonly mutex = new KeyedMutex();
+  private readonly logger: Logger;
+
+  constructor(
+    @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'limits' });
+  }
+
+  folder(): string {
+    return join(this.config.stateDir, 'limits');
+  }
+
+  file(shardId: string): string {
+    return join(this.folder(), shardId);
+  }
+
+  /** Writes the shard's file from scratch (before its container is created); returns its path. */
+  prepare(
+    shardId: string,
+    gpus: readonly GpuLimit[],
+    contextBytes: number,
+    policy: CapPolicy | undefined,
+  ): Promise<string> {
+    return this.mutex.run(shardId, async () => {
+      await this.closeFile(shardId);
+      const devices: LimitsDevice[] = gpus.map((gpu) => ({
+        uuid: gpu.uuid,
+        limitBytes: gpu.limitBytes,
+        contextBytes,
+      }));
+      await fs.mkdir(this.folder(), { recursive: true, mode: 0o755 });
+      await writeLimitsFile(this.file(shardId), devices);
+      this.entries.set(shardId, {
+        policy: policy ?? DEFAULT_CAP_POLICY,
+        capBytes: new Map(gpus.map((gpu) => [gpu.uuid, gpu.limitBytes])),
+      });
+      return this.file(shardId);
+    });
+  }
+
+  /**
+   * New caps (resize, reconcile, a shard adopted after a restart): written in place when the
+   * file exists, and kept for enforcement either way.
+   */
+  setLimits(
+    shardId: string,
+    gpus: readonly GpuLimit[],
+    policy: CapPolicy | undefined,
+  ): Promise<void> {
+    return this.mutex.run(shardId, async () => {
+      const entry = this.entries.get(shardId) ?? {
+        policy: DEFAULT_CAP_POLICY,
+        capBytes: new Map(),
+      };
+      entry.policy = policy ?? entry.policy;
+      this.entries.set(shardId, entry);
+      const file = await this.openFile(shardId, entry);
+      for (const gpu of gpus) {
+        if (entry.capBytes.get(gpu.uuid) === gpu.limitBytes && file !== undefined) continue;
+        entry.capBytes.set(gpu.uuid, gpu.limitBytes);
+        if (file !== undefined && (await file.set(gpu.uuid, 'limit_bytes', gpu.limitBytes))) {
+          this.logger.info({ shardId, gpu: gpu.uuid, limitBytes: gpu.limitBytes }, 'limit written');
+        }
+      }
+    });
+  }
+
+  /** The shard's real usage per GPU, as measured now (0 where it holds nothing). */
+  writeReal(shardId: string, realBytes: ReadonlyMap<string, number>, atMs: number): Promise<void> {
+    return this.mutex.run(shardId, async () => {
+      const entry = this.entries.get(shardId);
+      if (entry === undefined) return;
+      const file = await this.openFile(shardId, entry);
+      if (file === undefined) return;
+      for (const gpuUuid of entry.capBytes.keys()) {
+        await file.set(gpuUuid, 'real_bytes', realBytes.get(gpuUuid) ?? 0);
+        await file.set(gpuUuid, 'real_sampled_at_ms', atMs);
+      }
+    });
+  }
+
+  /** The caps and policy of every shard the agent knows. */
+  all(): ShardLimits[] {
+    return [...this.entries].map(([shardId, entry]) => ({
+      shardId,
+      policy: entry.policy,
+      capBytes: entry.capBytes,
+    }));
+  }
+
+  get(shardId: string): ShardLimits | undefined {
+    const entry = this.entries.get(shardId);
+    return entry && { shardId, policy: entry.policy, capBytes: entry.capBytes };
+  }
+
+  remove(shardId: string): Promise<void> {
+    return this.mutex.run(shardId, async () => {
+      await this.closeFile(shardId);
+      this.entries.delete(shardId);
+      await fs.rm(this.file(shardId), { force: true });
+    });
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    for (const shardId of [...this.entries.keys()]) await this.closeFile(shardId);
+  }
+
+  private async openFile(shardId: string, entry: Entry): Promise<LimitsFile | undefined> {
+    if (entry.file !== undefined) return entry.file;
+    try {
+      entry.file = await LimitsFile.open(this.file(shardId));
+      return entry.file;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') {
+        this.logger.warn({ err: error, shardId }, 'cannot open a limits file');
+      }
+      return undefined;
+    }
+  }
+
+  private async closeFile(shardId: string): Promise<void> {
+    const entry = this.entries.get(shardId);
+    const file = entry?.file;
+    if (entry !== undefined) entry.file = undefined;
+    await file?.close().catch(() => undefined);
+  }
+}
