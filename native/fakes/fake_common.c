@@ -9,7 +9,13 @@
  *                       one control plane.
  * GPUSHARDS_FAKE_STATE  the shared file (default /tmp/gpushards-fake-state).
  * GPUSHARDS_FAKE_CONTEXT_BYTES  what a context costs (default 300m).
- * GPUSHARDS_FAKE_POOL_CHUNK     a memory pool's growth step (default 32m). */
+ * GPUSHARDS_FAKE_POOL_CHUNK     a memory pool's growth step (default 32m).
+ *
+ * Each process's usage is kept with its pid as it sees itself, its PID
+ * namespace's inode and its start time, so that NVML called on the host
+ * reports a containerised process under its host pid, as the real driver
+ * does (fake_procs_on). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -124,6 +130,14 @@ static void do_setup(void)
         return;
     }
     state = m;
+    uint64_t zero = 0;
+    if (!__atomic_compare_exchange_n(&state->magic, &zero, FAKE_STATE_MAGIC, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+        zero != FAKE_STATE_MAGIC) {
+        fprintf(stderr, "[fake-gpu] %s was written by another version of the fake driver; remove it\n", path);
+        munmap(m, sizeof *state);
+        state = NULL;
+        setup_rc = -1;
+    }
 }
 
 static void child_after_fork(void)
@@ -139,6 +153,91 @@ int fake_setup(void)
     return setup_rc;
 }
 
+/* Clock ticks after boot at which pid started (field 22 of /proc/<pid>/stat);
+ * 0 when unknown.  dir is "/proc" or a /proc/<pid> style prefix. */
+static uint64_t start_time_of(const char *pid_dir)
+{
+    char path[320], buf[1024];
+    snprintf(path, sizeof path, "%s/stat", pid_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (p == NULL) return 0;
+    int field = 2;
+    for (p++; *p; p++) {
+        if (*p == ' ' && ++field == 22) return strtoull(p + 1, NULL, 10);
+    }
+    return 0;
+}
+
+/* Inode of a process's PID namespace; 0 when it cannot be read (no /proc,
+ * or another user's process). */
+static uint64_t ns_inode_of(const char *pid_dir)
+{
+    char path[320], link[64];
+    snprintf(path, sizeof path, "%s/ns/pid", pid_dir);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n <= 0) return 0;
+    link[n] = '\0';
+    const char *b = strchr(link, '[');
+    return b != NULL ? strtoull(b + 1, NULL, 10) : 0;
+}
+
+/* The NSpid line of /proc/<pid>/status: how many namespaces deep it is and
+ * its pid in the innermost one. */
+static int nspid_of(const char *pid_dir, int *depth, int *inner)
+{
+    char path[320], buf[4096];
+    snprintf(path, sizeof path, "%s/status", pid_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    /* A zombie holds no GPU memory: the driver let go at its exit. */
+    const char *state_line = strstr(buf, "\nState:");
+    if (state_line != NULL && (strncmp(state_line, "\nState:\tZ", 9) == 0 || strncmp(state_line, "\nState:\tX", 9) == 0))
+        return -1;
+    char *line = strstr(buf, "\nNSpid:");
+    if (line == NULL) return -1;
+    char *p = line + 7, *end;
+    *depth = 0;
+    for (;;) {
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        *inner = (int)v;
+        (*depth)++;
+        p = end;
+        if (*p == '\n' || *p == '\0') break;
+    }
+    return *depth > 0 ? 0 : -1;
+}
+
+static uint64_t my_ns_inode(void)
+{
+    static uint64_t v;
+    if (v == 0) v = ns_inode_of("/proc/self");
+    return v;
+}
+
+/* 1 when this process is in the outermost PID namespace its /proc shows. */
+static int in_root_ns(void)
+{
+    int depth = 0, inner = 0;
+    return nspid_of("/proc/self", &depth, &inner) == 0 && depth == 1;
+}
+
+static int same_ns(const struct fake_proc *p)
+{
+    uint64_t ns = __atomic_load_n(&p->ns_inode, __ATOMIC_ACQUIRE);
+    return ns == 0 || ns == my_ns_inode();
+}
+
 static struct fake_proc *proc(void)
 {
     if (my_proc >= 0) return &state->procs[my_proc];
@@ -146,25 +245,100 @@ static struct fake_proc *proc(void)
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         int32_t zero = 0;
         if (__atomic_compare_exchange_n(&state->procs[i].pid, &zero, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            struct fake_proc *p = &state->procs[i];
+            p->start_time = start_time_of("/proc/self");
+            __atomic_store_n(&p->ns_inode, my_ns_inode(), __ATOMIC_RELEASE);
             my_proc = i;
-            return &state->procs[i];
+            return p;
         }
     }
     return NULL;
 }
 
-/* A real driver frees everything a process held when it dies. */
-static void reap_dead(void)
+/* Pids, in this process's namespace, of the entries of other namespaces:
+ * one pass over /proc matching each process's innermost NSpid and start
+ * time (and its namespace inode when readable).  host[i] = 0: not seen. */
+static void translate_foreign(int host[FAKE_MAX_PROCS])
 {
+    memset(host, 0, sizeof(int) * FAKE_MAX_PROCS);
+    int any = 0;
+    for (int i = 0; i < FAKE_MAX_PROCS && !any; i++)
+        any = __atomic_load_n(&state->procs[i].pid, __ATOMIC_ACQUIRE) != 0 && !same_ns(&state->procs[i]);
+    if (!any) return;
+    DIR *d = opendir("/proc");
+    if (d == NULL) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        char dir[300];
+        snprintf(dir, sizeof dir, "/proc/%s", e->d_name);
+        int depth, inner;
+        if (nspid_of(dir, &depth, &inner) != 0 || depth < 2) continue;
+        uint64_t st = 0, ns = 0;
+        int have_st = 0, have_ns = 0;
+        for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+            struct fake_proc *p = &state->procs[i];
+            if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != inner || same_ns(p)) continue;
+            if (!have_st) st = start_time_of(dir), have_st = 1;
+            if (p->start_time != 0 && st != 0 && p->start_time != st) continue;
+            if (!have_ns) ns = ns_inode_of(dir), have_ns = 1;
+            if (ns != 0 && ns != p->ns_inode) continue;
+            host[i] = atoi(e->d_name);
+        }
+    }
+    closedir(d);
+}
+
+static int alive_here(const struct fake_proc *p, int pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+    char dir[32];
+    snprintf(dir, sizeof dir, "/proc/%d", pid);
+    int depth, inner;
+    if (nspid_of(dir, &depth, &inner) != 0 && access(dir, F_OK) == 0) {
+        /* A zombie (or unreadable): dead if its status says so. */
+        char path[48], buf[512];
+        snprintf(path, sizeof path, "%s/stat", dir);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t n = read(fd, buf, sizeof buf - 1);
+            close(fd);
+            buf[n > 0 ? n : 0] = '\0';
+            const char *q = strrchr(buf, ')');
+            if (q != NULL && (q[2] == 'Z' || q[2] == 'X')) return 0;
+        }
+    }
+    uint64_t st = start_time_of(dir);
+    return p->start_time == 0 || st == 0 || st == p->start_time;
+}
+
+static void reap(struct fake_proc *p)
+{
+    for (int g = 0; g < FAKE_MAX_GPUS; g++) {
+        uint64_t v = __atomic_exchange_n(&p->used[g], 0, __ATOMIC_ACQ_REL);
+        if (v) __atomic_sub_fetch(&state->used[g], v, __ATOMIC_ACQ_REL);
+    }
+    __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+}
+
+/* A real driver frees everything a process held when it dies.  A process of
+ * this namespace is checked directly; one of another namespace only from
+ * the outermost namespace, which sees every process (else it is left to
+ * someone who can tell). */
+static void reap_dead(const int *host)
+{
+    int root = -1;
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         struct fake_proc *p = &state->procs[i];
         int pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
-        if (pid == 0 || pid == (int)getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
-        for (int g = 0; g < FAKE_MAX_GPUS; g++) {
-            uint64_t v = __atomic_exchange_n(&p->used[g], 0, __ATOMIC_ACQ_REL);
-            if (v) __atomic_sub_fetch(&state->used[g], v, __ATOMIC_ACQ_REL);
+        if (pid == 0 || i == my_proc) continue;
+        if (same_ns(p)) {
+            if (!alive_here(p, pid)) reap(p);
+            continue;
         }
-        __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+        if (host == NULL) continue;
+        if (root < 0) root = in_root_ns();
+        if (root && host[i] == 0) reap(p);
     }
 }
 
@@ -182,7 +356,9 @@ int fake_phys_take(int g, uint64_t bytes)
     struct fake_proc *p = proc();
     if (p == NULL) return -1;
     if (try_take(g, bytes) != 0) {
-        reap_dead();
+        int host[FAKE_MAX_PROCS];
+        translate_foreign(host);
+        reap_dead(host);
         if (try_take(g, bytes) != 0) return -1;
     }
     __atomic_add_fetch(&p->used[g], bytes, __ATOMIC_ACQ_REL);
@@ -205,6 +381,28 @@ void fake_phys_give(int g, uint64_t bytes)
 uint64_t fake_phys_used(int g)
 {
     if (state == NULL) return 0;
-    reap_dead();
+    int host[FAKE_MAX_PROCS];
+    translate_foreign(host);
+    reap_dead(host);
     return __atomic_load_n(&state->used[g], __ATOMIC_ACQUIRE);
+}
+
+int fake_procs_on(int g, struct fake_proc_usage *out, int max)
+{
+    if (state == NULL || g < 0 || g >= FAKE_MAX_GPUS) return 0;
+    int host[FAKE_MAX_PROCS];
+    translate_foreign(host);
+    reap_dead(host);
+    int n = 0;
+    for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+        struct fake_proc *p = &state->procs[i];
+        int pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
+        uint64_t used = __atomic_load_n(&p->used[g], __ATOMIC_ACQUIRE);
+        if (pid == 0 || used == 0) continue;
+        int visible_pid = same_ns(p) ? pid : host[i];
+        if (visible_pid == 0) continue;
+        if (n < max) out[n] = (struct fake_proc_usage){.host_pid = (unsigned int)visible_pid, .used = used};
+        n++;
+    }
+    return n;
 }

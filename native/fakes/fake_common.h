@@ -21,13 +21,23 @@ struct fake_gpu {
  * holds, so the memory of a process that died is given back as a real
  * driver gives back a dead process's memory. */
 struct fake_proc {
-    int32_t pid;
+    int32_t pid;          /* as the process sees itself (its own PID namespace) */
     uint32_t pad;
+    uint64_t ns_inode;    /* inode of its /proc/self/ns/pid; 0 = unknown */
+    uint64_t start_time;  /* /proc/self/stat field 22 (the same in every namespace) */
     uint64_t used[FAKE_MAX_GPUS];
 };
+#define FAKE_STATE_MAGIC 0x3254534b414647ULL /* "GFAKST2" */
 struct fake_state {
+    uint64_t magic;
     uint64_t used[FAKE_MAX_GPUS];
     struct fake_proc procs[FAKE_MAX_PROCS];
+};
+
+/* One process holding fake GPU memory, as NVML reports it. */
+struct fake_proc_usage {
+    unsigned int host_pid; /* pid in the caller's PID namespace */
+    uint64_t used;
 };
 
 FAKE_HIDDEN extern struct fake_gpu fake_gpus[FAKE_MAX_GPUS];
@@ -41,6 +51,10 @@ FAKE_HIDDEN int fake_setup(void);
 FAKE_HIDDEN int fake_phys_take(int g, uint64_t bytes);
 FAKE_HIDDEN void fake_phys_give(int g, uint64_t bytes);
 FAKE_HIDDEN uint64_t fake_phys_used(int g);
+/* The processes holding memory on GPU g, with pids translated into the
+ * caller's PID namespace (processes it cannot see are left out, as real
+ * NVML leaves them out).  Returns how many there are (may exceed max). */
+FAKE_HIDDEN int fake_procs_on(int g, struct fake_proc_usage *out, int max);
 FAKE_HIDDEN void fake_uuid_format(const uint8_t u[16], char out[41]);
 FAKE_HIDDEN int fake_parse_size(const char *s, uint64_t *out);
 

@@ -231,6 +231,33 @@ API CUresult cuInit(unsigned int flags)
     return visible_count > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
+/* ---- test hooks: memory the interposer cannot see ------------------------- */
+/* Take (or give back) fake GPU memory without any CUDA call libvgpu.so
+ * hooks: it stands in for graph memory nodes, a device malloc heap, local
+ * memory reserved at launch, or a program that bypasses the interposer.  It
+ * counts in the card's capacity and in this process's NVML usage, exactly
+ * like an allocation.  Found with dlsym(dlopen("libcuda.so.1"), ...).
+ * ordinal is a CUDA ordinal (after CUDA_VISIBLE_DEVICES); cuInit is not
+ * needed. */
+API CUresult gpushards_fake_take_hidden(int ordinal, unsigned long long bytes)
+{
+    CUresult r = cuInit(0);
+    if (r != CUDA_SUCCESS) return r;
+    int g = ordinal >= 0 && ordinal < visible_count ? visible[ordinal] : -1;
+    if (g < 0) return CUDA_ERROR_INVALID_DEVICE;
+    return fake_phys_take(g, bytes) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+API CUresult gpushards_fake_give_hidden(int ordinal, unsigned long long bytes)
+{
+    CUresult r = cuInit(0);
+    if (r != CUDA_SUCCESS) return r;
+    int g = ordinal >= 0 && ordinal < visible_count ? visible[ordinal] : -1;
+    if (g < 0) return CUDA_ERROR_INVALID_DEVICE;
+    fake_phys_give(g, bytes);
+    return CUDA_SUCCESS;
+}
+
 API CUresult cuDriverGetVersion(int *v)
 {
     if (v == NULL) return CUDA_ERROR_INVALID_VALUE;

@@ -189,3 +189,49 @@ API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t
     u->memory = cap ? (unsigned int)(fake_phys_used(i) * 100 / cap) : 0;
     return NVML_SUCCESS;
 }
+
+/* Per-process accounting, as the real NVML: host pids, each process's
+ * memory on the card (contexts, allocations, and memory the interposer
+ * cannot see, such as gpushards_fake_take_hidden's).  With too small a
+ * buffer: NVML_ERROR_INSUFFICIENT_SIZE and *count = how many there are. */
+static nvmlReturn_t running(nvmlDevice_t d, unsigned int *count, void *infos, int v1)
+{
+    NEED_INIT();
+    int i = index_of(d);
+    if (i < 0 || count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_proc_usage procs[FAKE_MAX_PROCS];
+    int n = fake_procs_on(i, procs, FAKE_MAX_PROCS);
+    if (n > FAKE_MAX_PROCS) n = FAKE_MAX_PROCS;
+    if (*count < (unsigned int)n || (infos == NULL && n > 0)) {
+        *count = (unsigned int)n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int k = 0; k < n; k++) {
+        if (v1) {
+            ((nvmlProcessInfo_v1_t *)infos)[k] =
+                (nvmlProcessInfo_v1_t){.pid = procs[k].host_pid, .usedGpuMemory = procs[k].used};
+        } else {
+            ((nvmlProcessInfo_t *)infos)[k] = (nvmlProcessInfo_t){.pid = procs[k].host_pid,
+                                                                  .usedGpuMemory = procs[k].used,
+                                                                  .gpuInstanceId = 0xFFFFFFFFu,
+                                                                  .computeInstanceId = 0xFFFFFFFFu};
+        }
+    }
+    *count = (unsigned int)n;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_v1_t *infos)
+{
+    return running(d, count, infos, 1);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    return running(d, count, infos, 0);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    return running(d, count, infos, 0);
+}

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "client_cap.h"
 #include "gpushards_region.h"
 
 #define MiB (1ull << 20)
@@ -1026,6 +1027,8 @@ int main(int argc, char **argv)
     if (!strcmp(s, "startup")) return s_startup();
     if (!strcmp(s, "uncapped")) return s_uncapped();
     if (!strcmp(s, "passthrough")) return s_passthrough();
+    int cap = cap_scenario(&A, s, argc, argv);
+    if (cap >= 0) return cap;
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;
 }

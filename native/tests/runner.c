@@ -635,6 +635,8 @@ static int t_startup(const void *arg)
     return 0;
 }
 
+#include "runner_limits.c"
+
 int main(int argc, char **argv)
 {
     const char *filter = argc > 1 ? argv[1] : NULL;
@@ -776,6 +778,7 @@ int main(int argc, char **argv)
     ADD("no region but a limit: fails closed", t_no_region_with_limit, NULL);
     ADD("a global dlsym finds no driver entry points until the driver is loaded", t_nodriver, NULL);
     ADD("startup cost of the interposer", t_startup, NULL);
+    add_limits_tests(tests, &n);
 
     for (int i = 0; i < n; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;

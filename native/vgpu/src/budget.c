@@ -1,7 +1,8 @@
 /* budget.c — reserve before allocate.  Each charge is one compare-and-swap
  * loop on the device's used counter in the shared region, checked against
- * the limit read from the region at that moment, so every process of the
- * container sees one budget and the agent can move the limit at any time.
+ * the limit read at that moment (from the read-only limits file when the
+ * agent mounted one, else the region), so every process of the container
+ * sees one budget and the agent can move the limit at any time.
  * The slow path (reclaiming dead processes' memory, trimming pools) runs only
  * when a charge would fail. */
 #include <unistd.h>
@@ -32,16 +33,33 @@ static int slot(void)
     return my_slot;
 }
 
+/* The cap and the agent's real reading for a device: from the read-only
+ * limits file when there is one, else the region's limit (real unknown).
+ * -1 when the limits file has no entry for the GPU (refuse). */
+static int budget_of(int dev, struct gs_dev_limits *l)
+{
+    if (gs_limits != NULL) return gs_limits_lookup(dev, l);
+    l->limit = __atomic_load_n(&device(dev)->limit_bytes, __ATOMIC_ACQUIRE);
+    l->real = 0;
+    return 0;
+}
+
+/* Checked against max(charged, real): memory the interposer never saw
+ * (lazily loaded kernels, local memory, a bypass) but the agent measured
+ * through NVML shrinks what may still be allocated.  Zeroing the writable
+ * used counter therefore gains nothing once real_bytes is set. */
 static int try_charge(int dev, uint64_t bytes)
 {
     struct gpushards_device *d = device(dev);
     uint64_t used = __atomic_load_n(&d->used_bytes, __ATOMIC_RELAXED);
     uint64_t next;
     for (;;) {
-        uint64_t limit = __atomic_load_n(&d->limit_bytes, __ATOMIC_ACQUIRE);
+        struct gs_dev_limits l;
+        if (budget_of(dev, &l) != 0) return -1;
         if (bytes > UINT64_MAX - used) return -1;
         next = used + bytes;
-        if (limit != 0 && next > limit) return -1;
+        uint64_t base = used > l.real ? used : l.real;
+        if (l.limit != 0 && (bytes > l.limit || base > l.limit - bytes)) return -1;
         if (__atomic_compare_exchange_n(&d->used_bytes, &used, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             break;
     }
@@ -122,14 +140,27 @@ uint64_t gs_used(int dev)
     return __atomic_load_n(&device(dev)->used_bytes, __ATOMIC_RELAXED);
 }
 
-uint64_t gs_limit(int dev)
+uint64_t gs_effective_used(int dev)
 {
-    return __atomic_load_n(&device(dev)->limit_bytes, __ATOMIC_ACQUIRE);
+    uint64_t used = gs_used(dev);
+    struct gs_dev_limits l;
+    if (gs_limits != NULL && gs_limits_lookup(dev, &l) == 0 && l.real > used) return l.real;
+    return used;
 }
 
+uint64_t gs_limit(int dev)
+{
+    struct gs_dev_limits l;
+    if (budget_of(dev, &l) != 0) return 0;
+    return l.limit;
+}
+
+/* With a limits file the region's writable fields are not read: the file's
+ * value, else the environment's. */
 uint64_t gs_context_bytes(int dev)
 {
-    uint64_t v = __atomic_load_n(&device(dev)->context_bytes, __ATOMIC_RELAXED);
+    uint64_t v = gs_limits != NULL ? gs_limits_context_bytes(dev)
+                                   : __atomic_load_n(&device(dev)->context_bytes, __ATOMIC_RELAXED);
     return v != 0 ? v : gs_cfg.context_bytes;
 }
 
@@ -139,7 +170,8 @@ uint64_t gs_context_bytes(int dev)
 
 uint64_t gs_pool_growth_bytes(int dev)
 {
-    uint64_t v = __atomic_load_n(&device(dev)->pool_growth_bytes, __ATOMIC_RELAXED);
+    uint64_t v = gs_limits != NULL ? gs_limits_pool_growth_bytes(dev)
+                                   : __atomic_load_n(&device(dev)->pool_growth_bytes, __ATOMIC_RELAXED);
     if (v == 0) v = gs_cfg.pool_growth_bytes;
     return v != 0 ? v : GS_DEFAULT_POOL_GROWTH;
 }

@@ -22,7 +22,8 @@ static int map_one(CUdevice dev)
     if (gs_real_cuDeviceTotalMem_v2 == NULL || (r = gs_real_cuDeviceTotalMem_v2(&total, dev)) != CUDA_SUCCESS)
         GS_WARN("cannot read the memory size of CUDA device %d (error %d)", (int)dev, (int)r);
     uint64_t limit = 0;
-    int have = gs_config_limit_for((int)dev, &limit);
+    /* With a limits file the environment's limit is ignored entirely. */
+    int have = gs_limits == NULL && gs_config_limit_for((int)dev, &limit);
     int idx = gs_region_attach_device((const uint8_t *)uuid.bytes, total, have, limit);
     if (idx < 0) return -1;
     __atomic_store_n(&dev_map[dev], idx + 1, __ATOMIC_RELEASE);

@@ -871,9 +871,15 @@ static int shard_view(int idx, uint64_t real_free, uint64_t real_total, uint64_t
     }
     if (idx < 0) return 0;
     gs_pools_reconcile(idx);
+    struct gs_dev_limits l;
+    if (gs_limits != NULL && gs_limits_lookup(idx, &l) != 0) { /* no entry: nothing may be allocated */
+        *free_out = 0;
+        *total_out = real_total;
+        return 1;
+    }
     uint64_t limit = gs_limit(idx);
     if (limit == 0) return 0;
-    uint64_t used = gs_used(idx);
+    uint64_t used = gs_effective_used(idx);
     uint64_t room = limit > used ? limit - used : 0;
     *free_out = room < real_free ? room : real_free;
     *total_out = limit < real_total ? limit : real_total;

@@ -46,9 +46,15 @@ static int shard(nvmlDevice_t device, unsigned long long *total, unsigned long l
     int idx = nvml_index(device);
     if (idx < 0) return 0;
     gs_pools_reconcile(idx);
+    struct gs_dev_limits l;
+    if (gs_limits != NULL && gs_limits_lookup(idx, &l) != 0) { /* no entry: nothing may be allocated */
+        *used += *free;
+        *free = 0;
+        return 1;
+    }
     uint64_t limit = gs_limit(idx);
     if (limit == 0) return 0;
-    uint64_t held = gs_used(idx);
+    uint64_t held = gs_effective_used(idx);
     uint64_t room = limit > held ? limit - held : 0;
     *total = limit < *total ? limit : *total;
     *free = room < *free ? room : *free;

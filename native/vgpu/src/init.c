@@ -39,13 +39,15 @@ static int choose_mode(void)
         gs_log(GS_LOG_ERROR, "cannot allocate the allocation table; refusing every GPU allocation");
         return GS_MODE_FAIL_CLOSED;
     }
+    int lim = gs_limits_open();
+    if (lim < 0) return GS_MODE_FAIL_CLOSED;
     int r = gs_region_open(gs_cfg.region_path);
     if (r == 0) return GS_MODE_COUNTING;
     if (r == -2) {
         gs_log(GS_LOG_ERROR, "refusing every GPU allocation until %s is fixed or removed", gs_cfg.region_path);
         return GS_MODE_FAIL_CLOSED;
     }
-    if (gs_cfg.any_limit) {
+    if (gs_cfg.any_limit || lim > 0) {
         gs_log(GS_LOG_ERROR, "a memory limit is set but the region %s is unavailable; refusing every GPU allocation",
                gs_cfg.region_path);
         return GS_MODE_FAIL_CLOSED;

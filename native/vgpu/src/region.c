@@ -278,12 +278,12 @@ int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int ha
         __atomic_compare_exchange_n(&d->limit_bytes, &unset, limit, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     /* Likewise GPUSHARDS_CONTEXT_BYTES, so the agent sees what is charged. */
     unset = 0;
-    if (gs_cfg.context_bytes != 0)
+    if (gs_limits == NULL && gs_cfg.context_bytes != 0)
         __atomic_compare_exchange_n(&d->context_bytes, &unset, gs_cfg.context_bytes, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED);
     /* And GPUSHARDS_POOL_GROWTH_BYTES: one step per GPU for every process. */
     unset = 0;
-    if (gs_cfg.pool_growth_bytes != 0)
+    if (gs_limits == NULL && gs_cfg.pool_growth_bytes != 0)
         __atomic_compare_exchange_n(&d->pool_growth_bytes, &unset, gs_cfg.pool_growth_bytes, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED);
     return idx;

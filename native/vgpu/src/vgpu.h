@@ -11,6 +11,7 @@
 
 #include <cuda.h>
 
+#include "gpushards_limits.h"
 #include "gpushards_region.h"
 #include "nvml_subset.h"
 
@@ -70,6 +71,21 @@ void gs_region_release_slot(int slot);
 void gs_uuid_format(const uint8_t uuid[16], char out[41]);
 int gs_uuid_parse(const char *text, uint8_t uuid[16]);
 
+/* ---- limits.c ------------------------------------------------------- */
+/* The read-only limits file, or NULL when there is none (then the
+ * environment and the region's limit fields decide, as before). */
+extern const struct gpushards_limits *gs_limits;
+struct gs_dev_limits {
+    uint64_t limit; /* 0 = uncapped */
+    uint64_t real;  /* the agent's NVML reading for the whole shard; 0 = unknown */
+};
+/* 0 no file, 1 mapped, -1 a file that exists but is unusable. */
+int gs_limits_open(void);
+/* -1 when the file has no ACTIVE entry for the region device's UUID. */
+int gs_limits_lookup(int dev, struct gs_dev_limits *out);
+uint64_t gs_limits_context_bytes(int dev);
+uint64_t gs_limits_pool_growth_bytes(int dev);
+
 /* ---- budget.c ------------------------------------------------------- */
 enum { GS_MODE_UNINIT = 0, GS_MODE_COUNTING, GS_MODE_PASSTHROUGH, GS_MODE_FAIL_CLOSED };
 extern int gs_mode;
@@ -78,6 +94,10 @@ int gs_charge(int dev, uint64_t bytes);
 void gs_charge_force(int dev, uint64_t bytes);
 void gs_uncharge(int dev, uint64_t bytes);
 uint64_t gs_used(int dev);
+/* max(charged, the agent's real reading): what the budget is checked against. */
+uint64_t gs_effective_used(int dev);
+/* 0 = uncapped; UINT64_MAX... never: a GPU with no limits entry reports 0
+ * here but every charge on it is refused (gs_charge). */
 uint64_t gs_limit(int dev);
 uint64_t gs_context_bytes(int dev);
 uint64_t gs_pool_growth_bytes(int dev);

@@ -1,9 +1,11 @@
 /* region-layout — prints the shared region's layout as JSON: every field's
  * byte offset and size, from the same header libvgpu.so is compiled with.
- * The agent's TypeScript reader is tested against this output. */
+ * The agent's TypeScript reader is tested against this output.  "limits"
+ * holds the read-only limits file's layout (gpushards_limits.h) the same way. */
 #include <stddef.h>
 #include <stdio.h>
 
+#include "gpushards_limits.h"
 #include "gpushards_region.h"
 
 #define FIELD(type, name, last)                                                                              \
@@ -53,6 +55,39 @@ int main(void)
     FIELD(gpushards_slot, pid, 0);
     FIELD(gpushards_slot, start_time, 0);
     FIELD(gpushards_slot, used_bytes, 1);
-    printf("      }\n    }\n  }\n}\n");
+    printf("      }\n    }\n  },\n");
+    printf("  \"limits\": {\n");
+    printf("    \"path\": \"%s\",\n", GPUSHARDS_LIMITS_FIXED_PATH);
+    printf("    \"magic\": \"0x%016llx\",\n", (unsigned long long)GPUSHARDS_LIMITS_MAGIC);
+    printf("    \"version\": %u,\n", GPUSHARDS_LIMITS_VERSION);
+    printf("    \"byteOrder\": \"little\",\n");
+    printf("    \"maxDevices\": %u,\n", GPUSHARDS_LIMITS_MAX_DEVICES);
+    printf("    \"checksum\": { \"algorithm\": \"fnv1a64\", \"coversBytes\": %u },\n",
+           GPUSHARDS_LIMITS_CHECKSUM_BYTES);
+    printf("    \"totalSize\": %zu,\n", sizeof(struct gpushards_limits));
+    printf("    \"structs\": {\n");
+    printf("    \"header\": {\n      \"size\": %zu,\n      \"offset\": 0,\n      \"fields\": {\n",
+           sizeof(struct gpushards_limits_header));
+    FIELD(gpushards_limits_header, magic, 0);
+    FIELD(gpushards_limits_header, version, 0);
+    FIELD(gpushards_limits_header, header_size, 0);
+    FIELD(gpushards_limits_header, total_size, 0);
+    FIELD(gpushards_limits_header, max_devices, 0);
+    FIELD(gpushards_limits_header, device_size, 0);
+    FIELD(gpushards_limits_header, device_count, 0);
+    FIELD(gpushards_limits_header, checksum, 1);
+    printf("      }\n    },\n");
+    printf("    \"device\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n"
+           "      \"fields\": {\n",
+           sizeof(struct gpushards_limits_device), offsetof(struct gpushards_limits, devices),
+           GPUSHARDS_LIMITS_MAX_DEVICES);
+    FIELD(gpushards_limits_device, uuid, 0);
+    FIELD(gpushards_limits_device, state, 0);
+    FIELD(gpushards_limits_device, limit_bytes, 0);
+    FIELD(gpushards_limits_device, context_bytes, 0);
+    FIELD(gpushards_limits_device, pool_growth_bytes, 0);
+    FIELD(gpushards_limits_device, real_bytes, 0);
+    FIELD(gpushards_limits_device, real_sampled_at_ms, 1);
+    printf("      }\n    }\n    }\n  }\n}\n");
     return 0;
 }
