@@ -59,7 +59,7 @@ let postmaster;
 
 const { startPostgres, createTestDatabase } = await import(`${dist}/testing/index.js`);
 const { createControlPlane } = await import(`${dist}/control-plane.js`);
-const { FleetService } = await import(`${dist}/fleet/fleet.service.js`);
+const { AgentReportsService } = await import(`${dist}/fleet/agent-reports.service.js`);
 
 /** Preloaded with --profile: SIGUSR2 exits normally, so that --cpu-prof writes its file. */
 const exitOnSignal = `data:text/javascript,process.on('SIGUSR2',()=>process.exit(0))`;
@@ -118,7 +118,7 @@ async function setUp(database, dataDir) {
     operatorOutput: silent,
   });
   try {
-    const fleet = setup.app.get(FleetService);
+    const fleet = setup.app.get(AgentReportsService);
     for (let i = 0; i < HOSTS; i += 10) {
       await Promise.all(
         Array.from({ length: 10 }, (_, k) => fleet.registerHost(registerRequest(i + k))),

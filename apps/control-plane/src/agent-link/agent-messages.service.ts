@@ -20,7 +20,7 @@ import {
 import { Counter, Registry } from 'prom-client';
 import type { z } from 'zod';
 import { NotFoundError } from '../errors/domain-errors.js';
-import { FleetService } from '../fleet/fleet.service.js';
+import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import type { AgentMessage } from './agent-transport.js';
 
@@ -46,7 +46,7 @@ export const INVALID_REGISTER_REQUEST = 'INVALID_REQUEST';
 /**
  * The control plane's answer to everything agents send, whichever transport carried it:
  * decodes each message with libs/protocol, checks its hostId against its subject, and calls
- * FleetService. Never throws: a bad message is logged, counted and dropped (a register
+ * AgentReportsService. Never throws: a bad message is logged, counted and dropped (a register
  * request gets a rejection), and the next one is handled as usual.
  */
 @Injectable()
@@ -55,7 +55,7 @@ export class AgentMessagesService {
   private readonly messages: Counter<'kind' | 'outcome'>;
 
   constructor(
-    private readonly fleet: FleetService,
+    private readonly fleet: AgentReportsService,
     registry: Registry,
     @Inject(LOGGER) logger: Logger,
   ) {

@@ -8,7 +8,7 @@ import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
 import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js';
 import { createControlPlane, type ControlPlane } from '../control-plane.js';
-import { FleetService } from '../fleet/fleet.service.js';
+import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
   assertOk,
   createShard,
@@ -94,7 +94,7 @@ describe('shard events across two control planes on one PostgreSQL', () => {
       logLevel: 'silent',
       operatorOutput: { write: () => true } as unknown as NodeJS.WritableStream,
     });
-    await h.controlPlane.app.get(FleetService).registerHost(registerRequest('relay-1'));
+    await h.controlPlane.app.get(AgentReportsService).registerHost(registerRequest('relay-1'));
     alpha = await createTestTeam(h, 'alpha');
     beta = await createTestTeam(h, 'beta');
   });
@@ -115,7 +115,7 @@ describe('shard events across two control planes on one PostgreSQL', () => {
       const shard = assertOk(await createShard(h, alpha.member, {})).createShard;
       assertOk(await createShard(h, beta.member, {}));
       await h.controlPlane.app
-        .get(FleetService)
+        .get(AgentReportsService)
         .applyShardStateEvent('relay-1', stateEvent('relay-1', shard.id, 'RUNNING', new Date()));
       await until(() => onOther.heard.length >= 2, 'two events on the other control plane');
       await sleep(300);

@@ -4,7 +4,8 @@ import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js
 import { FakeShardCommands } from '../shards/fake-shard-commands.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
 import { ManualClock } from './clock.js';
-import { FleetService } from './fleet.service.js';
+import { AgentReportsService } from './agent-reports.service.js';
+import { HostLivenessService } from './host-liveness.service.js';
 import { HostOfflineSweeper } from './host-offline-sweeper.js';
 import {
   assertError,
@@ -70,7 +71,7 @@ interface HostResult {
 for (const kind of TEST_DATABASE_KINDS) {
   describe(`fleet on ${kind}`, () => {
     let h: ApiTestHarness;
-    let fleet: FleetService;
+    let fleet: AgentReportsService;
     let sweeper: HostOfflineSweeper;
     const clock = new ManualClock(new Date('2030-01-01T00:00:00Z'));
     const commands = new FakeShardCommands();
@@ -82,7 +83,7 @@ for (const kind of TEST_DATABASE_KINDS) {
         ...(postgres ? { server: postgres } : {}),
         controlPlane: { clock, shardCommands: commands, hostOfflineSeconds: OFFLINE_SECONDS },
       });
-      fleet = h.controlPlane.app.get(FleetService);
+      fleet = h.controlPlane.app.get(AgentReportsService);
       sweeper = h.controlPlane.app.get(HostOfflineSweeper);
       team = await createTestTeam(h, 'fleet-team');
       other = await createTestTeam(h, 'other-team');
@@ -620,7 +621,7 @@ for (const kind of TEST_DATABASE_KINDS) {
 
     it('a control plane that just started marks nothing before it has listened for a whole period', async () => {
       const fresh = new HostOfflineSweeper(
-        fleet,
+        h.controlPlane.app.get(HostLivenessService),
         clock,
         { ...h.controlPlane.config, hostOfflineSeconds: 3600 },
         {

@@ -2,16 +2,29 @@ import { Module } from '@nestjs/common';
 import { PlacementModule } from '../placement/placement.module.js';
 import { ShardsModule } from '../shards/shards.module.js';
 import { FleetResolver, ShardHostResolver } from './fleet.resolver.js';
-import { FleetService } from './fleet.service.js';
+import { AgentReportsService } from './agent-reports.service.js';
+import { FleetReadsService } from './fleet-reads.service.js';
+import { HostLivenessService } from './host-liveness.service.js';
+import { HostOperationsService } from './host-operations.service.js';
 import { HostOfflineSweeper } from './host-offline-sweeper.js';
 
 /**
- * The fleet registry: agent messages (FleetService, called by the agent link), host queries
- * and operator mutations, and the offline sweeper. Needs CLOCK (ClockModule).
+ * The fleet registry, by concern: what agents report (AgentReportsService, called by the agent
+ * link), hosts going silent and coming back (HostLivenessService, HostOfflineSweeper),
+ * operators' cordon/uncordon/drain (HostOperationsService) and reads (FleetReadsService).
+ * Needs CLOCK (ClockModule).
  */
 @Module({
   imports: [PlacementModule, ShardsModule],
-  providers: [FleetService, FleetResolver, ShardHostResolver, HostOfflineSweeper],
-  exports: [FleetService, HostOfflineSweeper],
+  providers: [
+    AgentReportsService,
+    HostLivenessService,
+    HostOperationsService,
+    FleetReadsService,
+    FleetResolver,
+    ShardHostResolver,
+    HostOfflineSweeper,
+  ],
+  exports: [AgentReportsService, HostLivenessService, HostOfflineSweeper],
 })
 export class FleetModule {}

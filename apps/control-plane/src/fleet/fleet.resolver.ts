@@ -3,9 +3,10 @@ import { Role, type Caller } from '../auth/caller.js';
 import { CurrentCaller, MinRole } from '../auth/decorators.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { Shard, ShardConnection, ShardsArgs, shardView } from '../shards/shard.model.js';
-import { ShardsService } from '../shards/shards.service.js';
+import { ShardQueriesService } from '../shards/shard-queries.service.js';
 import { GpuConnection, GpusArgs, Host, HostConnection, HostsArgs } from './fleet.model.js';
-import { FleetService } from './fleet.service.js';
+import { FleetReadsService } from './fleet-reads.service.js';
+import { HostOperationsService } from './host-operations.service.js';
 
 /**
  * Hosts and GPUs are visible to every token: teams need them to choose models and host
@@ -15,8 +16,9 @@ import { FleetService } from './fleet.service.js';
 @Resolver(() => Host)
 export class FleetResolver {
   constructor(
-    private readonly fleet: FleetService,
-    private readonly shardsService: ShardsService,
+    private readonly fleet: FleetReadsService,
+    private readonly operations: HostOperationsService,
+    private readonly shardsService: ShardQueriesService,
   ) {}
 
   @Query(() => HostConnection, { description: 'Every host, by id.' })
@@ -37,13 +39,13 @@ export class FleetResolver {
   @MinRole(Role.ADMIN)
   @Mutation(() => Host, { description: 'No new shards on the host; its shards keep running.' })
   cordonHost(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
-    return this.fleet.cordon(caller, id);
+    return this.operations.cordon(caller, id);
   }
 
   @MinRole(Role.ADMIN)
   @Mutation(() => Host, { description: 'The host takes new shards again.' })
   uncordonHost(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
-    return this.fleet.uncordon(caller, id);
+    return this.operations.uncordon(caller, id);
   }
 
   @MinRole(Role.ADMIN)
@@ -52,7 +54,7 @@ export class FleetResolver {
       'Cordon, and stop every shard on the host (they are not placed elsewhere). DRAINING until uncordoned.',
   })
   drainHost(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
-    return this.fleet.drain(caller, id);
+    return this.operations.drain(caller, id);
   }
 
   @ResolveField(() => ShardConnection, {
@@ -67,7 +69,7 @@ export class FleetResolver {
 /** Shard.host, here because the fleet owns hosts. */
 @Resolver(() => Shard)
 export class ShardHostResolver {
-  constructor(private readonly fleet: FleetService) {}
+  constructor(private readonly fleet: FleetReadsService) {}
 
   @ResolveField(() => Host, { nullable: true })
   async host(@Parent() shard: Shard) {

@@ -7,7 +7,7 @@ import {
 import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { InjectClock, type Clock } from './clock.js';
-import { FleetService } from './fleet.service.js';
+import { HostLivenessService } from './host-liveness.service.js';
 
 /** How often to look for silent hosts: a quarter of the offline time, within 1 to 15 seconds. */
 export function sweepIntervalMs(hostOfflineSeconds: number): number {
@@ -16,7 +16,7 @@ export function sweepIntervalMs(hostOfflineSeconds: number): number {
 
 /**
  * Marks hosts OFFLINE that sent no heartbeat for GPUSHARDS_HOST_OFFLINE_SECONDS (their shards
- * LOST and released; see FleetService.markSilentHostsOffline). Runs on an interval; time comes
+ * LOST and released; see HostLivenessService.markSilentHostsOffline). Runs on an interval; time comes
  * from the injected clock, so tests call `sweep()` after moving a ManualClock.
  *
  * A control plane that just started has not been listening for heartbeats, so it marks no
@@ -31,7 +31,7 @@ export class HostOfflineSweeper implements OnApplicationBootstrap, OnModuleDestr
   private running: Promise<unknown> | undefined;
 
   constructor(
-    private readonly fleet: FleetService,
+    private readonly liveness: HostLivenessService,
     @InjectClock() private readonly clock: Clock,
     @Inject(CONTROL_PLANE_CONFIG) private readonly config: ControlPlaneConfig,
     @Inject(LOGGER) logger: Logger,
@@ -61,6 +61,6 @@ export class HostOfflineSweeper implements OnApplicationBootstrap, OnModuleDestr
   async sweep(): Promise<string[]> {
     const deadline = new Date(this.clock.now().getTime() - this.config.hostOfflineSeconds * 1000);
     if (this.listeningSince.getTime() > deadline.getTime()) return [];
-    return this.fleet.markSilentHostsOffline(deadline);
+    return this.liveness.markSilentHostsOffline(deadline);
   }
 }

@@ -6,7 +6,7 @@ import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
 import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
-import { FleetService } from '../fleet/fleet.service.js';
+import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
   assertError,
   assertOk,
@@ -60,7 +60,7 @@ const INJECTION = "x'; DROP TABLE shard; --";
 for (const kind of TEST_DATABASE_KINDS) {
   describe(`shards on ${kind}`, () => {
     let h: ApiTestHarness;
-    let fleet: FleetService;
+    let fleet: AgentReportsService;
     const commands = new FakeShardCommands();
     let alpha: TestTeam;
     let beta: TestTeam;
@@ -77,7 +77,7 @@ for (const kind of TEST_DATABASE_KINDS) {
         ...(postgres ? { server: postgres } : {}),
         controlPlane: { shardCommands: commands },
       });
-      fleet = h.controlPlane.app.get(FleetService);
+      fleet = h.controlPlane.app.get(AgentReportsService);
       // The largest host has 4 GPUs; models: H100 and L4.
       await fleet.registerHost(
         registerRequest('base-l4', {

@@ -13,7 +13,7 @@ import {
   type ApiTestHarness,
   type GraphqlResponse,
 } from '../api-test-harness.js';
-import { FleetService } from '../fleet/fleet.service.js';
+import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
   CREATE_SHARD,
   createTestTeam,
@@ -111,7 +111,7 @@ describe('two control planes on one PostgreSQL', () => {
       server: postgres,
       controlPlane: { hostOfflineSeconds: HOST_OFFLINE_SECONDS },
     });
-    const fleet = h.controlPlane.app.get(FleetService);
+    const fleet = h.controlPlane.app.get(AgentReportsService);
     for (let i = 0; i < HOSTS; i++) {
       const pool = i < QUOTA_POOL_HOSTS ? 'quota' : 'open';
       const id = `host-${String(i).padStart(3, '0')}`;

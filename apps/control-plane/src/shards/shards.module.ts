@@ -4,15 +4,28 @@ import { TeamsModule } from '../teams/teams.module.js';
 import { ShardCreator } from './shard-creator.js';
 import { ShardLifecycle } from './shard-lifecycle.js';
 import { ShardsResolver } from './shards.resolver.js';
-import { ShardsService } from './shards.service.js';
+import { PlacementPreviewService } from './placement-preview.service.js';
+import { ShardFleetCheck } from './shard-fleet-check.js';
+import { ShardMutationsService } from './shard-mutations.service.js';
+import { ShardQueriesService } from './shard-queries.service.js';
+import { ShardSubscriptionService } from './shard-subscription.service.js';
 
 /**
- * Shards: createShard and its placement, stop, delete, resize, queries and the shardEvents
- * subscription. Needs SHARD_COMMANDS (ShardCommandsModule) and the EventsModule.
+ * Shards: queries (ShardQueriesService), createShard, stop, delete, resize
+ * (ShardMutationsService), placementPreview and the shardEvents subscription. Needs SHARD_COMMANDS (ShardCommandsModule) and the EventsModule.
  */
 @Module({
   imports: [PlacementModule, TeamsModule],
-  providers: [ShardsService, ShardCreator, ShardLifecycle, ShardsResolver],
-  exports: [ShardsService, ShardLifecycle],
+  providers: [
+    ShardQueriesService,
+    ShardMutationsService,
+    PlacementPreviewService,
+    ShardSubscriptionService,
+    ShardFleetCheck,
+    ShardCreator,
+    ShardLifecycle,
+    ShardsResolver,
+  ],
+  exports: [ShardQueriesService, ShardMutationsService, ShardLifecycle],
 })
 export class ShardsModule {}

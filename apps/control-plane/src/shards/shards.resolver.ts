@@ -24,12 +24,18 @@ import {
   ShardsArgs,
   shardView,
 } from './shard.model.js';
-import { DEFAULT_STOP_GRACE_SECONDS, ShardsService } from './shards.service.js';
+import { PlacementPreviewService } from './placement-preview.service.js';
+import { DEFAULT_STOP_GRACE_SECONDS, ShardMutationsService } from './shard-mutations.service.js';
+import { ShardQueriesService } from './shard-queries.service.js';
+import { ShardSubscriptionService } from './shard-subscription.service.js';
 
 @Resolver(() => Shard)
 export class ShardsResolver {
   constructor(
-    private readonly shardsService: ShardsService,
+    private readonly queries: ShardQueriesService,
+    private readonly mutations: ShardMutationsService,
+    private readonly previews: PlacementPreviewService,
+    private readonly subscriptions: ShardSubscriptionService,
     private readonly teams: TeamsService,
   ) {}
 
@@ -37,7 +43,7 @@ export class ShardsResolver {
     description: "Newest first. Admins: every team's (or teamId's). Others: their team's only.",
   })
   async shards(@CurrentCaller() caller: Caller, @Args() args: ShardsArgs) {
-    const page = await this.shardsService.list(caller, args);
+    const page = await this.queries.list(caller, args);
     return { ...page, edges: page.edges.map((edge) => ({ ...edge, node: shardView(edge.node) })) };
   }
 
@@ -45,7 +51,7 @@ export class ShardsResolver {
     description: "NOT_FOUND for shards that do not exist or are not the caller's.",
   })
   async shard(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
-    return shardView(await this.shardsService.get(caller, id));
+    return shardView(await this.queries.get(caller, id));
   }
 
   @Query(() => PlacementPreview, {
@@ -53,7 +59,7 @@ export class ShardsResolver {
       "Where createShard would place this now, or every host's reason why not; reserves nothing.",
   })
   placementPreview(@CurrentCaller() caller: Caller, @Args('input') input: PlacementInput) {
-    return this.shardsService.preview(caller, input);
+    return this.previews.preview(caller, input);
   }
 
   @Mutation(() => Shard, {
@@ -61,7 +67,7 @@ export class ShardsResolver {
       'Validates, checks the quota, places and reserves GPUs, all in one transaction; then tells the host to launch it.',
   })
   async createShard(@CurrentCaller() caller: Caller, @Args('input') input: CreateShardInput) {
-    return shardView(await this.shardsService.create(caller, input));
+    return shardView(await this.mutations.create(caller, input));
   }
 
   @Mutation(() => Shard, {
@@ -79,7 +85,7 @@ export class ShardsResolver {
     graceSeconds?: number | null,
   ) {
     return shardView(
-      await this.shardsService.stop(caller, id, graceSeconds ?? DEFAULT_STOP_GRACE_SECONDS),
+      await this.mutations.stop(caller, id, graceSeconds ?? DEFAULT_STOP_GRACE_SECONDS),
     );
   }
 
@@ -87,7 +93,7 @@ export class ShardsResolver {
     description: 'DELETED: reservation released, container removed; the record stays.',
   })
   async deleteShard(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
-    return shardView(await this.shardsService.delete(caller, id));
+    return shardView(await this.mutations.delete(caller, id));
   }
 
   @Mutation(() => Shard, {
@@ -99,7 +105,7 @@ export class ShardsResolver {
     @Args('id', { type: () => ID }) id: string,
     @Args('memoryPerGpu') memoryPerGpu: string,
   ) {
-    return shardView(await this.shardsService.resize(caller, id, memoryPerGpu));
+    return shardView(await this.mutations.resize(caller, id, memoryPerGpu));
   }
 
   @Subscription(() => ShardEvent, {
@@ -111,7 +117,7 @@ export class ShardsResolver {
     @CurrentCaller() caller: Caller,
     @Args('teamId', { type: () => ID, nullable: true }) teamId?: string | null,
   ) {
-    return this.shardsService.subscribe(caller, teamId);
+    return this.subscriptions.subscribe(caller, teamId);
   }
 
   @ResolveField(() => Team)
@@ -123,6 +129,6 @@ export class ShardsResolver {
     description: 'Its latest reservation on each GPU, by index (released ones once it stopped).',
   })
   gpus(@Parent() shard: Shard) {
-    return this.shardsService.gpusOf(shard.id);
+    return this.queries.gpusOf(shard.id);
   }
 }

@@ -1,0 +1,317 @@
+import { Inject, Injectable } from '@nestjs/common';
+import {
+  PROTOCOL_VERSION,
+  type Heartbeat,
+  type ReconcileReply,
+  type ReconcileRequest,
+  type RegisterReply,
+  type RegisterRequest,
+  type ShardLaunchSpec,
+  type ShardStateEvent,
+} from '@gpushards/protocol';
+import { nextOnReport, RUNNABLE_STATES } from '@gpushards/limits';
+import { AuditService } from '../audit/audit.service.js';
+import { PrismaService, type ShardState } from '../database/index.js';
+import { NotFoundError } from '../errors/domain-errors.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { FleetCache } from '../placement/fleet-cache.js';
+import { launchSpecOf } from '../shards/launch-spec.js';
+import { CommitEffects, ShardLifecycle, type TransitionFields } from '../shards/shard-lifecycle.js';
+import { InjectClock, type Clock } from './clock.js';
+import {
+  insertUsageSamples,
+  lockHostShards,
+  newestShardIds,
+  noteShardEvent,
+  runnableShards,
+  touchLiveHost,
+  upsertGpus,
+  upsertRegisteredHost,
+  writeGpuUsage,
+  writeShardUsage,
+  type ShardUsage,
+} from './fleet-statements.js';
+import { HostLivenessService } from './host-liveness.service.js';
+
+/** What the agent should run and keep stopped: the body of register and reconcile replies. */
+export interface DesiredState {
+  readonly desired: ShardLaunchSpec[];
+  readonly stoppedShardIds: string[];
+}
+
+export interface HeartbeatOutcome {
+  /** False for a host that never registered (its agent should register). */
+  readonly known: boolean;
+  /** The host was OFFLINE and is back (its lost shards were recovered or failed). */
+  readonly revived: boolean;
+  /** Usage samples written (repeated heartbeats write none). */
+  readonly samplesWritten: number;
+}
+
+export type StateEventOutcome =
+  | { readonly applied: true; readonly state: ShardState }
+  | {
+      readonly applied: false;
+      readonly reason: 'unknown-shard' | 'other-host' | 'stale' | 'not-applicable';
+    };
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** States a container that runs or is being started is in, as the agent reports them. */
+const RUNNING_REPORTS = new Set(['PULLING', 'STARTING', 'RUNNING']);
+
+/** Shards the agent must keep stopped (containers kept), newest first, bounded by the protocol. */
+const STOPPED_FOR_AGENT: readonly ShardState[] = [
+  'STOPPING',
+  'STOPPED',
+  'EXITED',
+  'FAILED',
+  'LOST',
+];
+
+/**
+ * What agents tell the control plane: register, heartbeat, shard state events, reconcile; and
+ * what each host should run in return. Expects agent messages decoded and checked against
+ * their subject (libs/protocol decodeMessage and checkSubjectHost), as the agent link does.
+ */
+@Injectable()
+export class AgentReportsService {
+  private readonly logger: Logger;
+
+  constructor(
+    private readonly prisma: PrismaService,
+    private readonly audit: AuditService,
+    private readonly cache: FleetCache,
+    private readonly lifecycle: ShardLifecycle,
+    private readonly liveness: HostLivenessService,
+    @InjectClock() private readonly clock: Clock,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'fleet' });
+  }
+
+  /**
+   * Creates or updates the host and its GPUs (reservations kept: a host that comes back with
+   * running shards keeps them). An OFFLINE host comes back ONLINE (CORDONED if an operator
+   * cordoned it); its LOST shards that the agent still runs take their reservation again,
+   * the others FAIL. GPUs the agent no longer lists take no new shards. Replies with what
+   * the agent should run.
+   */
+  async registerHost(request: RegisterRequest): Promise<RegisterReply> {
+    const { host, gpus } = request;
+    const now = this.clock.now();
+    const effects = new CommitEffects();
+    const running = new Set(
+      request.runningShards.filter((s) => RUNNING_REPORTS.has(s.state)).map((s) => s.shardId),
+    );
+    await this.prisma.$transaction(async (tx) => {
+      const { state, previous } = await upsertRegisteredHost(tx, host, now);
+      const kept = await upsertGpus(tx, host.hostId, gpus, now);
+      for (const gpu of kept) {
+        this.logger.warn(
+          { hostId: host.hostId, gpuUuid: gpu },
+          'GPU reports less memory than is reserved on it; keeping the old total until reservations shrink',
+        );
+      }
+      await this.liveness.recoverLostShards(tx, host.hostId, running, effects, now);
+      await this.audit.record(tx, null, {
+        action: 'host.register',
+        targetType: 'Host',
+        targetId: host.hostId,
+        teamId: null,
+        details: {
+          previousState: previous,
+          state,
+          gpus: gpus.length,
+          agentVersion: host.agentVersion,
+          simulated: host.simulated,
+        },
+      });
+      effects.hostStates.push({ hostId: host.hostId, state });
+    });
+    this.lifecycle.afterCommit(effects);
+    this.cache.requestRefresh();
+    this.logger.info({ hostId: host.hostId, gpus: gpus.length }, 'host registered');
+    const desired = await this.desiredShardsFor(host.hostId);
+    return { protocolVersion: PROTOCOL_VERSION, hostId: host.hostId, accepted: true, ...desired };
+  }
+
+  /**
+   * Marks the host alive, stores each GPU's and each shard's used bytes and writes one usage
+   * sample per shard and GPU at `sentAt` (a repeated heartbeat writes nothing new). A heartbeat
+   * from an OFFLINE host brings it back as a registration would, with the shards it lists
+   * counting as running.
+   */
+  async recordHeartbeat(hostId: string, heartbeat: Heartbeat): Promise<HeartbeatOutcome> {
+    const now = this.clock.now();
+    let revived = false;
+    if (!(await touchLiveHost(this.prisma, hostId, now))) {
+      const known = await this.prisma.host.findUnique({
+        where: { id: hostId },
+        select: { id: true },
+      });
+      if (known === null) return { known: false, revived: false, samplesWritten: 0 };
+      revived = await this.liveness.revive(
+        hostId,
+        new Set(heartbeat.shards.map((s) => s.shardId)),
+        now,
+      );
+    }
+    if (heartbeat.gpus.length > 0) await writeGpuUsage(this.prisma, hostId, heartbeat.gpus);
+    const usage: ShardUsage = { shardIds: [], gpuUuids: [], used: [] };
+    for (const shard of heartbeat.shards) {
+      if (!UUID.test(shard.shardId)) continue;
+      for (const gpu of shard.usedBytesPerGpu) {
+        usage.shardIds.push(shard.shardId);
+        usage.gpuUuids.push(gpu.gpuUuid);
+        usage.used.push(BigInt(gpu.usedBytes));
+      }
+    }
+    if (usage.shardIds.length === 0) return { known: true, revived, samplesWritten: 0 };
+    await writeShardUsage(this.prisma, hostId, usage);
+    const samplesWritten = await insertUsageSamples(
+      this.prisma,
+      hostId,
+      new Date(heartbeat.sentAt),
+      usage,
+    );
+    return { known: true, revived, samplesWritten };
+  }
+
+  /**
+   * Applies one shard's reported state change: only events newer (`at`) than the last applied
+   * one for the shard, from the shard's own host, that make sense in its state (see
+   * libs/limits nextOnReport). EXITED, FAILED, STOPPED and VANISHED release the reservation.
+   */
+  async applyShardStateEvent(hostId: string, event: ShardStateEvent): Promise<StateEventOutcome> {
+    if (!UUID.test(event.shardId)) return { applied: false, reason: 'unknown-shard' };
+    const at = new Date(event.at);
+    const effects = new CommitEffects();
+    const outcome = await this.prisma.$transaction(async (tx): Promise<StateEventOutcome> => {
+      const shard = await this.lifecycle.lock(tx, event.shardId);
+      if (shard === undefined) return { applied: false, reason: 'unknown-shard' };
+      if (shard.hostId !== hostId) return { applied: false, reason: 'other-host' };
+      if (shard.lastEventAt !== null && at.getTime() <= shard.lastEventAt.getTime()) {
+        return { applied: false, reason: 'stale' };
+      }
+      const report = nextOnReport(shard.state, event.state);
+      if (report === undefined) return { applied: false, reason: 'not-applicable' };
+      let next: ShardState = report.state;
+      let cause = report.cause;
+      const fields: TransitionFields = {
+        lastEventAt: at,
+        ...(event.containerId === undefined ? {} : { containerId: event.containerId }),
+        ...(event.exitCode === undefined ? {} : { exitCode: event.exitCode }),
+        ...(next === 'RUNNING' ? { startedAt: at } : {}),
+        ...(event.state === 'FAILED' || event.state === 'VANISHED'
+          ? { failureReason: failureReasonOf(event) }
+          : {}),
+      };
+      if (next === shard.state) {
+        await noteShardEvent(tx, shard.id, at, event.containerId);
+        return { applied: true, state: next };
+      }
+      let extra: TransitionFields = {};
+      if (
+        shard.state === 'LOST' &&
+        next === 'RUNNING' &&
+        !(await this.lifecycle.reacquire(tx, shard, effects))
+      ) {
+        next = 'FAILED';
+        cause = 'failed';
+        extra = { failureReason: 'its GPUs were given to other shards while its host was offline' };
+      }
+      await this.lifecycle.moveTo(tx, shard, next, cause, { ...fields, ...extra }, effects, at);
+      return { applied: true, state: next };
+    });
+    this.lifecycle.afterCommit(effects);
+    return outcome;
+  }
+
+  /**
+   * The agent's periodic report of its shard containers. Settles what events may have missed
+   * (a STOPPING shard whose container is gone or stopped is STOPPED; a PLACED or STARTING one
+   * whose container runs is RUNNING; a RUNNING one whose container is there but stopped is
+   * EXITED, since its exit event was lost), brings an OFFLINE host back, and replies with what
+   * should run. NOT_FOUND for a host that never registered (it must register first).
+   */
+  async reconcile(hostId: string, request: ReconcileRequest): Promise<ReconcileReply> {
+    const host = await this.prisma.host.findUnique({
+      where: { id: hostId },
+      select: { state: true },
+    });
+    if (host === null) throw new NotFoundError('host', hostId);
+    const running = new Set(request.containers.filter((c) => c.running).map((c) => c.shardId));
+    const containerOf = new Map(request.containers.map((c) => [c.shardId, c.containerId]));
+    const stoppedContainers = new Set(
+      request.containers.filter((c) => !c.running).map((c) => c.shardId),
+    );
+    const now = this.clock.now();
+    if (host.state === 'OFFLINE') await this.liveness.revive(hostId, running, now);
+    const effects = new CommitEffects();
+    await this.prisma.$transaction(async (tx) => {
+      const shards = await lockHostShards(tx, hostId, [
+        'PLACED',
+        'STARTING',
+        'RUNNING',
+        'STOPPING',
+      ]);
+      for (const shard of shards) {
+        const isRunning = running.has(shard.id);
+        if (shard.state === 'STOPPING' && !isRunning) {
+          await this.lifecycle.moveTo(tx, shard, 'STOPPED', 'stopped', {}, effects, now);
+        } else if (shard.state === 'RUNNING' && stoppedContainers.has(shard.id)) {
+          const failureReason = 'its container was found stopped by reconciliation';
+          await this.lifecycle.moveTo(
+            tx,
+            shard,
+            'EXITED',
+            'exited',
+            { failureReason },
+            effects,
+            now,
+          );
+        } else if (shard.state !== 'STOPPING' && shard.state !== 'RUNNING' && isRunning) {
+          // The container id too: a container adopted by a restarted agent sends no event.
+          const containerId = containerOf.get(shard.id);
+          await this.lifecycle.moveTo(
+            tx,
+            shard,
+            'RUNNING',
+            'started',
+            { startedAt: now, ...(containerId === undefined ? {} : { containerId }) },
+            effects,
+            now,
+          );
+        }
+      }
+    });
+    this.lifecycle.afterCommit(effects);
+    return { protocolVersion: PROTOCOL_VERSION, hostId, ...(await this.desiredShardsFor(hostId)) };
+  }
+
+  /**
+   * What should run on the host (PLACED, STARTING, RUNNING, with their caps) and which shards
+   * must stay stopped with their containers kept (the newest, up to the protocol's bound);
+   * the agent removes any other shard container.
+   */
+  async desiredShardsFor(hostId: string): Promise<DesiredState> {
+    const runnable = await runnableShards(this.prisma, hostId, RUNNABLE_STATES);
+    const stopped = await newestShardIds(this.prisma, hostId, STOPPED_FOR_AGENT);
+    return {
+      desired: runnable
+        .filter((shard) => shard.gpuUuids !== null && shard.gpuUuids.length > 0)
+        .map((shard) => launchSpecOf(shard, shard.gpuUuids ?? [])),
+      stoppedShardIds: stopped,
+    };
+  }
+}
+
+function failureReasonOf(event: ShardStateEvent): string {
+  if (event.state === 'VANISHED') {
+    return event.reason === undefined
+      ? 'the container vanished'
+      : `the container vanished: ${event.reason}`;
+  }
+  return event.reason ?? 'the agent reported a failure without a reason';
+}

@@ -1,0 +1,256 @@
+import { MAX_SHARDS_PER_HOST, type RegisterRequest } from '@gpushards/protocol';
+import type { HostState, Prisma, ShardState } from '../database/index.js';
+import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
+
+/**
+ * The fleet's SQL: host and GPU rows, what agents report, and the shards of a host. Each
+ * statement takes the client or transaction it runs in; the services decide.
+ */
+
+type Sql = Pick<Prisma.TransactionClient, '$queryRaw' | '$executeRaw'>;
+
+/** What an operator's change of a host decides on. */
+export interface LockedHost {
+  readonly id: string;
+  readonly state: HostState;
+  readonly cordoned: boolean;
+}
+
+/**
+ * Creates or updates the host from its agent's registration; an OFFLINE host comes back
+ * ONLINE (CORDONED if cordoned). Returns its state and the state it had (null: new).
+ */
+export async function upsertRegisteredHost(
+  tx: Sql,
+  host: RegisterRequest['host'],
+  now: Date,
+): Promise<{ state: HostState; previous: HostState | null }> {
+  const rows = await tx.$queryRaw<{ state: HostState; previous: HostState | null }[]>`
+    WITH previous AS (SELECT state FROM host WHERE id = ${host.hostId} FOR UPDATE)
+    INSERT INTO host (id, name, labels, context_overhead_bytes, agent_version, driver_version,
+                      cuda_version, simulated, last_heartbeat_at, updated_at)
+    VALUES (${host.hostId}, ${host.name}, ${JSON.stringify(host.labels)}::jsonb,
+            ${BigInt(host.contextOverheadBytes)}, ${host.agentVersion}, ${host.driverVersion},
+            ${host.cudaVersion}, ${host.simulated}, ${now}, now())
+    ON CONFLICT (id) DO UPDATE SET
+      name = EXCLUDED.name, labels = EXCLUDED.labels,
+      context_overhead_bytes = EXCLUDED.context_overhead_bytes,
+      agent_version = EXCLUDED.agent_version, driver_version = EXCLUDED.driver_version,
+      cuda_version = EXCLUDED.cuda_version, simulated = EXCLUDED.simulated,
+      last_heartbeat_at = EXCLUDED.last_heartbeat_at, updated_at = now(),
+      state = CASE WHEN host.state <> 'OFFLINE' THEN host.state
+                   WHEN host.cordoned THEN 'CORDONED'::host_state
+                   ELSE 'ONLINE'::host_state END
+    RETURNING state::text AS state, (SELECT state::text FROM previous) AS previous`;
+  return rows[0]!;
+}
+
+/** Creates or updates the GPUs; marks the host's unlisted GPUs missing. Returns GPUs whose total was kept. */
+export async function upsertGpus(
+  tx: Sql,
+  hostId: string,
+  gpus: RegisterRequest['gpus'],
+  now: Date,
+): Promise<string[]> {
+  const uuids = gpus.map((gpu) => gpu.uuid);
+  let kept: string[] = [];
+  if (gpus.length > 0) {
+    const rows = await tx.$queryRaw<{ uuid: string; totalBytes: bigint }[]>`
+      INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes, updated_at)
+      SELECT reported.uuid, ${hostId}, reported.index, reported.model, reported.total,
+             reported.used, now()
+        FROM unnest(${uuids}::text[], ${gpus.map((g) => g.index)}::int[],
+                    ${gpus.map((g) => g.model)}::text[],
+                    ${gpus.map((g) => BigInt(g.totalBytes))}::bigint[],
+                    ${gpus.map((g) => BigInt(g.usedBytes))}::bigint[])
+             AS reported(uuid, index, model, total, used)
+      ON CONFLICT (uuid) DO UPDATE SET
+        host_id = EXCLUDED.host_id, index = EXCLUDED.index, model = EXCLUDED.model,
+        used_bytes = EXCLUDED.used_bytes, missing_since = NULL, updated_at = now(),
+        total_bytes = CASE
+          WHEN gpu.reserved_bytes <= floor(EXCLUDED.total_bytes * gpu.overcommit_ratio)
+          THEN EXCLUDED.total_bytes ELSE gpu.total_bytes END
+      RETURNING uuid, total_bytes AS "totalBytes"`;
+    const reported = new Map(gpus.map((gpu) => [gpu.uuid, BigInt(gpu.totalBytes)]));
+    kept = rows.filter((row) => row.totalBytes !== reported.get(row.uuid)).map((row) => row.uuid);
+  }
+  await tx.$executeRaw`
+    UPDATE gpu SET missing_since = ${now}
+     WHERE host_id = ${hostId} AND missing_since IS NULL AND uuid <> ALL(${uuids}::text[])`;
+  return kept;
+}
+
+/** Marks a host that is not OFFLINE alive; false when it is OFFLINE or unknown. */
+export async function touchLiveHost(sql: Sql, hostId: string, now: Date): Promise<boolean> {
+  const alive = await sql.$queryRaw<{ id: string }[]>`
+    UPDATE host SET last_heartbeat_at = ${now}
+     WHERE id = ${hostId} AND state <> 'OFFLINE'
+    RETURNING id`;
+  return alive.length > 0;
+}
+
+/** Each GPU's used bytes as its host reports them (only rows that change are written). */
+export async function writeGpuUsage(
+  sql: Sql,
+  hostId: string,
+  gpus: readonly { uuid: string; usedBytes: number }[],
+): Promise<void> {
+  // In UUID order, the order placement's conditional update locks GPU rows in.
+  const sorted = [...gpus].sort((a, b) => (a.uuid < b.uuid ? -1 : 1));
+  await sql.$executeRaw`
+    UPDATE gpu SET used_bytes = reported.used
+      FROM unnest(${sorted.map((g) => g.uuid)}::text[],
+                  ${sorted.map((g) => BigInt(g.usedBytes))}::bigint[])
+           AS reported(uuid, used)
+     WHERE gpu.uuid = reported.uuid AND gpu.host_id = ${hostId}
+       AND gpu.used_bytes <> reported.used`;
+}
+
+/** Shard usage readings of one heartbeat, as parallel columns. */
+export interface ShardUsage {
+  readonly shardIds: string[];
+  readonly gpuUuids: string[];
+  readonly used: bigint[];
+}
+
+/** Each live reservation's used bytes, for shards of this host only. */
+export async function writeShardUsage(sql: Sql, hostId: string, usage: ShardUsage): Promise<void> {
+  await sql.$executeRaw`
+    UPDATE shard_gpu SET used_bytes = reported.used
+      FROM unnest(${usage.shardIds}::uuid[], ${usage.gpuUuids}::text[], ${usage.used}::bigint[])
+           AS reported(shard_id, gpu_uuid, used),
+           shard
+     WHERE shard_gpu.shard_id = reported.shard_id AND shard_gpu.gpu_uuid = reported.gpu_uuid
+       AND shard_gpu.released_at IS NULL
+       AND shard.id = reported.shard_id AND shard.host_id = ${hostId}
+       AND shard_gpu.used_bytes <> reported.used`;
+}
+
+/** One usage sample per shard and GPU at `at`; returns how many were new. */
+export function insertUsageSamples(
+  sql: Sql,
+  hostId: string,
+  at: Date,
+  usage: ShardUsage,
+): Promise<number> {
+  return sql.$executeRaw`
+    INSERT INTO usage_sample (shard_id, gpu_uuid, at, used_bytes)
+    SELECT reported.shard_id, reported.gpu_uuid, ${at}, reported.used
+      FROM unnest(${usage.shardIds}::uuid[], ${usage.gpuUuids}::text[], ${usage.used}::bigint[])
+           AS reported(shard_id, gpu_uuid, used)
+      JOIN shard ON shard.id = reported.shard_id AND shard.host_id = ${hostId}
+    ON CONFLICT DO NOTHING`;
+}
+
+/** A state event that changes no state: its time and container id. */
+export async function noteShardEvent(
+  sql: Sql,
+  shardId: string,
+  at: Date,
+  containerId: string | undefined,
+): Promise<void> {
+  await sql.$executeRaw`
+    UPDATE shard SET last_event_at = ${at},
+                     container_id = coalesce(${containerId ?? null}, container_id)
+     WHERE id = ${shardId}::uuid`;
+}
+
+/** The host's shards in `states`, row-locked, by id. */
+export function lockHostShards(
+  tx: Sql,
+  hostId: string,
+  states: readonly ShardState[],
+): Promise<ShardRecord[]> {
+  return tx.$queryRaw<ShardRecord[]>`
+    SELECT ${SHARD_COLUMNS} FROM shard
+     WHERE host_id = ${hostId} AND state = ANY(${[...states]}::shard_state[])
+     ORDER BY id FOR UPDATE`;
+}
+
+/** The host's shards in `states` with the GPUs they hold, oldest first, bounded by the protocol. */
+export function runnableShards(
+  sql: Sql,
+  hostId: string,
+  states: readonly ShardState[],
+): Promise<(ShardRecord & { gpuUuids: string[] | null })[]> {
+  return sql.$queryRaw<(ShardRecord & { gpuUuids: string[] | null })[]>`
+    SELECT ${SHARD_COLUMNS},
+           (SELECT array_agg(held.gpu_uuid ORDER BY gpu.index, held.gpu_uuid)
+              FROM shard_gpu held JOIN gpu ON gpu.uuid = held.gpu_uuid
+             WHERE held.shard_id = shard.id AND held.released_at IS NULL) AS "gpuUuids"
+      FROM shard
+     WHERE host_id = ${hostId} AND state = ANY(${[...states]}::shard_state[])
+     ORDER BY created_at, id
+     LIMIT ${MAX_SHARDS_PER_HOST}`;
+}
+
+/** Ids of the host's shards in `states`, newest first, bounded by the protocol. */
+export async function newestShardIds(
+  sql: Sql,
+  hostId: string,
+  states: readonly ShardState[],
+): Promise<string[]> {
+  const rows = await sql.$queryRaw<{ id: string }[]>`
+    SELECT id::text AS id FROM shard
+     WHERE host_id = ${hostId} AND state = ANY(${[...states]}::shard_state[])
+     ORDER BY updated_at DESC, id
+     LIMIT ${MAX_SHARDS_PER_HOST}`;
+  return rows.map((row) => row.id);
+}
+
+/** Hosts not OFFLINE whose last heartbeat is older than `deadline` (or never came). */
+export async function silentHostIds(sql: Sql, deadline: Date): Promise<string[]> {
+  const rows = await sql.$queryRaw<{ id: string }[]>`
+    SELECT id FROM host
+     WHERE state <> 'OFFLINE' AND (last_heartbeat_at IS NULL OR last_heartbeat_at < ${deadline})
+     ORDER BY id`;
+  return rows.map((row) => row.id);
+}
+
+/** OFFLINE, if still silent past `deadline`; undefined when it is not (any more). */
+export async function markHostOffline(
+  tx: Sql,
+  hostId: string,
+  deadline: Date,
+): Promise<{ previous: HostState; lastHeartbeatAt: Date | null } | undefined> {
+  const rows = await tx.$queryRaw<{ previous: HostState; lastHeartbeatAt: Date | null }[]>`
+    WITH previous AS (SELECT state FROM host WHERE id = ${hostId} FOR UPDATE)
+    UPDATE host SET state = 'OFFLINE', updated_at = now()
+     WHERE id = ${hostId} AND state <> 'OFFLINE'
+       AND (last_heartbeat_at IS NULL OR last_heartbeat_at < ${deadline})
+    RETURNING (SELECT state::text FROM previous) AS previous,
+              last_heartbeat_at AS "lastHeartbeatAt"`;
+  return rows[0];
+}
+
+/** An OFFLINE host back ONLINE (CORDONED if cordoned); undefined when it was not OFFLINE. */
+export async function reviveHost(
+  tx: Sql,
+  hostId: string,
+  now: Date,
+): Promise<HostState | undefined> {
+  const rows = await tx.$queryRaw<{ state: HostState }[]>`
+    UPDATE host SET state = CASE WHEN cordoned THEN 'CORDONED'::host_state ELSE 'ONLINE'::host_state END,
+                    last_heartbeat_at = ${now}, updated_at = now()
+     WHERE id = ${hostId} AND state = 'OFFLINE'
+    RETURNING state::text AS state`;
+  return rows[0]?.state;
+}
+
+/** The host row, locked for an operator's change. */
+export async function lockHost(tx: Sql, hostId: string): Promise<LockedHost | undefined> {
+  const rows = await tx.$queryRaw<LockedHost[]>`
+    SELECT id, state::text AS state, cordoned FROM host WHERE id = ${hostId} FOR UPDATE`;
+  return rows[0];
+}
+
+export async function setHostState(
+  tx: Sql,
+  hostId: string,
+  cordoned: boolean,
+  state: HostState,
+): Promise<void> {
+  await tx.$executeRaw`
+    UPDATE host SET cordoned = ${cordoned}, state = ${state}::host_state, updated_at = now()
+     WHERE id = ${hostId}`;
+}

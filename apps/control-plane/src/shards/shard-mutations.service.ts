@@ -1,0 +1,281 @@
+import { Injectable } from '@nestjs/common';
+import { bytes, evaluateQuota, holdsReservation, type TeamUsage } from '@gpushards/limits';
+import { performance } from 'node:perf_hooks';
+import { AuditService } from '../audit/audit.service.js';
+import type { Caller } from '../auth/caller.js';
+import { canSeeTeam } from '../auth/team-scope.js';
+import { lockTeamForUpdate, Prisma, PrismaService, type ShardState } from '../database/index.js';
+import {
+  BadUserInputError,
+  ConflictError,
+  NoCapacityError,
+  NotFoundError,
+} from '../errors/domain-errors.js';
+import { checkId } from '../validation/input.js';
+import { formatSize } from '../validation/sizes.js';
+import { ShardCreator } from './shard-creator.js';
+import { ShardFleetCheck } from './shard-fleet-check.js';
+import { checkCreateShardInput, checkMemoryPerGpu } from './shard-input.js';
+import { CommitEffects, ShardLifecycle } from './shard-lifecycle.js';
+import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
+import type { CreateShardInput } from './shard.model.js';
+import { targetTeam } from './target-team.js';
+import { quotaError, quotaPolicyOf, readTeamState, usageOf } from './team-quota.js';
+
+/** Default seconds between SIGTERM and SIGKILL for stopShard. */
+export const DEFAULT_STOP_GRACE_SECONDS = 30;
+const MAX_STOP_GRACE_SECONDS = 600;
+
+/** What changes shards: create, stop, delete, resize. */
+@Injectable()
+export class ShardMutationsService {
+  constructor(
+    private readonly prisma: PrismaService,
+    private readonly audit: AuditService,
+    private readonly creator: ShardCreator,
+    private readonly lifecycle: ShardLifecycle,
+    private readonly fleetCheck: ShardFleetCheck,
+  ) {}
+
+  /**
+   * Validates, then hands the call to ShardCreator: in one transaction (shared with other
+   * calls that arrive meanwhile) team lock, idempotency, quota, placement with the conditional
+   * reservation, the shard row (PLACED) and its audit event. After commit the host's agent is
+   * told to launch it.
+   */
+  async create(caller: Caller, input: CreateShardInput): Promise<ShardRecord> {
+    const started = performance.now();
+    const request = checkCreateShardInput(input);
+    const teamId = targetTeam(caller, input.teamId);
+    await this.fleetCheck.check(request, started);
+    return (await this.creator.create(caller, teamId, request, started)).shard;
+  }
+
+  /**
+   * PLACED, STARTING or RUNNING → STOPPING, and the agent is told to stop it; the reservation
+   * is released when the agent reports it stopped. On an OFFLINE host (or a LOST shard) it
+   * becomes STOPPED at once. Already stopping or ended: unchanged.
+   */
+  async stop(
+    caller: Caller,
+    id: string,
+    graceSeconds = DEFAULT_STOP_GRACE_SECONDS,
+  ): Promise<ShardRecord> {
+    const shardId = checkId('id', id);
+    if (
+      !Number.isInteger(graceSeconds) ||
+      graceSeconds < 0 ||
+      graceSeconds > MAX_STOP_GRACE_SECONDS
+    ) {
+      throw BadUserInputError.of(
+        'graceSeconds',
+        `must be a whole number from 0 to ${MAX_STOP_GRACE_SECONDS}, got ${graceSeconds}`,
+      );
+    }
+    const effects = new CommitEffects();
+    const shard = await this.prisma.$transaction(async (tx) => {
+      const shard = await this.lockVisible(tx, caller, shardId, id);
+      if (shard.state === 'DELETED') throw new ConflictError(`shard ${id} is deleted`);
+      if (
+        shard.state === 'LOST' ||
+        shard.state === 'PLACED' ||
+        shard.state === 'STARTING' ||
+        shard.state === 'RUNNING'
+      ) {
+        const hostGone = shard.state === 'LOST' || (await hostIsOffline(tx, shard.hostId));
+        const next: ShardState = hostGone ? 'STOPPED' : 'STOPPING';
+        const cause = next === 'STOPPING' ? 'stop-requested' : 'stopped';
+        const updated = await this.lifecycle.moveTo(tx, shard, next, cause, {}, effects);
+        await this.audit.record(tx, caller, {
+          action: 'shard.stop',
+          targetType: 'Shard',
+          targetId: shard.id,
+          teamId: shard.teamId,
+          details: { from: shard.state, to: next, graceSeconds },
+        });
+        if (next === 'STOPPING' && shard.hostId !== null) {
+          const hostId = shard.hostId;
+          effects.command({ shardId, hostId, command: 'stop' }, (commands) =>
+            commands.stop(hostId, shardId, graceSeconds),
+          );
+        }
+        return updated;
+      }
+      return shard;
+    });
+    this.lifecycle.afterCommit(effects);
+    return shard;
+  }
+
+  /** Any state → DELETED (the row stays): reservations released, the agent told to remove it. */
+  async delete(caller: Caller, id: string): Promise<ShardRecord> {
+    const shardId = checkId('id', id);
+    const effects = new CommitEffects();
+    const shard = await this.prisma.$transaction(async (tx) => {
+      const shard = await this.lockVisible(tx, caller, shardId, id);
+      if (shard.state === 'DELETED') return shard;
+      const updated = await this.lifecycle.moveTo(tx, shard, 'DELETED', 'deleted', {}, effects);
+      await this.audit.record(tx, caller, {
+        action: 'shard.delete',
+        targetType: 'Shard',
+        targetId: shard.id,
+        teamId: shard.teamId,
+        details: { from: shard.state },
+      });
+      if (shard.hostId !== null) {
+        const hostId = shard.hostId;
+        effects.command({ shardId, hostId, command: 'delete' }, (commands) =>
+          commands.delete(hostId, shardId),
+        );
+      }
+      return updated;
+    });
+    this.lifecycle.afterCommit(effects);
+    return shard;
+  }
+
+  /**
+   * A new memoryPerGpu on the same GPUs: quota checked again when it grows, each GPU's
+   * reservation changed by the difference with a conditional update (NO_CAPACITY if any GPU
+   * lacks room), the reservation intervals closed and reopened, and the agent told the new caps.
+   */
+  async resize(caller: Caller, id: string, memoryPerGpu: string): Promise<ShardRecord> {
+    const shardId = checkId('id', id);
+    const newBytes = BigInt(checkMemoryPerGpu('memoryPerGpu', memoryPerGpu));
+    const effects = new CommitEffects();
+    const unlocked = await this.prisma.shard.findUnique({ where: { id: shardId } });
+    if (unlocked === null || !canSeeTeam(caller, unlocked.teamId))
+      throw new NotFoundError('shard', id);
+    const shard = await this.prisma.$transaction(async (tx) => {
+      await lockTeamForUpdate(tx, unlocked.teamId);
+      const shard = await this.lockVisible(tx, caller, shardId, id);
+      if (!holdsReservation(shard.state) || shard.state === 'STOPPING') {
+        throw new ConflictError(
+          `only a PLACED, STARTING or RUNNING shard can be resized; shard ${id} is ${shard.state}`,
+        );
+      }
+      if (newBytes === shard.bytesPerGpu) return shard;
+      if (newBytes > shard.bytesPerGpu) {
+        const team = await readTeamState(tx, shard.teamId);
+        if (team === undefined) throw new NotFoundError('team', shard.teamId);
+        const usage = usageOf(team);
+        const withoutThis: TeamUsage = {
+          reservedBytes: bytes(usage.reservedBytes - Number(shard.bytesPerGpu) * shard.gpuCount),
+          shardCount: usage.shardCount - 1,
+        };
+        const decision = evaluateQuota(
+          { bytesPerGpu: bytes(Number(newBytes)), gpuCount: shard.gpuCount },
+          withoutThis,
+          { ...quotaPolicyOf(team), allowedGpuModels: undefined },
+        );
+        if (!decision.allowed) throw quotaError(decision);
+      }
+      const overhead = shard.limitBytesPerGpu - shard.bytesPerGpu;
+      const newLimit = newBytes + overhead;
+      const delta = newLimit - shard.limitBytesPerGpu;
+      const live = await tx.$queryRaw<{ uuid: string; usedBytes: bigint }[]>`
+        SELECT gpu_uuid AS uuid, used_bytes AS "usedBytes" FROM shard_gpu
+         WHERE shard_id = ${shardId}::uuid AND released_at IS NULL ORDER BY gpu_uuid`;
+      // The agent refuses a cap under what the container holds, and the reservation must
+      // never shrink under it either (the freed bytes would be placed twice).
+      const heldPastCap = live.find((gpu) => gpu.usedBytes > newLimit);
+      if (heldPastCap !== undefined) {
+        throw new ConflictError(
+          `shard ${id} holds ${formatSize(Number(heldPastCap.usedBytes))} on GPU ` +
+            `${heldPastCap.uuid}, more than the ${formatSize(Number(newLimit))} cap ` +
+            `${formatSize(Number(newBytes))} per GPU would give it; free memory in the shard first`,
+        );
+      }
+      const uuids = live.map((gpu) => gpu.uuid);
+      const changed = await tx.$queryRaw<{ uuid: string }[]>`
+        UPDATE gpu SET reserved_bytes = reserved_bytes + ${delta}
+         WHERE uuid = ANY(${uuids}::text[])
+           AND reserved_bytes + ${delta} <= floor(total_bytes * overcommit_ratio)
+        RETURNING uuid`;
+      if (changed.length !== uuids.length) {
+        throw await this.resizeMisfit(tx, shard, uuids, delta, newBytes);
+      }
+      await tx.$executeRaw`
+        UPDATE shard_gpu SET released_at = now()
+         WHERE shard_id = ${shardId}::uuid AND released_at IS NULL`;
+      await this.lifecycle.openReservations(
+        tx,
+        shardId,
+        uuids,
+        newLimit,
+        live.map((gpu) => gpu.usedBytes),
+      );
+      const rows = await tx.$queryRaw<ShardRecord[]>`
+        UPDATE shard SET bytes_per_gpu = ${newBytes}, limit_bytes_per_gpu = ${newLimit},
+                         version = version + 1, updated_at = now()
+         WHERE id = ${shardId}::uuid
+        RETURNING ${SHARD_COLUMNS}`;
+      await this.audit.record(tx, caller, {
+        action: 'shard.resize',
+        targetType: 'Shard',
+        targetId: shardId,
+        teamId: shard.teamId,
+        details: {
+          fromBytesPerGpu: String(shard.bytesPerGpu),
+          toBytesPerGpu: String(newBytes),
+          limitBytesPerGpu: String(newLimit),
+        },
+      });
+      for (const uuid of uuids) effects.gpuDeltas.push({ uuid, bytes: Number(delta) });
+      if (shard.hostId !== null) {
+        const hostId = shard.hostId;
+        const gpus = uuids.map((uuid) => ({ uuid, limitBytes: Number(newLimit) }));
+        effects.command({ shardId, hostId, command: 'resize' }, (commands) =>
+          commands.resize(hostId, shardId, gpus),
+        );
+      }
+      return rows[0]!;
+    });
+    this.lifecycle.afterCommit(effects);
+    return shard;
+  }
+
+  /** NO_CAPACITY for a resize that does not fit, naming each GPU's room. */
+  private async resizeMisfit(
+    tx: Prisma.TransactionClient,
+    shard: ShardRecord,
+    uuids: readonly string[],
+    delta: bigint,
+    newBytes: bigint,
+  ): Promise<NoCapacityError> {
+    const gpus = await tx.$queryRaw<{ uuid: string; index: number; free: bigint }[]>`
+      SELECT uuid, index,
+             greatest(floor(total_bytes * overcommit_ratio)::bigint - reserved_bytes, 0)::bigint AS free
+        FROM gpu WHERE uuid = ANY(${[...uuids]}::text[]) ORDER BY index`;
+    const host = await tx.host.findUnique({ where: { id: shard.hostId ?? '' } });
+    const short = gpus.filter((gpu) => gpu.free < delta);
+    const reason =
+      `needs ${formatSize(Number(delta))} more on each of its GPUs; ` +
+      short.map((gpu) => `#${gpu.index} has ${formatSize(Number(gpu.free))} free`).join(', ');
+    return new NoCapacityError(
+      `shard ${shard.id} cannot grow to ${formatSize(Number(newBytes))} per GPU on its GPUs: ${reason}`,
+      [{ hostId: shard.hostId ?? '', hostName: host?.name ?? shard.hostId ?? '', reason }],
+    );
+  }
+
+  private async lockVisible(
+    tx: Prisma.TransactionClient,
+    caller: Caller,
+    shardId: string,
+    id: string,
+  ): Promise<ShardRecord> {
+    const shard = await this.lifecycle.lock(tx, shardId);
+    if (shard === undefined || !canSeeTeam(caller, shard.teamId))
+      throw new NotFoundError('shard', id);
+    return shard;
+  }
+}
+
+async function hostIsOffline(
+  tx: Prisma.TransactionClient,
+  hostId: string | null,
+): Promise<boolean> {
+  if (hostId === null) return true;
+  const host = await tx.host.findUnique({ where: { id: hostId }, select: { state: true } });
+  return host === null || host.state === 'OFFLINE';
+}

@@ -1,0 +1,52 @@
+import { Injectable } from '@nestjs/common';
+import { Role, type Caller } from '../auth/caller.js';
+import { assertTeamVisible } from '../auth/team-scope.js';
+import type { ShardState } from '../database/index.js';
+import { ShardEventBus } from '../events/shard-event-bus.js';
+import { checkId } from '../validation/input.js';
+import { shardView, type ShardEvent } from './shard.model.js';
+
+/** The shardEvents subscription: state changes this control plane makes, team-scoped. */
+@Injectable()
+export class ShardSubscriptionService {
+  constructor(private readonly events: ShardEventBus) {}
+
+  /** State changes of the caller's team's shards (admins: every team, or `teamId`). */
+  subscribe(
+    caller: Caller,
+    teamIdArgument: string | null | undefined,
+  ): AsyncIterableIterator<ShardEvent> {
+    let teamId: string | undefined;
+    if (typeof teamIdArgument === 'string') {
+      teamId = checkId('teamId', teamIdArgument);
+      assertTeamVisible(caller, teamId, 'team', teamIdArgument);
+    } else if (caller.role !== Role.ADMIN) {
+      teamId = caller.teamId;
+    }
+    const source = this.events.subscribe(
+      (event) => teamId === undefined || event.shard.teamId === teamId,
+    );
+    const iterator: AsyncIterableIterator<ShardEvent> = {
+      next: async () => {
+        const next = await source.next();
+        if (next.done === true) return { value: undefined, done: true };
+        const event = next.value;
+        return {
+          value: {
+            shard: shardView(event.shard),
+            previousState: event.previousState as ShardState | null,
+            state: event.state as ShardState,
+            at: event.at,
+          },
+          done: false,
+        };
+      },
+      return: async () => {
+        await source.return?.();
+        return { value: undefined, done: true };
+      },
+      [Symbol.asyncIterator]: () => iterator,
+    };
+    return iterator;
+  }
+}
