@@ -79,9 +79,118 @@ static int s_procs(const struct api *A, const char *ordinal_text)
     return 0;
 }
 
+/* The legacy pitch hook under a 1g cap, on a driver that pads rows to 2 KiB
+ * (GPUSHARDS_FAKE_PITCH_ALIGN=2k) where the interposer guesses 512 bytes:
+ * the guess fits, what the driver took does not. */
+static int s_pitch_legacy(const struct api *A)
+{
+    OK(A->cuInit(0));
+    CUcontext c;
+    OK(A->cuDevicePrimaryCtxRetain(&c, 0));
+    OK(A->cuCtxSetCurrent(c));
+    CUresult (*pitch32)(unsigned int *, unsigned int *, unsigned int, unsigned int, unsigned int) =
+        (CUresult(*)(unsigned int *, unsigned int *, unsigned int, unsigned int, unsigned int))dlsym(
+            RTLD_DEFAULT, "cuMemAllocPitch");
+    CHECK(pitch32 != NULL, "no legacy cuMemAllocPitch");
+    CUdeviceptr big;
+    OK(A->cuMemAlloc(&big, (1ull << 30) - (1ull << 20)));
+    unsigned int p = 0, pitch = 0;
+    CUresult r = pitch32(&p, &pitch, 1000, 1024, 4);
+    CHECK(r == CUDA_ERROR_OUT_OF_MEMORY, "1000x1024 padded to 2 KiB rows (2 MiB) with 1 MiB left: %d, pitch %u", (int)r,
+          pitch);
+    OK(A->cuMemAllocPitch(&big, (size_t[]){0}, 1000, 1024, 4) == CUDA_ERROR_OUT_OF_MEMORY ? CUDA_SUCCESS
+                                                                                          : CUDA_ERROR_UNKNOWN);
+    printf("refused\n");
+    return 0;
+}
+
+#define SYM(name) __typeof__(&name) f_##name = (__typeof__(&name))dlsym(RTLD_DEFAULT, #name)
+
+/* The charged usage of the shard on ordinal 0, as the shard is told. */
+static uint64_t shard_used(const struct api *A)
+{
+    size_t f = 0, t = 0;
+    return A->cuMemGetInfo(&f, &t) == CUDA_SUCCESS ? t - f : 0;
+}
+
+/* Stream capture with stream-ordered allocations keeps working (nothing the
+ * interposer calls invalidates it), and the captured graph's memory is
+ * charged when it is launched, refused past the cap (1g), and given back
+ * when the graph is destroyed and the pool trimmed. */
+static int s_capture(const struct api *A)
+{
+    OK(A->cuInit(0));
+    CUcontext c;
+    OK(A->cuDevicePrimaryCtxRetain(&c, 0));
+    OK(A->cuCtxSetCurrent(c));
+    SYM(cuStreamBeginCapture_v2);
+    SYM(cuStreamEndCapture);
+    SYM(cuGraphInstantiateWithFlags);
+    SYM(cuGraphLaunch);
+    SYM(cuGraphUpload);
+    SYM(cuGraphExecDestroy);
+    SYM(cuDeviceGraphMemTrim);
+    SYM(cuGraphCreate);
+    SYM(cuGraphAddMemAllocNode);
+    CHECK(f_cuStreamBeginCapture_v2 && f_cuStreamEndCapture && f_cuGraphInstantiateWithFlags && f_cuGraphLaunch &&
+              f_cuGraphUpload && f_cuGraphExecDestroy && f_cuDeviceGraphMemTrim && f_cuGraphCreate && f_cuGraphAddMemAllocNode,
+          "graph API missing");
+    CUstream s1, s2;
+    OK(A->cuStreamCreate(&s1, 0));
+    OK(A->cuStreamCreate(&s2, 0));
+    uint64_t base = shard_used(A);
+
+    OK(f_cuStreamBeginCapture_v2(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUdeviceptr p, q;
+    OK(A->cuMemAllocAsync(&p, 64ull << 20, s1));
+    CHECK(shard_used(A) == base, "a captured allocation is charged at capture: %llu", (unsigned long long)shard_used(A));
+    OK(A->cuMemAllocAsync(&q, 4ull << 20, s2)); /* another stream, not capturing */
+    OK(A->cuMemFreeAsync(q, s2));
+    OK(A->cuMemFreeAsync(p, s1));
+    CUgraph g;
+    CUresult r = f_cuStreamEndCapture(s1, &g);
+    CHECK(r == CUDA_SUCCESS, "the capture was invalidated (%d)", (int)r);
+
+    CUgraphExec exec;
+    OK(f_cuGraphInstantiateWithFlags(&exec, g, 0));
+    uint64_t before = shard_used(A);
+    OK(f_cuGraphLaunch(exec, s1));
+    uint64_t after = shard_used(A);
+    CHECK(after - before == 64ull << 20, "launching the captured graph charged %llu", (unsigned long long)(after - before));
+    OK(f_cuGraphLaunch(exec, s1)); /* covered: nothing more */
+    CHECK(shard_used(A) == after, "a second launch charged again");
+
+    /* 2 GiB of graph memory under a 1 GiB cap: refused at upload and launch. */
+    CUgraph big;
+    OK(f_cuGraphCreate(&big, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS np = {.poolProps = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                                   .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}},
+                                     .bytesize = 2ull << 30};
+    CUgraphNode node;
+    OK(f_cuGraphAddMemAllocNode(&node, big, NULL, 0, &np));
+    CUgraphExec bigexec;
+    OK(f_cuGraphInstantiateWithFlags(&bigexec, big, 0));
+    r = f_cuGraphUpload(bigexec, s1);
+    CHECK(r == CUDA_ERROR_OUT_OF_MEMORY, "upload of 2g under 1g: %d", (int)r);
+    r = f_cuGraphLaunch(bigexec, s1);
+    CHECK(r == CUDA_ERROR_OUT_OF_MEMORY, "launch of 2g under 1g: %d", (int)r);
+    CHECK(shard_used(A) == after, "a refused graph changed the charge");
+
+    OK(f_cuGraphExecDestroy(bigexec));
+    OK(f_cuGraphExecDestroy(exec));
+    CHECK(shard_used(A) == after, "destroyed but not trimmed: the pool keeps its memory");
+    OK(f_cuDeviceGraphMemTrim(0));
+    CHECK(shard_used(A) == before, "after trim: %llu, before the launch %llu", (unsigned long long)shard_used(A),
+          (unsigned long long)before);
+    printf("ok\n");
+    return 0;
+}
+
 int cap_scenario(const struct api *A, const char *s, int argc, char **argv)
 {
     if (!strcmp(s, "try") && argc > 3) return s_try(A, argv[3]);
     if (!strcmp(s, "procs") && argc > 3) return s_procs(A, argv[3]);
+    if (!strcmp(s, "pitch-legacy")) return s_pitch_legacy(A);
+    if (!strcmp(s, "capture")) return s_capture(A);
     return -1;
 }

@@ -307,6 +307,24 @@ static int t_hidden_then_correction(const void *arg)
     return 0;
 }
 
+static int t_pitch_legacy(const void *arg)
+{
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", "GPUSHARDS_FAKE_PITCH_ALIGN=2k", NULL};
+    if (run(env, "link", "pitch-legacy", NULL, NULL)) return 1;
+    uint64_t u = region_used(0);
+    H_CHECK(u == 0, "the region shows %llu bytes after exit", (unsigned long long)u);
+    return 0;
+}
+
+static int t_capture(const void *arg)
+{
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
+    if (run(env, "link", "capture", NULL, NULL)) return 1;
+    uint64_t u = region_used(0);
+    H_CHECK(u == 0, "the region shows %llu bytes after exit", (unsigned long long)u);
+    return 0;
+}
+
 static void add_limits_tests(struct t *tests, int *n)
 {
 #define ADDL(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -327,5 +345,7 @@ static void add_limits_tests(struct t *tests, int *n)
     ADDL("zeroed usage counters do not pass the cap once real_bytes is set", t_limits_zeroed_counters, NULL);
     ADDL("fake NVML: per-process usage under host pids, PID namespace included", t_nvml_per_process, NULL);
     ADDL("hidden memory seen by NVML turns into a clean OOM through real_bytes", t_hidden_then_correction, NULL);
+    ADDL("legacy cuMemAllocPitch refuses what the driver padded past the cap", t_pitch_legacy, NULL);
+    ADDL("stream capture with stream-ordered allocations is not invalidated; graph memory charged at launch, refused past the cap, released on destroy + trim", t_capture, NULL);
 #undef ADDL
 }

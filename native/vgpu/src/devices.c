@@ -2,7 +2,7 @@
  * CUDA_VISIBLE_DEVICES reordered or subset them) to the region's entries,
  * which are keyed by the physical GPU's UUID. */
 
-#include "vgpu.h"
+#include "hooks.h"
 
 /* 0 = not mapped yet, otherwise region index + 1.  Written once per ordinal
  * (racing mappers write the same value), read on every allocation. */

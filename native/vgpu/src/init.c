@@ -11,8 +11,6 @@
 extern int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void *dso);
 extern void *__dso_handle;
 
-#define GS_POOL_CAPACITY 256
-
 /* 0 not started, 1 in progress, 2 done. */
 int gs_init_state;
 
@@ -29,13 +27,14 @@ static void child_after_fork(void)
     gs_budget_reset_process();
     gs_track_drop_all(&gs_allocs);
     gs_pools_reset_process();
+    gs_capture_reset_process();
     gs_hooks_reset_process();
 }
 
 static int choose_mode(void)
 {
     if (gs_cfg.limits_bad || gs_cfg.context_bytes_bad || gs_cfg.pool_growth_bad) return GS_MODE_FAIL_CLOSED;
-    if (gs_track_init(&gs_allocs, gs_cfg.track_capacity) != 0 || gs_track_init(&gs_pools, GS_POOL_CAPACITY) != 0) {
+    if (gs_track_init(&gs_allocs, gs_cfg.track_capacity) != 0 || gs_pools_init() != 0) {
         gs_log(GS_LOG_ERROR, "cannot allocate the allocation table; refusing every GPU allocation");
         return GS_MODE_FAIL_CLOSED;
     }

@@ -45,11 +45,89 @@
  * query, never across an allocation or a budget charge.  Pointer allocations
  * (cuMemAlloc and the rest) take no lock at all. */
 #include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
 
-#include "vgpu.h"
+#include "hooks.h"
 
 #define GS_POOL_DESTROYED 1u
 #define GS_POOL_REFUSE 2u /* a device pool we could not map to a region entry */
+
+/* One memory pool.  Entries are only ever added (a destroyed pool keeps
+ * its entry, flagged), so a pointer to one stays valid for the process's
+ * life and needs no protection against reuse. */
+struct gs_pool {
+    uint64_t handle; /* atomic: 0 empty, 1 being filled, else the CUmemoryPool */
+    uint32_t dev;    /* region device index, or GS_DEV_NONE (host memory) */
+    uint32_t flags;  /* GS_POOL_* */
+    uint64_t live;   /* bytes of the pool's allocations not yet freed */
+    uint64_t cached; /* bytes charged beyond the live ones */
+    uint64_t taken;  /* cached bytes handed to allocations still inside the driver */
+    uint64_t growth; /* bytes charged for allocations in flight that may grow the pool */
+    uint64_t lock;   /* spin lock over the four counts */
+};
+
+#define GS_POOL_CAPACITY 256u /* a power of two */
+#define GS_POOL_BUSY 1ull
+static struct gs_pool *pools;
+
+int gs_pools_init(void)
+{
+    void *m = mmap(NULL, GS_POOL_CAPACITY * sizeof(struct gs_pool), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return -1;
+    pools = m;
+    return 0;
+}
+
+static uint32_t pool_slot(uint64_t key)
+{
+    key ^= key >> 29;
+    key *= 0xbf58476d1ce4e5b9ULL;
+    key ^= key >> 32;
+    return (uint32_t)key & (GS_POOL_CAPACITY - 1);
+}
+
+static struct gs_pool *pool_find(CUmemoryPool pool)
+{
+    uint64_t key = (uint64_t)(uintptr_t)pool;
+    if (pools == NULL || key <= GS_POOL_BUSY) return NULL;
+    for (uint32_t i = 0, s = pool_slot(key); i < GS_POOL_CAPACITY; i++, s = (s + 1) & (GS_POOL_CAPACITY - 1)) {
+        uint64_t k = __atomic_load_n(&pools[s].handle, __ATOMIC_ACQUIRE);
+        if (k == 0) return NULL;
+        if (k == key) return &pools[s];
+    }
+    return NULL;
+}
+
+/* Add a pool (or find the one a racing thread added first). */
+static struct gs_pool *pool_insert(CUmemoryPool pool, uint32_t dev, uint32_t flags)
+{
+    uint64_t key = (uint64_t)(uintptr_t)pool;
+    if (pools == NULL || key <= GS_POOL_BUSY) return NULL;
+    for (uint32_t i = 0, s = pool_slot(key); i < GS_POOL_CAPACITY; i++, s = (s + 1) & (GS_POOL_CAPACITY - 1)) {
+        struct gs_pool *p = &pools[s];
+        uint64_t k = __atomic_load_n(&p->handle, __ATOMIC_ACQUIRE);
+        while (k == GS_POOL_BUSY) {
+            sched_yield();
+            k = __atomic_load_n(&p->handle, __ATOMIC_ACQUIRE);
+        }
+        if (k == key) return p;
+        if (k != 0) continue;
+        if (!__atomic_compare_exchange_n(&p->handle, &k, GS_POOL_BUSY, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            i--; /* look at this slot again: someone just took it */
+            continue;
+        }
+        p->dev = dev;
+        p->flags = flags;
+        p->live = p->cached = p->taken = p->growth = 0;
+        __atomic_store_n(&p->lock, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->handle, key, __ATOMIC_RELEASE);
+        return p;
+    }
+    GS_ERROR("too many memory pools to track (%u)", GS_POOL_CAPACITY);
+    return NULL;
+}
 
 static void spin_lock(uint64_t *l)
 {
@@ -62,87 +140,71 @@ static void spin_unlock(uint64_t *l)
     __atomic_store_n(l, 0, __ATOMIC_RELEASE);
 }
 
-static void lock(struct gs_entry *p)
+static void lock(struct gs_pool *p)
 {
     spin_lock(&p->lock);
 }
 
-static void unlock(struct gs_entry *p)
+static void unlock(struct gs_pool *p)
 {
     spin_unlock(&p->lock);
 }
 
-/* Held while a pool we did not see created is added: once per pool. */
-static uint64_t adding;
-
 void gs_pools_reset_process(void)
 {
     /* The parent's pools are not the child's; and a thread of the parent
-     * may have held the lock at the fork. */
-    gs_track_drop_all(&gs_pools);
-    __atomic_store_n(&adding, 0, __ATOMIC_RELAXED);
+     * may have held a lock at the fork. */
+    if (pools == NULL) return;
+    size_t bytes = GS_POOL_CAPACITY * sizeof(struct gs_pool);
+    void *m = mmap(pools, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (m == MAP_FAILED) memset(pools, 0, bytes);
 }
 
-static CUmemoryPool handle(const struct gs_entry *p)
+static CUmemoryPool handle(const struct gs_pool *p)
 {
-    return (CUmemoryPool)(uintptr_t)__atomic_load_n(&p->key, __ATOMIC_RELAXED);
+    return (CUmemoryPool)(uintptr_t)__atomic_load_n(&p->handle, __ATOMIC_RELAXED);
 }
 
-/* Under the pool's lock. */
-static void reconcile_locked(struct gs_entry *p)
+/* Under the pool's lock.  Never while a stream capture is under way in the
+ * process: cuMemPoolGetAttribute is not a capture-safe call, and in the
+ * global capture mode it invalidates the capture of any thread. */
+static void reconcile_locked(struct gs_pool *p)
 {
-    if (p->dev == GS_DEV_NONE || p->flags != 0 || gs_real_cuMemPoolGetAttribute == NULL) return;
+    if (p->dev == GS_DEV_NONE || p->flags != 0 || gs_real_cuMemPoolGetAttribute == NULL || gs_capturing()) return;
     cuuint64_t r = 0;
     if (gs_real_cuMemPoolGetAttribute(handle(p), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) != CUDA_SUCCESS) return;
-    uint64_t low = p->c1 + p->c2 + p->size, high = low + p->owner;
+    uint64_t low = p->live + p->cached + p->taken, high = low + p->growth;
     if (r < low) {
-        uint64_t drop = low - r < p->c2 ? low - r : p->c2;
-        p->c2 -= drop;
+        uint64_t drop = low - r < p->cached ? low - r : p->cached;
+        p->cached -= drop;
         gs_uncharge((int)p->dev, drop);
     } else if (r > high) {
-        p->c2 += r - high;
+        p->cached += r - high;
         gs_charge_force((int)p->dev, r - high);
     }
 }
 
-static void reconcile(struct gs_entry *p)
+static void reconcile(struct gs_pool *p)
 {
     lock(p);
     reconcile_locked(p);
     unlock(p);
 }
 
-static void reconcile_if(struct gs_entry *p, void *dev)
-{
-    if (p->dev == (uint32_t)(uintptr_t)dev) reconcile(p);
-}
-
 void gs_pools_reconcile(int dev)
 {
-    if (dev >= 0) gs_track_each(&gs_pools, reconcile_if, (void *)(uintptr_t)dev);
-}
-
-static struct gs_entry *add_pool(CUmemoryPool pool, uint32_t dev, uint64_t flags)
-{
-    struct gs_entry e = {.key = (uint64_t)(uintptr_t)pool, .kind = GS_T_POOL, .dev = dev, .flags = flags};
-    if (gs_track_insert(&gs_pools, &e) != 0) GS_ERROR("too many memory pools to track");
-    return gs_track_find(&gs_pools, e.key, GS_T_POOL);
+    if (dev < 0 || pools == NULL) return;
+    for (uint32_t i = 0; i < GS_POOL_CAPACITY; i++) {
+        struct gs_pool *p = &pools[i];
+        if (__atomic_load_n(&p->handle, __ATOMIC_ACQUIRE) > GS_POOL_BUSY && p->dev == (uint32_t)dev) reconcile(p);
+    }
 }
 
 /* The first threads to meet a pool must add one entry between them, not
  * one each: gs_pools_reconcile() visits every entry, and a second one, at
  * zero, would charge the pool's whole reserved size again each time it
  * looked (8 threads starting at once charged 1708 MiB for a pool holding
- * 704).  Rare (once per pool), so a lock and a second look suffice. */
-static struct gs_entry *add_pool_once(CUmemoryPool pool, uint32_t dev, uint64_t flags)
-{
-    spin_lock(&adding);
-    struct gs_entry *p = gs_track_find(&gs_pools, (uint64_t)(uintptr_t)pool, GS_T_POOL);
-    if (p == NULL) p = add_pool(pool, dev, flags);
-    spin_unlock(&adding);
-    return p;
-}
-
+ * 704).  pool_insert() returns the entry a racing thread added first. */
 void gs_pool_register(CUmemoryPool pool, const CUmemPoolProps *props)
 {
     uint32_t dev = GS_DEV_NONE;
@@ -154,17 +216,17 @@ void gs_pool_register(CUmemoryPool pool, const CUmemPoolProps *props)
         /* Managed memory may live on any GPU; like cuMemAllocManaged it is
          * counted on the current device. */
         CUdevice d;
-        idx = gs_real_cuCtxGetDevice(&d) == CUDA_SUCCESS ? gs_dev_index(d) : -1;
+        idx = GS_CALL(gs_real_cuCtxGetDevice, &d) == CUDA_SUCCESS ? gs_dev_index(d) : -1;
     }
     if (idx >= 0) dev = (uint32_t)idx;
     else if (idx == -1) flags = GS_POOL_REFUSE;
-    add_pool(pool, dev, flags);
+    pool_insert(pool, dev, (uint32_t)flags);
 }
 
 /* A pool we did not see created is a device's default (or current) pool. */
-static struct gs_entry *pool_entry(CUmemoryPool pool, int hint)
+static struct gs_pool *pool_entry(CUmemoryPool pool, int hint)
 {
-    struct gs_entry *p = gs_track_find(&gs_pools, (uint64_t)(uintptr_t)pool, GS_T_POOL);
+    struct gs_pool *p = pool_find(pool);
     if (p != NULL) return p;
     int n = 0, idx = hint;
     if (gs_real_cuDeviceGetCount != NULL && gs_real_cuDeviceGetCount(&n) == CUDA_SUCCESS) {
@@ -179,29 +241,32 @@ static struct gs_entry *pool_entry(CUmemoryPool pool, int hint)
             }
         }
     }
-    return add_pool_once(pool, idx >= 0 ? (uint32_t)idx : 0, idx >= 0 ? 0 : GS_POOL_REFUSE);
+    return pool_insert(pool, idx >= 0 ? (uint32_t)idx : 0, idx >= 0 ? 0 : GS_POOL_REFUSE);
 }
 
 static int stream_device(CUstream s, CUdevice *dev)
 {
+    /* cuStreamGetDevice is not capture-safe: while any capture is under way
+     * the current context's device stands in. */
+    if (gs_capturing()) return GS_CALL(gs_real_cuCtxGetDevice, dev) == CUDA_SUCCESS ? 0 : -1;
     if (gs_real_cuStreamGetDevice != NULL && gs_real_cuStreamGetDevice(s, dev) == CUDA_SUCCESS) return 0;
     /* Drivers before 12.8 have no cuStreamGetDevice: ask the stream's
      * context for its device. */
     CUcontext ctx, popped;
     if (gs_real_cuStreamGetCtx == NULL || gs_real_cuStreamGetCtx(s, &ctx) != CUDA_SUCCESS) return -1;
-    if (gs_real_cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) return -1;
-    CUresult r = gs_real_cuCtxGetDevice(dev);
-    if (gs_real_cuCtxPopCurrent_v2(&popped) != CUDA_SUCCESS) GS_WARN("cannot restore the current context");
+    if (GS_CALL(gs_real_cuCtxPushCurrent_v2, ctx) != CUDA_SUCCESS) return -1;
+    CUresult r = GS_CALL(gs_real_cuCtxGetDevice, dev);
+    if (GS_CALL(gs_real_cuCtxPopCurrent_v2, &popped) != CUDA_SUCCESS) GS_WARN("cannot restore the current context");
     return r == CUDA_SUCCESS ? 0 : -1;
 }
 
 /* Undo the in-flight bookkeeping of an allocation that did not happen. */
-static void unreserve(struct gs_entry *p, uint64_t take, uint64_t grow)
+static void unreserve(struct gs_pool *p, uint64_t take, uint64_t grow)
 {
     lock(p);
-    p->c2 += take;
-    p->size -= take;
-    p->owner -= grow;
+    p->cached += take;
+    p->taken -= take;
+    p->growth -= grow;
     unlock(p);
 }
 
@@ -222,8 +287,12 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
     CUresult (*alloc_from)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
         (CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))real_fn;
 #define CALL_REAL() (from_pool ? alloc_from(dptr, bytes, pool, stream) : alloc(dptr, bytes, stream))
+    /* On a capturing stream this records a graph memory node: nothing is
+     * allocated now, and the graph's memory is charged when it becomes real
+     * (hooks_graph.c). */
+    if (gs_stream_capturing(stream)) return CALL_REAL();
     CUdevice sdev;
-    if (stream_device(stream, &sdev) != 0 && gs_real_cuCtxGetDevice(&sdev) != CUDA_SUCCESS)
+    if (stream_device(stream, &sdev) != 0 && GS_CALL(gs_real_cuCtxGetDevice, &sdev) != CUDA_SUCCESS)
         return CALL_REAL(); /* no stream, no context: the driver reports it */
     int hint = gs_dev_index(sdev);
     if (!from_pool) {
@@ -235,7 +304,7 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
-    struct gs_entry *p = pool_entry(pool, hint);
+    struct gs_pool *p = pool_entry(pool, hint);
     if (p == NULL || (p->flags & GS_POOL_REFUSE) || gs_mode == GS_MODE_FAIL_CLOSED) return CUDA_ERROR_OUT_OF_MEMORY;
     if (p->dev == GS_DEV_NONE) return CALL_REAL(); /* a host-memory pool */
     int idx = (int)p->dev;
@@ -247,14 +316,14 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
     uint64_t step = gs_pool_growth_bytes(idx), take = 0, grow = 0;
     lock(p);
     reconcile_locked(p);
-    int may_grow = p->c2 < bytes;
+    int may_grow = p->cached < bytes;
     if (!may_grow) {
         take = bytes;
-        p->c2 -= take;
-        p->size += take;
+        p->cached -= take;
+        p->taken += take;
     } else {
         grow = worst_growth(bytes, step);
-        p->owner += grow;
+        p->growth += grow;
     }
     unlock(p);
     if (may_grow && (grow == 0 || gs_charge(idx, grow) != 0)) {
@@ -272,17 +341,17 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
                          .owner = (uint64_t)(uintptr_t)pool};
     int tracked = gs_track_insert(&gs_allocs, &a) == 0;
     lock(p);
-    p->size -= take;
-    p->owner -= grow;
+    p->taken -= take;
+    p->growth -= grow;
     /* take + grow >= bytes: the allocation is live, the rest of the growth
      * reservation is cache until reconcile_locked() holds it against what
      * the pool really reserved and gives back what it did not grow by.
      * Untracked, the block is freed at once below and stays in the cache. */
     if (tracked) {
-        p->c1 += bytes;
-        p->c2 += take + grow - bytes;
+        p->live += bytes;
+        p->cached += take + grow - bytes;
     } else {
-        p->c2 += take + grow;
+        p->cached += take + grow;
     }
     reconcile_locked(p);
     unlock(p);
@@ -299,7 +368,7 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
 
 void gs_pool_release(const struct gs_entry *freed)
 {
-    struct gs_entry *p = gs_track_find(&gs_pools, freed->owner, GS_T_POOL);
+    struct gs_pool *p = pool_find((CUmemoryPool)(uintptr_t)freed->owner);
     if (p == NULL) {
         gs_uncharge((int)freed->dev, freed->size);
         return;
@@ -311,29 +380,29 @@ void gs_pool_release(const struct gs_entry *freed)
         return;
     }
     /* Free, but still held by the pool until the driver trims it. */
-    uint64_t sub = p->c1 < freed->size ? p->c1 : freed->size;
-    p->c1 -= sub;
-    p->c2 += sub;
+    uint64_t sub = p->live < freed->size ? p->live : freed->size;
+    p->live -= sub;
+    p->cached += sub;
     reconcile_locked(p);
     unlock(p);
 }
 
 void gs_pool_destroyed(CUmemoryPool pool)
 {
-    struct gs_entry *p = gs_track_find(&gs_pools, (uint64_t)(uintptr_t)pool, GS_T_POOL);
+    struct gs_pool *p = pool_find(pool);
     if (p == NULL) return;
     /* Its cached memory goes back to the card now; allocations still live
      * keep the pool alive in the driver and are given back as they are freed. */
     lock(p);
     p->flags |= GS_POOL_DESTROYED;
-    uint64_t cached = p->c2;
-    p->c2 = 0;
+    uint64_t cached = p->cached;
+    p->cached = 0;
     unlock(p);
     if (p->dev != GS_DEV_NONE) gs_uncharge((int)p->dev, cached);
 }
 
 void gs_pool_trimmed(CUmemoryPool pool)
 {
-    struct gs_entry *p = gs_track_find(&gs_pools, (uint64_t)(uintptr_t)pool, GS_T_POOL);
+    struct gs_pool *p = pool_find(pool);
     if (p != NULL) reconcile(p);
 }

@@ -1,11 +1,13 @@
 /* track.c — what this process holds: handle -> (kind, device, size, owner).
  *
  * A fixed-capacity open-addressing table allocated once with mmap at
- * initialisation.  Inserts, lookups and removals are lock-free: a slot is
- * claimed by CAS on its key (EMPTY or TOMB -> BUSY), filled, then published
- * with a release store of the real key; removal is a CAS from the key to
- * TOMB, so exactly one of two racing frees wins.  Nothing here calls malloc,
- * takes a lock or makes a system call after init.
+ * initialisation.  Inserts and lookups are lock-free: a slot is claimed by
+ * CAS on its key (EMPTY or TOMB -> BUSY), filled, then published with a
+ * release store of the real key; removal is a CAS from the key to TOMB, so
+ * exactly one of two racing frees wins.  Removal and in-place updates hold
+ * the entry's own spin lock for a few instructions, so an update can never
+ * land on a slot that was freed and reused meanwhile.  Nothing here calls
+ * malloc or makes a system call after init.
  *
  * Probing is bounded to GS_PROBE_WINDOW slots from the key's hash.  Freed
  * slots become tombstones that inserts reuse; without the bound, a long-lived
@@ -24,7 +26,6 @@
 #define GS_PROBE_WINDOW 128u
 
 struct gs_table gs_allocs;
-struct gs_table gs_pools;
 
 static uint32_t slot_of(const struct gs_table *t, uint64_t key)
 {
@@ -103,18 +104,53 @@ struct gs_entry *gs_track_find(struct gs_table *t, uint64_t key, uint32_t kinds)
     return NULL;
 }
 
+static void entry_lock(struct gs_entry *s)
+{
+    while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE) != 0)
+        while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED) != 0) {
+        }
+}
+
+static void entry_unlock(struct gs_entry *s)
+{
+    __atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
+}
+
+/* A slot found by key may be taken and reused by another thread before the
+ * finder touches it; the entry's lock, held by every taker, closes that gap:
+ * under it the key cannot change from one live handle to another. */
+int gs_track_update(struct gs_table *t, uint64_t key, uint32_t kinds, int64_t delta, struct gs_entry *after)
+{
+    struct gs_entry *s = gs_track_find(t, key, kinds);
+    if (s == NULL) return 0;
+    entry_lock(s);
+    int ok = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE) == key && (s->kind & kinds) != 0;
+    if (ok) {
+        __atomic_add_fetch(&s->c1, (uint64_t)delta, __ATOMIC_ACQ_REL);
+        *after = *s;
+        after->lock = 0;
+    }
+    entry_unlock(s);
+    return ok;
+}
+
 int gs_track_take(struct gs_table *t, uint64_t key, uint32_t kinds, struct gs_entry *out)
 {
     struct gs_entry *s = gs_track_find(t, key, kinds);
     if (s == NULL) return 0;
+    entry_lock(s);
     struct gs_entry copy = *s;
     uint64_t k = key;
     /* Fields read before the CAS are the winner's to use: once the slot is
      * TOMB another insert may overwrite them.  A lost CAS means a racing
      * free of the same handle won. */
-    if (!__atomic_compare_exchange_n(&s->key, &k, GS_KEY_TOMB, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return 0;
+    int won = (copy.kind & kinds) != 0 &&
+              __atomic_compare_exchange_n(&s->key, &k, GS_KEY_TOMB, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    entry_unlock(s);
+    if (!won) return 0;
     *out = copy;
     out->key = key;
+    out->lock = 0;
     return 1;
 }
 

@@ -112,32 +112,34 @@ enum gs_kind {
     GS_T_ARRAY = 1 << 4,  /* cuArrayCreate / cuArray3DCreate */
     GS_T_MIPMAP = 1 << 5, /* cuMipmappedArrayCreate */
     GS_T_CTX = 1 << 6,    /* cuCtxCreate: size = context charge */
-    GS_T_POOL = 1 << 7    /* memory pool, see pools.c */
+    GS_T_GRAPH = 1 << 7   /* an instantiated graph: owner = CUdevice, size = its allocation nodes' bytes */
 };
 #define GS_DEV_NONE 0xffffffffu /* host memory: tracked, never charged */
 struct gs_entry {
     uint64_t key;   /* atomic: empty, tombstone, busy, or the handle */
     uint32_t kind;  /* one gs_kind */
     uint32_t dev;   /* region device index or GS_DEV_NONE */
-    uint64_t size;  /* bytes charged; POOL: bytes taken from the cache by allocations in flight */
-    uint64_t owner; /* context (MEM, ARRAY, MIPMAP), pool (ASYNC) or handle (MAP); POOL: growth in flight */
-    uint64_t c1;    /* VMM: references + (mappings << 32); POOL: live bytes */
-    uint64_t c2;    /* POOL: cached bytes */
-    uint64_t flags; /* POOL: GS_POOL_* */
-    uint64_t lock;  /* POOL: spin lock over the fields above */
+    uint64_t size;  /* bytes charged */
+    uint64_t owner; /* context (MEM, ARRAY, MIPMAP), pool (ASYNC) or handle (MAP) */
+    uint64_t c1;    /* VMM: references + (mappings << 32) */
+    uint64_t c2;    /* unused */
+    uint64_t flags; /* unused */
+    uint64_t lock;  /* held by gs_track_update and gs_track_take */
 };
 struct gs_table {
     struct gs_entry *e; /* mmap'd; capacity is a power of two */
     uint32_t mask;
 };
 extern struct gs_table gs_allocs; /* pointers, handles, arrays, contexts */
-extern struct gs_table gs_pools;  /* memory pools */
 int gs_track_init(struct gs_table *t, uint32_t capacity);
 void gs_track_drop_all(struct gs_table *t);
 /* 0 inserted; -1 no free slot near the key's hash (table too full). */
 int gs_track_insert(struct gs_table *t, const struct gs_entry *e);
 /* kinds is a mask of gs_kind bits. */
 struct gs_entry *gs_track_find(struct gs_table *t, uint64_t key, uint32_t kinds);
+/* Add delta to the entry's c1 while it still holds key (no thread can take
+ * it meanwhile); 1 and *after = the entry after the update when it was there. */
+int gs_track_update(struct gs_table *t, uint64_t key, uint32_t kinds, int64_t delta, struct gs_entry *after);
 /* Take the entry out of the table; 1 and *out filled when it was there. */
 int gs_track_take(struct gs_table *t, uint64_t key, uint32_t kinds, struct gs_entry *out);
 /* Visit every live entry (slow paths only: the whole table is scanned). */
@@ -183,23 +185,20 @@ void gs_pool_destroyed(CUmemoryPool pool);
 void gs_pool_trimmed(CUmemoryPool pool);
 void gs_pools_reconcile(int dev);
 void gs_pools_reset_process(void);
+int gs_pools_init(void);
 
-/* ---- hooks_cuda.c (used by pools.c) ---------------------------------- */
+/* ---- capture.c ------------------------------------------------------ */
+/* 1 while any stream capture is under way in the process: calls that are
+ * not capture-safe (pool attribute queries, cuStreamGetDevice) are then
+ * avoided, since in the global mode they invalidate any thread's capture. */
+int gs_capturing(void);
+/* 1 when this stream is capturing (its allocations become graph memory,
+ * charged when the graph is instantiated and launched). */
+int gs_stream_capturing(CUstream s);
+void gs_capture_reset_process(void);
+
+/* ---- hooks_*.c (hooks.h has the rest) -------------------------------- */
 CUresult gs_real_free_async(CUdeviceptr dptr, CUstream stream);
-extern CUresult (*gs_real_cuCtxGetDevice)(CUdevice *);
-extern CUresult (*gs_real_cuCtxGetCurrent)(CUcontext *);
-extern CUresult (*gs_real_cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
-extern CUresult (*gs_real_cuDeviceGetCount)(int *);
-extern CUresult (*gs_real_cuDeviceGetUuid_v2)(CUuuid *, CUdevice);
-extern CUresult (*gs_real_cuDeviceGetUuid)(CUuuid *, CUdevice);
-extern CUresult (*gs_real_cuDeviceTotalMem_v2)(size_t *, CUdevice);
-extern CUresult (*gs_real_cuStreamGetDevice)(CUstream, CUdevice *);
-extern CUresult (*gs_real_cuStreamGetCtx)(CUstream, CUcontext *);
-extern CUresult (*gs_real_cuCtxPushCurrent_v2)(CUcontext);
-extern CUresult (*gs_real_cuCtxPopCurrent_v2)(CUcontext *);
-extern CUresult (*gs_real_cuDeviceGetMemPool)(CUmemoryPool *, CUdevice);
-extern CUresult (*gs_real_cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
-extern CUresult (*gs_real_cuMemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
 void gs_hooks_reset_process(void);
 
 #endif
