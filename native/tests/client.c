@@ -511,12 +511,22 @@ static int s_full(void)
  * the threads drive the pool past the cap through a stale view of its
  * cache; this test caught it.) */
 static uint64_t async_peak;
+static pthread_barrier_t async_start; /* every thread holds its 24 MiB before any goes on */
 
 static void *async_thread(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg;
     CUdeviceptr live[16] = {0};
     if (A.cuCtxSetCurrent(ctx0) != CUDA_SUCCESS) __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
+    /* Each thread holds 24 MiB throughout, taken before any thread goes on,
+     * so that 8 of them pass the 128 MiB cap however the scheduler runs
+     * them (on a loaded machine the random part alone sometimes never
+     * reached the cap). */
+    CUdeviceptr held = 0;
+    CUresult hr = A.cuMemAllocAsync(&held, 24 * MiB, NULL);
+    if (hr == CUDA_ERROR_OUT_OF_MEMORY) __atomic_add_fetch(&refusals, 1, __ATOMIC_RELAXED);
+    else if (hr != CUDA_SUCCESS) __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
+    pthread_barrier_wait(&async_start);
     for (int i = 0; i < 2000; i++) {
         int k = rand_r(&seed) % 16;
         if (live[k]) {
@@ -541,6 +551,7 @@ static void *async_thread(void *arg)
     for (int k = 0; k < 16; k++)
         if (live[k] && A.cuMemFreeAsync(live[k], NULL) != CUDA_SUCCESS)
             __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
+    if (held && A.cuMemFreeAsync(held, NULL) != CUDA_SUCCESS) __atomic_add_fetch(&violations, 1, __ATOMIC_RELAXED);
     return NULL;
 }
 
@@ -548,6 +559,7 @@ static int s_threads_async(void)
 {
     if (start()) return 1;
     pthread_t t[8];
+    pthread_barrier_init(&async_start, NULL, 8);
     for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, async_thread, (void *)(uintptr_t)(i * 104729 + 1));
     for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
     CHECK(violations == 0, "%d failed calls", violations);
