@@ -50,6 +50,7 @@ enum { M_CTX = 0xc7c7c7c7, M_STREAM = 0x57575757, M_POOL = 0x90909090, M_VMM = 0
 struct fctx {
     uint32_t magic;
     int ordinal, phys, primary, refs, alive;
+    size_t limits[3]; /* stack, printf FIFO, malloc heap; 0 = the default */
 };
 struct fgraph;
 struct fstream {
@@ -335,6 +336,7 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice d)
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
@@ -1219,6 +1221,48 @@ API CUresult cuGetErrorName(CUresult e, const char **s)
 }
 
 
+/* ---- context limits --------------------------------------------------------
+ * What the driver reserves for them, per context: the malloc heap and the
+ * printf FIFO their size, the stack its size for every thread the device
+ * can hold at once (132 SMs x 2048 threads on an H100: 1 KiB -> 264 MiB,
+ * 16 KiB -> 4.1 GiB).  Defaults as the real driver's. */
+#define FAKE_THREADS (132ull * 2048ull)
+static const size_t limit_default[3] = {1024, 1u << 20, 8u << 20}; /* stack, printf FIFO, malloc heap */
+
+static int limit_index(CUlimit l)
+{
+    return l == CU_LIMIT_STACK_SIZE ? 0 : l == CU_LIMIT_PRINTF_FIFO_SIZE ? 1 : l == CU_LIMIT_MALLOC_HEAP_SIZE ? 2 : -1;
+}
+
+static uint64_t limit_reserve(int k, size_t v)
+{
+    return k == 0 ? (uint64_t)v * FAKE_THREADS : (uint64_t)v;
+}
+
+API CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
+{
+    NEED_INIT();
+    NEED_CTX(c);
+    int k = limit_index(limit);
+    if (k < 0 || value == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *value = c->limits[k] ? c->limits[k] : limit_default[k];
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    NEED_INIT();
+    NEED_CTX(c);
+    int k = limit_index(limit);
+    if (k < 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t old = c->limits[k] ? c->limits[k] : limit_default[k];
+    uint64_t was = limit_reserve(k, old), now = limit_reserve(k, value);
+    if (now > was && fake_phys_take(c->phys, now - was) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (now < was) fake_phys_give(c->phys, was - now);
+    c->limits[k] = value;
+    return CUDA_SUCCESS;
+}
+
 /* ---- stream capture and graph memory ---------------------------------------
  * A capturing stream's cuMemAllocAsync records a memory allocation node (no
  * memory yet).  Graph memory becomes real when an instantiated graph is
@@ -1626,6 +1670,8 @@ static const struct entry table[] = {
     E("cuMemGetInfo", 3020, cuMemGetInfo_v2),
     E("cuMemAlloc", 2000, cuMemAlloc),
     E("cuMemAlloc", 3020, cuMemAlloc_v2),
+    E("cuCtxSetLimit", 3010, cuCtxSetLimit),
+    E("cuCtxGetLimit", 3010, cuCtxGetLimit),
     E("cuStreamBeginCapture", 10000, cuStreamBeginCapture),
     E("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
     E("cuStreamEndCapture", 10000, cuStreamEndCapture),

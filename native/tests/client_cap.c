@@ -186,11 +186,42 @@ static int s_capture(const struct api *A)
     return 0;
 }
 
+/* cuCtxSetLimit under a 1g cap: the increase over the defaults charged,
+ * refused past the cap, given back when lowered. */
+static int s_ctx_limits(const struct api *A)
+{
+    OK(A->cuInit(0));
+    CUcontext c;
+    OK(A->cuDevicePrimaryCtxRetain(&c, 0));
+    OK(A->cuCtxSetCurrent(c));
+    SYM(cuCtxSetLimit);
+    CHECK(f_cuCtxSetLimit != NULL, "no cuCtxSetLimit");
+    uint64_t base = shard_used(A);
+    CUresult r = f_cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 2ull << 30);
+    CHECK(r == CUDA_ERROR_OUT_OF_MEMORY, "a 2g heap under a 1g cap: %d", (int)r);
+    OK(f_cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 256ull << 20));
+    CHECK(shard_used(A) == base + (248ull << 20), "a 256m heap (8m default) charged %llu",
+          (unsigned long long)(shard_used(A) - base));
+    r = f_cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 16384);
+    CHECK(r == CUDA_ERROR_OUT_OF_MEMORY, "16 KiB of stack (3.9 GiB on an H100-sized device) under 1g: %d", (int)r);
+    OK(f_cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 2048)); /* 1 KiB more x 270,336 threads = 264 MiB */
+    CHECK(shard_used(A) == base + (248ull << 20) + 1024ull * 270336, "stack charged %llu",
+          (unsigned long long)(shard_used(A) - base));
+    OK(f_cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 65ull << 20));
+    OK(f_cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 8ull << 20));
+    OK(f_cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 1024));
+    OK(f_cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 1ull << 20));
+    CHECK(shard_used(A) == base, "back to the defaults: %llu over", (unsigned long long)(shard_used(A) - base));
+    printf("ok\n");
+    return 0;
+}
+
 int cap_scenario(const struct api *A, const char *s, int argc, char **argv)
 {
     if (!strcmp(s, "try") && argc > 3) return s_try(A, argv[3]);
     if (!strcmp(s, "procs") && argc > 3) return s_procs(A, argv[3]);
     if (!strcmp(s, "pitch-legacy")) return s_pitch_legacy(A);
     if (!strcmp(s, "capture")) return s_capture(A);
+    if (!strcmp(s, "ctx-limits")) return s_ctx_limits(A);
     return -1;
 }

@@ -325,6 +325,30 @@ static int t_capture(const void *arg)
     return 0;
 }
 
+static int t_ctx_limits(const void *arg)
+{
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
+    return run(env, "link", "ctx-limits", NULL, NULL);
+}
+
+/* A program that runs the driver in a dlmopen namespace of its own works
+ * with the interposer preloaded as without it. */
+static int t_dlmopen(const void *arg)
+{
+    const char *native[] = {"-LD_PRELOAD", NULL};
+    const char *interposed[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
+    const char *saved = program;
+    program = DLMOPEN_CLIENT;
+    int a = run(native, NULL, NULL, NULL, NULL);
+    int b = a == 0 ? run(interposed, NULL, NULL, NULL, NULL) : 1;
+    program = saved;
+    char why[sizeof h_why];
+    snprintf(why, sizeof why, "%s", h_why);
+    if (a) return h_fail("without the interposer: %s", why);
+    if (b) return h_fail("with the interposer: %s", why);
+    return 0;
+}
+
 static void add_limits_tests(struct t *tests, int *n)
 {
 #define ADDL(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -347,5 +371,7 @@ static void add_limits_tests(struct t *tests, int *n)
     ADDL("hidden memory seen by NVML turns into a clean OOM through real_bytes", t_hidden_then_correction, NULL);
     ADDL("legacy cuMemAllocPitch refuses what the driver padded past the cap", t_pitch_legacy, NULL);
     ADDL("stream capture with stream-ordered allocations is not invalidated; graph memory charged at launch, refused past the cap, released on destroy + trim", t_capture, NULL);
+    ADDL("cuCtxSetLimit: heap, stack and printf FIFO charged, refused past the cap, given back", t_ctx_limits, NULL);
+    ADDL("a dlmopen program works under the interposer as without it", t_dlmopen, NULL);
 #undef ADDL
 }

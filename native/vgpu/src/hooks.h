@@ -8,6 +8,7 @@
  *   hooks_vmm.c     cuMemCreate / Map / Unmap / Release
  *   hooks_array.c   arrays and mipmapped arrays
  *   hooks_ctx.c     contexts and the primary context
+ *   hooks_limit.c   cuCtxSetLimit (stack, printf FIFO, malloc heap)
  *   hooks_graph.c   graph memory (instantiate, upload, launch, trim, destroy)
  *   hooks_info.c    what the process is told (cuMemGetInfo, cuDeviceTotalMem)
  *   capture.c       stream capture begun and ended (what may be called meanwhile) */
@@ -135,7 +136,10 @@ typedef struct {
     X(CUresult, cuDeviceGetGraphMemAttribute, (CUdevice, CUgraphMem_attribute, void *))                  \
     X(CUresult, cuGraphGetNodes, (CUgraph, CUgraphNode *, size_t *))                                     \
     X(CUresult, cuGraphNodeGetType, (CUgraphNode, CUgraphNodeType *))                                    \
-    X(CUresult, cuGraphMemAllocNodeGetParams, (CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS *))
+    X(CUresult, cuGraphMemAllocNodeGetParams, (CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS *))                \
+    X(CUresult, cuCtxSetLimit, (CUlimit, size_t))                                                        \
+    X(CUresult, cuCtxGetLimit, (size_t *, CUlimit))                                                      \
+    X(CUresult, cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))
 
 #define GS_DECLARE_REAL(ret, name, args) extern ret(*gs_real_##name) args;
 GS_CUDA_REAL(GS_DECLARE_REAL)
@@ -174,6 +178,7 @@ int gs_charge_current(uint64_t bytes, int *idx, CUcontext *ctx);
 void gs_drop_owned(struct gs_entry *e, void *ctx);
 void gs_ctx_reset_process(void);
 void gs_graph_reset_process(void);
+void gs_limit_reset_process(void);
 
 /* The hooks with no prototype in cuda.h (legacy ABI), for the table. */
 CUresult cuMemAlloc(CUdeviceptr32 *dptr, unsigned int bytesize);

@@ -11,6 +11,7 @@ void gs_hooks_reset_process(void)
 {
     gs_ctx_reset_process();
     gs_graph_reset_process();
+    gs_limit_reset_process();
     gs_untracked_reset();
 }
 
@@ -81,6 +82,9 @@ const struct gs_hook gs_cuda_hooks[] = {
     CALLS(cuGraphGetNodes),
     CALLS(cuGraphNodeGetType),
     CALLS(cuGraphMemAllocNodeGetParams),
+    HOOK(cuCtxSetLimit),
+    CALLS(cuCtxGetLimit),
+    CALLS(cuDeviceGetAttribute),
     HOOK(cuMemGetInfo),
     HOOK(cuMemGetInfo_v2),
     HOOK(cuDeviceTotalMem),

@@ -53,13 +53,13 @@ static void *real_dlsym(void *handle, const char *name)
     return f != NULL ? f(handle, name) : NULL;
 }
 
-static void *hook_for_name(const char *name)
+static const struct gs_hook *hook_for_name(const char *name)
 {
     const struct gs_hook *tables[] = {gs_cuda_hooks, gs_nvml_hooks};
     const size_t counts[] = {gs_cuda_hook_count, gs_nvml_hook_count};
     for (int t = 0; t < 2; t++)
         for (size_t i = 0; i < counts[t]; i++)
-            if (tables[t][i].hook != NULL && strcmp(tables[t][i].name, name) == 0) return tables[t][i].hook;
+            if (tables[t][i].hook != NULL && strcmp(tables[t][i].name, name) == 0) return &tables[t][i];
     return NULL;
 }
 
@@ -112,8 +112,19 @@ void *gs_dlsym(void *handle, const char *name)
     if (handle == RTLD_NEXT || p == NULL) return p;
     int nvml = strncmp(name, "nvml", 4) == 0;
     if (!nvml && (name[0] != 'c' || name[1] != 'u')) return p;
-    void *h = hook_for_name(name);
-    if (h == NULL) return p;
+    const struct gs_hook *hk = hook_for_name(name);
+    if (hk == NULL) return p;
+    void *h = hk->hook;
+    /* A copy of the driver in another link-map namespace (dlmopen) is not
+     * the one we interpose: answering with our hook would send some of the
+     * program's calls to one copy and the rest to the other (its cuInit to
+     * ours, its cuDeviceGet to its own: CUDA_ERROR_NOT_INITIALIZED).  Such a
+     * program runs on its own copy, uncounted here; the agent's NVML
+     * ground truth sees what it takes (docs/interposer.md). */
+    if (p != h) {
+        if ((nvml ? gs_resolve_nvml() : gs_resolve_cuda()) != 0) return p;
+        if (__atomic_load_n(hk->real, __ATOMIC_RELAXED) != p) return p;
+    }
     /* A global lookup that found only our export: without the driver
      * loaded, the answer is "no such symbol", as it would be without us
      * (programs probe for CUDA this way). */
