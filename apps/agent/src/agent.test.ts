@@ -533,6 +533,31 @@ describe('agent', () => {
     assert.equal(shardContainers(HOST).find((c) => c.shardId === 's-adopt')?.state, 'running');
   });
 
+  it('launches afresh a shard whose container was created but never started (the agent was killed between create and start)', async () => {
+    const launched = await controlPlane.command(HOST, { type: 'launch', shard: spec('s-created') });
+    assert.ok(launched.ok && launched.result.type === 'launch');
+    await agent!.stop();
+    // What a kill between `docker create` and `docker start` leaves: the shard's container,
+    // with its name and labels, created and never started.
+    const made = inspect(launched.result.containerId!);
+    docker('rm', '-f', made.Id);
+    const labels = Object.entries(made.Config.Labels as Record<string, string>).flatMap(
+      ([key, value]) => ['--label', `${key}=${value}`],
+    );
+    const created = docker('create', '--name', made.Name.slice(1), ...labels, IMAGE);
+    assert.equal(inspect(created).State.Status, 'created');
+    const since = controlPlane.states.length;
+    agent = await startAgent();
+    const running = await controlPlane.waitForState('s-created', 'RUNNING', 15_000, since);
+    const containers = shardContainers(HOST).filter((c) => c.shardId === 's-created');
+    assert.deepEqual(
+      containers.map((c) => [c.id, c.state]),
+      [[running.containerId, 'running']],
+      'one container for the shard, running, and not the one that never started',
+    );
+    assert.notEqual(running.containerId, created);
+  });
+
   it('pulls an absent image from a registry, with progress, and reports a pull that fails', async () => {
     registry = await startRegistry();
     const remote = `${registry.address}/gpushards-test/pulled:${process.pid}`;

@@ -31,6 +31,18 @@ export const SHARD_STATES = [
   'VANISHED', // the container went away without the agent removing it
 ] as const;
 export const shardStateSchema = z.enum(SHARD_STATES);
+
+/** Docker's words for a container's state (State.Status). */
+export const CONTAINER_STATUSES = [
+  'created',
+  'running',
+  'paused',
+  'restarting',
+  'exited',
+  'dead',
+  'removing',
+] as const;
+export type ContainerStatus = (typeof CONTAINER_STATUSES)[number];
 export type ShardState = z.infer<typeof shardStateSchema>;
 
 export const MAX_GPUS_PER_HOST = 64;
@@ -300,9 +312,20 @@ export const reconcileRequestSchema = z
           shardId: shardIdSchema,
           containerId: containerIdSchema,
           running: z.boolean(),
+          /** Docker's state word when the agent looked (libs/limits' convergence table reads it). */
+          status: z.enum(CONTAINER_STATUSES).optional(),
+          /** With status `exited`. */
+          exitCode: z.int().optional(),
+          /** The agent is launching or stopping it: its outcome follows as events. */
+          busy: z.boolean().optional(),
         }),
       )
       .max(MAX_SHARDS_PER_HOST),
+    /**
+     * When the agent looked at its containers; the control plane does not settle a shard from
+     * this report when it applied an event of that shard at or after this time.
+     */
+    observedAt: timestampSchema.optional(),
   })
   .describe('reconcile request');
 export type ReconcileRequest = z.infer<typeof reconcileRequestSchema>;

@@ -112,6 +112,15 @@ export class DockerRuntime {
     }
   }
 
+  async unpauseContainer(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).unpause();
+    } catch (error) {
+      if (statusCode(error) === 409 && /not paused/i.test(errorMessage(error))) return;
+      throw runtimeError(`cannot unpause container ${id}`, error);
+    }
+  }
+
   /** SIGTERM, then SIGKILL after graceSeconds (Docker's stop). False if it was not running. */
   async stopContainer(id: string, graceSeconds: number): Promise<boolean> {
     try {

@@ -91,7 +91,9 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     });
     await this.register();
     this.every(this.config.heartbeatSeconds, 'heartbeat', () => this.heartbeats.beat(), true);
-    this.every(this.config.reconcileSeconds, 'reconcile', () => this.reconcile(), false);
+    // At once, not a period later: what changed while the agent was away (containers that
+    // exited, stops that were lost, containers adopted) settles now.
+    this.every(this.config.reconcileSeconds, 'reconcile', () => this.reconcile(), true);
     this.enforcement.start();
     this.logger.info(
       {

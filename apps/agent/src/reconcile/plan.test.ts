@@ -55,6 +55,42 @@ describe('planReconcile', () => {
       { desired: [spec('launched-meanwhile')], stoppedShardIds: ['stop-me'] },
       new Set(['new', 'stop-me', 'launched-meanwhile']),
     );
-    assert.deepEqual(plan, { launch: [], applyLimits: [], stop: [], remove: [] });
+    assert.deepEqual(plan, {
+      launch: [],
+      applyLimits: [],
+      unpause: [],
+      stop: [],
+      discard: [],
+      remove: [],
+    });
+  });
+
+  it('launches afresh a desired shard whose container was created but never started (the agent died in between)', () => {
+    const adopted: KnownShard = { shardId: 'created', state: 'EXITED', observed: 'created' };
+    const plan = planReconcile(
+      [adopted, { shardId: 'exited', state: 'EXITED', observed: 'exited' }],
+      { desired: [spec('created'), spec('exited')], stoppedShardIds: [] },
+      new Set(),
+    );
+    assert.deepEqual(ids(plan.launch), ['created']);
+    // An exited container is the control plane's to settle: not restarted.
+    assert.deepEqual(plan.stop, []);
+  });
+
+  it('unpauses paused shards that should run, stops paused ones that should not, removes dead containers', () => {
+    const plan = planReconcile(
+      [
+        { shardId: 'paused-run', state: 'RUNNING', observed: 'paused' },
+        { shardId: 'paused-stop', state: 'RUNNING', observed: 'paused' },
+        { shardId: 'dead', state: 'RUNNING', observed: 'dead' },
+        { shardId: 'exited-stop', state: 'RUNNING', observed: 'exited' },
+      ],
+      { desired: [spec('paused-run')], stoppedShardIds: ['paused-stop', 'dead', 'exited-stop'] },
+      new Set(),
+    );
+    assert.deepEqual(plan.unpause, ['paused-run']);
+    assert.deepEqual(plan.stop, ['paused-stop']);
+    assert.deepEqual(plan.discard, ['dead']);
+    assert.deepEqual(ids(plan.launch), []);
   });
 });

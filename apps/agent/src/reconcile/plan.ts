@@ -1,9 +1,12 @@
+import { containerActionFor, type ContainerKind, type DesiredContainer } from '@gpushards/limits';
 import type { ShardLaunchSpec, ShardState } from '@gpushards/protocol';
 
 /** What the agent knows of a shard when a reconcile reply arrives. */
 export interface KnownShard {
   readonly shardId: string;
   readonly state: ShardState;
+  /** What Docker last said of its container (absent when it has none). */
+  readonly observed?: ContainerKind;
 }
 
 export interface DesiredState {
@@ -12,28 +15,46 @@ export interface DesiredState {
 }
 
 export interface ReconcilePlan {
-  /** Desired shards this agent has never heard of (a lost launch, a lost container). */
+  /**
+   * Desired shards to launch: those this agent has no trace of (a lost launch, a lost
+   * container) and those whose container was created but never started (the agent died
+   * between create and start): that container is replaced.
+   */
   readonly launch: readonly ShardLaunchSpec[];
   /** Desired shards that run: their caps are written again, in case a resize was lost. */
   readonly applyLimits: readonly ShardLaunchSpec[];
+  /** Shards whose container is paused and should run. */
+  readonly unpause: readonly string[];
   /** Shards that must stay stopped but run (or are being launched). */
   readonly stop: readonly string[];
+  /** Dead containers: removed (the shard is kept; the control plane settles it). */
+  readonly discard: readonly string[];
   /** Shards the control plane does not list: container and region folder removed. */
   readonly remove: readonly string[];
 }
 
-const ACTIVE: ReadonlySet<ShardState> = new Set(['PULLING', 'STARTING', 'RUNNING']);
+/** Launching or pulling: the outcome follows as events. */
+const BUSY: ReadonlySet<ShardState> = new Set(['PULLING', 'STARTING']);
+
+/** Reported ends: a known shard without a container is not launched again (no restart loop). */
+const ENDED: ReadonlySet<ShardState> = new Set(['EXITED', 'FAILED', 'STOPPED', 'VANISHED']);
+
+/** What a known shard's container is, by what Docker said or else by its last report. */
+export function observedKind(shard: KnownShard): ContainerKind {
+  if (shard.observed !== undefined) return shard.observed;
+  return shard.state === 'RUNNING' ? 'running' : 'absent';
+}
 
 /**
- * Turns a reconcile (or register) reply into actions, following libs/protocol's README:
- * `desired` must run, `stoppedShardIds` must stay stopped, anything else goes. Shards in
- * `skip` got a command after the request was sent, so the reply may be older than that
- * command: they are left for the next round.
+ * Turns a reconcile (or register) reply into actions by the convergence table's container
+ * half (libs/limits containerActionFor): `desired` must run, `stoppedShardIds` must stay
+ * stopped, anything else goes. Shards in `skip` got a command or changed after the request
+ * was sent, so the reply may be older than that: they are left for the next round.
  *
- * A desired shard that the agent knows but that does not run (it exited, failed or its
- * container vanished) is not started again here: the agent reported that state, and the
- * control plane decides with a launch command. Reconciliation only launches shards the
- * agent has no trace of, so a crashing shard is not restarted in a loop.
+ * A desired shard that the agent knows ended (it exited, failed, was stopped or vanished) is
+ * not started again here: the agent reported that, and the control plane decides. So a
+ * crashing shard is not restarted in a loop; an exited container is the control plane's to
+ * settle (EXITED).
  */
 export function planReconcile(
   known: readonly KnownShard[],
@@ -43,23 +64,51 @@ export function planReconcile(
   const byId = new Map(known.map((shard) => [shard.shardId, shard]));
   const desiredIds = new Set(reply.desired.map((spec) => spec.shardId));
   const stoppedIds = new Set(reply.stoppedShardIds);
-  const launch: ShardLaunchSpec[] = [];
-  const applyLimits: ShardLaunchSpec[] = [];
+  const plan = {
+    launch: [] as ShardLaunchSpec[],
+    applyLimits: [] as ShardLaunchSpec[],
+    unpause: [] as string[],
+    stop: [] as string[],
+    discard: [] as string[],
+    remove: [] as string[],
+  };
   for (const spec of reply.desired) {
     if (skip.has(spec.shardId)) continue;
     const shard = byId.get(spec.shardId);
-    if (shard === undefined) launch.push(spec);
-    else if (shard.state === 'RUNNING') applyLimits.push(spec);
-  }
-  const stop: string[] = [];
-  const remove: string[] = [];
-  for (const shard of known) {
-    if (skip.has(shard.shardId) || desiredIds.has(shard.shardId)) continue;
-    if (stoppedIds.has(shard.shardId)) {
-      if (ACTIVE.has(shard.state)) stop.push(shard.shardId);
-    } else {
-      remove.push(shard.shardId);
+    if (shard !== undefined && BUSY.has(shard.state)) continue;
+    const kind = shard === undefined ? 'absent' : observedKind(shard);
+    switch (act('run', kind)) {
+      case 'launch':
+        if (shard === undefined || !ENDED.has(shard.state)) plan.launch.push(spec);
+        break;
+      case 'relaunch':
+        plan.launch.push(spec);
+        break;
+      case 'unpause':
+        plan.unpause.push(spec.shardId);
+        break;
+      case 'remove':
+        plan.discard.push(spec.shardId);
+        break;
+      case 'stop':
+      case 'none':
+        if (kind === 'running' && shard?.state === 'RUNNING') plan.applyLimits.push(spec);
+        break;
     }
   }
-  return { launch, applyLimits, stop, remove };
+  for (const shard of known) {
+    if (skip.has(shard.shardId) || desiredIds.has(shard.shardId)) continue;
+    if (!stoppedIds.has(shard.shardId)) {
+      plan.remove.push(shard.shardId);
+      continue;
+    }
+    const action = act('stopped', observedKind(shard));
+    if (action === 'stop' || BUSY.has(shard.state)) plan.stop.push(shard.shardId);
+    else if (action === 'remove') plan.discard.push(shard.shardId);
+  }
+  return plan;
+}
+
+function act(desired: DesiredContainer, kind: ContainerKind) {
+  return containerActionFor(desired, kind);
 }

@@ -5,7 +5,9 @@ import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { AGENT_LINK, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { ShardsService } from '../shards/shards.service.js';
-import { planReconcile, type DesiredState } from './plan.js';
+import { observedKind, planReconcile, type DesiredState } from './plan.js';
+
+const BUSY: ReadonlySet<string> = new Set(['PULLING', 'STARTING']);
 
 /**
  * Level-triggered reconciliation: report every shard container, receive what should run,
@@ -26,25 +28,33 @@ export class ReconcileService {
 
   /** One round: sweep Docker, ask the control plane, act on its answer. */
   async reconcileOnce(): Promise<void> {
+    const observedAt = new Date().toISOString();
     await this.shards.sweep();
     const mark = this.shards.commandMark();
-    const containers = this.shards.list().flatMap((shard) =>
-      shard.containerId === undefined
-        ? []
-        : [
-            {
-              shardId: shard.shardId,
-              containerId: shard.containerId,
-              // A starting container is not a stopped one: reported as stopped, a control
-              // plane that already applied its RUNNING event would end the shard.
-              running: shard.state === 'RUNNING' || shard.state === 'STARTING',
-            },
-          ],
-    );
+    const containers = this.shards.list().flatMap((shard) => {
+      if (shard.containerId === undefined) return [];
+      const busy = shard.pull !== undefined || BUSY.has(shard.state);
+      const kind = observedKind(shard);
+      return [
+        {
+          shardId: shard.shardId,
+          containerId: shard.containerId,
+          // A starting container is not a stopped one: reported as stopped, an older control
+          // plane that already applied its RUNNING event would end the shard.
+          running: kind === 'running' || busy,
+          ...(busy || kind === 'absent' ? {} : { status: kind }),
+          ...(kind === 'exited' && shard.exitCode !== undefined
+            ? { exitCode: shard.exitCode }
+            : {}),
+          ...(busy ? { busy } : {}),
+        },
+      ];
+    });
     const reply: ReconcileReply = await this.link.reconcile({
       protocolVersion: PROTOCOL_VERSION,
       hostId: this.config.hostId,
       containers,
+      observedAt,
     });
     await this.apply(reply, mark);
   }
@@ -56,13 +66,20 @@ export class ReconcileService {
   async apply(desired: DesiredState, mark: number): Promise<void> {
     const skip = this.shards.commandedSince(mark);
     const plan = planReconcile(this.shards.list(), desired, skip);
-    const count = plan.launch.length + plan.stop.length + plan.remove.length;
+    const count =
+      plan.launch.length +
+      plan.stop.length +
+      plan.remove.length +
+      plan.unpause.length +
+      plan.discard.length;
     if (count > 0) {
       this.logger.info(
         {
           launch: plan.launch.map((spec) => spec.shardId),
           stop: plan.stop,
           remove: plan.remove,
+          unpause: plan.unpause,
+          discard: plan.discard,
           skipped: [...skip],
         },
         'reconciling',
@@ -78,6 +95,14 @@ export class ReconcileService {
       ...plan.stop.map((shardId) =>
         this.attempt('stop', shardId, () =>
           this.shards.stop(shardId, this.config.stopGraceSeconds),
+        ),
+      ),
+      ...plan.unpause.map((shardId) =>
+        this.attempt('unpause', shardId, () => this.shards.unpause(shardId)),
+      ),
+      ...plan.discard.map((shardId) =>
+        this.attempt('remove the dead container of', shardId, () =>
+          this.shards.discardContainer(shardId),
         ),
       ),
       ...plan.remove.map((shardId) =>

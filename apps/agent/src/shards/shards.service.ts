@@ -1,4 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { observationOf, type ContainerKind } from '@gpushards/limits';
 import {
   stripReservedEnvKeys,
   type GpuLimit,
@@ -32,6 +33,10 @@ export interface ShardRecord {
   containerId?: string;
   /** The last state reported (or found when adopting a container). */
   state: ShardState;
+  /** What Docker last said of the container (the sweep, events, the agent's own acts). */
+  observed?: ContainerKind;
+  /** With observed `exited`. */
+  exitCode?: number;
   gpuUuids: readonly string[];
   /** Set while the image is pulled; aborted by a stop or delete that comes meanwhile. */
   pull?: AbortController;
@@ -237,6 +242,12 @@ export class ShardsService {
       const record = this.records.get(event.shardId);
       // Events of containers the agent replaced or removed itself find no record for them.
       if (record === undefined || record.containerId !== event.containerId) return;
+      if (event.action === 'die') {
+        record.observed = 'exited';
+        record.exitCode = event.exitCode ?? record.exitCode;
+      } else if (event.action === 'start') {
+        record.observed = 'running';
+      }
       if (event.action === 'die' && record.state === 'RUNNING') {
         await this.report(record, 'EXITED', {
           containerId: event.containerId,
@@ -244,6 +255,7 @@ export class ShardsService {
         });
       } else if (event.action === 'destroy') {
         record.containerId = undefined;
+        record.observed = 'absent';
         await this.report(record, 'VANISHED', {
           containerId: event.containerId,
           reason: 'the container was removed by something other than the agent',
@@ -281,6 +293,37 @@ export class ShardsService {
     );
   }
 
+  /** Resumes a paused shard container (reconcile: a shard that should run). */
+  unpause(shardId: string): Promise<void> {
+    return this.mutex.run(shardId, async () => {
+      const record = this.records.get(shardId);
+      if (record?.containerId === undefined) return;
+      await this.docker.unpauseContainer(record.containerId);
+      record.observed = 'running';
+      if (record.state !== 'RUNNING') {
+        await this.report(record, 'RUNNING', { containerId: record.containerId });
+      }
+    });
+  }
+
+  /**
+   * Removes a dead container and reports the shard FAILED (reconcile); the agent keeps the
+   * shard, so the control plane's next answer decides what follows.
+   */
+  discardContainer(shardId: string): Promise<void> {
+    return this.mutex.run(shardId, async () => {
+      const record = this.records.get(shardId);
+      if (record?.containerId === undefined) return;
+      const containerId = record.containerId;
+      await this.docker.removeContainer(containerId);
+      record.containerId = undefined;
+      record.observed = 'absent';
+      if (record.state !== 'FAILED') {
+        await this.report(record, 'FAILED', { containerId, reason: 'its container was dead' });
+      }
+    });
+  }
+
   /** Writes the desired caps of a running shard into its region (reconcile). */
   applyLimits(spec: ShardLaunchSpec): Promise<void> {
     return this.mutex.run(spec.shardId, async () => {
@@ -310,20 +353,25 @@ export class ShardsService {
       const status = await this.docker.status(keep.id);
       if (status === undefined) return;
       // Adopted: a shard container of this host that the agent did not know (it restarted).
+      const observed = observationOf(status.state, status.exitCode);
       this.records.set(shardId, {
         shardId,
         teamId: keep.teamId,
         containerId: keep.id,
         state: status.running ? 'RUNNING' : (record?.state ?? 'EXITED'),
+        observed: observed.kind,
+        exitCode: status.exitCode,
         gpuUuids: keep.gpuUuids,
       });
       this.logger.info(
-        { shardId, teamId: keep.teamId, containerId: keep.id, running: status.running },
+        { shardId, teamId: keep.teamId, containerId: keep.id, status: status.state },
         'adopted a shard container',
       );
       return;
     }
     const status = await this.docker.status(tracked);
+    record.observed = status === undefined ? 'absent' : observationOf(status.state).kind;
+    if (status !== undefined) record.exitCode = status.exitCode;
     if (status === undefined) {
       record.containerId = undefined;
       await this.report(record, 'VANISHED', {
@@ -421,10 +469,13 @@ export class ShardsService {
         ...(this.gpus.simulatedDriver ? { simulatedDriver: this.gpus.simulatedDriver } : {}),
       });
       record.containerId = await this.docker.createContainer(options);
+      record.observed = 'created';
       await this.docker.startContainer(record.containerId);
+      record.observed = 'running';
     } catch (error) {
       const containerId = record.containerId;
       record.containerId = undefined;
+      record.observed = 'absent';
       if (containerId !== undefined) {
         await this.docker
           .removeContainer(containerId)
@@ -452,6 +503,8 @@ export class ShardsService {
     details: StateDetails = {},
   ): Promise<void> {
     record.state = state;
+    // A reconcile reply to a request sent before this change may not reflect it.
+    this.lastCommand.set(record.shardId, ++this.commandCount);
     await this.reporter.report(record.shardId, record.teamId, state, details);
   }
 }

@@ -9,7 +9,13 @@ import {
   type ShardLaunchSpec,
   type ShardStateEvent,
 } from '@gpushards/protocol';
-import { nextOnReport, RUNNABLE_STATES } from '@gpushards/limits';
+import {
+  converge,
+  nextOnReport,
+  observationOf,
+  RUNNABLE_STATES,
+  type ContainerObservation,
+} from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
 import { PrismaService, type ShardState } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
@@ -229,11 +235,14 @@ export class AgentReportsService {
   }
 
   /**
-   * The agent's periodic report of its shard containers. Settles what events may have missed
-   * (a STOPPING shard whose container is gone or stopped is STOPPED; a PLACED or STARTING one
-   * whose container runs is RUNNING; a RUNNING one whose container is there but stopped is
-   * EXITED, since its exit event was lost), brings an OFFLINE host back, and replies with what
-   * should run. NOT_FOUND for a host that never registered (it must register first).
+   * The agent's report of its shard containers (periodic, and at once after it starts). Each
+   * shard of the host that should run or is stopping is settled by the convergence table
+   * (libs/limits converge) against what the agent observed of its container: a STOPPING shard
+   * whose container is stopped or gone is STOPPED, a PLACED or STARTING one whose container
+   * runs is RUNNING, one whose container exited is EXITED, a dead container FAILED. Shards the
+   * agent is busy with, or with an event applied since it looked, wait for the next round.
+   * Brings an OFFLINE host back, and replies with what should run. NOT_FOUND for a host that
+   * never registered (it must register first).
    */
   async reconcile(hostId: string, request: ReconcileRequest): Promise<ReconcileReply> {
     const host = await this.prisma.host.findUnique({
@@ -242,10 +251,8 @@ export class AgentReportsService {
     });
     if (host === null) throw new NotFoundError('host', hostId);
     const running = new Set(request.containers.filter((c) => c.running).map((c) => c.shardId));
-    const containerOf = new Map(request.containers.map((c) => [c.shardId, c.containerId]));
-    const stoppedContainers = new Set(
-      request.containers.filter((c) => !c.running).map((c) => c.shardId),
-    );
+    const reported = new Map(request.containers.map((c) => [c.shardId, c]));
+    const observedAt = request.observedAt === undefined ? undefined : new Date(request.observedAt);
     const now = this.clock.now();
     if (host.state === 'OFFLINE') await this.liveness.revive(hostId, running, now);
     const effects = new CommitEffects();
@@ -257,33 +264,27 @@ export class AgentReportsService {
         'STOPPING',
       ]);
       for (const shard of shards) {
-        const isRunning = running.has(shard.id);
-        if (shard.state === 'STOPPING' && !isRunning) {
-          await this.lifecycle.moveTo(tx, shard, 'STOPPED', 'stopped', {}, effects, now);
-        } else if (shard.state === 'RUNNING' && stoppedContainers.has(shard.id)) {
-          const failureReason = 'its container was found stopped by reconciliation';
-          await this.lifecycle.moveTo(
-            tx,
-            shard,
-            'EXITED',
-            'exited',
-            { failureReason },
-            effects,
-            now,
-          );
-        } else if (shard.state !== 'STOPPING' && shard.state !== 'RUNNING' && isRunning) {
-          // The container id too: a container adopted by a restarted agent sends no event.
-          const containerId = containerOf.get(shard.id);
-          await this.lifecycle.moveTo(
-            tx,
-            shard,
-            'RUNNING',
-            'started',
-            { startedAt: now, ...(containerId === undefined ? {} : { containerId }) },
-            effects,
-            now,
-          );
+        const container = reported.get(shard.id);
+        if (container?.busy === true) continue;
+        if (
+          observedAt !== undefined &&
+          shard.lastEventAt !== null &&
+          shard.lastEventAt.getTime() >= observedAt.getTime()
+        ) {
+          continue;
         }
+        const observed = observationOfReport(shard.state, container, observedAt !== undefined);
+        if (observed === undefined) continue;
+        const { next, reason, exitCode } = converge(shard.state, observed);
+        if (next === undefined || next.state === shard.state) continue;
+        const fields: TransitionFields = {
+          ...(reason === undefined ? {} : { failureReason: reason }),
+          ...(exitCode === undefined ? {} : { exitCode }),
+          // The container id too: a container adopted by a restarted agent sends no event.
+          ...(container === undefined ? {} : { containerId: container.containerId }),
+          ...(next.state === 'RUNNING' ? { startedAt: now } : {}),
+        };
+        await this.lifecycle.moveTo(tx, shard, next.state, next.cause, fields, effects, now);
       }
     });
     this.lifecycle.afterCommit(effects);
@@ -314,4 +315,26 @@ function failureReasonOf(event: ShardStateEvent): string {
       : `the container vanished: ${event.reason}`;
   }
   return event.reason ?? 'the agent reported a failure without a reason';
+}
+
+/**
+ * What the agent saw of a shard's container. An older agent sends no status and no time: it
+ * says only running or not, so no absence is read from it unless the shard is stopping, and a
+ * stopped container only ends a shard that ran (it may be one that never started).
+ */
+function observationOfReport(
+  state: ShardState,
+  container: ReconcileRequest['containers'][number] | undefined,
+  dated: boolean,
+): ContainerObservation | undefined {
+  if (container?.status !== undefined) {
+    return observationOf(container.status, container.exitCode);
+  }
+  if (container === undefined) {
+    return dated || state === 'STOPPING' ? { kind: 'absent' } : undefined;
+  }
+  if (container.running) return { kind: 'running' };
+  return state === 'RUNNING' || state === 'STOPPING' || dated
+    ? { kind: 'exited', exitCode: container.exitCode ?? 0 }
+    : undefined;
 }

@@ -416,6 +416,81 @@ for (const kind of TEST_DATABASE_KINDS) {
       );
     });
 
+    it('an agent killed between docker create and docker start: the shard stays desired with its reservation, and a dated report settles the rest by the convergence table', async () => {
+      await fleet.registerHost(registerRequest('crash-1', { gpus: 2, labels: { pool: 'crash' } }));
+      const gpus = [gpuUuidOf('crash-1', 0), gpuUuidOf('crash-1', 1)];
+      const created = assertOk(await place('crash', '4g')).createShard;
+      const adopted = assertOk(await place('crash', '4g')).createShard;
+      const stopping = assertOk(await place('crash', '4g')).createShard;
+      const vanished = assertOk(await place('crash', '4g')).createShard;
+      const newer = assertOk(await place('crash', '4g')).createShard;
+      const t = (s: number) => new Date(clock.now().getTime() + s * 1000);
+      await fleet.applyShardStateEvent(
+        'crash-1',
+        stateEvent('crash-1', created.id, 'STARTING', t(1)),
+      );
+      await fleet.applyShardStateEvent(
+        'crash-1',
+        stateEvent('crash-1', vanished.id, 'RUNNING', t(1)),
+      );
+      assertOk(
+        await h.graphql(
+          `mutation ($id: ID!) { stopShard(id: $id) { id } }`,
+          { id: stopping.id },
+          team.member,
+        ),
+      );
+      // The newer shard's RUNNING event was applied after the agent looked: not settled from it.
+      await fleet.applyShardStateEvent('crash-1', stateEvent('crash-1', newer.id, 'RUNNING', t(3)));
+      const reservedBefore = (await reservedOn(h, gpus[0]!)) + (await reservedOn(h, gpus[1]!));
+      const reply = await fleet.reconcile('crash-1', {
+        protocolVersion: 1,
+        hostId: 'crash-1',
+        observedAt: t(2).toISOString(),
+        containers: [
+          { shardId: created.id, containerId: 'c-created', running: false, status: 'created' },
+          { shardId: adopted.id, containerId: 'c-adopted', running: true, status: 'running' },
+          {
+            shardId: stopping.id,
+            containerId: 'c-stopping',
+            running: false,
+            status: 'exited',
+            exitCode: 143,
+          },
+        ],
+      });
+      const state = async (id: string) => h.prisma.shard.findUniqueOrThrow({ where: { id } });
+      assert.equal((await state(created.id)).state, 'STARTING');
+      assert.ok(
+        reply.desired.some((spec) => spec.shardId === created.id),
+        'still to be launched',
+      );
+      assert.equal(
+        await h.prisma.shardGpu.count({ where: { shardId: created.id, releasedAt: null } }),
+        1,
+      );
+      const running = await state(adopted.id);
+      assert.deepEqual([running.state, running.containerId], ['RUNNING', 'c-adopted']);
+      const stopped = await state(stopping.id);
+      assert.deepEqual([stopped.state, stopped.exitCode], ['STOPPED', 143]);
+      const failed = await state(vanished.id);
+      assert.equal(failed.state, 'FAILED');
+      assert.match(failed.failureReason ?? '', /container is gone/);
+      assert.equal((await state(newer.id)).state, 'RUNNING');
+      const reservedAfter = (await reservedOn(h, gpus[0]!)) + (await reservedOn(h, gpus[1]!));
+      assert.equal(
+        reservedBefore - reservedAfter,
+        2 * (4 * GiB + 512 * MiB),
+        'the stopped and the failed shard released theirs',
+      );
+      // The relaunch by the restarted agent reports as any launch does.
+      await fleet.applyShardStateEvent(
+        'crash-1',
+        stateEvent('crash-1', created.id, 'RUNNING', t(4)),
+      );
+      assert.equal((await state(created.id)).state, 'RUNNING');
+    });
+
     it('reconcile ends a RUNNING shard whose container stopped while its exit event was lost', async () => {
       await fleet.registerHost(registerRequest('rec-2', { gpus: 1, labels: { pool: 'rec2' } }));
       const gpu = (await h.prisma.gpu.findFirstOrThrow({ where: { hostId: 'rec-2' } })).uuid;

@@ -182,7 +182,7 @@ function nextStateOf(
           return {
             next: { state: 'EXITED', cause: 'exited' },
             exitCode: observed.exitCode,
-            reason: `its container was found exited with code ${observed.exitCode}`,
+            reason: `its container was found stopped by reconciliation (exit code ${observed.exitCode})`,
           };
         case 'dead':
           return { next: { state: 'FAILED', cause: 'failed' }, reason: 'its container is dead' };
