@@ -67,6 +67,20 @@ describe('loadConfigFromEnv', () => {
     assert.throws(() => loadConfigFromEnv({ GPUSHARDS_PORT: 'http' }), /GPUSHARDS_PORT/);
   });
 
+  it('GPUSHARDS_STUCK_SECONDS: per transitional state, the others keep their default; bad input named', () => {
+    assert.equal(loadConfigFromEnv({}).stuckSeconds, undefined);
+    assert.deepEqual(loadConfigFromEnv({ GPUSHARDS_STUCK_SECONDS: 'PLACED=30' }).stuckSeconds, {
+      PENDING: 0,
+      PLACED: 30,
+      STARTING: 900,
+      STOPPING: 660,
+    });
+    assert.throws(
+      () => loadConfigFromEnv({ GPUSHARDS_STUCK_SECONDS: 'RUNNING=5' }),
+      /GPUSHARDS_STUCK_SECONDS expected STATE=seconds/,
+    );
+  });
+
   it('GPUSHARDS_HOST_OFFLINE_SECONDS: default 60, whole seconds from 5 to 86400', () => {
     assert.equal(loadConfigFromEnv({}).hostOfflineSeconds, 60);
     assert.equal(

@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { parseStuckSeconds, type StuckSeconds } from '@gpushards/limits';
 import { z } from 'zod';
 import {
   databaseConfigFromEnv,
@@ -24,6 +25,11 @@ export interface ControlPlaneConfig {
    * and their reservations released.
    */
   readonly hostOfflineSeconds: number;
+  /**
+   * Seconds a shard may stay PENDING, PLACED, STARTING or STOPPING before it counts as stuck
+   * (0: never); libs/limits DEFAULT_STUCK_SECONDS when absent.
+   */
+  readonly stuckSeconds?: StuckSeconds;
 }
 
 /** What `node dist/main.js` reads from its environment: the config and how much to log. */
@@ -69,6 +75,15 @@ const envSchema = z.object({
     .transform(Number)
     .refine(isHostOfflineSeconds, HOST_OFFLINE_SECONDS_RULE)
     .default(DEFAULT_HOST_OFFLINE_SECONDS),
+  GPUSHARDS_STUCK_SECONDS: z
+    .string()
+    .transform((text, context) => {
+      const parsed = parseStuckSeconds(text);
+      if (parsed.ok) return parsed.limits;
+      context.addIssue({ code: 'custom', message: parsed.message });
+      return z.NEVER;
+    })
+    .optional(),
   GPUSHARDS_LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
       message: 'must be one of fatal, error, warn, info, debug, trace, silent',
@@ -83,7 +98,8 @@ export class ConfigError extends Error {
 /**
  * Reads GPUSHARDS_PORT (default 4000), GPUSHARDS_HOST (default 127.0.0.1), GPUSHARDS_DATA_DIR
  * (default .gpushards under `cwd`), GPUSHARDS_HOST_OFFLINE_SECONDS (default 60, 5 to 86400),
- * GPUSHARDS_LOG_LEVEL (default info) and, through databaseConfigFromEnv, DATABASE_URL and
+ * GPUSHARDS_STUCK_SECONDS (`PLACED=120,STARTING=900,...`: when a shard in that state counts as
+ * stuck), GPUSHARDS_LOG_LEVEL (default info) and, through databaseConfigFromEnv, DATABASE_URL and
  * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
  * every bad variable and what it should look like, never echoing DATABASE_URL (it may hold a
  * password).
@@ -121,6 +137,9 @@ export function loadConfigFromEnv(
     dataDir: resolve(cwd, parsed.data.GPUSHARDS_DATA_DIR),
     database,
     hostOfflineSeconds: parsed.data.GPUSHARDS_HOST_OFFLINE_SECONDS,
+    ...(parsed.data.GPUSHARDS_STUCK_SECONDS === undefined
+      ? {}
+      : { stuckSeconds: parsed.data.GPUSHARDS_STUCK_SECONDS }),
     logLevel: parsed.data.GPUSHARDS_LOG_LEVEL,
   };
 }

@@ -7,6 +7,8 @@ import { ManualClock } from './clock.js';
 import { AgentReportsService } from './agent-reports.service.js';
 import { HostLivenessService } from './host-liveness.service.js';
 import { HostOfflineSweeper } from './host-offline-sweeper.js';
+import { StuckShardSweeper } from './stuck-shard-sweeper.js';
+import { Registry } from 'prom-client';
 import {
   assertError,
   assertOk,
@@ -489,6 +491,60 @@ for (const kind of TEST_DATABASE_KINDS) {
         stateEvent('crash-1', created.id, 'RUNNING', t(4)),
       );
       assert.equal((await state(created.id)).state, 'RUNNING');
+    });
+
+    it('a shard stuck in PLACED or STOPPING: one event and warning per stay, the stuck gauge, and its launch or stop sent again', async () => {
+      await fleet.registerHost(registerRequest('stuck-1', { gpus: 1, labels: { pool: 'stuck' } }));
+      const placed = assertOk(await place('stuck', '4g')).createShard;
+      const stopping = assertOk(await place('stuck', '4g')).createShard;
+      assertOk(
+        await h.graphql(
+          `mutation ($id: ID!) { stopShard(id: $id) { id } }`,
+          { id: stopping.id },
+          team.member,
+        ),
+      );
+      const sweeper = h.controlPlane.app.get(StuckShardSweeper);
+      const sent = (id: string, type: string) =>
+        commands.forShard(id).filter((command) => command.type === type).length;
+      const launches = sent(placed.id, 'launch');
+      const stops = sent(stopping.id, 'stop');
+      // Not stuck yet a minute later (PLACED may take 120 s, STOPPING 660 s by default).
+      const soon = await sweeper.sweep(new Date(Date.now() + 60_000));
+      assert.ok(!soon.some((s) => s.id === placed.id || s.id === stopping.id));
+      const later = new Date(Date.now() + 3600_000);
+      const stuck = await sweeper.sweep(later);
+      assert.deepEqual(
+        stuck
+          .filter((s) => s.id === placed.id || s.id === stopping.id)
+          .map((s) => [s.id, s.state, s.action])
+          .sort(),
+        [
+          [placed.id, 'PLACED', 'resend-launch'],
+          [stopping.id, 'STOPPING', 'resend-stop'],
+        ].sort(),
+      );
+      assert.equal(sent(placed.id, 'launch'), launches + 1);
+      assert.equal(sent(stopping.id, 'stop'), stops + 1);
+      const gauge = await h.controlPlane.app
+        .get(Registry)
+        .getSingleMetricAsString('gpushards_shards_stuck');
+      assert.match(gauge, /gpushards_shards_stuck\{state="PLACED"\} [1-9]/);
+      assert.match(gauge, /gpushards_shards_stuck\{state="STOPPING"\} [1-9]/);
+      // The same stay: no second event, and no second command within the limit.
+      await sweeper.sweep(new Date(later.getTime() + 1000));
+      const events = await h.prisma.auditEvent.findMany({
+        where: { action: 'shard.stuck', targetId: { in: [placed.id, stopping.id] } },
+      });
+      assert.equal(events.length, 2);
+      assert.equal(sent(placed.id, 'launch'), launches + 1);
+      // Its agent answers: no longer stuck.
+      await fleet.applyShardStateEvent(
+        'stuck-1',
+        stateEvent('stuck-1', placed.id, 'RUNNING', clock.now()),
+      );
+      const after = await sweeper.sweep(new Date(later.getTime() + 2000));
+      assert.ok(!after.some((s) => s.id === placed.id));
     });
 
     it('reconcile ends a RUNNING shard whose container stopped while its exit event was lost', async () => {

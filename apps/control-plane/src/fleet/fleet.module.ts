@@ -6,12 +6,13 @@ import { AgentReportsService } from './agent-reports.service.js';
 import { FleetReadsService } from './fleet-reads.service.js';
 import { HostLivenessService } from './host-liveness.service.js';
 import { HostOperationsService } from './host-operations.service.js';
+import { StuckShardSweeper } from './stuck-shard-sweeper.js';
 import { HostOfflineSweeper } from './host-offline-sweeper.js';
 
 /**
  * The fleet registry, by concern: what agents report (AgentReportsService, called by the agent
  * link), hosts going silent and coming back (HostLivenessService, HostOfflineSweeper),
- * operators' cordon/uncordon/drain (HostOperationsService) and reads (FleetReadsService).
+ * shards stuck in a transitional state (StuckShardSweeper), operators' cordon/uncordon/drain (HostOperationsService) and reads (FleetReadsService).
  * Needs CLOCK (ClockModule).
  */
 @Module({
@@ -24,7 +25,8 @@ import { HostOfflineSweeper } from './host-offline-sweeper.js';
     FleetResolver,
     ShardHostResolver,
     HostOfflineSweeper,
+    StuckShardSweeper,
   ],
-  exports: [AgentReportsService, HostLivenessService, HostOfflineSweeper],
+  exports: [AgentReportsService, HostLivenessService, HostOfflineSweeper, StuckShardSweeper],
 })
 export class FleetModule {}

@@ -1,3 +1,4 @@
 export * from './states.js';
 export * from './transitions.js';
 export * from './convergence.js';
+export * from './stuck.js';

@@ -29,6 +29,12 @@ import {
   desiredContainerOf,
   type ContainerObservation,
 } from './convergence.js';
+import {
+  DEFAULT_STUCK_SECONDS,
+  isTransitionalState,
+  parseStuckSeconds,
+  stuckShards,
+} from './stuck.js';
 
 const state = fc.constantFrom(...SHARD_STATES);
 const intent = fc.constantFrom<StopIntent>('stop', 'requeue', 'preempt');
@@ -312,5 +318,57 @@ describe('convergence table', () => {
       state: 'RUNNING',
       cause: 'started',
     });
+  });
+});
+
+describe('stuck shards', () => {
+  test('exactly the transitional shards past their limit, with the action that fits their state', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.record({ id: fc.uuid(), state, age: fc.integer({ min: 0, max: 10_000 }) }), {
+          maxLength: 30,
+        }),
+        fc.record({
+          PENDING: fc.integer({ min: 0, max: 5000 }),
+          PLACED: fc.integer({ min: 0, max: 5000 }),
+          STARTING: fc.integer({ min: 0, max: 5000 }),
+          STOPPING: fc.integer({ min: 0, max: 5000 }),
+        }),
+        (shards, limits) => {
+          const now = 100_000_000;
+          const stuck = stuckShards(
+            shards.map((s) => ({ id: s.id, state: s.state, sinceMs: now - s.age * 1000 })),
+            now,
+            limits,
+          );
+          const expected = shards.filter(
+            (s) => isTransitionalState(s.state) && limits[s.state] > 0 && s.age > limits[s.state],
+          );
+          assert.equal(stuck.length, expected.length);
+          for (const s of stuck) {
+            assert.ok(['PENDING', 'PLACED', 'STARTING', 'STOPPING'].includes(s.state));
+            assert.equal(
+              s.action,
+              s.state === 'STOPPING'
+                ? 'resend-stop'
+                : s.state === 'PENDING'
+                  ? 'report'
+                  : 'resend-launch',
+            );
+          }
+          for (let i = 1; i < stuck.length; i++)
+            assert.ok(stuck[i - 1]!.stuckForMs >= stuck[i]!.stuckForMs);
+        },
+      ),
+    );
+  });
+
+  test('limits from the environment: named states change, others keep their default, bad input is refused', () => {
+    const parsed = parseStuckSeconds('PLACED=30, STOPPING=0');
+    assert.ok(parsed.ok);
+    assert.deepEqual(parsed.limits, { ...DEFAULT_STUCK_SECONDS, PLACED: 30, STOPPING: 0 });
+    for (const bad of ['RUNNING=5', 'PLACED', 'PLACED=-1', 'placed=5', 'PLACED=99999999']) {
+      assert.equal(parseStuckSeconds(bad).ok, false, bad);
+    }
   });
 });
