@@ -9,6 +9,7 @@ import type { ControlPlaneConfig } from './config/control-plane-config.js';
 import { DatabaseModule } from './database/index.js';
 import { EventsModule } from './events/events.module.js';
 import { ExplorerModule } from './explorer/explorer.module.js';
+import { FenceModule } from './fence/fence.module.js';
 import { ClockModule, type Clock } from './fleet/clock.js';
 import { FleetModule } from './fleet/fleet.module.js';
 import { GraphqlApiModule } from './graphql/graphql-api.module.js';
@@ -60,6 +61,7 @@ export class AppModule {
         ApiTokensModule,
         AccountingModule,
         ClockModule.forRoot(clock),
+        FenceModule,
         ShardCommandsModule.forRoot(shardCommands),
         EventsModule,
         ShardsModule,

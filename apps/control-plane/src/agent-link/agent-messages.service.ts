@@ -20,6 +20,8 @@ import {
 import { Counter, Registry } from 'prom-client';
 import type { z } from 'zod';
 import { NotFoundError } from '../errors/domain-errors.js';
+import { CapPolicies } from '../fence/cap-policies.js';
+import { FenceService } from '../fence/fence.service.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import type { AgentMessage } from './agent-transport.js';
@@ -56,6 +58,8 @@ export class AgentMessagesService {
 
   constructor(
     private readonly fleet: AgentReportsService,
+    private readonly fence: FenceService,
+    private readonly capPolicies: CapPolicies,
     registry: Registry,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -126,7 +130,13 @@ export class AgentMessagesService {
   }
 
   private async register(request: RegisterRequest): Promise<string> {
-    return encodeMessage(registerReplySchema, await this.fleet.registerHost(request));
+    const reply = await this.fleet.registerHost(request);
+    return encodeMessage(
+      registerReplySchema,
+      reply.accepted
+        ? { ...reply, desired: reply.desired.map((spec) => this.capPolicies.withPolicy(spec)) }
+        : reply,
+    );
   }
 
   private async heartbeat(hostId: string, heartbeat: Heartbeat): Promise<AgentMessageOutcome> {
@@ -136,6 +146,7 @@ export class AgentMessagesService {
       this.logger.warn({ hostId }, 'heartbeat from a host that never registered; ignored');
       return 'unknown_host';
     }
+    await this.fence.recordHeartbeat(hostId, heartbeat);
     this.logger.debug(
       { hostId, sequence: heartbeat.sequence, samples: outcome.samplesWritten },
       'heartbeat',
@@ -165,7 +176,12 @@ export class AgentMessagesService {
     request: ReconcileRequest,
   ): Promise<{ outcome: AgentMessageOutcome; reply?: string }> {
     try {
-      const reply = await this.fleet.reconcile(hostId, request);
+      const answer = await this.fleet.reconcile(hostId, request);
+      // Running shards take their team's cap policy from here (the agent applies it).
+      const reply = {
+        ...answer,
+        desired: answer.desired.map((spec) => this.capPolicies.withPolicy(spec)),
+      };
       return { outcome: 'handled', reply: encodeMessage(reconcileReplySchema, reply) };
     } catch (error) {
       if (!(error instanceof NotFoundError)) throw error;

@@ -30,6 +30,11 @@ export interface ControlPlaneConfig {
    * (0: never); libs/limits DEFAULT_STUCK_SECONDS when absent.
    */
   readonly stuckSeconds?: StuckSeconds;
+  /**
+   * What agents do to a shard past its cap + tolerance (real GPU memory, NVML), unless its
+   * team has its own (Team.capPolicy); default kill.
+   */
+  readonly capPolicy?: 'kill' | 'stop' | 'report';
 }
 
 /** What `node dist/main.js` reads from its environment: the config and how much to log. */
@@ -84,6 +89,9 @@ const envSchema = z.object({
       return z.NEVER;
     })
     .optional(),
+  GPUSHARDS_CAP_POLICY: z
+    .enum(['kill', 'stop', 'report'], { message: 'must be one of kill, stop, report' })
+    .default('kill'),
   GPUSHARDS_LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
       message: 'must be one of fatal, error, warn, info, debug, trace, silent',
@@ -99,7 +107,8 @@ export class ConfigError extends Error {
  * Reads GPUSHARDS_PORT (default 4000), GPUSHARDS_HOST (default 127.0.0.1), GPUSHARDS_DATA_DIR
  * (default .gpushards under `cwd`), GPUSHARDS_HOST_OFFLINE_SECONDS (default 60, 5 to 86400),
  * GPUSHARDS_STUCK_SECONDS (`PLACED=120,STARTING=900,...`: when a shard in that state counts as
- * stuck), GPUSHARDS_LOG_LEVEL (default info) and, through databaseConfigFromEnv, DATABASE_URL and
+ * stuck), GPUSHARDS_CAP_POLICY (kill, stop or report; default kill), GPUSHARDS_LOG_LEVEL
+ * (default info) and, through databaseConfigFromEnv, DATABASE_URL and
  * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
  * every bad variable and what it should look like, never echoing DATABASE_URL (it may hold a
  * password).
@@ -140,6 +149,7 @@ export function loadConfigFromEnv(
     ...(parsed.data.GPUSHARDS_STUCK_SECONDS === undefined
       ? {}
       : { stuckSeconds: parsed.data.GPUSHARDS_STUCK_SECONDS }),
+    capPolicy: parsed.data.GPUSHARDS_CAP_POLICY,
     logLevel: parsed.data.GPUSHARDS_LOG_LEVEL,
   };
 }

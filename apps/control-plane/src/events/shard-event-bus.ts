@@ -1,4 +1,5 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
+import type { CapViolation } from '../fence/cap-policy.model.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 
 /** One change of a shard's state, as subscribers receive it. */
@@ -9,6 +10,11 @@ export interface ShardStateChange {
   readonly previousState: string | null;
   readonly state: string;
   readonly at: Date;
+  /**
+   * Set on a VIOLATION event: the shard passed its cap on a GPU and its policy was applied
+   * (state and previousState are then its state as the control plane has it).
+   */
+  readonly violation?: CapViolation;
 }
 
 /**

@@ -8,7 +8,9 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { z } from 'zod';
 import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
-import { PrismaService } from '../database/index.js';
+import { CapPolicy, PrismaService } from '../database/index.js';
+import type { CapViolation } from '../fence/cap-policy.model.js';
+import { sizeOf } from '../graphql/size.model.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 import { ShardEventBus, type ShardStateChange } from './shard-event-bus.js';
@@ -21,11 +23,24 @@ export const MAX_NOTIFY_PAYLOAD_BYTES = 7_000;
 
 const RECONNECT_DELAY_MS = 1_000;
 
+const relayedViolationSchema = z.object({
+  gpuUuid: z.string().max(64),
+  realBytes: z.number().int().min(0),
+  capBytes: z.number().int().min(0),
+  toleranceBytes: z.number().int().min(0),
+  action: z.enum(['KILL', 'STOP', 'REPORT']),
+  pid: z.number().int(),
+  processBytes: z.number().int().min(0),
+  killedPids: z.array(z.number().int()).max(64),
+  error: z.string().max(512).nullable(),
+});
+
 const relayedChangeSchema = z.object({
   id: z.uuid(),
   previousState: z.string().max(16).nullable(),
   state: z.string().max(16),
   at: z.iso.datetime(),
+  violation: relayedViolationSchema.optional(),
 });
 
 const relayedMessageSchema = z.object({
@@ -135,6 +150,7 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
       previousState: change.previousState,
       state: change.state,
       at: change.at.toISOString(),
+      ...(change.violation ? { violation: relayedViolationOf(change.violation) } : {}),
     });
     if (this.sending !== undefined) return;
     this.sending = new Promise<void>((resolve) => setImmediate(resolve))
@@ -186,12 +202,44 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
           previousState: change.previousState,
           state: change.state,
           at: new Date(change.at),
+          ...(change.violation ? { violation: violationOf(change.violation) } : {}),
         });
       }
     } catch (error) {
       this.logger.warn({ err: error }, 'shard state changes from another replica not delivered');
     }
   }
+}
+
+type RelayedViolation = z.infer<typeof relayedViolationSchema>;
+
+function relayedViolationOf(violation: CapViolation): RelayedViolation {
+  return {
+    gpuUuid: violation.gpuUuid,
+    realBytes: violation.real.bytes,
+    capBytes: violation.cap.bytes,
+    toleranceBytes: violation.tolerance.bytes,
+    action: violation.action,
+    pid: violation.pid,
+    processBytes: violation.processMemory.bytes,
+    // A NOTIFY payload is small: the first processes killed are enough for other replicas.
+    killedPids: violation.killedPids.slice(0, 64),
+    error: violation.error?.slice(0, 512) ?? null,
+  };
+}
+
+function violationOf(relayed: RelayedViolation): CapViolation {
+  return {
+    gpuUuid: relayed.gpuUuid,
+    real: sizeOf(relayed.realBytes),
+    cap: sizeOf(relayed.capBytes),
+    tolerance: sizeOf(relayed.toleranceBytes),
+    action: relayed.action as CapPolicy,
+    pid: relayed.pid,
+    processMemory: sizeOf(relayed.processBytes),
+    killedPids: relayed.killedPids,
+    error: relayed.error,
+  };
 }
 
 /** The changes as few NOTIFY payloads as fit under MAX_NOTIFY_PAYLOAD_BYTES, in order. */

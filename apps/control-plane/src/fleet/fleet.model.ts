@@ -49,6 +49,12 @@ export class Gpu {
   @Field(() => Size, { description: 'In use on the device at the last heartbeat (all processes).' })
   used!: Size;
 
+  @Field(() => Size, {
+    description:
+      "Held at the last heartbeat by processes of no shard that are not on the host's allow-list (NVML per process; 0 where the host cannot sample processes).",
+  })
+  unattributed!: Size;
+
   @Field(() => Float)
   overcommitRatio!: number;
 
@@ -72,6 +78,12 @@ export class HostMemory {
 
   @Field(() => Size)
   free!: Size;
+
+  @Field(() => Size, {
+    description:
+      "Held by processes of no shard that are not on the host's allow-list, over its GPUs (Gpu.unattributed).",
+  })
+  unattributed!: Size;
 }
 
 @ObjectType({ description: 'A GPU box run by an agent.' })
@@ -165,6 +177,7 @@ export function gpuView(gpu: GpuRow): Gpu {
     reserved: sizeOf(gpu.reservedBytes),
     free: sizeOf(free),
     used: sizeOf(gpu.usedBytes),
+    unattributed: sizeOf(gpu.unattributedBytes),
     overcommitRatio: gpu.overcommitRatio,
     missingSince: gpu.missingSince,
   };
@@ -196,6 +209,7 @@ export function hostView(host: HostRow & { gpus: GpuRow[] }): Host {
       capacity: sizeOf(capacity),
       reserved: sizeOf(reserved),
       free: sizeOf(sum(gpus.map((gpu) => gpu.free.bytes))),
+      unattributed: sizeOf(sum(gpus.map((gpu) => gpu.unattributed.bytes))),
     },
   };
 }

@@ -16,6 +16,7 @@ export interface FleetSnapshot {
     totalBytes: bigint;
     reservedBytes: bigint;
     usedBytes: bigint;
+    unattributedBytes: bigint;
   }[];
   readonly shards: readonly {
     shard: string;
@@ -23,6 +24,7 @@ export interface FleetSnapshot {
     host: string | null;
     limitBytes: bigint;
     usedBytes: bigint;
+    realBytes: bigint | null;
   }[];
   readonly teams: readonly {
     team: string;
@@ -127,6 +129,15 @@ export class FleetMetrics {
         for (const g of gpus) yield [{ host: g.host, gpu: g.gpu, model: g.model }, g.usedBytes];
       },
     );
+    gauge(
+      'gpushards_gpu_unattributed_bytes',
+      "Memory held on the GPU at the host's last heartbeat by processes of no shard and not on the host's allow-list (NVML per process).",
+      gpuLabels,
+      function* ({ gpus }) {
+        for (const g of gpus)
+          yield [{ host: g.host, gpu: g.gpu, model: g.model }, g.unattributedBytes];
+      },
+    );
     const shardLabels = ['shard', 'team', 'host'] as const;
     gauge(
       'gpushards_shard_limit_bytes',
@@ -144,6 +155,16 @@ export class FleetMetrics {
       function* ({ shards }) {
         for (const s of shards)
           yield [{ shard: s.shard, team: s.team, host: s.host ?? '' }, s.usedBytes];
+      },
+    );
+    gauge(
+      'gpushards_shard_real_bytes',
+      "What a live shard's processes really held, summed over its GPUs, at its host's last heartbeat (NVML per process, measured by the agent outside the container); no series until the agent reports it.",
+      shardLabels,
+      function* ({ shards }) {
+        for (const s of shards)
+          if (s.realBytes !== null)
+            yield [{ shard: s.shard, team: s.team, host: s.host ?? '' }, s.realBytes];
       },
     );
     gauge(
@@ -187,12 +208,14 @@ export class FleetMetrics {
         SELECT state::text AS state, count(*)::int AS count FROM host GROUP BY state`,
         this.prisma.$queryRaw<FleetSnapshot['gpus'][number][]>`
         SELECT host_id AS host, uuid AS gpu, model, total_bytes AS "totalBytes",
-               reserved_bytes AS "reservedBytes", used_bytes AS "usedBytes"
+               reserved_bytes AS "reservedBytes", used_bytes AS "usedBytes",
+               unattributed_bytes AS "unattributedBytes"
           FROM gpu`,
         this.prisma.$queryRaw<FleetSnapshot['shards'][number][]>`
         SELECT shard.id::text AS shard, team.name AS team, shard.host_id AS host,
                sum(held.reserved_bytes)::bigint AS "limitBytes",
-               sum(held.used_bytes)::bigint AS "usedBytes"
+               sum(held.used_bytes)::bigint AS "usedBytes",
+               sum(held.real_bytes)::bigint AS "realBytes"
           FROM shard_gpu held
           JOIN shard ON shard.id = held.shard_id
           JOIN team ON team.id = shard.team_id

@@ -1,5 +1,6 @@
 import { Global, Inject, Module, type DynamicModule } from '@nestjs/common';
 import type { GpuLimit, ShardLaunchSpec } from '@gpushards/protocol';
+import { CapPolicies } from '../fence/cap-policies.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 
 /**
@@ -90,9 +91,9 @@ export class ShardCommandsModule {
       providers: [
         {
           provide: SHARD_COMMANDS,
-          inject: [LOGGER],
-          useFactory: (logger: Logger): ShardCommands => {
-            if (commands !== undefined) return commands;
+          inject: [LOGGER, CapPolicies],
+          useFactory: (logger: Logger, policies: CapPolicies): ShardCommands => {
+            if (commands !== undefined) return withCapPolicies(commands, policies);
             logger.warn(
               { module: 'shards' },
               'no agent link: shard commands are recorded in memory and not delivered',
@@ -104,6 +105,16 @@ export class ShardCommandsModule {
       exports: [SHARD_COMMANDS],
     };
   }
+}
+
+/** Launch specs leave with their team's cap policy (the agent enforces it). */
+function withCapPolicies(commands: ShardCommands, policies: CapPolicies): ShardCommands {
+  return {
+    launch: (hostId, spec) => commands.launch(hostId, policies.withPolicy(spec)),
+    stop: (hostId, shardId, graceSeconds) => commands.stop(hostId, shardId, graceSeconds),
+    delete: (hostId, shardId) => commands.delete(hostId, shardId),
+    resize: (hostId, shardId, gpus) => commands.resize(hostId, shardId, gpus),
+  };
 }
 
 /** For constructor parameters: `@InjectShardCommands() commands: ShardCommands`. */

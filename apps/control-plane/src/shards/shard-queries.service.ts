@@ -16,6 +16,7 @@ interface GpuRow {
   model: string;
   reservedBytes: bigint;
   usedBytes: bigint;
+  realBytes: bigint | null;
   reservedAt: Date;
   releasedAt: Date | null;
 }
@@ -73,7 +74,8 @@ export class ShardQueriesService {
         SELECT DISTINCT ON (held.shard_id, held.gpu_uuid)
                held.shard_id::text AS "shardId", held.gpu_uuid AS "gpuUuid", gpu.index,
                gpu.model, held.reserved_bytes AS "reservedBytes",
-               held.used_bytes AS "usedBytes", held.reserved_at AS "reservedAt",
+               held.used_bytes AS "usedBytes", held.real_bytes AS "realBytes",
+               held.reserved_at AS "reservedAt",
                held.released_at AS "releasedAt"
           FROM shard_gpu held JOIN gpu ON gpu.uuid = held.gpu_uuid
          WHERE held.shard_id = ANY(${[...shardIds]}::uuid[])
@@ -88,6 +90,7 @@ export class ShardQueriesService {
           model: row.model,
           reserved: sizeOf(row.reservedBytes),
           used: sizeOf(row.usedBytes),
+          real: row.realBytes === null ? null : sizeOf(row.realBytes),
           reservedAt: row.reservedAt,
           releasedAt: row.releasedAt,
         });

@@ -4,7 +4,7 @@ import { assertTeamVisible } from '../auth/team-scope.js';
 import type { ShardState } from '../database/index.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
 import { checkId } from '../validation/input.js';
-import { shardView, type ShardEvent } from './shard.model.js';
+import { shardView, ShardEventKind, type ShardEvent } from './shard.model.js';
 
 /** The shardEvents subscription: state changes this control plane makes, team-scoped. */
 @Injectable()
@@ -37,6 +37,8 @@ export class ShardSubscriptionService {
             previousState: event.previousState as ShardState | null,
             state: event.state as ShardState,
             at: event.at,
+            kind: event.violation ? ShardEventKind.VIOLATION : ShardEventKind.STATE,
+            violation: event.violation ?? null,
           },
           done: false,
         };

@@ -1,5 +1,6 @@
 import { ArgsType, Field, ID, InputType, Int, ObjectType, registerEnumType } from '@nestjs/graphql';
 import { ShardState, PlacementPolicy } from '../database/index.js';
+import { CapViolation } from '../fence/cap-policy.model.js';
 import { Label, LabelInput, labelsOf } from '../fleet/label.model.js';
 import { Connection, ConnectionArgs } from '../graphql/connection.js';
 import { Size, sizeOf } from '../graphql/size.model.js';
@@ -188,8 +189,18 @@ export class ShardGpu {
   @Field(() => Size, { description: 'Equal to the shard’s limitPerGpu while live.' })
   reserved!: Size;
 
-  @Field(() => Size, { description: 'What the shard used on this GPU at the last heartbeat.' })
+  @Field(() => Size, {
+    description:
+      'What the shard used on this GPU at the last heartbeat, as libvgpu.so counted it inside the container (charged).',
+  })
   used!: Size;
+
+  @Field(() => Size, {
+    nullable: true,
+    description:
+      "What the shard's processes really held on this GPU at the last heartbeat, measured by the host's agent through NVML (out of the tenant's reach); null until reported or where the host cannot sample processes. used and real apart: drift.",
+  })
+  real!: Size | null;
 
   @Field()
   reservedAt!: Date;
@@ -211,7 +222,26 @@ export class ShardEvent {
 
   @Field()
   at!: Date;
+
+  @Field(() => ShardEventKind, {
+    description: 'STATE: the shard changed state. VIOLATION: see `violation`.',
+  })
+  kind!: ShardEventKind;
+
+  @Field(() => CapViolation, {
+    nullable: true,
+    description:
+      "Set for kind VIOLATION: the shard's real GPU memory passed its cap plus the host's tolerance and its cap policy was applied (state and previousState are then its current state).",
+  })
+  violation!: CapViolation | null;
 }
+
+export enum ShardEventKind {
+  STATE = 'STATE',
+  VIOLATION = 'VIOLATION',
+}
+
+registerEnumType(ShardEventKind, { name: 'ShardEventKind' });
 
 @InputType({ description: 'Where a shard may go; shared by createShard and placementPreview.' })
 export class PlacementInput {

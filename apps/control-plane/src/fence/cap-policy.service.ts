@@ -1,0 +1,58 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { AuditService } from '../audit/audit.service.js';
+import type { Caller } from '../auth/caller.js';
+import { CapPolicy, PrismaService } from '../database/index.js';
+import { BadUserInputError } from '../errors/domain-errors.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import type { Team } from '../teams/team.model.js';
+import { TeamsService } from '../teams/teams.service.js';
+import { checkId } from '../validation/input.js';
+import { CapPolicies } from './cap-policies.js';
+
+/** Reading and setting a team's cap policy (admins set; every member may read). */
+@Injectable()
+export class CapPolicyService {
+  private readonly logger: Logger;
+
+  constructor(
+    private readonly prisma: PrismaService,
+    private readonly teams: TeamsService,
+    private readonly policies: CapPolicies,
+    private readonly audit: AuditService,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'fence' });
+  }
+
+  override(teamId: string): CapPolicy | null {
+    return this.policies.override(teamId);
+  }
+
+  effective(teamId: string): CapPolicy {
+    return this.policies.effective(teamId);
+  }
+
+  async set(caller: Caller, teamId: string, policy: CapPolicy | null): Promise<Team> {
+    const id = checkId('teamId', teamId);
+    if (policy !== null && !Object.values(CapPolicy).includes(policy)) {
+      throw BadUserInputError.of('policy', `must be one of ${Object.values(CapPolicy).join(', ')}`);
+    }
+    const team = await this.teams.get(caller, id, 'teamId');
+    await this.prisma.$transaction(async (tx) => {
+      await tx.team.update({ where: { id }, data: { capPolicy: policy } });
+      await this.audit.record(tx, caller, {
+        action: 'team.capPolicy.set',
+        targetType: 'Team',
+        targetId: id,
+        teamId: id,
+        details: { capPolicy: policy },
+      });
+    });
+    this.policies.noteOverride(id, policy);
+    this.logger.info(
+      { teamId: id, capPolicy: policy, actorTokenId: caller.tokenId },
+      'cap policy set',
+    );
+    return team;
+  }
+}

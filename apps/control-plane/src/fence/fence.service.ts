@@ -1,0 +1,121 @@
+import { Inject, Injectable } from '@nestjs/common';
+import type { CapViolationMessage, Heartbeat } from '@gpushards/protocol';
+import { Counter, Registry } from 'prom-client';
+import { PrismaService } from '../database/index.js';
+import { ShardEventBus } from '../events/shard-event-bus.js';
+import { sizeOf } from '../graphql/size.model.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { fromProtocolPolicy } from './cap-policies.js';
+import type { CapViolation } from './cap-policy.model.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * What heartbeats say about the host fence: each shard's real bytes per GPU (ShardGpu.real),
+ * memory of no shard per GPU (Gpu.unattributed), and the violations the agent acted on, which
+ * become VIOLATION shard events (shardEvents) and count in gpushards_cap_violations_total.
+ */
+@Injectable()
+export class FenceService {
+  private readonly logger: Logger;
+  private readonly violations: Counter<'action' | 'team'>;
+
+  constructor(
+    private readonly prisma: PrismaService,
+    private readonly events: ShardEventBus,
+    registry: Registry,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'fence' });
+    this.violations = new Counter({
+      name: 'gpushards_cap_violations_total',
+      help: "Shards whose real GPU memory (NVML) passed their cap plus the host's tolerance, by the action the agent took (kill, stop, report) and team.",
+      labelNames: ['action', 'team'],
+      registers: [registry],
+    });
+  }
+
+  /** After the fleet recorded the heartbeat of a known host. */
+  async recordHeartbeat(hostId: string, heartbeat: Heartbeat): Promise<void> {
+    const shardIds: string[] = [];
+    const gpuUuids: string[] = [];
+    const real: bigint[] = [];
+    for (const shard of heartbeat.shards) {
+      if (!UUID.test(shard.shardId)) continue;
+      for (const gpu of shard.realBytesPerGpu ?? []) {
+        shardIds.push(shard.shardId);
+        gpuUuids.push(gpu.gpuUuid);
+        real.push(BigInt(gpu.realBytes));
+      }
+    }
+    if (shardIds.length > 0) {
+      await this.prisma.$executeRaw`
+        UPDATE shard_gpu SET real_bytes = reported.real
+          FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[], ${real}::bigint[])
+               AS reported(shard_id, gpu_uuid, real),
+               shard
+         WHERE shard_gpu.shard_id = reported.shard_id AND shard_gpu.gpu_uuid = reported.gpu_uuid
+           AND shard_gpu.released_at IS NULL
+           AND shard.id = reported.shard_id AND shard.host_id = ${hostId}
+           AND shard_gpu.real_bytes IS DISTINCT FROM reported.real`;
+    }
+    if (heartbeat.unattributedBytesPerGpu !== undefined) {
+      const byGpu = new Map(heartbeat.unattributedBytesPerGpu.map((g) => [g.gpuUuid, g.bytes]));
+      const uuids = heartbeat.gpus.map((gpu) => gpu.uuid);
+      await this.prisma.$executeRaw`
+        UPDATE gpu SET unattributed_bytes = reported.bytes
+          FROM unnest(${uuids}::text[], ${uuids.map((uuid) => BigInt(byGpu.get(uuid) ?? 0))}::bigint[])
+               AS reported(uuid, bytes)
+         WHERE gpu.uuid = reported.uuid AND gpu.host_id = ${hostId}
+           AND gpu.unattributed_bytes <> reported.bytes`;
+    }
+    for (const violation of heartbeat.violations ?? []) {
+      await this.recordViolation(hostId, violation).catch((error: unknown) =>
+        this.logger.warn(
+          { err: error, hostId, shardId: violation.shardId },
+          'could not record a cap violation',
+        ),
+      );
+    }
+  }
+
+  private async recordViolation(hostId: string, message: CapViolationMessage): Promise<void> {
+    if (!UUID.test(message.shardId)) return;
+    const shard = await this.prisma.shard.findUnique({ where: { id: message.shardId } });
+    // Only a shard of this host: an agent reports on its own shards.
+    if (shard === null || shard.hostId !== hostId) {
+      this.logger.warn(
+        { hostId, shardId: message.shardId },
+        'cap violation of a shard not on this host; ignored',
+      );
+      return;
+    }
+    const team = await this.prisma.team.findUnique({
+      where: { id: shard.teamId },
+      select: { name: true },
+    });
+    this.violations.inc({ action: message.action, team: team?.name ?? shard.teamId });
+    const violation: CapViolation = {
+      gpuUuid: message.gpuUuid,
+      real: sizeOf(message.realBytes),
+      cap: sizeOf(message.capBytes),
+      tolerance: sizeOf(message.toleranceBytes),
+      action: fromProtocolPolicy(message.action),
+      pid: message.pid,
+      processMemory: sizeOf(message.processBytes),
+      killedPids: message.killedPids,
+      error: message.error ?? null,
+    };
+    this.logger.warn(
+      { hostId, teamId: shard.teamId, ...message },
+      'shard passed its GPU memory cap',
+    );
+    this.events.publish({
+      shard,
+      previousState: shard.state,
+      state: shard.state,
+      at: new Date(message.at),
+      violation,
+    });
+  }
+}
