@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -10,6 +10,7 @@ import { pino } from 'pino';
 
 import { createAgent, type Agent } from './create-agent.js';
 import { parseSimulatedGpus } from './gpus/simulated-gpus.js';
+import { decodeLimits } from './limits/limits-file.js';
 import { RegistrationRejectedError } from './reconcile/agent.service.js';
 import { readRegion } from './regions/region-file.js';
 import { ScriptedControlPlane } from './testing/control-plane-peer.js';
@@ -79,6 +80,9 @@ describe('agent', () => {
   });
 
   const regionDir = (shardId: string) => join(stateDir, 'regions', shardId);
+  const limitsFile = (shardId: string) => join(stateDir, 'limits', shardId);
+  const limitOf = (shardId: string) =>
+    decodeLimits(readFileSync(limitsFile(shardId)))[0]?.limitBytes;
   const inspect = (id: string) => JSON.parse(docker('inspect', id))[0];
 
   before(async () => {
@@ -203,6 +207,11 @@ describe('agent', () => {
     assert.equal(mounts.get('/etc/ld.so.preload')?.RW, false);
     assert.equal(mounts.get('/run/gpushards')?.Source, regionDir('s-main'));
     assert.equal(mounts.get('/run/gpushards')?.RW, true);
+    // The caps live where only the agent writes: its limits file, mounted read-only.
+    assert.equal(mounts.get('/etc/gpushards/limits')?.Source, limitsFile('s-main'));
+    assert.equal(mounts.get('/etc/gpushards/limits')?.RW, false);
+    assert.deepEqual(container.HostConfig.CapDrop, ['ALL']);
+    assert.equal(container.HostConfig.PidsLimit, 4096);
     // Simulated GPUs: the fake driver where the real one would be, its state shared.
     assert.equal(mounts.get('/usr/lib/x86_64-linux-gnu/libcuda.so.1')?.RW, false);
     assert.equal(mounts.get('/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1')?.RW, false);
@@ -311,12 +320,7 @@ describe('agent', () => {
 
     const probe = () =>
       JSON.parse(docker('exec', containerId, '/cuda-probe', 'alloc', String(held))).result;
-    const regionFile = join(regionDir('s-cuda'), 'region');
-    assert.equal(
-      (await readRegion(regionFile)).devices[0]?.limitBytes,
-      2 * GiB,
-      'the cap from the environment',
-    );
+    assert.equal(limitOf('s-cuda'), 2 * GiB, 'the cap in the limits file');
     assert.equal(probe(), 0, 'a second process fits under the 2 GiB cap');
     const resized = await controlPlane.command(HOST, {
       type: 'resize',
@@ -324,7 +328,7 @@ describe('agent', () => {
       gpus: [{ uuid: gpu0, limitBytes: GiB }],
     });
     assert.ok(resized.ok, JSON.stringify(resized));
-    assert.equal((await readRegion(regionFile)).devices[0]?.limitBytes, GiB);
+    assert.equal(limitOf('s-cuda'), GiB);
     assert.equal(
       probe(),
       2,
