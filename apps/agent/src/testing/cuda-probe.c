@@ -1,12 +1,20 @@
 /* cuda-probe — a CUDA driver API program for shard tests (built against the fake libcuda).
- *   cuda-probe hold <bytes>   allocates on GPU 0, prints {"result":N}, waits for SIGTERM
- *   cuda-probe alloc <bytes>  allocates on GPU 0, prints {"result":N}, exits
+ *   cuda-probe hold <bytes> [ordinal]   allocates on GPU <ordinal> (default 0), prints
+ *                                       {"result":N}, waits for SIGTERM
+ *   cuda-probe alloc <bytes> [ordinal]  allocates, prints {"result":N}, exits
+ *   cuda-probe tamper <path>            tries what a root tenant would to raise its limit:
+ *                                       write the limits file, remount it read-write, unmount
+ *                                       it; prints {"write":E,"remount":E,"umount":E} (errno,
+ *                                       0 when the attempt succeeded)
  * N is the CUresult of the first call that failed, 0 when all succeeded. */
 #include <cuda.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 static void on_term(int signo)
@@ -15,27 +23,46 @@ static void on_term(int signo)
     _exit(0);
 }
 
-static CUresult allocate(size_t bytes)
+static CUresult allocate(size_t bytes, int ordinal)
 {
     CUdevice device;
     CUcontext context;
     CUdeviceptr pointer;
     CUresult r = cuInit(0);
-    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
+    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, ordinal);
     if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
     if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
     if (r == CUDA_SUCCESS) r = cuMemAlloc(&pointer, bytes);
     return r;
 }
 
+static int tamper(const char *path)
+{
+    int write_errno = 0, remount_errno = 0, umount_errno = 0;
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) {
+        write_errno = errno;
+    } else {
+        char big[8] = {(char)0xff, (char)0xff, (char)0xff, (char)0xff, (char)0xff, (char)0xff, 0, 0};
+        /* The first device's limit_bytes (offset 128 + 24). */
+        if (pwrite(fd, big, sizeof big, 152) != (ssize_t)sizeof big) write_errno = errno;
+        close(fd);
+    }
+    if (mount("none", path, NULL, MS_REMOUNT | MS_BIND, NULL) != 0) remount_errno = errno;
+    if (umount2(path, MNT_DETACH) != 0) umount_errno = errno;
+    printf("{\"write\":%d,\"remount\":%d,\"umount\":%d}\n", write_errno, remount_errno, umount_errno);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes>\n");
+    if (argc == 3 && strcmp(argv[1], "tamper") == 0) return tamper(argv[2]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | tamper <path>\n");
         return 2;
     }
     signal(SIGTERM, on_term);
-    CUresult r = allocate(strtoull(argv[2], NULL, 10));
+    CUresult r = allocate(strtoull(argv[2], NULL, 10), argc == 4 ? atoi(argv[3]) : 0);
     printf("{\"result\":%d}\n", (int)r);
     fflush(stdout);
     if (strcmp(argv[1], "hold") == 0)

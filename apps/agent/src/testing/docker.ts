@@ -51,7 +51,13 @@ export function importWorkloadImage(tag: string, files: Record<string, Buffer> =
  * and the glibc files it and libvgpu.so need, but no libcuda: in simulated mode the agent
  * mounts the fake one where a driver would be.
  */
-export function importCudaProbeImage(tag: string, fakeCuda: string, interposer: string): void {
+export function importCudaProbeImage(
+  tag: string,
+  fakeCuda: string,
+  interposer: string,
+  /** Path in the image → a program on the host (its libraries come along, libcuda excepted). */
+  programs: Record<string, string> = {},
+): void {
   const work = mkdtempSync(join(tmpdir(), 'gpushards-image-'));
   try {
     const root = join(work, 'rootfs');
@@ -67,8 +73,12 @@ export function importCudaProbeImage(tag: string, fakeCuda: string, interposer: 
     ]);
     place(root, probe, '/cuda-probe');
     chmodSync(join(root, 'cuda-probe'), 0o755);
+    for (const [target, source] of Object.entries(programs)) {
+      place(root, source, target);
+      chmodSync(join(root, target), 0o755);
+    }
     const env = { ...process.env, LD_LIBRARY_PATH: dirname(fakeCuda) };
-    for (const binary of [probe, interposer]) {
+    for (const binary of [probe, interposer, ...Object.values(programs)]) {
       const ldd = execFileSync('ldd', [binary], { encoding: 'utf8', env });
       for (const [, library = ''] of ldd.matchAll(/(\/\S+\.so[.\d]*)/g)) {
         if (!library.endsWith('/libcuda.so.1')) place(root, library, library);
