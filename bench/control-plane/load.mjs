@@ -77,7 +77,9 @@ class Connection {
     this.socket.setNoDelay(true);
     this.socket.on('data', (chunk) => this.received(chunk));
     this.socket.on('error', (error) => this.failed(error));
-    this.socket.on('close', () => this.failed(Object.assign(new Error('closed'), { code: 'CLOSED' })));
+    this.socket.on('close', () =>
+      this.failed(Object.assign(new Error('closed'), { code: 'CLOSED' })),
+    );
     this.closed = false;
   }
 
@@ -123,7 +125,12 @@ function bodyOf(operation, n) {
     : {
         query: CREATE,
         variables: {
-          input: { name: `s-${process.pid}-${n}`, image: 'ghcr.io/bench/worker:1', memoryPerGpu: '1g' },
+          input: {
+            name: `s-${process.pid}-${n}`,
+            image: 'ghcr.io/bench/worker:1',
+            memoryPerGpu: '1g',
+            queue: false,
+          },
         },
       };
 }
@@ -138,7 +145,12 @@ class Pool {
   async one(urls, tokens, operation) {
     const n = sequence++;
     const url = urls[n % urls.length];
-    const bytes = requestBytes(url, bodyOf(operation, n), tokens[n % tokens.length], this.keepAlive);
+    const bytes = requestBytes(
+      url,
+      bodyOf(operation, n),
+      tokens[n % tokens.length],
+      this.keepAlive,
+    );
     const idle = this.idle.get(url.href) ?? [];
     this.idle.set(url.href, idle);
     // The server closes connections idle past its keep-alive timeout (5 s): skip those.
@@ -197,7 +209,8 @@ process.on('message', async (job) => {
   const pool = new Pool(job.keepAlive !== false);
   const urls = job.urls.map((url) => new URL(url));
   const cpu = process.cpuUsage();
-  const run = job.rate === undefined ? closedLoop(pool, { ...job, urls }) : openLoop(pool, { ...job, urls });
+  const run =
+    job.rate === undefined ? closedLoop(pool, { ...job, urls }) : openLoop(pool, { ...job, urls });
   const { results, elapsed } = await run;
   const used = process.cpuUsage(cpu);
   pool.close();

@@ -19,6 +19,7 @@ import type { Logger } from './logging/logger.js';
 import { MetricsModule } from './metrics/metrics.module.js';
 import { ShardCommandsModule, type ShardCommands } from './shards/shard-commands.js';
 import { ShardsModule } from './shards/shards.module.js';
+import { QueueModule } from './queue/queue.module.js';
 import { TeamsModule } from './teams/teams.module.js';
 import { ApiTokensModule } from './tokens/api-tokens.module.js';
 
@@ -65,6 +66,7 @@ export class AppModule {
         ShardCommandsModule.forRoot(shardCommands),
         EventsModule,
         ShardsModule,
+        QueueModule,
         FleetModule,
         ...(agentTransport ? [AgentLinkModule.forRoot(agentTransport)] : []),
       ],

@@ -185,6 +185,11 @@ export interface ShardResult {
   }[];
 }
 
+/**
+ * createShard through GraphQL. queue: false unless the input says otherwise: these tests are
+ * about immediate placement (a request that fits nowhere is NO_CAPACITY); queue tests pass
+ * queue: true.
+ */
 export async function createShard(
   h: ApiTestHarness,
   token: string,
@@ -192,7 +197,15 @@ export async function createShard(
 ): Promise<GraphqlResponse<{ createShard: ShardResult }>> {
   return h.graphql<{ createShard: ShardResult }>(
     CREATE_SHARD,
-    { input: { image: 'ghcr.io/org/trainer:1.2', name: 'train', memoryPerGpu: '8g', ...input } },
+    {
+      input: {
+        image: 'ghcr.io/org/trainer:1.2',
+        name: 'train',
+        memoryPerGpu: '8g',
+        queue: false,
+        ...input,
+      },
+    },
     token,
   );
 }

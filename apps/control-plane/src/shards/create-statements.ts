@@ -71,7 +71,8 @@ export async function writeBatch(
         bytes_per_gpu bigint, gpu_count int, limit_bytes bigint, gpu_model_include text[],
         gpu_model_exclude text[], host_selector jsonb, placement_policy placement_policy,
         host_id text, idempotency_key text, gpu_uuids text[], audit_id uuid,
-        actor_token_id uuid, actor_role token_role, details jsonb)
+        actor_token_id uuid, actor_role token_role, details jsonb, priority_class text,
+        requeue boolean)
     ), wanted AS (
       SELECT * FROM unnest(${uuids}::text[], ${wanted.map((gpu) => gpu.hostId)}::text[],
                            ${wanted.map((gpu) => String(gpu.bytes))}::bigint[])
@@ -101,10 +102,10 @@ export async function writeBatch(
       INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
                          limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
                          host_selector, placement_policy, state, host_id, idempotency_key,
-                         updated_at)
+                         updated_at, priority_class, requeue)
       SELECT id, team_id, name, image, command, env, bytes_per_gpu, gpu_count, limit_bytes,
              gpu_model_include, gpu_model_exclude, host_selector, placement_policy, 'PLACED',
-             host_id, idempotency_key, now()
+             host_id, idempotency_key, now(), priority_class, requeue
         FROM complete
       RETURNING *
     ), reservations AS (
@@ -180,6 +181,8 @@ function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: Plann
     audit_id: auditId,
     actor_token_id: caller.tokenId,
     actor_role: caller.role,
+    priority_class: request.priorityClass,
+    requeue: request.requeue,
     details: {
       name: request.name,
       image: request.image,
@@ -191,4 +194,52 @@ function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: Plann
       idempotencyKey: request.idempotencyKey,
     },
   };
+}
+
+/** A shard that fits nowhere now, written PENDING (no host, no reservation) with its audit event. */
+export async function writePending(
+  tx: Prisma.TransactionClient,
+  shard: {
+    shardId: string;
+    auditId: string;
+    caller: Caller;
+    teamId: string;
+    request: ShardRequest;
+  },
+  reason: string,
+): Promise<ShardRecord> {
+  const { shardId, auditId, caller, teamId, request } = shard;
+  const rows = await tx.$queryRaw<ShardRecord[]>`
+    INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
+                       limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude, host_selector,
+                       placement_policy, state, idempotency_key, updated_at, priority_class,
+                       queued_at, expires_at, requeue)
+    VALUES (${shardId}::uuid, ${teamId}::uuid, ${request.name}, ${request.image},
+            ${request.command}::text[], ${JSON.stringify(request.env)}::jsonb,
+            ${BigInt(request.bytesPerGpu)}, ${request.gpuCount}, ${BigInt(request.bytesPerGpu)},
+            ${request.gpuModel.include}::text[], ${request.gpuModel.exclude}::text[],
+            ${JSON.stringify(request.hostSelector)}::jsonb,
+            ${request.policy}::placement_policy, 'PENDING', ${request.idempotencyKey}, now(),
+            ${request.priorityClass}, now(),
+            CASE WHEN ${request.maxWaitSeconds}::int IS NULL THEN NULL
+                 ELSE now() + make_interval(secs => ${request.maxWaitSeconds}::int) END,
+            ${request.requeue})
+    RETURNING ${SHARD_COLUMNS}`;
+  await tx.$executeRaw`
+    INSERT INTO audit_event (id, actor_token_id, actor_role, team_id, action, target_type,
+                             target_id, details)
+    VALUES (${auditId}::uuid, ${caller.tokenId}::uuid, ${caller.role}::token_role,
+            ${teamId}::uuid, 'shard.create', 'Shard', ${shardId},
+            ${JSON.stringify({
+              name: request.name,
+              image: request.image,
+              state: 'PENDING',
+              reason,
+              bytesPerGpu: String(request.bytesPerGpu),
+              gpuCount: request.gpuCount,
+              priorityClass: request.priorityClass,
+              maxWaitSeconds: request.maxWaitSeconds,
+              idempotencyKey: request.idempotencyKey,
+            })}::jsonb)`;
+  return rows[0]!;
 }

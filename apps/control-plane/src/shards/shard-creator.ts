@@ -1,5 +1,15 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { bytes, evaluateQuota, type PlacementRequest, type TeamUsage } from '@gpushards/limits';
+import {
+  bytes,
+  checkPriorityClass,
+  evaluateQuota,
+  formatSize,
+  place,
+  priorityClasses,
+  type Host,
+  type PlacementRequest,
+  type TeamUsage,
+} from '@gpushards/limits';
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Caller } from '../auth/caller.js';
@@ -18,6 +28,7 @@ import {
 } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
+import { QueueSignal } from '../placement/queue-signal.js';
 import { PlacementMetrics, type PlacementOutcome } from '../placement/placement-metrics.js';
 import {
   noCapacityError,
@@ -29,6 +40,7 @@ import {
   giveBack,
   idempotencyKeyOf,
   writeBatch,
+  writePending,
   type PlannedShard,
 } from './create-statements.js';
 import { replayOf } from './idempotency.js';
@@ -102,7 +114,9 @@ type Verdict =
   | { readonly kind: 'follows'; readonly first: Pending }
   | { readonly kind: 'placed'; readonly shard: ShardRecord }
   /** Its GPUs were taken by another transaction first. */
-  | { readonly kind: 'lost-race'; readonly hostId: string };
+  | { readonly kind: 'lost-race'; readonly hostId: string }
+  /** Fits nowhere now but could fit the fleet, or shards already wait: written PENDING. */
+  | { readonly kind: 'queued'; readonly reason: string };
 
 /** PostgreSQL's deadlock and serialization failures: the transaction may simply run again. */
 function isTransient(error: unknown): boolean {
@@ -135,6 +149,7 @@ export class ShardCreator {
     private readonly cache: FleetCache,
     private readonly lifecycle: ShardLifecycle,
     private readonly metrics: PlacementMetrics,
+    private readonly queueSignal: QueueSignal,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'shards' });
@@ -212,6 +227,7 @@ export class ShardCreator {
         const existing = await findByIdempotencyKeys(tx, idempotencyKeysOf(batch));
         this.decide(batch, teams, existing, verdicts, plans);
         lostRaces = await this.write(tx, plans, verdicts, effects);
+        await this.writeQueued(tx, batch, verdicts, effects);
       }, TRANSACTION_OPTIONS);
     } catch (error) {
       for (const { holds } of plans.values()) holds.settle(false);
@@ -267,12 +283,46 @@ export class ShardCreator {
         verdicts.set(pending, { kind: 'refused', error: quotaError(decision) });
         continue;
       }
-      const planned = this.plan(pending, placementRequestOf(request, policy));
-      if (planned.kind !== 'planned') {
-        verdicts.set(pending, planned);
+      const cls = checkPriorityClass(
+        CLASSES,
+        request.priorityClass,
+        team.maxPriorityClass ?? undefined,
+      );
+      if (!cls.allowed) {
+        verdicts.set(pending, {
+          kind: 'refused',
+          error: new QuotaExceededError(cls.message, { limit: 'maxPriorityClass' }),
+        });
         continue;
       }
-      plans.set(pending, planned);
+      const need = request.bytesPerGpu * request.gpuCount;
+      const guarantee = Number(team.guaranteeBytes ?? 0n);
+      let planned: Plan | Verdict;
+      if (!cls.cls.preemptible && Number(held.reservedBytes) + need > guarantee) {
+        // Only guaranteed capacity may hold a class that is never preempted.
+        const message =
+          `priority class "${cls.cls.name}" is never preempted, so it runs only within the ` +
+          `team's guarantee: ${formatSize(held.reservedBytes)} held + ` +
+          `${formatSize(bytes(need))} requested > ${formatSize(bytes(guarantee))} guaranteed`;
+        planned = request.queue
+          ? { kind: 'queued', reason: message }
+          : { kind: 'refused', error: new QuotaExceededError(message, { limit: 'guarantee' }) };
+      } else if (
+        request.queue &&
+        this.queueSignal.pendingCount() > 0 &&
+        couldEverFit(placementRequestOf(request, policy), this.cache.hosts())
+      ) {
+        // Shards already wait: this one queues behind them (admission runs at once after).
+        planned = { kind: 'queued', reason: 'shards are waiting ahead of it' };
+      } else {
+        planned = this.plan(pending, placementRequestOf(request, policy));
+      }
+      if (planned.kind !== 'planned') {
+        verdicts.set(pending, planned);
+        if (planned.kind !== 'queued') continue;
+      } else {
+        plans.set(pending, planned);
+      }
       usage.set(teamId, {
         reservedBytes: bytes(held.reservedBytes + request.bytesPerGpu * request.gpuCount),
         shardCount: held.shardCount + 1,
@@ -284,9 +334,11 @@ export class ShardCreator {
   private plan(pending: Pending, placementRequest: PlacementRequest): Plan | Verdict {
     const placed = this.placement.place(placementRequest);
     if (placed.kind === 'no-fit') {
-      return pending.fresh
-        ? { kind: 'refused', error: noCapacityError(placed) }
-        : { kind: 'needs-fresh-fleet' };
+      if (!pending.fresh) return { kind: 'needs-fresh-fleet' };
+      if (pending.request.queue && couldEverFit(placementRequest, this.cache.hosts())) {
+        return { kind: 'queued', reason: placed.message };
+      }
+      return { kind: 'refused', error: noCapacityError(placed) };
     }
     const holds = this.placement.holds();
     holds.hold(placed.gpuUuids, placed.reservedBytesPerGpu);
@@ -381,6 +433,32 @@ export class ShardCreator {
     return lostRaces;
   }
 
+  /** Writes the calls that wait as PENDING; their verdict becomes the written shard. */
+  private async writeQueued(
+    tx: Prisma.TransactionClient,
+    batch: readonly Pending[],
+    verdicts: Map<Pending, Verdict>,
+    effects: CommitEffects,
+  ): Promise<void> {
+    for (const pending of batch) {
+      const verdict = verdicts.get(pending);
+      if (verdict?.kind !== 'queued') continue;
+      const shard = await writePending(
+        tx,
+        {
+          shardId: randomUUID(),
+          auditId: randomUUID(),
+          caller: pending.caller,
+          teamId: pending.teamId,
+          request: pending.request,
+        },
+        verdict.reason,
+      );
+      effects.changes.push({ shard, previousState: null, state: 'PENDING', at: shard.createdAt });
+      verdicts.set(pending, { kind: 'placed', shard });
+    }
+  }
+
   /** Answers each call of a committed batch, or sends it round again. */
   private async answer(
     batch: readonly Pending[],
@@ -439,6 +517,7 @@ export class ShardCreator {
         case 'lost-race':
           this.again(pending, raceLostError());
           break;
+        case 'queued':
         case undefined:
           pending.reject(new Error('createShard: the batch left a call undecided'));
           break;
@@ -511,6 +590,22 @@ function replayVerdict(existing: ShardRecord, request: ShardRequest): Verdict {
   } catch (error) {
     return { kind: 'failed', error };
   }
+}
+
+const CLASSES = priorityClasses();
+
+/**
+ * Whether the request fits the fleet once everything held has ended and every host takes
+ * shards: a request that cannot (bigger than any GPU, a model or label the fleet lacks) is
+ * refused at once instead of waiting forever.
+ */
+export function couldEverFit(request: PlacementRequest, fleet: readonly Host[]): boolean {
+  const empty = fleet.map((host) => ({
+    ...host,
+    state: 'ONLINE' as const,
+    gpus: host.gpus.map((gpu) => ({ ...gpu, reservedBytes: bytes(0) })),
+  }));
+  return place(request, empty).kind === 'placed';
 }
 
 function raceLostError(): ConflictError {

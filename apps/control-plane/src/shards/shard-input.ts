@@ -1,4 +1,4 @@
-import { bytes, type Bytes } from '@gpushards/limits';
+import { bytes, type Bytes, DEFAULT_PRIORITY_CLASS, priorityClasses } from '@gpushards/limits';
 import {
   findReservedEnvKeys,
   MAX_GPUS_PER_HOST,
@@ -25,7 +25,15 @@ export interface ShardRequest extends PlacementRequestInput {
   readonly command: string[];
   readonly env: Readonly<Record<string, string>>;
   readonly idempotencyKey: string | null;
+  /** Wait as PENDING when it fits nowhere now (else NO_CAPACITY). */
+  readonly queue: boolean;
+  readonly priorityClass: string;
+  readonly maxWaitSeconds: number | null;
+  readonly requeue: boolean;
 }
+
+/** A week: longer waits are better left without a limit. */
+export const MAX_WAIT_SECONDS = 7 * 24 * 3600;
 
 /** Shard names end up in container names and logs. */
 export const SHARD_NAME: NameRule = {
@@ -226,6 +234,18 @@ export function checkCreateShardInput(input: CreateShardInput): ShardRequest {
       `must be 1 to ${MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters (no spaces)`,
     );
   }
+  const priorityClass = input.priorityClass ?? DEFAULT_PRIORITY_CLASS;
+  const known = priorityClasses();
+  if (known.get(priorityClass) === undefined) {
+    check.problem(
+      'input.priorityClass',
+      `must be one of ${known.list.map((c) => `"${c.name}"`).join(', ')}, got "${priorityClass}"`,
+    );
+  }
+  const maxWaitSeconds = input.maxWaitSeconds ?? null;
+  if (maxWaitSeconds !== null) {
+    check.integer('input.maxWaitSeconds', maxWaitSeconds, 1, MAX_WAIT_SECONDS);
+  }
   check.done();
   return {
     ...placement,
@@ -234,5 +254,9 @@ export function checkCreateShardInput(input: CreateShardInput): ShardRequest {
     command,
     env,
     idempotencyKey: key,
+    queue: input.queue ?? true,
+    priorityClass,
+    maxWaitSeconds,
+    requeue: input.requeue ?? true,
   };
 }

@@ -1,9 +1,15 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { assertTransition, type HostState, type TransitionCause } from '@gpushards/limits';
+import {
+  assertTransition,
+  stoppedStateOf,
+  type HostState,
+  type TransitionCause,
+} from '@gpushards/limits';
 import { Prisma, type ShardState } from '../database/index.js';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache, type GpuDelta } from '../placement/fleet-cache.js';
+import { QueueSignal } from '../placement/queue-signal.js';
 import { InjectShardCommands, type ShardCommands } from './shard-commands.js';
 import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
 
@@ -49,6 +55,7 @@ export class ShardLifecycle {
   constructor(
     private readonly cache: FleetCache,
     private readonly events: ShardEventBus,
+    private readonly queue: QueueSignal,
     @InjectShardCommands() private readonly commands: ShardCommands,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -77,6 +84,14 @@ export class ShardLifecycle {
     effects: CommitEffects,
     at: Date = new Date(),
   ): Promise<ShardRecord> {
+    // A reclaimed shard (stop intent requeue or preempt) does not end as STOPPED once stopped.
+    if (
+      shard.state === 'STOPPING' &&
+      state === 'STOPPED' &&
+      (shard.stopIntent === 'requeue' || shard.stopIntent === 'preempt')
+    ) {
+      ({ state, cause } = stoppedStateOf(shard.stopIntent));
+    }
     const check = assertTransition(shard.state, state, cause);
     if (check.reservation === 'release') {
       await this.releaseReservations(tx, [shard.id], effects);
@@ -88,10 +103,15 @@ export class ShardLifecycle {
                        updated_at = now(),
                        failure_reason = coalesce(${fields.failureReason ?? null}, failure_reason),
                        exit_code = coalesce(${fields.exitCode ?? null}::int, exit_code),
-                       container_id = coalesce(${fields.containerId ?? null}, container_id),
+                       container_id = CASE WHEN ${state}::text = 'PENDING' THEN NULL
+                                           ELSE coalesce(${fields.containerId ?? null}, container_id) END,
                        started_at = coalesce(started_at, ${fields.startedAt ?? null}::timestamptz),
                        stopped_at = coalesce(stopped_at, ${stoppedAt}::timestamptz),
-                       last_event_at = coalesce(${fields.lastEventAt ?? null}::timestamptz, last_event_at)
+                       last_event_at = coalesce(${fields.lastEventAt ?? null}::timestamptz, last_event_at),
+                       queued_at = CASE WHEN ${state}::text = 'PENDING' THEN ${at}::timestamptz
+                                        ELSE queued_at END,
+                       stop_intent = CASE WHEN ${state}::text = 'STOPPING' THEN stop_intent END,
+                       reclaim_for = CASE WHEN ${state}::text = 'STOPPING' THEN reclaim_for END
        WHERE id = ${shard.id}::uuid
       RETURNING ${SHARD_COLUMNS}`;
     const updated = rows[0];
@@ -185,6 +205,15 @@ export class ShardLifecycle {
   /** Tells the cache, subscribers and agents what the committed transaction did. */
   afterCommit(effects: CommitEffects): void {
     this.cache.applyCommitted(effects.gpuDeltas);
+    const queued = effects.changes.filter((change) => change.state === 'PENDING').length;
+    if (queued > 0) this.queue.queued(queued);
+    if (
+      queued > 0 ||
+      effects.gpuDeltas.some((delta) => delta.bytes < 0) ||
+      effects.hostStates.some((host) => host.state === 'ONLINE')
+    ) {
+      this.queue.freed();
+    }
     for (const { hostId, state } of effects.hostStates) this.cache.setHostState(hostId, state);
     for (const change of effects.changes) this.events.publish(change);
     for (const { description, send } of effects.commands) {

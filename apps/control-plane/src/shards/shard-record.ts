@@ -34,6 +34,12 @@ export const SHARD_COLUMNS = Prisma.raw(
     'shard.stopped_at AS "stoppedAt"',
     'shard.last_event_at AS "lastEventAt"',
     'shard.version',
+    'shard.priority_class AS "priorityClass"',
+    'shard.queued_at AS "queuedAt"',
+    'shard.expires_at AS "expiresAt"',
+    'shard.requeue',
+    'shard.stop_intent AS "stopIntent"',
+    'shard.reclaim_for::text AS "reclaimFor"',
   ].join(', '),
 );
 

@@ -139,6 +139,18 @@ export class Shard {
 
   @Field(() => Int, { description: 'Bumped by every state change.' })
   version!: number;
+
+  @Field({ description: 'Priority class (inference > build > training).' })
+  priorityClass!: string;
+
+  @Field(() => Date, { nullable: true, description: 'When it last started waiting in the queue.' })
+  queuedAt!: Date | null;
+
+  @Field(() => Date, { nullable: true, description: 'When it expires if still PENDING.' })
+  expiresAt!: Date | null;
+
+  @Field({ description: 'Whether a reclaim puts it back in the queue (else PREEMPTED).' })
+  requeue!: boolean;
 }
 
 export function shardView(record: ShardRecord): Shard {
@@ -169,6 +181,10 @@ export function shardView(record: ShardRecord): Shard {
     startedAt: record.startedAt,
     stoppedAt: record.stoppedAt,
     version: record.version,
+    priorityClass: record.priorityClass,
+    queuedAt: record.queuedAt,
+    expiresAt: record.expiresAt,
+    requeue: record.requeue,
   };
 }
 
@@ -314,6 +330,33 @@ export class CreateShardInput extends PlacementInput {
       "A retried createShard with the team's same key returns the first shard instead of placing another.",
   })
   idempotencyKey?: string | null;
+
+  @Field(() => Boolean, {
+    nullable: true,
+    description:
+      'Default true: a request that fits nowhere now (but could fit the fleet) waits as PENDING. false: NO_CAPACITY at once, as without a queue.',
+  })
+  queue?: boolean | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description:
+      'Priority class: "inference" (never preempted, only within the team\'s guarantee) > "build" (default) > "training".',
+  })
+  priorityClass?: string | null;
+
+  @Field(() => Int, {
+    nullable: true,
+    description: 'Seconds it may wait as PENDING before it ends as EXPIRED; left out: no limit.',
+  })
+  maxWaitSeconds?: number | null;
+
+  @Field(() => Boolean, {
+    nullable: true,
+    description:
+      'Default true: a shard stopped to give its capacity back waits as PENDING again. false: it ends as PREEMPTED.',
+  })
+  requeue?: boolean | null;
 }
 
 @ObjectType({ description: 'Why one host cannot take a request.' })

@@ -22,6 +22,8 @@ export interface TeamState {
   readonly maxGpusPerShard: number | null;
   readonly allowedGpuModels: string[] | null;
   readonly priority: number | null;
+  readonly guaranteeBytes: bigint | null;
+  readonly maxPriorityClass: string | null;
   readonly shardCount: number;
   readonly reservedBytes: bigint;
 }
@@ -40,6 +42,8 @@ export async function readTeamStates(
            quota.max_bytes_per_shard AS "maxBytesPerShard",
            quota.max_gpus_per_shard AS "maxGpusPerShard",
            quota.allowed_gpu_models AS "allowedGpuModels", quota.priority,
+           quota.guarantee_bytes AS "guaranteeBytes",
+           quota.max_priority_class AS "maxPriorityClass",
            held.shards AS "shardCount", held.bytes AS "reservedBytes"
       FROM team
       LEFT JOIN quota_policy quota ON quota.team_id = team.id

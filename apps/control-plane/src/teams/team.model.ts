@@ -39,6 +39,27 @@ export class QuotaPolicy {
   @Field(() => Int, { description: 'Higher goes first when placement must choose between teams.' })
   priority!: number;
 
+  @Field(() => Size, {
+    description:
+      "Requested bytes promised whatever other teams do: up to it the team's shards are never preempted for another team; above it (up to maxTotal) they borrow idle capacity and may be reclaimed.",
+  })
+  guarantee!: Size;
+
+  @Field(() => Int, { nullable: true, description: 'Whole GPUs promised; null = none.' })
+  guaranteeGpus!: number | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description: 'The GPU models the guarantee is on (part of the model name); null = any.',
+  })
+  guaranteeGpuModel!: string | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description: 'The highest priority class its shards may use; null = any.',
+  })
+  maxPriorityClass!: string | null;
+
   @Field()
   updatedAt!: Date;
 }
@@ -75,4 +96,26 @@ export class QuotaPolicyInput {
 
   @Field(() => Int, { nullable: true, description: 'Default 0.' })
   priority?: number | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description:
+      'Guaranteed memory (size string, at most maxTotal); default "0". All teams\' guarantees together must fit the fleet per GPU model.',
+  })
+  guarantee?: string | null;
+
+  @Field(() => Int, { nullable: true, description: 'Guaranteed whole GPUs; left out: none.' })
+  guaranteeGpus?: number | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description: 'Part of a GPU model name the guarantee is on ("H100"); left out: any model.',
+  })
+  guaranteeGpuModel?: string | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description: 'The highest priority class the team may use ("build"); left out: any.',
+  })
+  maxPriorityClass?: string | null;
 }

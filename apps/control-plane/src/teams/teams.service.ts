@@ -1,10 +1,19 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { QUOTA_STATES } from '@gpushards/limits';
+import {
+  bytes,
+  checkGuarantees,
+  gpuUuid,
+  hostId,
+  priorityClasses,
+  QUOTA_STATES,
+  type Host,
+  type HostState,
+} from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible } from '../auth/team-scope.js';
 import { PrismaService } from '../database/index.js';
-import { ConflictError, NotFoundError } from '../errors/domain-errors.js';
+import { ConflictError, NotFoundError, QuotaExceededError } from '../errors/domain-errors.js';
 import { isUniqueViolation } from '../errors/prisma-errors.js';
 import {
   pageRequest,
@@ -24,6 +33,96 @@ const MAX_SHARDS_LIMIT = 100_000;
 const MAX_GPUS_PER_SHARD_LIMIT = 1024;
 const PRIORITY_RANGE = 1_000_000;
 const MAX_ALLOWED_GPU_MODELS = 64;
+const CLASSES = priorityClasses();
+/** Serializes guarantee changes across replicas. */
+const GUARANTEE_LOCK = 0x67707367; // "gpsg"
+
+type Tx = Parameters<Parameters<PrismaService['$transaction']>[0]>[0];
+
+/**
+ * Refuses (QUOTA_EXCEEDED, naming the numbers) a guarantee that, with every other team's, the
+ * fleet could not keep at once: per GPU model, guarantees ≤ floor(total × overcommit).
+ */
+async function checkGuaranteesFit(
+  tx: Tx,
+  teamId: string,
+  guarantee: { bytes: ReturnType<typeof bytes>; gpus?: number; gpuModel?: string },
+): Promise<void> {
+  if (guarantee.bytes === 0 && (guarantee.gpus ?? 0) === 0) return;
+  const others = await tx.$queryRaw<
+    { teamId: string; name: string; bytes: bigint; gpus: number | null; model: string | null }[]
+  >`
+    SELECT team.id::text AS "teamId", team.name, quota.guarantee_bytes AS bytes,
+           quota.guarantee_gpus AS gpus, quota.guarantee_gpu_model AS model
+      FROM quota_policy quota JOIN team ON team.id = quota.team_id
+     WHERE quota.team_id <> ${teamId}::uuid
+       AND (quota.guarantee_bytes > 0 OR coalesce(quota.guarantee_gpus, 0) > 0)`;
+  const [self] = await tx.$queryRaw<{ name: string }[]>`
+    SELECT name FROM team WHERE id = ${teamId}::uuid`;
+  const gpus = await tx.$queryRaw<
+    {
+      hostId: string;
+      hostName: string;
+      state: string;
+      uuid: string;
+      index: number;
+      model: string;
+      totalBytes: bigint;
+      overcommitRatio: number;
+    }[]
+  >`
+    SELECT host.id AS "hostId", host.name AS "hostName", host.state::text AS state, gpu.uuid,
+           gpu.index, gpu.model, gpu.total_bytes AS "totalBytes",
+           gpu.overcommit_ratio AS "overcommitRatio"
+      FROM gpu JOIN host ON host.id = gpu.host_id
+     WHERE gpu.missing_since IS NULL
+     ORDER BY host.id, gpu.index`;
+  const hosts = new Map<string, Host & { gpus: Host['gpus'][number][] }>();
+  for (const gpu of gpus) {
+    let host = hosts.get(gpu.hostId);
+    if (host === undefined) {
+      host = {
+        id: hostId(gpu.hostId),
+        name: gpu.hostName,
+        state: gpu.state as HostState,
+        labels: {},
+        gpus: [],
+      };
+      hosts.set(gpu.hostId, host);
+    }
+    host.gpus.push({
+      uuid: gpuUuid(gpu.uuid),
+      index: gpu.index,
+      model: gpu.model,
+      totalBytes: bytes(Number(gpu.totalBytes)),
+      reservedBytes: bytes(0),
+      overcommitRatio: gpu.overcommitRatio,
+    });
+  }
+  const result = checkGuarantees(
+    [
+      { teamId, teamName: self?.name ?? teamId, guarantee },
+      ...others.map((other) => ({
+        teamId: other.teamId,
+        teamName: other.name,
+        guarantee: {
+          bytes: bytes(Number(other.bytes)),
+          ...(other.gpus === null ? {} : { gpus: other.gpus }),
+          ...(other.model === null ? {} : { gpuModel: other.model }),
+        },
+      })),
+    ],
+    [...hosts.values()],
+  );
+  if (!result.ok) {
+    throw new QuotaExceededError(`guarantee refused: ${result.message}`, {
+      limit: 'guarantee',
+      guaranteed: result.guaranteed,
+      capacity: result.capacity,
+      terms: result.terms,
+    });
+  }
+}
 
 @Injectable()
 export class TeamsService {
@@ -70,6 +169,10 @@ export class TeamsService {
       maxGpusPerShard: policy.maxGpusPerShard,
       allowedGpuModels: policy.allowedGpuModels,
       priority: policy.priority,
+      guarantee: sizeOf(policy.guaranteeBytes),
+      guaranteeGpus: policy.guaranteeGpus,
+      guaranteeGpuModel: policy.guaranteeGpuModel,
+      maxPriorityClass: policy.maxPriorityClass,
       updatedAt: policy.updatedAt,
     };
   }
@@ -138,6 +241,30 @@ export class TeamsService {
         check.name(`input.allowedGpuModels[${i}]`, model, GPU_MODEL_NAME),
       );
     }
+    const guaranteeBytes =
+      input.guarantee === undefined || input.guarantee === null
+        ? 0
+        : check.size('input.guarantee', input.guarantee, { allowZero: true });
+    if (guaranteeBytes > maxTotalBytes) {
+      check.problem(
+        'input.guarantee',
+        `is more than maxTotal (${sizeOf(guaranteeBytes).human} > ${sizeOf(maxTotalBytes).human}); a team is guaranteed at most what it may hold`,
+      );
+    }
+    if (typeof input.guaranteeGpus === 'number') {
+      check.integer('input.guaranteeGpus', input.guaranteeGpus, 0, MAX_GPUS_PER_SHARD_LIMIT * 1000);
+    }
+    const guaranteeGpuModel = input.guaranteeGpuModel ?? null;
+    if (guaranteeGpuModel !== null) {
+      check.name('input.guaranteeGpuModel', guaranteeGpuModel, GPU_MODEL_NAME);
+    }
+    const maxPriorityClass = input.maxPriorityClass ?? null;
+    if (maxPriorityClass !== null && CLASSES.get(maxPriorityClass) === undefined) {
+      check.problem(
+        'input.maxPriorityClass',
+        `must be one of ${CLASSES.list.map((c) => `"${c.name}"`).join(', ')}, got "${maxPriorityClass}"`,
+      );
+    }
     if (maxBytesPerShard > maxTotalBytes) {
       check.problem(
         'input.maxPerShard',
@@ -154,8 +281,19 @@ export class TeamsService {
       maxGpusPerShard: input.maxGpusPerShard ?? null,
       allowedGpuModels: [...new Set(models)],
       priority,
+      guaranteeBytes: BigInt(guaranteeBytes),
+      guaranteeGpus: input.guaranteeGpus ?? null,
+      guaranteeGpuModel,
+      maxPriorityClass,
     };
     await this.prisma.$transaction(async (tx) => {
+      // Guarantee changes one at a time, so that two of them cannot each fit alone.
+      await tx.$queryRaw`SELECT 1 AS locked FROM pg_advisory_xact_lock(${GUARANTEE_LOCK}::bigint)`;
+      await checkGuaranteesFit(tx, id, {
+        bytes: bytes(guaranteeBytes),
+        ...(policy.guaranteeGpus === null ? {} : { gpus: policy.guaranteeGpus }),
+        ...(guaranteeGpuModel === null ? {} : { gpuModel: guaranteeGpuModel }),
+      });
       await tx.quotaPolicy.upsert({
         where: { teamId: id },
         create: { teamId: id, ...policy },
@@ -170,6 +308,7 @@ export class TeamsService {
           ...policy,
           maxTotalBytes: String(maxTotalBytes),
           maxBytesPerShard: String(maxBytesPerShard),
+          guaranteeBytes: String(guaranteeBytes),
         },
       });
     });

@@ -14,6 +14,7 @@
 import { type Bytes, bytes, formatSize } from '../sizes.js';
 import type { Host } from '../inventory.js';
 import { capacityBytes, matchesGpuModel, type PlacementOptions } from '../placement.js';
+import { compareText } from '../placement-rules.js';
 
 export interface Guarantee {
   /** Requested bytes the team is promised; 0 = none. */
@@ -96,7 +97,9 @@ export function checkGuarantees(
     subsets.push(...terms.map((t) => [t]), terms);
   }
   for (const subset of subsets) {
-    const members = active.filter((t) => subset.includes(termOf(t.guarantee)));
+    const members = active
+      .filter((t) => subset.includes(termOf(t.guarantee)))
+      .sort((a, b) => compareText(a.teamName ?? a.teamId, b.teamName ?? b.teamId));
     const covered = gpus.filter((gpu) => subset.some((term) => matches(term, gpu.model)));
     const capacity = covered.reduce(
       (sum, gpu) => sum + capacityBytes(gpu, options.defaultOvercommitRatio),

@@ -29,6 +29,9 @@ export interface ShardRequest {
   gpuModelInclude?: string[];
   gpuModelExclude?: string[];
   idempotencyKey?: string;
+  /** Wait as PENDING when it fits nowhere now; default false (these scenarios expect NO_CAPACITY). */
+  queue?: boolean;
+  priorityClass?: string;
   /** Default: hold 256 MiB and wait for SIGTERM. */
   command?: string[];
 }
@@ -90,6 +93,8 @@ export class World {
       ...(request.gpuModelInclude ? { gpuModelInclude: request.gpuModelInclude } : {}),
       ...(request.gpuModelExclude ? { gpuModelExclude: request.gpuModelExclude } : {}),
       ...(request.idempotencyKey ? { idempotencyKey: request.idempotencyKey } : {}),
+      ...(request.priorityClass ? { priorityClass: request.priorityClass } : {}),
+      queue: request.queue ?? false,
     };
   }
 

@@ -1,0 +1,97 @@
+import { Injectable } from '@nestjs/common';
+import { borrowedBytesOf, type AdmissionPlan } from '@gpushards/limits';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { PassInput } from './queue.service.js';
+
+/**
+ * The queue's metrics, as of this process's last admission pass: queue length and oldest wait
+ * per team and GPU model (the model the request names, "any" when it names none), the wait of
+ * shards placed from the queue, preemptions, borrowed bytes per team, and the pass's duration.
+ */
+@Injectable()
+export class QueueMetrics {
+  private readonly length: Gauge<'team' | 'gpu_model'>;
+  private readonly oldest: Gauge<'team' | 'gpu_model'>;
+  private readonly wait: Histogram;
+  private readonly preemptions: Counter<'team'>;
+  private readonly borrowed: Gauge<'team'>;
+  private readonly duration: Histogram;
+
+  constructor(registry: Registry) {
+    this.length = new Gauge({
+      name: 'gpushards_queue_length',
+      help: 'PENDING shards per team and requested GPU model, as of the last admission pass.',
+      labelNames: ['team', 'gpu_model'],
+      registers: [registry],
+    });
+    this.oldest = new Gauge({
+      name: 'gpushards_queue_oldest_wait_seconds',
+      help: 'How long the longest-waiting PENDING shard has waited, per team and GPU model.',
+      labelNames: ['team', 'gpu_model'],
+      registers: [registry],
+    });
+    this.wait = new Histogram({
+      name: 'gpushards_queue_wait_seconds',
+      help: 'Time from entering the queue to placement, for shards placed from the queue.',
+      buckets: [0.01, 0.1, 1, 10, 60, 300, 900, 3600, 4 * 3600, 24 * 3600],
+      registers: [registry],
+    });
+    this.preemptions = new Counter({
+      name: 'gpushards_preemptions_total',
+      help: 'Shards stopped to give borrowed capacity back, by the team that lost them.',
+      labelNames: ['team'],
+      registers: [registry],
+    });
+    this.borrowed = new Gauge({
+      name: 'gpushards_borrowed_bytes',
+      help: 'Requested bytes a team holds above its guarantee (preemptible), per team.',
+      labelNames: ['team'],
+      registers: [registry],
+    });
+    this.duration = new Histogram({
+      name: 'gpushards_admission_pass_seconds',
+      help: 'One admission pass: reads, decision and its transaction.',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      registers: [registry],
+    });
+  }
+
+  passed(plan: AdmissionPlan, input: PassInput, now: number, seconds: number): void {
+    this.duration.observe(seconds);
+    const names = new Map(input.teams.map((team) => [team.id, team.name]));
+    const nameOf = (teamId: string): string => names.get(teamId) ?? teamId;
+    const byId = new Map(input.pending.map((shard) => [shard.id, shard]));
+    for (const placement of plan.placements) {
+      const shard = byId.get(placement.shardId);
+      if (shard !== undefined) this.wait.observe(Math.max(0, now - shard.arrivedAt) / 1000);
+    }
+    for (const preemption of plan.preemptions) {
+      this.preemptions.inc({ team: nameOf(preemption.victimTeamId) });
+    }
+    this.length.reset();
+    this.oldest.reset();
+    const groups = new Map<
+      string,
+      { team: string; gpu_model: string; n: number; oldest: number }
+    >();
+    for (const waiting of plan.waiting) {
+      const shard = byId.get(waiting.shardId);
+      if (shard === undefined) continue;
+      const team = nameOf(shard.teamId);
+      const gpuModel = shard.request.gpuModel?.include?.join('|') || 'any';
+      const key = `${team}\u0000${gpuModel}`;
+      const group = groups.get(key) ?? { team, gpu_model: gpuModel, n: 0, oldest: 0 };
+      group.n++;
+      group.oldest = Math.max(group.oldest, (now - shard.arrivedAt) / 1000);
+      groups.set(key, group);
+    }
+    for (const { team, gpu_model, n, oldest } of groups.values()) {
+      this.length.set({ team, gpu_model }, n);
+      this.oldest.set({ team, gpu_model }, oldest);
+    }
+    this.borrowed.reset();
+    for (const team of input.teams) {
+      this.borrowed.set({ team: team.name }, borrowedBytesOf(team, input.held));
+    }
+  }
+}

@@ -1,0 +1,180 @@
+/**
+ * What an admission pass reads: the pending shards, the shards that hold capacity and the
+ * teams (guarantees, limits, decayed usage), in libs/limits queue terms.
+ */
+import {
+  bytes,
+  DEFAULT_PRIORITY_CLASS,
+  effectiveGpuModelFilter,
+  gpuUuid,
+  hostId,
+  type HeldShard,
+  type PendingShard,
+  type PriorityClasses,
+  type QueueTeam,
+} from '@gpushards/limits';
+import type { Prisma } from '../database/index.js';
+import { stringRecord } from '../shards/shard-record.js';
+
+type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
+
+interface PendingRow {
+  id: string;
+  teamId: string;
+  bytesPerGpu: bigint;
+  gpuCount: number;
+  gpuModelInclude: string[];
+  gpuModelExclude: string[];
+  hostSelector: Prisma.JsonValue;
+  placementPolicy: string;
+  priorityClass: string;
+  arrivedAt: Date;
+  expiresAt: Date | null;
+  inFlight: boolean;
+  allowedGpuModels: string[] | null;
+}
+
+export async function readPending(
+  reader: Reader,
+  classes: PriorityClasses,
+): Promise<PendingShard[]> {
+  const rows = await reader.$queryRaw<PendingRow[]>`
+    SELECT shard.id::text AS id, shard.team_id::text AS "teamId",
+           shard.bytes_per_gpu AS "bytesPerGpu", shard.gpu_count AS "gpuCount",
+           shard.gpu_model_include AS "gpuModelInclude",
+           shard.gpu_model_exclude AS "gpuModelExclude",
+           shard.host_selector AS "hostSelector",
+           shard.placement_policy::text AS "placementPolicy",
+           shard.priority_class AS "priorityClass",
+           coalesce(shard.queued_at, shard.created_at) AS "arrivedAt",
+           shard.expires_at AS "expiresAt",
+           EXISTS (SELECT 1 FROM shard victim
+                    WHERE victim.reclaim_for = shard.id AND victim.state = 'STOPPING') AS "inFlight",
+           quota.allowed_gpu_models AS "allowedGpuModels"
+      FROM shard LEFT JOIN quota_policy quota ON quota.team_id = shard.team_id
+     WHERE shard.state = 'PENDING'`;
+  return rows.map((row) => {
+    const cls = classes.get(row.priorityClass) ?? classes.require(DEFAULT_PRIORITY_CLASS);
+    const requested = { include: row.gpuModelInclude, exclude: row.gpuModelExclude };
+    const allowed = row.allowedGpuModels ?? [];
+    const effective =
+      allowed.length === 0
+        ? undefined
+        : effectiveGpuModelFilter(requested, { allowedGpuModels: allowed });
+    return {
+      id: row.id,
+      teamId: row.teamId,
+      request: {
+        bytesPerGpu: bytes(Number(row.bytesPerGpu)),
+        gpuCount: row.gpuCount,
+        gpuModel: effective?.ok ? effective.filter : requested,
+        hostSelector: stringRecord(row.hostSelector),
+        policy: row.placementPolicy === 'SPREAD' ? 'spread' : 'binpack',
+      },
+      priorityRank: cls.rank,
+      preemptible: cls.preemptible,
+      arrivedAt: row.arrivedAt.getTime(),
+      ...(row.expiresAt === null ? {} : { expiresAt: row.expiresAt.getTime() }),
+      ...(row.inFlight ? { reclaimInFlight: true } : {}),
+    };
+  });
+}
+
+interface HeldRow {
+  id: string;
+  teamId: string;
+  hostId: string;
+  state: string;
+  quotaBytes: bigint;
+  priorityClass: string;
+  placedAt: Date;
+  gpuUuids: string[];
+  perGpu: bigint;
+  model: string;
+}
+
+export async function readHeld(reader: Reader, classes: PriorityClasses): Promise<HeldShard[]> {
+  const rows = await reader.$queryRaw<HeldRow[]>`
+    SELECT shard.id::text AS id, shard.team_id::text AS "teamId", shard.host_id AS "hostId",
+           shard.state::text AS state, shard.bytes_per_gpu * shard.gpu_count AS "quotaBytes",
+           shard.priority_class AS "priorityClass",
+           coalesce(shard.started_at, shard.created_at) AS "placedAt",
+           array_agg(held.gpu_uuid ORDER BY held.gpu_uuid) AS "gpuUuids",
+           max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model
+      FROM shard
+      JOIN shard_gpu held ON held.shard_id = shard.id AND held.released_at IS NULL
+      JOIN gpu ON gpu.uuid = held.gpu_uuid
+     WHERE shard.state IN ('PLACED', 'STARTING', 'RUNNING', 'STOPPING')
+       AND shard.host_id IS NOT NULL
+     GROUP BY shard.id`;
+  return rows.map((row) => {
+    const cls = classes.get(row.priorityClass) ?? classes.require(DEFAULT_PRIORITY_CLASS);
+    return {
+      id: row.id,
+      teamId: row.teamId,
+      hostId: hostId(row.hostId),
+      gpuUuids: row.gpuUuids.map(gpuUuid),
+      reservedBytesPerGpu: bytes(Number(row.perGpu)),
+      quotaBytes: bytes(Number(row.quotaBytes)),
+      gpuModel: row.model,
+      priorityRank: cls.rank,
+      preemptible: cls.preemptible,
+      placedAt: row.placedAt.getTime(),
+      leaving: row.state === 'STOPPING',
+    };
+  });
+}
+
+interface TeamRow {
+  id: string;
+  name: string;
+  hasPolicy: boolean;
+  maxTotalBytes: bigint | null;
+  maxShards: number | null;
+  guaranteeBytes: bigint | null;
+  guaranteeGpus: number | null;
+  guaranteeGpuModel: string | null;
+  decayed: number | null;
+}
+
+export interface TeamRecord extends QueueTeam {
+  readonly name: string;
+}
+
+/**
+ * Every team with its guarantee, limits and decayed GiB-hours: each hour's reserved
+ * byte-seconds weighted 2^(−age/halfLife) from the end of its hour, over eight half-lives.
+ */
+export async function readTeams(
+  reader: Reader,
+  halfLifeMs: number,
+  now: Date,
+): Promise<TeamRecord[]> {
+  const rows = await reader.$queryRaw<TeamRow[]>`
+    SELECT team.id::text AS id, team.name, quota.team_id IS NOT NULL AS "hasPolicy",
+           quota.max_total_bytes AS "maxTotalBytes", quota.max_shards AS "maxShards",
+           quota.guarantee_bytes AS "guaranteeBytes", quota.guarantee_gpus AS "guaranteeGpus",
+           quota.guarantee_gpu_model AS "guaranteeGpuModel",
+           (SELECT sum(rollup.reserved_byte_seconds::float8 / (1073741824.0 * 3600)
+                       * power(0.5, greatest(0, extract(epoch FROM
+                           (${now}::timestamptz - rollup.hour - interval '1 hour')) * 1000)
+                           / ${halfLifeMs}::float8))
+              FROM usage_rollup rollup
+             WHERE rollup.team_id = team.id
+               AND rollup.hour > ${now}::timestamptz - make_interval(secs => ${(halfLifeMs * 8) / 1000}::float8)
+           ) AS decayed
+      FROM team LEFT JOIN quota_policy quota ON quota.team_id = team.id`;
+  return rows.map((row) => ({
+    id: row.id,
+    name: row.name,
+    guarantee: {
+      bytes: bytes(Number(row.guaranteeBytes ?? 0n)),
+      ...(row.guaranteeGpus === null ? {} : { gpus: row.guaranteeGpus }),
+      ...(row.guaranteeGpuModel === null ? {} : { gpuModel: row.guaranteeGpuModel }),
+    },
+    ...(row.hasPolicy
+      ? { maxTotalBytes: bytes(Number(row.maxTotalBytes ?? 0n)), maxShards: row.maxShards ?? 0 }
+      : { maxTotalBytes: bytes(0), maxShards: 0 }),
+    decayedGiBHours: Number(row.decayed ?? 0),
+  }));
+}

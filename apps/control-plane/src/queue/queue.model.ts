@@ -1,0 +1,66 @@
+import { Field, Float, ID, Int, ObjectType } from '@nestjs/graphql';
+import { Size } from '../graphql/size.model.js';
+import { Shard } from '../shards/shard.model.js';
+
+@ObjectType({ description: 'A PENDING shard, where it stands in the queue and why it waits.' })
+export class QueuedShard {
+  @Field(() => Shard)
+  shard!: Shard;
+
+  @Field(() => Int, { description: '1-based, among all waiting shards, in queue order.' })
+  position!: number;
+
+  @Field({
+    description:
+      'capacity (fits nowhere now), behind (the room it fits is kept for a shard ahead), quota, guarantee (a non-preemptible class beyond its guarantee) or reclaiming (borrowed shards are being stopped for it).',
+  })
+  reasonKind!: string;
+
+  @Field({ description: 'For people.' })
+  reason!: string;
+
+  @Field(() => ID, { nullable: true, description: 'The shard ahead whose room it would take.' })
+  waitingBehind!: string | null;
+
+  @Field(() => ID, {
+    nullable: true,
+    description: 'The host whose room is kept for it (where it is expected to run), if any.',
+  })
+  expectedHostId!: string | null;
+
+  @Field(() => Date, {
+    nullable: true,
+    description:
+      'Null: shards carry no run-time estimates, so no start time can be promised; it starts when the shards on its expected host end.',
+  })
+  estimatedStart!: Date | null;
+}
+
+@ObjectType({ description: "A team's guarantee, what it borrows above it, and its fair share." })
+export class TeamShare {
+  @Field(() => Size)
+  guarantee!: Size;
+
+  @Field(() => Size, {
+    description: 'Requested bytes held above the guarantee: preemptible for teams within theirs.',
+  })
+  borrowed!: Size;
+
+  @Field(() => Size, { description: 'Requested bytes of its shards that hold a reservation.' })
+  held!: Size;
+
+  @Field(() => Float, {
+    description: 'Usage in GiB-hours, decayed with the configured half-life (default a week).',
+  })
+  decayedGiBHours!: number;
+
+  @Field(() => Float, {
+    nullable: true,
+    description:
+      'decayedGiBHours per guaranteed GiB: lower goes first among teams competing for idle capacity. Null without a guarantee (such a team goes after those with one once it used any).',
+  })
+  fairShare!: number | null;
+
+  @Field(() => Int, { description: 'Its PENDING shards.' })
+  pending!: number;
+}

@@ -1,0 +1,21 @@
+import { Module } from '@nestjs/common';
+import { PlacementModule } from '../placement/placement.module.js';
+import { ShardsModule } from '../shards/shards.module.js';
+import { QueueMetrics } from './queue-metrics.js';
+import { QUEUE_OPTIONS, queueOptionsFromEnv } from './queue-options.js';
+import { QueueResolver, TeamShareResolver } from './queue.resolver.js';
+import { QueueService } from './queue.service.js';
+
+/** The pending queue: admission passes, reclaim, and what GraphQL shows of the queue. */
+@Module({
+  imports: [PlacementModule, ShardsModule],
+  providers: [
+    QueueService,
+    QueueMetrics,
+    QueueResolver,
+    TeamShareResolver,
+    { provide: QUEUE_OPTIONS, useFactory: () => queueOptionsFromEnv() },
+  ],
+  exports: [QueueService],
+})
+export class QueueModule {}
