@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js';
-import { FleetService } from '../fleet/fleet.service.js';
+import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
   assertError,
   assertOk,
@@ -47,7 +47,7 @@ interface ShardView {
 for (const kind of TEST_DATABASE_KINDS) {
   describe(`the queue on ${kind}`, () => {
     let h: ApiTestHarness;
-    let fleet: FleetService;
+    let fleet: AgentReportsService;
     let queue: QueueService;
     const commands = new FakeShardCommands();
 
@@ -77,7 +77,7 @@ for (const kind of TEST_DATABASE_KINDS) {
         ...(postgres ? { server: postgres } : {}),
         controlPlane: { shardCommands: commands },
       });
-      fleet = h.controlPlane.app.get(FleetService);
+      fleet = h.controlPlane.app.get(AgentReportsService);
       queue = h.controlPlane.app.get(QueueService);
     });
     after(async () => {

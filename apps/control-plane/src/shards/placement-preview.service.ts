@@ -6,6 +6,8 @@ import { PrismaService } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { sizeOf } from '../graphql/size.model.js';
 import { FleetCache } from '../placement/fleet-cache.js';
+import { QueueSignal } from '../placement/queue-signal.js';
+import { couldEverFit } from './shard-creator.js';
 import { noCapacityError, PlacementService } from '../placement/placement.service.js';
 import { formatSize } from '../validation/sizes.js';
 import { checkPlacementInput } from './shard-input.js';
@@ -22,6 +24,7 @@ export class PlacementPreviewService {
     private readonly placement: PlacementService,
     private readonly cache: FleetCache,
     private readonly fleetCheck: ShardFleetCheck,
+    private readonly queue: QueueSignal,
   ) {}
 
   /** Where the request would go now (on the cached fleet), or every host's reason why not. */
@@ -40,10 +43,14 @@ export class PlacementPreviewService {
       const decision = evaluateQuota(request, usageOf(team), policy);
       if (!decision.allowed) quotaProblem = decision.message;
     }
-    const result = this.placement.place(placementRequestOf(request, policy));
+    const placementRequest = placementRequestOf(request, policy);
+    const result = this.placement.place(placementRequest);
+    const waitingAhead = this.queue.pendingCount();
     if (result.kind === 'placed') {
       const host = this.cache.hosts().find((h) => h.id === result.hostId);
       return {
+        verdict: waitingAhead > 0 ? 'WAIT' : 'RUN_NOW',
+        waitingAhead,
         fits: true,
         hostId: result.hostId,
         hostName: host?.name ?? result.hostId,
@@ -60,7 +67,10 @@ export class PlacementPreviewService {
     const hosts = (
       error.extensions['hosts'] as { hostId: string; hostName: string; reason: string }[]
     ).map((host, i) => ({ ...host, kind: result.reasons[i]!.reason.kind }));
+    const ever = couldEverFit(placementRequest, this.cache.hosts());
     return {
+      verdict: ever ? 'WAIT' : 'NEVER_FITS',
+      waitingAhead,
       fits: false,
       hostId: null,
       hostName: null,

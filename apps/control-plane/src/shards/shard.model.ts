@@ -379,6 +379,17 @@ export class HostVerdict {
 
 @ObjectType({ description: 'Where a request would go now, or why it cannot go anywhere.' })
 export class PlacementPreview {
+  @Field({
+    description:
+      'RUN_NOW: it fits and nothing waits. WAIT: createShard would answer PENDING (it fits nowhere now but could fit the fleet, or shards wait ahead of it; it goes first if it fits without taking room kept for them). NEVER_FITS: refused at once (no host could ever take it).',
+  })
+  verdict!: string;
+
+  @Field(() => Int, {
+    description: 'PENDING shards in the queue now (as of the last admission pass).',
+  })
+  waitingAhead!: number;
+
   @Field()
   fits!: boolean;
 
