@@ -167,6 +167,8 @@ describe('two control planes on one PostgreSQL', () => {
               image: 'ghcr.io/org/worker:1',
               memoryPerGpu: SHARD_SIZE,
               hostSelector: [{ key: 'pool', value: pool }],
+              // Placement or NO_CAPACITY at once: this test is about the conditional update.
+              queue: false,
             },
           },
           team.member,
