@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Real-GPU checks of libvgpu.so (run on a machine with an NVIDIA GPU, CUDA toolkit and PyTorch):
-#   bash native/gpu-tests/run.sh [--bench]
+#   bash native/gpu-tests/run.sh [--prove] [--bench]
 # Builds libvgpu.so from native/, builds the CUDA C test, runs check_caps.py (table + pass/fail),
-# and with --bench also bench/interposer. Results land in $OUT (or ./gpu-results) when set.
+# with --prove the seven ways past the cap of issue 11 (prove.sh: a 4 GiB shard per case, an NVML
+# watcher standing in for the agent), and with --bench also bench/interposer. Results land in
+# $OUT (or ./gpu-results) when set.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/native/gpu-tests"
@@ -30,7 +32,12 @@ echo "== cap checks"
 status=0
 (cd "$here" && python3 check_caps.py "$library" "$out/gpu-checks.json") 2>&1 | tee "$out/gpu-checks.txt" || status=1
 
-if [ "${1:-}" = "--bench" ]; then
+if [ "${1:-}" = "--prove" ] || [ "${2:-}" = "--prove" ]; then
+  echo "== the seven ways past the cap"
+  bash "$here/prove.sh" "$out" 2>&1 | tee "$out/prove.txt" || status=1
+fi
+
+if [ "${1:-}" = "--bench" ] || [ "${2:-}" = "--bench" ]; then
   echo "== benchmarks"
   bash "$root/bench/interposer/run.sh" "$library" 2>&1 | tee "$out/bench.txt" || status=1
 fi
