@@ -235,3 +235,14 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigne
 {
     return running(d, count, infos, 0);
 }
+
+/* The fake GPUs run no graphics: like a real data-centre GPU with only
+ * compute processes, the graphics list is empty (both lists exist in the
+ * real NVML, so an agent that reads both finds both here). */
+API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos)
+{
+    NEED_INIT();
+    if (index_of(d) < 0 || count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    return NVML_SUCCESS;
+}

@@ -68,6 +68,9 @@ static int s_procs(const struct api *A, const char *ordinal_text)
         n3 = 64;
         CHECK(v3(d, &n3, infos) == NVML_SUCCESS, "v3 again");
     }
+    procs_fn graphics = (procs_fn)dlsym(RTLD_DEFAULT, "nvmlDeviceGetGraphicsRunningProcesses_v3");
+    unsigned int ng = 64;
+    CHECK(graphics != NULL && graphics(d, &ng, infos2) == NVML_SUCCESS && ng == 0, "graphics processes: %u", ng);
     nvmlMemory_t m;
     CHECK(A->nvmlDeviceGetMemoryInfo(d, &m) == NVML_SUCCESS, "memory");
     printf("card %llu\n", m.used);
