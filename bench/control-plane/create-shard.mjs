@@ -1,6 +1,6 @@
 // createShard through the GraphQL endpoint on PostgreSQL, 1,000 registered hosts × 8 GPUs:
 // closed-loop throughput and latency, then open-loop latency at a fixed rate.
-// Placement and commit only: agent commands are recorded in memory, nothing is launched.
+// Placement and commit only: agent commands go to a sink (serve.mjs), nothing is launched.
 // The load generator runs in its own process (load.mjs); every case reports the CPU time per
 // request of the control plane(s), PostgreSQL and the load generator.
 //
@@ -11,6 +11,7 @@
 //     [--profile DIR]   (the server writes a V8 CPU profile into DIR when the run ends)
 //     [--statements]    (per case, the statements that took PostgreSQL's time: plan + execute)
 //     [--no-fsync]      (PostgreSQL as the tests run it: WAL not flushed at commit)
+//     [--limits off]    (the server without its request limits: cost, depth, rate; docs/api.md)
 import { fork, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -38,6 +39,7 @@ const { values: options } = parseArgs({
     'no-keep-alive': { type: 'boolean', default: false },
     statements: { type: 'boolean', default: false },
     'no-fsync': { type: 'boolean', default: false },
+    limits: { type: 'string', default: 'on' },
   },
 });
 const SECONDS = Number(options.seconds);
@@ -180,15 +182,18 @@ async function setUp(database, dataDir) {
   }
 }
 
-/** `node dist/main.js` on the database; resolves with its GraphQL URL. */
+/** The control plane as main.js runs it (serve.mjs) on the database; resolves with its GraphQL URL. */
 async function startServer(databaseUrl, dataDir, poolSize) {
   const profiling = PROFILE
     ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE}`, '--import', exitOnSignal]
     : [];
   const nodeArgs = options['server-node-args'].split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, ...profiling, join(dist, 'main.js')], {
+  const serve = fileURLToPath(new URL('./serve.mjs', import.meta.url));
+  const child = spawn(process.execPath, [...nodeArgs, ...profiling, serve], {
     env: {
       ...process.env,
+      GPUSHARDS_BENCH_DIST: dist,
+      GPUSHARDS_BENCH_LIMITS: options.limits,
       DATABASE_URL: databaseUrl,
       GPUSHARDS_PORT: '0',
       GPUSHARDS_DATA_DIR: dataDir,

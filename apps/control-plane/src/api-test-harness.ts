@@ -9,6 +9,7 @@ import {
   type ControlPlaneOptions,
 } from './control-plane.js';
 import { PrismaService } from './database/index.js';
+import { FakeShardCommands } from './shards/fake-shard-commands.js';
 import { createTestDatabase, type PostgresServer, type TestDatabaseKind } from './testing/index.js';
 
 /** One GraphQL response as the client sees it. */
@@ -50,7 +51,7 @@ export interface ApiTestHarnessOptions {
   /** Passed on to createControlPlane (a ManualClock, a fake agent link, ...). */
   readonly controlPlane?: Pick<
     ControlPlaneOptions,
-    'clock' | 'shardCommands' | 'hostOfflineSeconds'
+    'clock' | 'shardCommands' | 'hostOfflineSeconds' | 'security'
   >;
 }
 
@@ -75,6 +76,8 @@ export async function startApiTestHarness(
     port: 0,
     logLevel: 'silent',
     operatorOutput,
+    // Tests that do not read the commands still need a link that takes them.
+    shardCommands: new FakeShardCommands(),
     ...options.controlPlane,
   });
   const adminToken = (await readFile(join(dataDir, ADMIN_TOKEN_FILE), 'utf8')).trim();

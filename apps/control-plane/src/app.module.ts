@@ -29,7 +29,7 @@ export interface AppModuleOptions {
   readonly operatorOutput: NodeJS.WritableStream;
   /** Default: the system clock. */
   readonly clock?: Clock;
-  /** How shard commands reach agents; default: recorded in memory, not delivered. */
+  /** How shard commands reach agents; default: none (UndeliverableShardCommands). */
   readonly shardCommands?: ShardCommands;
   /** Where agent messages come from (NATS or in-process); none: no agent can talk to it. */
   readonly agentTransport?: AgentTransport;

@@ -14,6 +14,7 @@ import {
   isHostOfflineSeconds,
   type ControlPlaneConfig,
 } from './config/control-plane-config.js';
+import { DEFAULT_SECURITY_CONFIG, type SecurityConfig } from './config/api-limits.js';
 import { EMBEDDED_DATABASE_SUBDIR, type DatabaseConfig } from './database/index.js';
 import type { Clock } from './fleet/clock.js';
 import { GRAPHQL_PATH } from './graphql/graphql-api.module.js';
@@ -40,13 +41,15 @@ export interface ControlPlaneOptions {
   readonly hostOfflineSeconds?: number;
   /** Default: the system clock (tests pass a ManualClock). */
   readonly clock?: Clock;
-  /** How shard commands reach agents without a `link`; default: recorded in memory, not delivered. */
+  /** How shard commands reach agents without a `link` (tests); neither: no agents, createShard answers NO_AGENTS. */
   readonly shardCommands?: ShardCommands;
   /**
    * How agents talk to this control plane: `{nats: {servers, auth}}`, or `{inProcess: hub}`
    * for agents in this process (InProcessAgentHub). None: agents cannot reach it.
    */
   readonly link?: AgentLinkOptions;
+  /** API limits, endpoint switches, image allow-list; default DEFAULT_SECURITY_CONFIG. */
+  readonly security?: Partial<SecurityConfig>;
 }
 
 export interface ControlPlane {
@@ -71,6 +74,13 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
     dataDir,
     database: options.database ?? { embeddedDataDir: join(dataDir, EMBEDDED_DATABASE_SUBDIR) },
     hostOfflineSeconds: options.hostOfflineSeconds ?? DEFAULT_HOST_OFFLINE_SECONDS,
+    security: {
+      ...DEFAULT_SECURITY_CONFIG,
+      ...options.security,
+      // Nothing could deliver a launch: createShard answers NO_AGENTS rather than recording
+      // a shard that never starts.
+      noAgents: (options.security?.noAgents ?? false) || (!options.link && !options.shardCommands),
+    },
   };
   if (!isHostOfflineSeconds(config.hostOfflineSeconds)) {
     throw new RangeError(

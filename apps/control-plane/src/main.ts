@@ -15,7 +15,13 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   // Without GPUSHARDS_NATS_URL no agent can reach this control plane (one-box runs the
-  // in-process link through createControlPlane instead).
+  // in-process link through createControlPlane instead): that must be meant.
+  if (link === undefined && !config.security.noAgents) {
+    process.stderr.write(
+      'gpushards control plane: no agent link: set GPUSHARDS_NATS_URL (docs/operations.md), or GPUSHARDS_NO_AGENTS=true to run without agents on purpose (createShard then answers NO_AGENTS)\n',
+    );
+    process.exit(2);
+  }
   const controlPlane = await createControlPlane({ ...config, ...(link ? { link } : {}) });
   controlPlane.app.enableShutdownHooks(['SIGINT', 'SIGTERM']);
 }

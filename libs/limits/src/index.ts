@@ -8,3 +8,4 @@ export * from './placement-index.js';
 export * from './lifecycle/index.js';
 export * from './queue/index.js';
 export * from './enforcement/enforcement.js';
+export * from './rate/token-bucket.js';

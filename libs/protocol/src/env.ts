@@ -6,19 +6,19 @@ import { z } from 'zod';
  * The control plane refuses a shard that sets one; the agent strips any that reach it
  * (a control plane built with an older list may still send them).
  *
- * LD_LIBRARY_PATH stays allowed: CUDA images rely on it, and refusing it here would buy
- * nothing, since an image's own ENV or the process itself can set it; the interposer is
- * loaded through /etc/ld.so.preload and must hold regardless. Keys are case-sensitive,
- * as the loader and the CUDA driver read them.
+ * Every `LD_*` key is refused (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, LD_BIND_NOW, ...): they
+ * steer the dynamic loader, which runs before the interposer. An image that needs
+ * LD_LIBRARY_PATH sets it in its own ENV (the image is the allow-listed, reviewed part); the
+ * interposer is loaded through /etc/ld.so.preload and must hold regardless. Keys are
+ * case-sensitive, as the loader and the CUDA driver read them.
  */
 export const RESERVED_ENV_KEYS: readonly string[] = [
-  'LD_PRELOAD', // the interposer is preloaded; nothing may be loaded ahead of it
-  'LD_AUDIT', // loads code into every process, like LD_PRELOAD
   'CUDA_DEVICE_MEMORY_LIMIT', // the cap itself
   'CUDA_VISIBLE_DEVICES', // the agent maps the shard's GPUs
 ];
 
 export const RESERVED_ENV_KEY_PREFIXES: readonly string[] = [
+  'LD_', // the dynamic loader: LD_PRELOAD and LD_AUDIT load code ahead of the interposer
   'CUDA_DEVICE_MEMORY_LIMIT_', // per-device caps
   'NVIDIA_', // NVIDIA container toolkit: which host GPUs and driver parts enter the container
   'GPUSHARDS_', // our own configuration

@@ -14,6 +14,13 @@ const LAST_USED_RESOLUTION_MS = 60_000;
  */
 export const TOKEN_CACHE_TTL_MS = 5_000;
 
+/**
+ * How long stillCurrent believes a token's row: open subscriptions check every
+ * SUBSCRIPTION_RECHECK_MS, so a token revoked through another control plane loses them within
+ * about a second.
+ */
+export const CURRENT_TOKEN_TTL_MS = 500;
+
 /** Cached tokens at most (a flood of distinct tokens cannot grow memory without bound). */
 const TOKEN_CACHE_MAX_ENTRIES = 10_000;
 
@@ -33,6 +40,9 @@ export class AuthService {
   private generation = 0;
   /** Token id → when this process last wrote (or read) its lastUsedAt. */
   private readonly lastUsed = new Map<string, number>();
+  /** Token id → whether its row still stands for the caller seen, until expiresAt. */
+  private readonly current = new Map<string, { ok: Promise<boolean>; expiresAt: number }>();
+  private readonly forgetListeners = new Set<(tokenId: string) => void>();
 
   constructor(
     private readonly prisma: PrismaService,
@@ -94,6 +104,49 @@ export class AuthService {
       if (entry.caller.tokenId === tokenId) this.cache.delete(hash);
     }
     this.lastUsed.delete(tokenId);
+    this.current.delete(tokenId);
+    for (const listener of [...this.forgetListeners]) listener(tokenId);
+  }
+
+  /** Calls `listener` with the id of every token forgotten from now on; returns the unsubscribe. */
+  onForget(listener: (tokenId: string) => void): () => void {
+    this.forgetListeners.add(listener);
+    return () => this.forgetListeners.delete(listener);
+  }
+
+  /**
+   * Whether `caller` still holds: its token is not revoked or deleted, and its role and team
+   * are what they were when it authenticated. Read from the database at most once per
+   * CURRENT_TOKEN_TTL_MS and token (concurrent checks share one read).
+   */
+  stillCurrent(caller: Caller): Promise<boolean> {
+    const now = Date.now();
+    const cached = this.current.get(caller.tokenId);
+    if (cached !== undefined && cached.expiresAt > now) return cached.ok;
+    if (this.current.size >= TOKEN_CACHE_MAX_ENTRIES) {
+      for (const [key, entry] of this.current) {
+        if (entry.expiresAt <= now) this.current.delete(key);
+      }
+    }
+    const ok = this.prisma.apiToken
+      .findUnique({
+        where: { id: caller.tokenId },
+        select: { role: true, teamId: true, revokedAt: true },
+      })
+      .then(
+        (row) =>
+          row !== null &&
+          row.revokedAt === null &&
+          row.role === caller.role &&
+          row.teamId === caller.teamId,
+      );
+    // A failed read is not a revocation: it is asked again next time.
+    const entry = { ok, expiresAt: now + CURRENT_TOKEN_TTL_MS };
+    this.current.set(caller.tokenId, entry);
+    ok.catch(() => {
+      if (this.current.get(caller.tokenId) === entry) this.current.delete(caller.tokenId);
+    });
+    return ok;
   }
 
   private remember(hash: string, caller: Caller, now: number): void {

@@ -8,6 +8,8 @@ import {
   type DatabaseConfig,
 } from '../database/index.js';
 import type { LogLevel } from '../logging/logger.js';
+import type { SecurityConfig } from './api-limits.js';
+import { securityConfigOf, securityEnvShape } from './security-env.js';
 
 /** Everything the control plane needs to start; built from the environment or given by a caller. */
 export interface ControlPlaneConfig {
@@ -35,6 +37,8 @@ export interface ControlPlaneConfig {
    * team has its own (Team.capPolicy); default kill.
    */
   readonly capPolicy?: 'kill' | 'stop' | 'report';
+  /** API limits, endpoint switches, image allow-list (config/api-limits.ts). */
+  readonly security: SecurityConfig;
 }
 
 /** What `node dist/main.js` reads from its environment: the config and how much to log. */
@@ -92,6 +96,7 @@ const envSchema = z.object({
   GPUSHARDS_CAP_POLICY: z
     .enum(['kill', 'stop', 'report'], { message: 'must be one of kill, stop, report' })
     .default('kill'),
+  ...securityEnvShape,
   GPUSHARDS_LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
       message: 'must be one of fatal, error, warn, info, debug, trace, silent',
@@ -108,7 +113,8 @@ export class ConfigError extends Error {
  * (default .gpushards under `cwd`), GPUSHARDS_HOST_OFFLINE_SECONDS (default 60, 5 to 86400),
  * GPUSHARDS_STUCK_SECONDS (`PLACED=120,STARTING=900,...`: when a shard in that state counts as
  * stuck), GPUSHARDS_CAP_POLICY (kill, stop or report; default kill), GPUSHARDS_LOG_LEVEL
- * (default info) and, through databaseConfigFromEnv, DATABASE_URL and
+ * (default info), the API switches and limits (security-env.ts) and, through
+ * databaseConfigFromEnv, DATABASE_URL and
  * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
  * every bad variable and what it should look like, never echoing DATABASE_URL (it may hold a
  * password).
@@ -127,7 +133,9 @@ export function loadConfigFromEnv(
   if (!parsed.success) {
     for (const issue of parsed.error.issues) {
       const name = issue.path.join('.');
-      problems.push(`${name} ${issue.message}, got ${JSON.stringify(present[name])}`);
+      const got =
+        name === 'GPUSHARDS_METRICS_TOKEN' ? '' : `, got ${JSON.stringify(present[name])}`;
+      problems.push(`${name} ${issue.message}${got}`);
     }
   }
   let database: DatabaseConfig | undefined;
@@ -150,6 +158,7 @@ export function loadConfigFromEnv(
       ? {}
       : { stuckSeconds: parsed.data.GPUSHARDS_STUCK_SECONDS }),
     capPolicy: parsed.data.GPUSHARDS_CAP_POLICY,
+    security: securityConfigOf(parsed.data),
     logLevel: parsed.data.GPUSHARDS_LOG_LEVEL,
   };
 }

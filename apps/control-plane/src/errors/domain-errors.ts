@@ -12,7 +12,12 @@ export type ErrorCode =
   | 'NOT_FOUND'
   | 'QUOTA_EXCEEDED'
   | 'NO_CAPACITY'
-  | 'CONFLICT';
+  | 'CONFLICT'
+  | 'QUERY_TOO_COMPLEX'
+  | 'RATE_LIMITED'
+  | 'TIMEOUT'
+  | 'IMAGE_NOT_ALLOWED'
+  | 'NO_AGENTS';
 
 /** Extends IntrinsicException so Nest does not log these as crashes: they are answers. */
 export abstract class DomainError extends IntrinsicException {
@@ -85,4 +90,59 @@ export class NoCapacityError extends DomainError {
 
 export class ConflictError extends DomainError {
   readonly code = 'CONFLICT';
+}
+
+/**
+ * A request refused before it ran for its size: `limit` names which limit (depth, aliases,
+ * tokens, nodes, cost), `maximum` the limit and `found` the request's figure.
+ */
+export class QueryTooComplexError extends DomainError {
+  readonly code = 'QUERY_TOO_COMPLEX';
+
+  constructor(limit: string, maximum: number, found: number, detail = '') {
+    super(
+      `query too complex: its ${limit} is ${found}, the limit is ${maximum}${detail ? ` (${detail})` : ''}`,
+      { limit, maximum, found, http: { status: 400 } },
+    );
+  }
+}
+
+/** Too many requests (or too many at once) for one token; `retryAfterSeconds` says when to retry. */
+export class RateLimitedError extends DomainError {
+  readonly code = 'RATE_LIMITED';
+
+  constructor(message: string, retryAfterSeconds: number) {
+    super(message, {
+      retryAfterSeconds,
+      http: { status: 429, headers: new Map([['retry-after', String(retryAfterSeconds)]]) },
+    });
+  }
+}
+
+/** The request ran past its time budget; what it had done so far is not returned. */
+export class TimeoutError extends DomainError {
+  readonly code = 'TIMEOUT';
+
+  constructor(budgetMs: number) {
+    super(`the request ran past its time budget of ${budgetMs} ms`, { budgetMs });
+  }
+}
+
+/** The image's registry or repository is not on the fleet's (or the team's) allow-list. */
+export class ImageNotAllowedError extends DomainError {
+  readonly code = 'IMAGE_NOT_ALLOWED';
+
+  constructor(image: string, allowed: readonly string[], scope: 'fleet' | 'team') {
+    super(
+      `image ${JSON.stringify(image)} is not allowed: the ${scope} allows only images under ${allowed
+        .map((prefix) => JSON.stringify(prefix))
+        .join(', ')}`,
+      { field: 'input.image', allowed, scope },
+    );
+  }
+}
+
+/** This control plane was started without agents on purpose: nothing could launch a shard. */
+export class NoAgentsError extends DomainError {
+  readonly code = 'NO_AGENTS';
 }

@@ -13,19 +13,38 @@ export const INTERNAL_ERROR_MESSAGE = 'internal server error';
  */
 export function createErrorFormatter(logger: Logger) {
   return (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError => {
-    const cause = unwrapResolverError(error);
+    const unwrapped = unwrapResolverError(error);
+    // A DomainError thrown outside a resolver (a plugin, a validation rule) arrives wrapped.
+    const cause =
+      unwrapped instanceof GraphQLError && unwrapped.originalError instanceof DomainError
+        ? unwrapped.originalError
+        : unwrapped;
     const where = {
       ...(formatted.locations ? { locations: formatted.locations } : {}),
       ...(formatted.path ? { path: formatted.path } : {}),
     };
     if (cause instanceof DomainError) {
+      // `http` is for Apollo (status, Retry-After), not for the client's body.
+      const { http: _http, ...extensions } = cause.extensions;
       return {
         message: cause.message,
         ...where,
-        extensions: { ...cause.extensions, code: cause.code },
+        extensions: { ...extensions, code: cause.code },
       };
     }
     const code = formatted.extensions?.['code'];
+    // graphql-js stops parsing past parseOptions.maxTokens with a syntax error; it is a size limit.
+    const tokens = /^Syntax Error: Document contains more th\w+ (\d+) tokens/.exec(
+      formatted.message,
+    );
+    if (tokens !== null) {
+      const maximum = Number(tokens[1]);
+      return {
+        message: `query too complex: it has more than ${maximum} tokens, the limit is ${maximum}`,
+        ...where,
+        extensions: { code: 'QUERY_TOO_COMPLEX', limit: 'tokens', maximum, found: maximum + 1 },
+      };
+    }
     // Without a path the error is about the request as a whole, and written by graphql-js or
     // Apollo for the client; with one it escaped a resolver.
     const aboutTheRequest = formatted.path === undefined && error instanceof GraphQLError;

@@ -2,10 +2,21 @@ import { ApolloServerPluginCacheControlDisabled } from '@apollo/server/plugin/di
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Module } from '@nestjs/common';
 import { GraphQLModule } from '@nestjs/graphql';
+import {
+  GraphQLError,
+  specifiedRules,
+  validate,
+  type DocumentNode,
+  type GraphQLSchema,
+} from 'graphql';
+import { DomainError } from '../errors/domain-errors.js';
 import { AuthService } from '../auth/auth.service.js';
 import type { RequestContext } from '../auth/request-context.js';
+import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
 import { createErrorFormatter } from '../errors/format-error.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import { earlyQueryLimitsRule } from './query-limits.js';
+import { requestGuardPlugin } from './request-guard.plugin.js';
 
 export const GRAPHQL_PATH = '/graphql';
 
@@ -36,9 +47,28 @@ function authorizationOf(
   imports: [
     GraphQLModule.forRootAsync<ApolloDriverConfig>({
       driver: ApolloDriver,
-      inject: [LOGGER, AuthService],
-      useFactory: (logger: Logger, auth: AuthService): ApolloDriverConfig => {
+      inject: [LOGGER, AuthService, CONTROL_PLANE_CONFIG],
+      useFactory: (
+        logger: Logger,
+        auth: AuthService,
+        config: ControlPlaneConfig,
+      ): ApolloDriverConfig => {
         const formatError = createErrorFormatter(logger.child({ module: 'graphql' }));
+        const { limits, enforceLimits } = config.security;
+        // Depth and aliases are refused on entering the document, before the other rules.
+        const queryLimitsRule = earlyQueryLimitsRule(limits);
+        // graphql-ws validates subscriptions itself: the same rules, the refusal as its errors.
+        // (Nest's type leaves `validate` out; useServer takes it.)
+        const wsValidation = {
+          validate: (schema: GraphQLSchema, document: DocumentNode) =>
+            validate(schema, document, [queryLimitsRule, ...specifiedRules]).map((error) => {
+              if (!(error.originalError instanceof DomainError)) return error;
+              const { http: _http, ...extensions } = error.originalError.extensions;
+              return new GraphQLError(error.message, {
+                extensions: { ...extensions, code: error.originalError.code },
+              });
+            }),
+        };
         return {
           path: GRAPHQL_PATH,
           autoSchemaFile: true,
@@ -51,7 +81,14 @@ function authorizationOf(
           // Apollo installs its cache-control plugin by default: a hook on every resolved field
           // for Cache-Control headers nothing here sets. Usage and schema reporting stay off
           // anyway without APOLLO_KEY.
-          plugins: [ApolloServerPluginCacheControlDisabled()],
+          plugins: [
+            ApolloServerPluginCacheControlDisabled(),
+            ...(enforceLimits ? [requestGuardPlugin(auth, config.security)] : []),
+          ],
+          // graphql-js stops parsing past this many tokens (a 2 MiB body of aliases).
+          ...(enforceLimits
+            ? { parseOptions: { maxTokens: limits.maxTokens }, validationRules: [queryLimitsRule] }
+            : {}),
           context: (transport: TransportContext): RequestContext => ({
             authorization:
               'headers' in transport
@@ -61,6 +98,7 @@ function authorizationOf(
           subscriptions: {
             'graphql-ws': {
               path: GRAPHQL_PATH,
+              ...wsValidation,
               // Refuse the connection itself (close 4403) without a valid token; each
               // subscription is then checked again by AuthGuard like any query.
               onConnect: async ({ connectionParams }) => {

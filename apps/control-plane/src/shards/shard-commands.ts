@@ -21,65 +21,38 @@ export interface ShardCommands {
 
 export const SHARD_COMMANDS = Symbol('ShardCommands');
 
-export type RecordedShardCommand =
-  | { readonly type: 'launch'; readonly hostId: string; readonly spec: ShardLaunchSpec }
-  | {
-      readonly type: 'stop';
-      readonly hostId: string;
-      readonly shardId: string;
-      readonly graceSeconds: number;
-    }
-  | { readonly type: 'delete'; readonly hostId: string; readonly shardId: string }
-  | {
-      readonly type: 'resize';
-      readonly hostId: string;
-      readonly shardId: string;
-      readonly gpus: readonly GpuLimit[];
-    };
-
-/** The newest commands an InMemoryShardCommands keeps; older ones are dropped. */
-export const MAX_RECORDED_COMMANDS = 10_000;
-
 /**
- * Delivers nothing: records the commands in memory (the newest MAX_RECORDED_COMMANDS). The
- * default until the NATS agent link provides SHARD_COMMANDS; shards then wait in PLACED until
- * an agent reconciles. Tests read `recorded`.
+ * What a control plane without an agent link uses: every command is refused (nothing is
+ * recorded for an agent that will never read it). createControlPlane starts such a control
+ * plane with `security.noAgents`, so createShard answers NO_AGENTS before it gets here; stop and
+ * delete still settle the database, and log that nothing was delivered.
  */
-export class InMemoryShardCommands implements ShardCommands {
-  readonly recorded: RecordedShardCommand[] = [];
-
-  launch(hostId: string, spec: ShardLaunchSpec): Promise<void> {
-    return this.record({ type: 'launch', hostId, spec });
+export class UndeliverableShardCommands implements ShardCommands {
+  launch(hostId: string): Promise<void> {
+    return this.refuse(hostId);
   }
 
-  stop(hostId: string, shardId: string, graceSeconds: number): Promise<void> {
-    return this.record({ type: 'stop', hostId, shardId, graceSeconds });
+  stop(hostId: string): Promise<void> {
+    return this.refuse(hostId);
   }
 
-  delete(hostId: string, shardId: string): Promise<void> {
-    return this.record({ type: 'delete', hostId, shardId });
+  delete(hostId: string): Promise<void> {
+    return this.refuse(hostId);
   }
 
-  resize(hostId: string, shardId: string, gpus: readonly GpuLimit[]): Promise<void> {
-    return this.record({ type: 'resize', hostId, shardId, gpus });
+  resize(hostId: string): Promise<void> {
+    return this.refuse(hostId);
   }
 
-  /** The commands recorded for one shard, oldest first. */
-  forShard(shardId: string): RecordedShardCommand[] {
-    return this.recorded.filter((command) =>
-      command.type === 'launch' ? command.spec.shardId === shardId : command.shardId === shardId,
+  private refuse(hostId: string): Promise<void> {
+    return Promise.reject(
+      new Error(`no agent link: nothing can reach host ${hostId} (GPUSHARDS_NO_AGENTS)`),
     );
-  }
-
-  protected record(command: RecordedShardCommand): Promise<void> {
-    this.recorded.push(command);
-    if (this.recorded.length > MAX_RECORDED_COMMANDS) this.recorded.shift();
-    return Promise.resolve();
   }
 }
 
 /**
- * Provides SHARD_COMMANDS everywhere: the given implementation, or InMemoryShardCommands
+ * Provides SHARD_COMMANDS everywhere: the given implementation, or UndeliverableShardCommands
  * (with a warning in the log, since nothing reaches an agent).
  */
 @Global()
@@ -96,9 +69,9 @@ export class ShardCommandsModule {
             if (commands !== undefined) return withCapPolicies(commands, policies);
             logger.warn(
               { module: 'shards' },
-              'no agent link: shard commands are recorded in memory and not delivered',
+              'no agent link: shards cannot be launched (createShard answers NO_AGENTS)',
             );
-            return new InMemoryShardCommands();
+            return new UndeliverableShardCommands();
           },
         },
       ],

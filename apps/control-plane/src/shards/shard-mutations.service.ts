@@ -16,6 +16,7 @@ import { formatSize } from '../validation/sizes.js';
 import { ShardCreator } from './shard-creator.js';
 import { ShardFleetCheck } from './shard-fleet-check.js';
 import { checkCreateShardInput, checkMemoryPerGpu } from './shard-input.js';
+import { LaunchPolicy } from './launch-policy.js';
 import { CommitEffects, ShardLifecycle } from './shard-lifecycle.js';
 import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
 import type { CreateShardInput } from './shard.model.js';
@@ -35,6 +36,7 @@ export class ShardMutationsService {
     private readonly creator: ShardCreator,
     private readonly lifecycle: ShardLifecycle,
     private readonly fleetCheck: ShardFleetCheck,
+    private readonly launchPolicy: LaunchPolicy,
   ) {}
 
   /**
@@ -46,6 +48,7 @@ export class ShardMutationsService {
   async create(caller: Caller, input: CreateShardInput): Promise<ShardRecord> {
     const started = performance.now();
     const request = checkCreateShardInput(input);
+    this.launchPolicy.check(request.image);
     const teamId = targetTeam(caller, input.teamId);
     await this.fleetCheck.check(request, started);
     return (await this.creator.create(caller, teamId, request, started)).shard;

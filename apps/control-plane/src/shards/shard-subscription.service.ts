@@ -1,4 +1,7 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
+import { AuthService } from '../auth/auth.service.js';
+import { revocableStream } from '../auth/revocable-stream.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible } from '../auth/team-scope.js';
 import type { ShardState } from '../database/index.js';
@@ -6,10 +9,21 @@ import { ShardEventBus } from '../events/shard-event-bus.js';
 import { checkId } from '../validation/input.js';
 import { shardView, ShardEventKind, type ShardEvent } from './shard.model.js';
 
-/** The shardEvents subscription: state changes this control plane makes, team-scoped. */
+/**
+ * The shardEvents subscription: state changes this control plane makes, team-scoped, each one
+ * authorized when it is delivered; a revoked token's subscriptions end (revocableStream).
+ */
 @Injectable()
 export class ShardSubscriptionService {
-  constructor(private readonly events: ShardEventBus) {}
+  private readonly logger: Logger;
+
+  constructor(
+    private readonly events: ShardEventBus,
+    private readonly auth: AuthService,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'shards' });
+  }
 
   /** State changes of the caller's team's shards (admins: every team, or `teamId`). */
   subscribe(
@@ -49,6 +63,6 @@ export class ShardSubscriptionService {
       },
       [Symbol.asyncIterator]: () => iterator,
     };
-    return iterator;
+    return revocableStream(iterator, caller, this.auth, this.logger);
   }
 }

@@ -5,6 +5,7 @@ import { ShardCreator } from './shard-creator.js';
 import { ShardLifecycle } from './shard-lifecycle.js';
 import { ShardsResolver } from './shards.resolver.js';
 import { PlacementPreviewService } from './placement-preview.service.js';
+import { LaunchPolicy } from './launch-policy.js';
 import { ShardFleetCheck } from './shard-fleet-check.js';
 import { ShardMutationsService } from './shard-mutations.service.js';
 import { ShardQueriesService } from './shard-queries.service.js';
@@ -22,6 +23,7 @@ import { ShardSubscriptionService } from './shard-subscription.service.js';
     PlacementPreviewService,
     ShardSubscriptionService,
     ShardFleetCheck,
+    LaunchPolicy,
     ShardCreator,
     ShardLifecycle,
     ShardsResolver,
