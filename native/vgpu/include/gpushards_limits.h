@@ -47,7 +47,9 @@ struct gpushards_limits_device {
     uint64_t pool_growth_bytes;  /* a pool's growth step; 0 = GPUSHARDS_POOL_GROWTH_BYTES, else 32 MiB */
     uint64_t real_bytes;         /* NVML: what the whole shard really holds on this GPU; 0 = unknown */
     uint64_t real_sampled_at_ms; /* CLOCK_REALTIME ms of that sample; 0 = never */
-    uint8_t reserved1[64];       /* zero = unset; kept for the compute share */
+    uint32_t compute_share_permille; /* compute share on this GPU, 1..1000; 0 = unset (see docs/compute.md) */
+    uint32_t compute_mode;       /* 0 unset (guaranteed), 1 guaranteed, 2 capped (gpushards_ledger.h) */
+    uint8_t reserved1[56];       /* zero */
 };
 
 struct gpushards_limits_header {
@@ -86,7 +88,9 @@ _Static_assert(offsetof(struct gpushards_limits_device, context_bytes) == 32, "l
 _Static_assert(offsetof(struct gpushards_limits_device, pool_growth_bytes) == 40, "layout");
 _Static_assert(offsetof(struct gpushards_limits_device, real_bytes) == 48, "layout");
 _Static_assert(offsetof(struct gpushards_limits_device, real_sampled_at_ms) == 56, "layout");
-_Static_assert(offsetof(struct gpushards_limits_device, reserved1) == 64, "layout");
+_Static_assert(offsetof(struct gpushards_limits_device, compute_share_permille) == 64, "layout");
+_Static_assert(offsetof(struct gpushards_limits_device, compute_mode) == 68, "layout");
+_Static_assert(offsetof(struct gpushards_limits_device, reserved1) == 72, "layout");
 _Static_assert(sizeof(struct gpushards_limits_device) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_limits, devices) == 128, "layout");

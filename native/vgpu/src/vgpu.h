@@ -176,6 +176,19 @@ extern CUresult (*gs_real_cuGetProcAddress)(const char *, void **, int, cuuint64
 CUresult gs_legacy_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
     __asm__("cuGetProcAddress");
 
+/* ---- compute.c / hooks_launch.c (docs/compute.md) -------------------- */
+extern const struct gs_hook gs_launch_hooks[];
+extern const size_t gs_launch_hook_count;
+extern CUresult (*gs_real_cuEventCreate)(CUevent *, unsigned int);
+extern CUresult (*gs_real_cuEventRecord)(CUevent, CUstream);
+extern CUresult (*gs_real_cuEventQuery)(CUevent);
+extern CUresult (*gs_real_cuEventSynchronize)(CUevent);
+/* Before a launch: waits for this shard's turn on the current GPU; returns
+ * a token for gs_compute_launched (NULL when nothing is to be recorded). */
+void *gs_compute_admit(void);
+void gs_compute_launched(void *token, CUstream stream, CUresult launched);
+void gs_compute_reset_process(void);
+
 /* ---- pools.c -------------------------------------------------------- */
 CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream, int from_pool,
                        void *real_fn);

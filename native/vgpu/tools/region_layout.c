@@ -87,7 +87,9 @@ int main(void)
     FIELD(gpushards_limits_device, context_bytes, 0);
     FIELD(gpushards_limits_device, pool_growth_bytes, 0);
     FIELD(gpushards_limits_device, real_bytes, 0);
-    FIELD(gpushards_limits_device, real_sampled_at_ms, 1);
+    FIELD(gpushards_limits_device, real_sampled_at_ms, 0);
+    FIELD(gpushards_limits_device, compute_share_permille, 0);
+    FIELD(gpushards_limits_device, compute_mode, 1);
     printf("      }\n    }\n    }\n  }\n}\n");
     return 0;
 }

@@ -1,0 +1,166 @@
+"""Compute-share benchmarks on a real GPU (docs/compute.md; results in RESULTS.md).
+
+  python3 compute_bench.py LIBVGPU [HAMI_LIBVGPU] [--secs N] [--only a,b] > table
+
+Every shard is a process (its own CUDA context, as separate containers are).
+Workers import torch, warm up, say "ready", and start together at a time the
+parent gives; each counts finished iterations per second for --secs seconds
+(the first second is dropped). Throughput is reported as a share of the same
+workload's solo throughput (no interposer) measured first.
+"""
+import json, os, subprocess, sys, time, shutil
+
+WORKER = r'''
+import json, os, sys, time, torch
+kind = sys.argv[1]; secs = float(sys.argv[2])
+torch.backends.cuda.matmul.allow_tf32 = True
+dev = "cuda"
+if kind in ("mm", "graph", "streams"):
+    a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16); b = torch.randn_like(a)
+    if kind == "mm":
+        def step():
+            for _ in range(10): torch.mm(a, b)
+    elif kind == "graph":
+        outs = torch.empty_like(a)
+        s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3): torch.mm(a, b, out=outs)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(10): torch.mm(a, b, out=outs)
+        def step(): g.replay()
+    else:
+        streams = [torch.cuda.Stream() for _ in range(4)]
+        def step():
+            for i in range(10):
+                with torch.cuda.stream(streams[i % 4]): torch.mm(a, b)
+elif kind == "train":
+    model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(4)]).to(dev, torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(2048, 4096, device=dev, dtype=torch.bfloat16)
+    def step():
+        opt.zero_grad(set_to_none=True); model(x).float().pow(2).mean().backward(); opt.step()
+elif kind == "infer":
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(3)]).to(dev, torch.bfloat16).eval()
+    x = torch.randn(8, 2048, device=dev, dtype=torch.bfloat16)
+    def step():
+        with torch.no_grad(): model(x)
+        torch.cuda.synchronize()
+t_init = time.perf_counter()
+for _ in range(20): step()
+torch.cuda.synchronize()
+print("ready", flush=True)
+t0 = float(sys.stdin.readline())
+while time.time() < t0: pass
+per_sec = {}; lats = []
+end = t0 + secs
+sync_every = 1 if kind == "infer" else 4
+n = 0
+while True:
+    t = time.perf_counter(); step(); n += 1
+    if n % sync_every == 0:
+        torch.cuda.synchronize()
+    now = time.time()
+    if kind == "infer" and now - t0 >= 1.0: lats.append((time.perf_counter() - t) * 1e6)
+    if now >= end: break
+    if n % sync_every == 0:
+        sec = int(now - t0)
+        per_sec[sec] = per_sec.get(sec, 0) + sync_every
+rates = [per_sec[s] for s in sorted(per_sec) if s >= 1 and s < int(secs)]
+out = {"kind": kind, "rate": sum(rates) / max(1, len(rates)), "per_sec": rates}
+if lats:
+    lats.sort(); out["p50_us"] = lats[len(lats) // 2]; out["p99_us"] = lats[int(len(lats) * 0.99)]
+print(json.dumps(out), flush=True)
+'''
+
+def run(workers, secs, tag):
+    """workers: list of (kind, env-dict or None for native). Returns results."""
+    procs = []
+    for i, (kind, env) in enumerate(workers):
+        e = dict(os.environ)
+        if env: e.update(env)
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, kind, str(secs)], env=e, text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    for p in procs:
+        line = p.stdout.readline()
+        if line.strip() != "ready":
+            raise SystemExit(f"{tag}: worker failed: {line} {p.stderr.read()[-2000:]}")
+    t0 = time.time() + 0.3
+    for p in procs:
+        p.stdin.write(f"{t0}\n"); p.stdin.flush()
+    res = []
+    for p in procs:
+        out, err = p.communicate(timeout=secs + 120)
+        lines = [l for l in out.splitlines() if l.startswith("{")]
+        if p.returncode != 0 or not lines:
+            raise SystemExit(f"{tag}: worker exit {p.returncode}: {err[-2000:]}")
+        res.append(json.loads(lines[-1]))
+    return res
+
+def ours(lib, ledger, shard, share=None, mode=None, extra=None):
+    e = {"LD_PRELOAD": lib, "GPUSHARDS_LEDGER_DIR": ledger, "GPUSHARDS_SHARD_ID": shard,
+         "GPUSHARDS_REGION_PATH": f"{ledger}/region-{shard}"}
+    if share: e["GPUSHARDS_COMPUTE_SHARE"] = str(share)
+    if mode: e["GPUSHARDS_COMPUTE_MODE"] = mode
+    if extra: e.update(extra)
+    return e
+
+def hami(lib, tag, i, sm):
+    return {"LD_PRELOAD": lib, "CUDA_DEVICE_SM_LIMIT": str(sm), "CUDA_DEVICE_MEMORY_LIMIT": "16g",
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"/tmp/hami-{tag}-{i}.cache"}
+
+def main():
+    args = sys.argv[1:]
+    lib = os.path.abspath(args[0]); hlib = None; secs = 8.0; only = None; extra = {}; given = {}
+    i = 1
+    while i < len(args):
+        if args[i] == "--secs": secs = float(args[i + 1]); i += 2
+        elif args[i] == "--only": only = set(args[i + 1].split(",")); i += 2
+        elif args[i] == "--env": k, v = args[i + 1].split("=", 1); extra[k] = v; i += 2
+        elif args[i] == "--solo":  # reuse solo rates measured earlier: mm=488,train=384.8
+            for kv in args[i + 1].split(","): k, v = kv.split("="); given[k] = {"kind": k, "rate": float(v)}
+            i += 2
+        else: hlib = os.path.abspath(args[i]); i += 1
+    solo = dict(given)
+    def want(name): return only is None or name in only
+    for k in ("mm", "train", "infer", "graph", "streams"):
+        if k not in solo and (want("solo") or want("solo-" + k)):
+            r = run([(k, None)], secs, "solo-" + k)[0]; solo[k] = r
+            print(json.dumps({"case": "solo", **r}), flush=True)
+    n = [0]
+    def ledger():
+        n[0] += 1; d = f"/dev/shm/gs-ledger-{os.getpid()}-{n[0]}"; shutil.rmtree(d, ignore_errors=True); os.makedirs(d); return d
+    def report(case, res, targets=None):
+        row = {"case": case}
+        for j, r in enumerate(res):
+            s = r["rate"] / solo[r["kind"]]["rate"] if r["kind"] in solo and solo[r["kind"]]["rate"] else None
+            row[f"s{j}"] = {"kind": r["kind"], "share_of_solo": round(s, 3) if s is not None else None,
+                            "target": targets[j] if targets else None,
+                            **({"p50_us": round(r["p50_us"]), "p99_us": round(r["p99_us"])} if "p50_us" in r else {})}
+        print(json.dumps(row), flush=True)
+    cases = []
+    for k in ("mm", "train"):
+        cases.append((f"native-25/75-{k}", lambda L, k=k: [(k, None), (k, None)], None))
+        cases.append((f"ours-25/75-{k}", lambda L, k=k: [(k, ours(lib, L, "a", 25, extra=extra)), (k, ours(lib, L, "b", 75, extra=extra))], [0.25, 0.75]))
+    cases.append(("native-4x25-mm", lambda L: [("mm", None)] * 4, None))
+    cases.append(("ours-4x25-mm", lambda L: [("mm", ours(lib, L, f"s{j}", 25, extra=extra)) for j in range(4)], [0.25] * 4))
+    cases.append(("ours-alone-guaranteed-25", lambda L: [("mm", ours(lib, L, "a", 25, "guaranteed", extra=extra))], [1.0]))
+    cases.append(("ours-alone-capped-25", lambda L: [("mm", ours(lib, L, "a", 25, "capped", extra=extra))], [0.25]))
+    cases.append(("ours-alone-train-noshare", lambda L: [("train", ours(lib, L, "a", extra=extra))], [1.0]))
+    cases.append(("native-infer+mm", lambda L: [("infer", None), ("mm", None)], None))
+    cases.append(("ours-infer50+mm50", lambda L: [("infer", ours(lib, L, "i", 50, extra=extra)), ("mm", ours(lib, L, "m", 50, extra=extra))], [0.5, 0.5]))
+    cases.append(("ours-25/75-graph", lambda L: [("graph", ours(lib, L, "a", 25, extra=extra)), ("graph", ours(lib, L, "b", 75, extra=extra))], [0.25, 0.75]))
+    cases.append(("ours-25/75-streams", lambda L: [("streams", ours(lib, L, "a", 25, extra=extra)), ("streams", ours(lib, L, "b", 75, extra=extra))], [0.25, 0.75]))
+    if hlib:
+        cases.append(("hami-25/75-mm", lambda L: [("mm", hami(hlib, "a", 0, 25)), ("mm", hami(hlib, "b", 1, 75))], [0.25, 0.75]))
+        cases.append(("hami-25/75-train", lambda L: [("train", hami(hlib, "c", 0, 25)), ("train", hami(hlib, "d", 1, 75))], [0.25, 0.75]))
+        cases.append(("hami-4x25-mm", lambda L: [("mm", hami(hlib, "e", j, 25)) for j in range(4)], [0.25] * 4))
+        cases.append(("hami-alone-25", lambda L: [("mm", hami(hlib, "f", 0, 25))], [0.25]))
+        cases.append(("hami-infer50+mm50", lambda L: [("infer", hami(hlib, "g", 0, 50)), ("mm", hami(hlib, "g", 1, 50))], [0.5, 0.5]))
+    for name, mk, targets in cases:
+        if not want(name): continue
+        report(name, run(mk(ledger()), secs, name), targets)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+/* hooks_launch.c — every way work is launched on a GPU (kernels,
+ * cooperative kernels, the extended launch, CUDA graphs, each with its
+ * per-thread-default-stream twin) passes compute.c's admission first. */
+#include "vgpu.h"
+
+/* The per-thread default stream, as cuda.h defines CU_STREAM_PER_THREAD. */
+#define PT_STREAM ((CUstream)0x2)
+
+#define REAL(ret, name, args) static ret(*real_##name) args
+REAL(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                CUstream, void **, void **));
+REAL(CUresult, cuLaunchKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                     unsigned, CUstream, void **, void **));
+REAL(CUresult, cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **));
+REAL(CUresult, cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **));
+REAL(CUresult, cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                           unsigned, CUstream, void **));
+REAL(CUresult, cuLaunchCooperativeKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                                unsigned, unsigned, CUstream, void **));
+REAL(CUresult, cuGraphLaunch, (CUgraphExec, CUstream));
+REAL(CUresult, cuGraphLaunch_ptsz, (CUgraphExec, CUstream));
+
+#define ENTER(real)                                                                                      \
+    do {                                                                                                 \
+        if (GS_UNLIKELY(gs_resolve_cuda() != 0 || (real) == NULL)) return CUDA_ERROR_NOT_INITIALIZED;    \
+    } while (0)
+
+static inline CUstream pt(CUstream s)
+{
+    return s == NULL ? PT_STREAM : s;
+}
+
+GS_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                  unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
+{
+    ENTER(real_cuLaunchKernel);
+    void *t = gs_compute_admit();
+    CUresult r = real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+    gs_compute_launched(t, s, r);
+    return r;
+}
+
+GS_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                       unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
+                                       void **extra)
+{
+    ENTER(real_cuLaunchKernel_ptsz);
+    void *t = gs_compute_admit();
+    CUresult r = real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+    gs_compute_launched(t, pt(s), r);
+    return r;
+}
+
+GS_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    ENTER(real_cuLaunchKernelEx);
+    void *t = gs_compute_admit();
+    CUresult r = real_cuLaunchKernelEx(config, f, params, extra);
+    gs_compute_launched(t, config != NULL ? config->hStream : NULL, r);
+    return r;
+}
+
+GS_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    ENTER(real_cuLaunchKernelEx_ptsz);
+    void *t = gs_compute_admit();
+    CUresult r = real_cuLaunchKernelEx_ptsz(config, f, params, extra);
+    gs_compute_launched(t, pt(config != NULL ? config->hStream : NULL), r);
+    return r;
+}
+
+GS_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                             unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
+{
+    ENTER(real_cuLaunchCooperativeKernel);
+    void *t = gs_compute_admit();
+    CUresult r = real_cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+    gs_compute_launched(t, s, r);
+    return r;
+}
+
+GS_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                  unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                                                  void **params)
+{
+    ENTER(real_cuLaunchCooperativeKernel_ptsz);
+    void *t = gs_compute_admit();
+    CUresult r = real_cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+    gs_compute_launched(t, pt(s), r);
+    return r;
+}
+
+GS_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
+{
+    ENTER(real_cuGraphLaunch);
+    void *t = gs_compute_admit();
+    CUresult r = real_cuGraphLaunch(g, s);
+    gs_compute_launched(t, s, r);
+    return r;
+}
+
+GS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
+{
+    ENTER(real_cuGraphLaunch_ptsz);
+    void *t = gs_compute_admit();
+    CUresult r = real_cuGraphLaunch_ptsz(g, s);
+    gs_compute_launched(t, pt(s), r);
+    return r;
+}
+
+#define HOOK(name) {#name, (void *)name, (void **)&real_##name}
+#define CALLS(name) {#name, NULL, (void **)&gs_real_##name}
+const struct gs_hook gs_launch_hooks[] = {
+    HOOK(cuLaunchKernel),
+    HOOK(cuLaunchKernel_ptsz),
+    HOOK(cuLaunchKernelEx),
+    HOOK(cuLaunchKernelEx_ptsz),
+    HOOK(cuLaunchCooperativeKernel),
+    HOOK(cuLaunchCooperativeKernel_ptsz),
+    HOOK(cuGraphLaunch),
+    HOOK(cuGraphLaunch_ptsz),
+    CALLS(cuEventCreate),
+    CALLS(cuEventRecord),
+    CALLS(cuEventQuery),
+    CALLS(cuEventSynchronize),
+};
+const size_t gs_launch_hook_count = sizeof gs_launch_hooks / sizeof gs_launch_hooks[0];
