@@ -21,6 +21,7 @@
 
 #include "api.h"
 #include "client_cap.h"
+#include "client_compute.h"
 #include "gpushards_region.h"
 
 #define MiB (1ull << 20)
@@ -1041,6 +1042,8 @@ int main(int argc, char **argv)
     if (!strcmp(s, "passthrough")) return s_passthrough();
     int cap = cap_scenario(&A, s, argc, argv);
     if (cap >= 0) return cap;
+    int compute = compute_scenario(s, argc, argv);
+    if (compute >= 0) return compute;
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;
 }

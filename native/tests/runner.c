@@ -636,6 +636,7 @@ static int t_startup(const void *arg)
 }
 
 #include "runner_limits.c"
+#include "runner_compute.c"
 
 int main(int argc, char **argv)
 {
@@ -779,6 +780,7 @@ int main(int argc, char **argv)
     ADD("a global dlsym finds no driver entry points until the driver is loaded", t_nodriver, NULL);
     ADD("startup cost of the interposer", t_startup, NULL);
     add_limits_tests(tests, &n);
+    add_compute_tests(tests, &n);
 
     for (int i = 0; i < n; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;

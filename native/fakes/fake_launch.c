@@ -1,0 +1,112 @@
+/* fake_launch.c — kernel launches and events for the fake driver, with
+ * simulated kernel time: every launch "runs" GPUSHARDS_FAKE_KERNEL_US
+ * microseconds (default 100) after the process's previous one, and an
+ * event completes when the work recorded before it would have finished.
+ * Enough for libvgpu.so's compute admission (turns, in-flight bound) to be
+ * exercised without a GPU. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cuda.h>
+
+#define API __attribute__((visibility("default")))
+
+static uint64_t busy_until; /* when this process's queued work ends */
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static uint64_t kernel_ns(void)
+{
+    const char *v = getenv("GPUSHARDS_FAKE_KERNEL_US");
+    return (v != NULL && *v ? strtoull(v, NULL, 10) : 100ull) * 1000ull;
+}
+
+static CUresult launch(void)
+{
+    uint64_t now = now_ns(), b = __atomic_load_n(&busy_until, __ATOMIC_RELAXED);
+    __atomic_store_n(&busy_until, (b > now ? b : now) + kernel_ns(), __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
+{
+    return launch();
+}
+API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                 unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
+{
+    return launch();
+}
+API CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    return launch();
+}
+API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    return launch();
+}
+API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                       unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
+{
+    return launch();
+}
+API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                            unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
+{
+    return launch();
+}
+API CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
+{
+    return launch();
+}
+API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
+{
+    return launch();
+}
+
+struct fake_event {
+    uint64_t done_at;
+};
+
+API CUresult cuEventCreate(CUevent *ev, unsigned int flags)
+{
+    if (ev == NULL) return CUDA_ERROR_INVALID_VALUE;
+    struct fake_event *e = calloc(1, sizeof *e);
+    if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ev = (CUevent)e;
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventDestroy_v2(CUevent ev)
+{
+    free(ev);
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventRecord(CUevent ev, CUstream s)
+{
+    if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
+    ((struct fake_event *)ev)->done_at = __atomic_load_n(&busy_until, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventQuery(CUevent ev)
+{
+    if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
+    return now_ns() >= ((struct fake_event *)ev)->done_at ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+API CUresult cuEventSynchronize(CUevent ev)
+{
+    if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t t = ((struct fake_event *)ev)->done_at, now = now_ns();
+    if (t > now) {
+        struct timespec d = {(time_t)((t - now) / 1000000000ull), (long)((t - now) % 1000000000ull)};
+        nanosleep(&d, NULL);
+    }
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,129 @@
+/* client_compute.c — compute-share scenarios (libvgpu.so's launch
+ * admission against the per-GPU ledger, docs/compute.md), run by
+ * runner_compute.c.  The ledger is read directly, as the agent would. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include "client_compute.h"
+#include "gpushards_ledger.h"
+
+#define LEDGER_GPU0 "GPU-fa4e5000-0000-4000-8000-000000000000"
+
+#define FAIL(...)                                                                                        \
+    do {                                                                                                 \
+        fprintf(stderr, __VA_ARGS__);                                                                    \
+        fprintf(stderr, "\n");                                                                           \
+        return 1;                                                                                        \
+    } while (0)
+
+static struct gpushards_ledger *ledger(void)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", getenv("GPUSHARDS_LEDGER_DIR"), LEDGER_GPU0);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    void *m = mmap(NULL, sizeof(struct gpushards_ledger), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+static struct gpushards_ledger_member *member(struct gpushards_ledger *L, const char *shard)
+{
+    for (unsigned i = 0; i < GPUSHARDS_LEDGER_MEMBERS; i++)
+        if (strcmp(L->members[i].shard, shard) == 0) return &L->members[i];
+    return NULL;
+}
+
+static int context(void)
+{
+    CUdevice d;
+    CUcontext c;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&d, 0) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS || cuCtxSetCurrent(c) != CUDA_SUCCESS)
+        return -1;
+    return 0;
+}
+
+static CUresult launch(void)
+{
+    return cuLaunchKernel((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+}
+
+/* Launch until the shard's ledger entry satisfies done(), at most n times. */
+static int launch_until(const char *shard, int (*done)(const struct gpushards_ledger_member *, uint64_t), uint64_t arg,
+                        long n)
+{
+    struct gpushards_ledger *L = NULL;
+    for (long i = 0; i < n; i++) {
+        if (launch() != CUDA_SUCCESS) FAIL("cuLaunchKernel failed");
+        if (L == NULL) L = ledger();
+        struct gpushards_ledger_member *m = L != NULL ? member(L, shard) : NULL;
+        if (m != NULL && done(m, arg)) return 0;
+    }
+    return 1;
+}
+
+static int busy(const struct gpushards_ledger_member *m, uint64_t arg)
+{
+    return __atomic_load_n(&m->busy_ns, __ATOMIC_RELAXED) > 0 && __atomic_load_n(&m->last_kernel_ns, __ATOMIC_RELAXED) > 0;
+}
+
+static int share_is(const struct gpushards_ledger_member *m, uint64_t arg)
+{
+    return __atomic_load_n(&m->share_permille, __ATOMIC_RELAXED) == arg;
+}
+
+int compute_scenario(const char *s, int argc, char **argv)
+{
+    const char *shard = getenv("GPUSHARDS_SHARD_ID");
+    if (!strcmp(s, "compute-launch")) {
+        /* Launches pass (with or without a ledger). */
+        if (context() != 0) FAIL("no context");
+        for (int i = 0; i < 50; i++)
+            if (launch() != CUDA_SUCCESS) FAIL("launch %d failed", i);
+        printf("launched\n");
+        return 0;
+    }
+    if (!strcmp(s, "compute-busy")) {
+        /* The ledger records GPU time held and the last launch. */
+        if (context() != 0) FAIL("no context");
+        if (launch_until(shard, busy, 0, 10000000) != 0) FAIL("the ledger never showed GPU time for %s", shard);
+        printf("busy\n");
+        return 0;
+    }
+    if (!strcmp(s, "compute-hold")) {
+        /* Take the turn, say so, and wait to be killed holding it. */
+        if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch");
+        struct gpushards_ledger *L = ledger();
+        if (L == NULL) FAIL("no ledger");
+        unsigned h = GPUSHARDS_TURN_HOLDER(__atomic_load_n(&L->turn, __ATOMIC_ACQUIRE));
+        if (h == 0 || strcmp(L->members[h - 1].shard, shard) != 0) FAIL("%s does not hold the turn", shard);
+        printf("ready\n");
+        fflush(stdout);
+        for (;;) pause();
+    }
+    if (!strcmp(s, "compute-resize") && argc > 4) {
+        /* argv[3]: the share the limits file holds now (permille); argv[4]:
+         * the share to write in place, as the agent does on a live change. */
+        if (context() != 0) FAIL("no context");
+        uint64_t before = strtoull(argv[3], NULL, 10), after = strtoull(argv[4], NULL, 10);
+        if (launch_until(shard, share_is, before, 10000000) != 0) FAIL("the ledger never showed share %llu",
+                                                                       (unsigned long long)before);
+        int fd = open(getenv("GPUSHARDS_LIMITS_PATH"), O_WRONLY);
+        uint32_t v = (uint32_t)after;
+        if (fd < 0 || pwrite(fd, &v, 4, 128 + 64) != 4) FAIL("cannot write the limits file");
+        close(fd);
+        if (launch_until(shard, share_is, after, 10000000) != 0) FAIL("the ledger never showed share %llu",
+                                                                      (unsigned long long)after);
+        printf("resized\n");
+        return 0;
+    }
+    return -1;
+}

@@ -1,0 +1,135 @@
+/* runner_compute.c — tests of the compute share (launch admission against
+ * the per-GPU ledger, docs/compute.md) on the fake driver, whose launches
+ * take simulated kernel time (fake_launch.c).  Included by runner.c; not
+ * compiled on its own.  Nothing here asserts a timing: each test waits for
+ * a condition and checks what the ledger says. */
+
+#include "gpushards_ledger.h"
+
+static char ledger_dir[320], ledger_env[400];
+
+static struct gpushards_ledger *ledger_map(void)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/GPU-fa4e5000-0000-4000-8000-000000000000", ledger_dir);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    void *m = mmap(NULL, sizeof(struct gpushards_ledger), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+static const struct gpushards_ledger_member *ledger_member(const struct gpushards_ledger *L, const char *shard)
+{
+    for (unsigned i = 0; i < GPUSHARDS_LEDGER_MEMBERS; i++)
+        if (strcmp(L->members[i].shard, shard) == 0) return &L->members[i];
+    return NULL;
+}
+
+static void ledger_fresh(void)
+{
+    snprintf(ledger_dir, sizeof ledger_dir, "%s/ledger", dir);
+    snprintf(ledger_env, sizeof ledger_env, "GPUSHARDS_LEDGER_DIR=%s", ledger_dir);
+    mkdir(ledger_dir, 0777);
+}
+
+static int t_compute_off(const void *arg)
+{
+    /* No ledger folder: launches pass and no ledger appears. */
+    ledger_fresh();
+    const char *env[] = {"GPUSHARDS_COMPUTE_SHARE=25", NULL};
+    if (run(env, "link", "compute-launch", NULL, NULL)) return 1;
+    H_CHECK(ledger_map() == NULL, "a ledger was created without GPUSHARDS_LEDGER_DIR");
+    return 0;
+}
+
+static int t_compute_records(const void *arg)
+{
+    ledger_fresh();
+    const char *env[] = {ledger_env, "GPUSHARDS_SHARD_ID=shard-a", "GPUSHARDS_COMPUTE_SHARE=25",
+                         "GPUSHARDS_COMPUTE_SLICE_US=100", NULL};
+    if (run(env, "link", "compute-busy", NULL, NULL)) return 1;
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger for GPU 0");
+    const struct gpushards_ledger_member *m = ledger_member(L, "shard-a");
+    H_CHECK(m != NULL, "no member for shard-a");
+    H_CHECK(m->share_permille == 250 && m->mode == GPUSHARDS_COMPUTE_GUARANTEED, "share %u mode %u",
+            m->share_permille, m->mode);
+    H_CHECK(m->busy_ns > 0 && m->last_kernel_ns > 0, "busy %llu last %llu", (unsigned long long)m->busy_ns,
+            (unsigned long long)m->last_kernel_ns);
+    munmap(L, sizeof *L);
+    return 0;
+}
+
+static int t_compute_dead_holder(const void *arg)
+{
+    /* A holds the turn with a 300 ms lease and is killed; B must get the
+     * GPU once the lease ends, and A is charged no more than its lease. */
+    ledger_fresh();
+    const char *ea[] = {ledger_env, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=300000", NULL};
+    const char *eb[] = {ledger_env, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=1000", NULL};
+    struct proc holder;
+    H_CHECK(start_ready(&holder, ea, "compute-hold", NULL) == 0, "holder did not start: %s", err_text);
+    kill_wait(&holder);
+    if (run(eb, "link", "compute-busy", NULL, NULL)) return 1;
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *a = ledger_member(L, "a"), *b = ledger_member(L, "b");
+    H_CHECK(a != NULL && b != NULL, "members missing");
+    H_CHECK(a->busy_ns <= 300000000ull, "the dead holder was charged %llu ns, past its lease",
+            (unsigned long long)a->busy_ns);
+    H_CHECK(b->busy_ns > 0, "b never held the GPU");
+    munmap(L, sizeof *L);
+    return 0;
+}
+
+static int t_compute_two_shards(const void *arg)
+{
+    /* Two shards launching at once on one GPU, in separate processes:
+     * both finish, both are charged, each under its own entry. */
+    ledger_fresh();
+    const char *ea[] = {ledger_env, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SHARE=25",
+                        "GPUSHARDS_COMPUTE_SLICE_US=200", NULL};
+    const char *eb[] = {ledger_env, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SHARE=75",
+                        "GPUSHARDS_COMPUTE_SLICE_US=200", NULL};
+    struct proc pa, pb;
+    H_CHECK(spawn(&pa, ea, "link", "compute-busy", NULL, NULL) == 0, "fork");
+    H_CHECK(spawn(&pb, eb, "link", "compute-busy", NULL, NULL) == 0, "fork");
+    int sa = await(&pa, 60000), sb = await(&pb, 60000);
+    H_CHECK(sa == 0 && sb == 0, "exit statuses %d %d", sa, sb);
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *a = ledger_member(L, "a"), *b = ledger_member(L, "b");
+    H_CHECK(a != NULL && b != NULL && a != b, "members missing");
+    H_CHECK(a->share_permille == 250 && b->share_permille == 750, "shares %u %u", a->share_permille,
+            b->share_permille);
+    munmap(L, sizeof *L);
+    return 0;
+}
+
+static int t_compute_resize(const void *arg)
+{
+    /* The agent changes the share in the limits file in place: the ledger
+     * shows the new share after the next turn boundary. */
+    ledger_fresh();
+    struct lim_entry e = {0, 8 * GiB, 0, 0};
+    H_CHECK(write_limits(&e, 1, NULL) == 0, "cannot write the limits file");
+    int fd = open(limits_path, O_WRONLY);
+    uint32_t share = 250;
+    H_CHECK(fd >= 0 && pwrite(fd, &share, 4, 128 + 64) == 4, "cannot set the share");
+    close(fd);
+    const char *env[] = {ledger_env, limits_env, "GPUSHARDS_SHARD_ID=r", "GPUSHARDS_COMPUTE_SHARE=90",
+                         "GPUSHARDS_COMPUTE_SLICE_US=100", NULL};
+    return run(env, "link", "compute-resize", "250", "500");
+}
+
+static void add_compute_tests(struct t *tests, int *n)
+{
+#define ADDC(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
+    ADDC("compute: no ledger folder, launches pass ungoverned", t_compute_off, NULL);
+    ADDC("compute: a shard's turns are recorded in the GPU's ledger", t_compute_records, NULL);
+    ADDC("compute: a holder killed mid-slice stalls nobody past its lease", t_compute_dead_holder, NULL);
+    ADDC("compute: two shards in two processes share one ledger", t_compute_two_shards, NULL);
+    ADDC("compute: a share changed in the limits file reaches the ledger", t_compute_resize, NULL);
+#undef ADDC
+}
