@@ -63,15 +63,6 @@ API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned 
 {
     return launch();
 }
-API CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
-{
-    return launch();
-}
-API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
-{
-    return launch();
-}
-
 struct fake_event {
     uint64_t done_at;
 };

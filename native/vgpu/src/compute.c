@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "gpushards_ledger.h"
-#include "vgpu.h"
+#include "hooks.h"
 
 #define STALE_WAIT_NS 2000000ull /* a waiter that has not polled for 2 ms is gone */
 #define ACTIVE_NS 1000000000ull  /* a member seen within 1 s counts for the default weight */

@@ -171,13 +171,19 @@ static CUresult make_real(CUgraphExec exec, CUstream s, CUresult (*fn)(CUgraphEx
 GS_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 {
     ENTER(gs_real_cuGraphLaunch);
-    return make_real(exec, s, gs_real_cuGraphLaunch);
+    void *t = gs_compute_admit(); /* compute share: docs/compute.md */
+    CUresult r = make_real(exec, s, gs_real_cuGraphLaunch);
+    gs_compute_launched(t, s, r);
+    return r;
 }
 
 GS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
 {
     ENTER(gs_real_cuGraphLaunch_ptsz);
-    return make_real(exec, s, gs_real_cuGraphLaunch_ptsz);
+    void *t = gs_compute_admit(); /* compute share: docs/compute.md */
+    CUresult r = make_real(exec, s, gs_real_cuGraphLaunch_ptsz);
+    gs_compute_launched(t, s == NULL ? (CUstream)0x2 : s, r);
+    return r;
 }
 
 GS_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream s)

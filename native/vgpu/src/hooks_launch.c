@@ -1,6 +1,7 @@
 /* hooks_launch.c — every way work is launched on a GPU (kernels,
- * cooperative kernels, the extended launch, CUDA graphs, each with its
- * per-thread-default-stream twin) passes compute.c's admission first. */
+ * cooperative kernels, the extended launch, each with its
+ * per-thread-default-stream twin) passes compute.c's admission first;
+ * graph launches do too, in hooks_graph.c. */
 #include "vgpu.h"
 
 /* The per-thread default stream, as cuda.h defines CU_STREAM_PER_THREAD. */
@@ -17,8 +18,6 @@ REAL(CUresult, cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsig
                                            unsigned, CUstream, void **));
 REAL(CUresult, cuLaunchCooperativeKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                                 unsigned, unsigned, CUstream, void **));
-REAL(CUresult, cuGraphLaunch, (CUgraphExec, CUstream));
-REAL(CUresult, cuGraphLaunch_ptsz, (CUgraphExec, CUstream));
 
 #define ENTER(real)                                                                                      \
     do {                                                                                                 \
@@ -90,24 +89,6 @@ GS_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, uns
     return r;
 }
 
-GS_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
-{
-    ENTER(real_cuGraphLaunch);
-    void *t = gs_compute_admit();
-    CUresult r = real_cuGraphLaunch(g, s);
-    gs_compute_launched(t, s, r);
-    return r;
-}
-
-GS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
-{
-    ENTER(real_cuGraphLaunch_ptsz);
-    void *t = gs_compute_admit();
-    CUresult r = real_cuGraphLaunch_ptsz(g, s);
-    gs_compute_launched(t, pt(s), r);
-    return r;
-}
-
 #define HOOK(name) {#name, (void *)name, (void **)&real_##name}
 #define CALLS(name) {#name, NULL, (void **)&gs_real_##name}
 const struct gs_hook gs_launch_hooks[] = {
@@ -117,8 +98,6 @@ const struct gs_hook gs_launch_hooks[] = {
     HOOK(cuLaunchKernelEx_ptsz),
     HOOK(cuLaunchCooperativeKernel),
     HOOK(cuLaunchCooperativeKernel_ptsz),
-    HOOK(cuGraphLaunch),
-    HOOK(cuGraphLaunch_ptsz),
     CALLS(cuEventCreate),
     CALLS(cuEventRecord),
     CALLS(cuEventQuery),
