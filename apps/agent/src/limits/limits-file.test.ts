@@ -112,4 +112,33 @@ describe('limits file', () => {
     // In place: a container's file bind keeps seeing the same inode.
     assert.equal(statSync(path).ino, inode);
   });
+  it('carries the compute share and mode, set in place with one 8-byte write', async () => {
+    const path = join(work, 'compute');
+    await writeLimitsFile(path, [
+      { uuid: GPU0, limitBytes: 1000, contextBytes: 10, computeSharePermille: 250 },
+      { uuid: GPU1, limitBytes: 2000, contextBytes: 10 },
+    ]);
+    const bytes = readFileSync(path);
+    assert.equal(bytes.readUInt32LE(128 + 64), 250, 'share at device offset 64');
+    assert.equal(bytes.readUInt32LE(128 + 68), 0, 'mode unset');
+    assert.throws(
+      () => encodeLimits([{ uuid: GPU0, limitBytes: 1, contextBytes: 1, computeSharePermille: 1001 }]),
+      RangeError,
+    );
+    const file = await LimitsFile.open(path);
+    try {
+      assert.equal(await file.setCompute(GPU1, 600, 'capped'), true);
+      assert.equal(await file.setCompute('GPU-00000000-0000-0000-0000-000000000000', 1, 'capped'), false);
+      await assert.rejects(file.setCompute(GPU0, -1, 'guaranteed'), RangeError);
+      assert.deepEqual(
+        decodeLimits(readFileSync(path)).map((d) => [d.computeSharePermille, d.computeMode]),
+        [
+          [250, undefined],
+          [600, 'capped'],
+        ],
+      );
+    } finally {
+      await file.close();
+    }
+  });
 });

@@ -27,6 +27,20 @@ export interface LimitsDevice {
   /** The shard's real usage on this GPU (NVML); 0 = unknown. */
   readonly realBytes?: number;
   readonly realSampledAtMs?: number;
+  /** Compute share on this GPU, permille 1..1000; 0 or absent = unset (docs/compute.md). */
+  readonly computeSharePermille?: number;
+  readonly computeMode?: ComputeMode;
+}
+
+/** How libvgpu.so reads compute_mode: guaranteed (at least the share, work-conserving) or capped. */
+export type ComputeMode = 'guaranteed' | 'capped';
+const COMPUTE_MODE_CODE: Record<ComputeMode, number> = { guaranteed: 1, capped: 2 };
+
+function checkShare(value: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > 1000) {
+    throw new RangeError(`a compute share is 0..1000 permille, got ${value}`);
+  }
+  return value;
 }
 
 export type LimitsField = 'limit_bytes' | 'context_bytes' | 'real_bytes' | 'real_sampled_at_ms';
@@ -73,6 +87,14 @@ export function encodeLimits(devices: readonly LimitsDevice[]): Buffer {
     put('pool_growth_bytes', 'poolGrowthBytes', device.poolGrowthBytes ?? 0);
     put('real_bytes', 'realBytes', device.realBytes ?? 0);
     put('real_sampled_at_ms', 'realSampledAtMs', device.realSampledAtMs ?? 0);
+    buffer.writeUInt32LE(
+      checkShare(device.computeSharePermille ?? 0),
+      base + LIMITS_DEVICE_FIELDS.compute_share_permille.offset,
+    );
+    buffer.writeUInt32LE(
+      device.computeMode ? COMPUTE_MODE_CODE[device.computeMode] : 0,
+      base + LIMITS_DEVICE_FIELDS.compute_mode.offset,
+    );
   });
   return buffer;
 }
@@ -100,6 +122,8 @@ export function decodeLimits(buffer: Buffer): LimitsDevice[] {
     if (buffer.readUInt32LE(base + LIMITS_DEVICE_FIELDS.state.offset) !== 1) continue;
     const get = (field: keyof typeof LIMITS_DEVICE_FIELDS) =>
       Number(buffer.readBigUInt64LE(base + LIMITS_DEVICE_FIELDS[field].offset));
+    const share = buffer.readUInt32LE(base + LIMITS_DEVICE_FIELDS.compute_share_permille.offset);
+    const mode = buffer.readUInt32LE(base + LIMITS_DEVICE_FIELDS.compute_mode.offset);
     devices.push({
       uuid: formatUuid(buffer.subarray(base, base + 16)),
       limitBytes: get('limit_bytes'),
@@ -107,6 +131,8 @@ export function decodeLimits(buffer: Buffer): LimitsDevice[] {
       poolGrowthBytes: get('pool_growth_bytes'),
       realBytes: get('real_bytes'),
       realSampledAtMs: get('real_sampled_at_ms'),
+      ...(share !== 0 ? { computeSharePermille: share } : {}),
+      ...(mode !== 0 ? { computeMode: mode === 2 ? ('capped' as const) : ('guaranteed' as const) } : {}),
     });
   }
   return devices;
@@ -183,6 +209,27 @@ export class LimitsFile {
     const offset =
       LIMITS_DEVICES_OFFSET + index * LIMITS_DEVICE_SIZE + LIMITS_DEVICE_FIELDS[field].offset;
     const { bytesWritten } = await this.handle.write(this.value, 0, 8, offset);
+    if (bytesWritten !== 8)
+      throw new LimitsFileError(`${this.path}: wrote ${bytesWritten} of 8 bytes`);
+    return true;
+  }
+
+  /**
+   * Sets a GPU's compute share and mode in place with one aligned 8-byte write (share at 64,
+   * mode at 68), so libvgpu.so never sees one without the other; it takes effect at the
+   * shard's next turn. False when the file has no such GPU; RangeError on a bad share.
+   */
+  async setCompute(gpuUuid: string, sharePermille: number, mode: ComputeMode): Promise<boolean> {
+    const index = this.index.get(gpuUuid.toLowerCase());
+    if (index === undefined) return false;
+    const word = Buffer.alloc(8);
+    word.writeUInt32LE(checkShare(sharePermille), 0);
+    word.writeUInt32LE(COMPUTE_MODE_CODE[mode], 4);
+    const offset =
+      LIMITS_DEVICES_OFFSET +
+      index * LIMITS_DEVICE_SIZE +
+      LIMITS_DEVICE_FIELDS.compute_share_permille.offset;
+    const { bytesWritten } = await this.handle.write(word, 0, 8, offset);
     if (bytesWritten !== 8)
       throw new LimitsFileError(`${this.path}: wrote ${bytesWritten} of 8 bytes`);
     return true;

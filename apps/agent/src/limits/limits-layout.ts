@@ -31,6 +31,10 @@ export const LIMITS_DEVICE_FIELDS = {
   pool_growth_bytes: { offset: 40, size: 8 },
   real_bytes: { offset: 48, size: 8 },
   real_sampled_at_ms: { offset: 56, size: 8 },
+  /** Compute share on this GPU in permille (1..1000), 0 = unset (docs/compute.md). */
+  compute_share_permille: { offset: 64, size: 4 },
+  /** 0 unset (guaranteed), 1 guaranteed, 2 capped. */
+  compute_mode: { offset: 68, size: 4 },
 } as const satisfies Record<string, Field>;
 
 export const LIMITS_HEADER_SIZE = 128;
