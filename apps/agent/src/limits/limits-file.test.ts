@@ -122,13 +122,17 @@ describe('limits file', () => {
     assert.equal(bytes.readUInt32LE(128 + 64), 250, 'share at device offset 64');
     assert.equal(bytes.readUInt32LE(128 + 68), 0, 'mode unset');
     assert.throws(
-      () => encodeLimits([{ uuid: GPU0, limitBytes: 1, contextBytes: 1, computeSharePermille: 1001 }]),
+      () =>
+        encodeLimits([{ uuid: GPU0, limitBytes: 1, contextBytes: 1, computeSharePermille: 1001 }]),
       RangeError,
     );
     const file = await LimitsFile.open(path);
     try {
       assert.equal(await file.setCompute(GPU1, 600, 'capped'), true);
-      assert.equal(await file.setCompute('GPU-00000000-0000-0000-0000-000000000000', 1, 'capped'), false);
+      assert.equal(
+        await file.setCompute('GPU-00000000-0000-0000-0000-000000000000', 1, 'capped'),
+        false,
+      );
       await assert.rejects(file.setCompute(GPU0, -1, 'guaranteed'), RangeError);
       assert.deepEqual(
         decodeLimits(readFileSync(path)).map((d) => [d.computeSharePermille, d.computeMode]),

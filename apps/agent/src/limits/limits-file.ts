@@ -132,7 +132,9 @@ export function decodeLimits(buffer: Buffer): LimitsDevice[] {
       realBytes: get('real_bytes'),
       realSampledAtMs: get('real_sampled_at_ms'),
       ...(share !== 0 ? { computeSharePermille: share } : {}),
-      ...(mode !== 0 ? { computeMode: mode === 2 ? ('capped' as const) : ('guaranteed' as const) } : {}),
+      ...(mode !== 0
+        ? { computeMode: mode === 2 ? ('capped' as const) : ('guaranteed' as const) }
+        : {}),
     });
   }
   return devices;
