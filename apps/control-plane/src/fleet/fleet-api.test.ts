@@ -538,6 +538,11 @@ for (const kind of TEST_DATABASE_KINDS) {
       });
       assert.equal(events.length, 2);
       assert.equal(sent(placed.id, 'launch'), launches + 1);
+      // A control plane that starts sends the launches and stops in flight again at once.
+      const launchesBefore = sent(placed.id, 'launch');
+      assert.ok((await sweeper.resendOnStart()) >= 2);
+      assert.equal(sent(placed.id, 'launch'), launchesBefore + 1);
+      assert.equal(sent(stopping.id, 'stop'), stops + 2);
       // Its agent answers: no longer stuck.
       await fleet.applyShardStateEvent(
         'stuck-1',

@@ -70,9 +70,15 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
   }
 
   onApplicationBootstrap(): void {
+    // At once, not a period later: commands committed but lost when a control plane died are
+    // sent again as it starts.
+    this.running = this.resendOnStart()
+      .catch((error: unknown) => this.logger.error({ err: error }, 'resending on start failed'))
+      .finally(() => {
+        this.running = undefined;
+      });
     const interval = stuckSweepIntervalMs(this.limits);
     if (interval === undefined) return;
-    this.tick();
     this.timer = setInterval(() => this.tick(), interval);
     this.timer.unref();
   }
@@ -89,6 +95,29 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
       .finally(() => {
         this.running = undefined;
       });
+  }
+
+  /**
+   * Sends the launch of every PLACED or STARTING shard and the stop of every STOPPING shard of
+   * a host that is not OFFLINE to its agent again (idempotent there). Returns how many.
+   */
+  async resendOnStart(): Promise<number> {
+    const shards = await this.prisma.$queryRaw<Candidate[]>`
+      SELECT ${SHARD_COLUMNS},
+             (SELECT array_agg(held.gpu_uuid ORDER BY gpu.index, held.gpu_uuid)
+                FROM shard_gpu held JOIN gpu ON gpu.uuid = held.gpu_uuid
+               WHERE held.shard_id = shard.id AND held.released_at IS NULL) AS "gpuUuids"
+        FROM shard JOIN host ON host.id = shard.host_id
+       WHERE shard.state IN ('PLACED', 'STARTING', 'STOPPING') AND host.state <> 'OFFLINE'
+       ORDER BY shard.updated_at, shard.id
+       LIMIT 10000`;
+    for (const shard of shards) {
+      this.act(shard, shard.state === 'STOPPING' ? 'resend-stop' : 'resend-launch');
+    }
+    if (shards.length > 0) {
+      this.logger.info({ shards: shards.length }, 'sent the launches and stops in flight again');
+    }
+    return shards.length;
   }
 
   /**
@@ -134,7 +163,7 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
       const entry = this.known.get(found.id)!;
       if (now.getTime() - entry.actedAt >= this.limits[found.state] * 1000) {
         entry.actedAt = now.getTime();
-        this.act(shard, found);
+        this.act(shard, found.action);
       }
     }
     return stuck;
@@ -162,13 +191,13 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
     });
   }
 
-  private act(shard: Candidate, found: StuckShard): void {
+  private act(shard: Candidate, action: StuckShard['action']): void {
     const hostId = shard.hostId;
     if (hostId === null) return;
     let sent: Promise<void> | undefined;
-    if (found.action === 'resend-launch' && shard.gpuUuids !== null && shard.gpuUuids.length > 0) {
+    if (action === 'resend-launch' && shard.gpuUuids !== null && shard.gpuUuids.length > 0) {
       sent = this.commands.launch(hostId, launchSpecOf(shard, shard.gpuUuids));
-    } else if (found.action === 'resend-stop') {
+    } else if (action === 'resend-stop') {
       sent = this.commands.stop(hostId, shard.id, DEFAULT_STOP_GRACE_SECONDS);
     }
     sent?.catch((error: unknown) =>
