@@ -441,6 +441,11 @@ static void acquire(struct cdev *c, uint64_t now)
 void *gs_compute_admit(void)
 {
     if (GS_LIKELY(!conf())) return NULL;
+    /* A launch into a capturing stream runs nothing now, and waiting or
+     * querying events while any capture is under way invalidates it
+     * (PyTorch's global capture mode): admission happens when the graph
+     * is launched. */
+    if (gs_capturing()) return NULL;
     gs_init();
     CUdevice dev;
     if (gs_real_cuCtxGetDevice == NULL || gs_real_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return NULL;
