@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Writable } from 'node:stream';
 import { WebSocket } from 'ws';
-import { startApiTestHarness, type ApiTestHarness } from './api-test-harness.js';
+import { startApiTestHarness, type ApiTestHarness } from './testing/api-test-harness.js';
 import { ADMIN_TOKEN_FILE } from './auth/admin-token.bootstrap.js';
 import { createControlPlane } from './control-plane.js';
 import { committedSchemaPath, printSchemaSdl } from './graphql/schema-sdl.js';

@@ -13,11 +13,17 @@ import {
   type ShardLaunchSpec,
 } from '@gpushards/protocol';
 import { pino } from 'pino';
-import { postGraphql, type GraphqlResponse } from '../api-test-harness.js';
+import { postGraphql, type GraphqlResponse } from '../testing/api-test-harness.js';
 import { ADMIN_TOKEN_FILE } from '../auth/admin-token.bootstrap.js';
 import { createControlPlane, type ControlPlane } from '../control-plane.js';
 import { PrismaService } from '../database/index.js';
-import { gpuUuidOf, heartbeat, MiB, registerRequest, stateEvent } from '../fleet/test-fixtures.js';
+import {
+  gpuUuidOf,
+  heartbeat,
+  MiB,
+  registerRequest,
+  stateEvent,
+} from '../testing/fleet-fixtures.js';
 import { createTestDatabase, type TestDatabase } from '../testing/index.js';
 import { AgentCommandClient, CommandRefusedError } from './agent-command-client.js';
 import { agentLinkFromEnv } from './agent-link-options.js';

@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
-import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js';
+import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { createControlPlane, type ControlPlane } from '../control-plane.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
@@ -16,7 +16,7 @@ import {
   registerRequest,
   stateEvent,
   type TestTeam,
-} from '../fleet/test-fixtures.js';
+} from '../testing/fleet-fixtures.js';
 import { startPostgres, type PostgresServer } from '../testing/index.js';
 import { ShardEventBus } from './shard-event-bus.js';
 import { MAX_NOTIFY_PAYLOAD_BYTES, payloadsOf, SHARD_EVENTS_CHANNEL } from './shard-event-relay.js';

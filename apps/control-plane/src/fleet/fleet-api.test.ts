@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js';
-import { FakeShardCommands } from '../shards/fake-shard-commands.js';
+import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
+import { FakeShardCommands } from '../testing/fake-shard-commands.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
 import { ManualClock } from './clock.js';
 import { AgentReportsService } from './agent-reports.service.js';
@@ -22,7 +22,7 @@ import {
   reservedOn,
   stateEvent,
   type TestTeam,
-} from './test-fixtures.js';
+} from '../testing/fleet-fixtures.js';
 
 /** The fleet: agent messages, host queries, operator mutations, the offline sweeper. */
 

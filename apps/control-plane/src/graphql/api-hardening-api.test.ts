@@ -9,7 +9,7 @@ import {
   startApiTestHarness,
   type ApiTestHarness,
   type GraphqlResponse,
-} from '../api-test-harness.js';
+} from '../testing/api-test-harness.js';
 import { DEFAULT_API_LIMITS } from '../config/api-limits.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
@@ -21,8 +21,8 @@ import {
   registerRequest,
   shardRowCounts,
   type TestTeam,
-} from '../fleet/test-fixtures.js';
-import { FakeShardCommands } from '../shards/fake-shard-commands.js';
+} from '../testing/fleet-fixtures.js';
+import { FakeShardCommands } from '../testing/fake-shard-commands.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
 
 /**

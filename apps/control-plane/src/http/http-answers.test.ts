@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import type { Server } from 'node:http';
 import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js';
+import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { JSON_BODY_LIMIT_BYTES } from './http-adapter.js';
 
 /**

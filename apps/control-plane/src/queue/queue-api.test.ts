@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js';
+import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
   assertError,
@@ -11,8 +11,8 @@ import {
   registerRequest,
   stateEvent,
   type TestTeam,
-} from '../fleet/test-fixtures.js';
-import { FakeShardCommands } from '../shards/fake-shard-commands.js';
+} from '../testing/fleet-fixtures.js';
+import { FakeShardCommands } from '../testing/fake-shard-commands.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
 import { QueueService } from './queue.service.js';
 

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
-import { startApiTestHarness, type ApiTestHarness } from '../api-test-harness.js';
+import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
@@ -23,9 +23,9 @@ import {
   stateEvent,
   type ShardResult,
   type TestTeam,
-} from '../fleet/test-fixtures.js';
+} from '../testing/fleet-fixtures.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
-import { FakeShardCommands } from './fake-shard-commands.js';
+import { FakeShardCommands } from '../testing/fake-shard-commands.js';
 
 /** Shards through HTTP GraphQL (and graphql-ws), on PostgreSQL and on PGlite. */
 

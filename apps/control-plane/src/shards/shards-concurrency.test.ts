@@ -12,7 +12,7 @@ import {
   startApiTestHarness,
   type ApiTestHarness,
   type GraphqlResponse,
-} from '../api-test-harness.js';
+} from '../testing/api-test-harness.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
   CREATE_SHARD,
@@ -20,7 +20,7 @@ import {
   GiB,
   registerRequest,
   type TestTeam,
-} from '../fleet/test-fixtures.js';
+} from '../testing/fleet-fixtures.js';
 import { startPostgres, type PostgresServer } from '../testing/index.js';
 
 /**

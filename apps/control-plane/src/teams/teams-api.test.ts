@@ -5,7 +5,7 @@ import {
   startApiTestHarness,
   type ApiTestHarness,
   type GraphqlResponse,
-} from '../api-test-harness.js';
+} from '../testing/api-test-harness.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
 
 /** Teams, quotas, tokens and auth through HTTP GraphQL, on PostgreSQL and on PGlite. */

@@ -6,7 +6,7 @@ import {
   type RegisterRequest,
   type ShardStateEvent,
 } from '@gpushards/protocol';
-import type { ApiTestHarness, GraphqlResponse } from '../api-test-harness.js';
+import type { ApiTestHarness, GraphqlResponse } from './api-test-harness.js';
 
 /** Builders of agent messages and GraphQL setup shared by the fleet and shards tests. */
 

@@ -2,15 +2,15 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { ADMIN_TOKEN_FILE } from './auth/admin-token.bootstrap.js';
+import { ADMIN_TOKEN_FILE } from '../auth/admin-token.bootstrap.js';
 import {
   createControlPlane,
   type ControlPlane,
   type ControlPlaneOptions,
-} from './control-plane.js';
-import { PrismaService } from './database/index.js';
-import { FakeShardCommands } from './shards/fake-shard-commands.js';
-import { createTestDatabase, type PostgresServer, type TestDatabaseKind } from './testing/index.js';
+} from '../control-plane.js';
+import { PrismaService } from '../database/index.js';
+import { FakeShardCommands } from './fake-shard-commands.js';
+import { createTestDatabase, type PostgresServer, type TestDatabaseKind } from './index.js';
 
 /** One GraphQL response as the client sees it. */
 export interface GraphqlResponse<T = unknown> {

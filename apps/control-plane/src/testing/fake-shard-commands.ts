@@ -1,5 +1,5 @@
 import type { GpuLimit, ShardLaunchSpec } from '@gpushards/protocol';
-import type { ShardCommands } from './shard-commands.js';
+import type { ShardCommands } from '../shards/shard-commands.js';
 
 export type RecordedShardCommand =
   | { readonly type: 'launch'; readonly hostId: string; readonly spec: ShardLaunchSpec }
