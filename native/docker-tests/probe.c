@@ -3,6 +3,7 @@
 //   probe info            shard total/free through cuMemGetInfo, and whether LD_PRELOAD is set
 //   probe hold BYTES      allocate BYTES, print, then sleep until killed
 //   probe fill            allocate 64 MiB at a time until CUDA_ERROR_OUT_OF_MEMORY
+//   probe launch N        launch N kernels (the compute share's admission decides when each runs)
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,13 @@ int main(int argc, char **argv) {
     cuMemGetInfo(&free_after, &total_after);
     printf("{\"total\":%zu,\"free_before\":%zu,\"reached\":%zu,\"refusal\":%d,\"free_after\":%zu}\n",
            total_bytes, free_bytes, reached, (int)r, free_after);
+    return 0;
+  }
+  if (strcmp(argv[1], "launch") == 0 && argc == 3) {
+    long n = strtol(argv[2], NULL, 10), done = 0;
+    for (; done < n; done++)
+      if ((r = cuLaunchKernel((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL)) != CUDA_SUCCESS) break;
+    printf("{\"launched\":%ld,\"result\":%d}\n", done, (int)r);
     return 0;
   }
   printf("{\"error\":\"unknown mode %s\"}\n", argv[1]);

@@ -6,7 +6,7 @@
 //   node native/docker-tests/run.mjs <native build dir>
 // Prints one line per check and `N passed, N failed`.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -69,7 +69,7 @@ function buildImage(probe, fakeCuda, interposer) {
   execFileSync('sh', ['-c', `tar -C "${root}" -c . | docker import - ${image}`], { stdio: 'ignore' });
 }
 
-function runContainer(name, args, { interposed = true, env = {} } = {}) {
+function runContainer(name, args, { interposed = true, env = {}, volumes = [] } = {}) {
   const regionDir = join(work, `region-${name}`);
   mkdirSync(regionDir, { recursive: true });
   const flags = ['run', '-d', '--name', name, '--security-opt', 'no-new-privileges'];
@@ -78,6 +78,7 @@ function runContainer(name, args, { interposed = true, env = {} } = {}) {
     flags.push('-v', `${preloadFile}:/etc/ld.so.preload:ro`);
   }
   flags.push('-v', `${regionDir}:/run/gpushards`);
+  for (const volume of volumes) flags.push('-v', volume);
   const allEnv = {
     CUDA_DEVICE_MEMORY_LIMIT: String(cap),
     GPUSHARDS_REGION_PATH: '/run/gpushards/region',
@@ -162,6 +163,44 @@ try {
     expect(second.reached > 0, 'the second process got nothing');
     expect(second.free_before === cap - held - 2 * contextBytes, `second saw ${second.free_before / MiB} MiB free`);
     return `first holds ${held / MiB} MiB, second reached ${second.reached / MiB} MiB`;
+  });
+
+  check('two shards in two containers take turns on one GPU ledger (compute share)', () => {
+    // The agent's ledger folder, shared read-write by every shard of the host (docs/compute.md).
+    const ledgerDir = join(work, 'ledger');
+    mkdirSync(ledgerDir, { recursive: true });
+    chmodSync(ledgerDir, 0o777);
+    const shards = [
+      ['a', 25],
+      ['b', 75],
+    ];
+    for (const [shard, share] of shards) {
+      runContainer(`${prefix}-compute-${shard}`, ['launch', '3000'], {
+        volumes: [`${ledgerDir}:/run/gpushards/ledger`],
+        env: {
+          GPUSHARDS_SHARD_ID: `shard-${shard}`,
+          GPUSHARDS_COMPUTE_SHARE: String(share),
+          GPUSHARDS_COMPUTE_SLICE_US: '200',
+        },
+      });
+    }
+    for (const [shard] of shards) {
+      const out = waitForJson(`${prefix}-compute-${shard}`);
+      expect(out.launched === 3000 && out.result === 0, `shard ${shard}: ${JSON.stringify(out)}`);
+    }
+    const files = readdirSync(ledgerDir).filter((f) => f.startsWith('GPU-') && !f.includes('.tmp'));
+    expect(files.length === 1, `ledger files: ${files.join(', ')}`);
+    const ledger = readFileSync(join(ledgerDir, files[0]));
+    expect(ledger.readBigUInt64LE(0) === 0x31524744454c5047n, 'bad ledger magic');
+    const members = {};
+    for (let i = 0; i < 32; i++) {
+      const base = 128 + i * 128;
+      const name = ledger.subarray(base, base + 48).toString('latin1').replace(/\0.*$/s, '');
+      if (name) members[name] = { share: ledger.readUInt32LE(base + 48), busy: ledger.readBigUInt64LE(base + 64) };
+    }
+    expect(members['shard-a']?.share === 250 && members['shard-b']?.share === 750, JSON.stringify(members, (k, v) => (typeof v === 'bigint' ? String(v) : v)));
+    expect(members['shard-a'].busy > 0n && members['shard-b'].busy > 0n, 'a shard was never charged GPU time');
+    return `members ${Object.keys(members).join(', ')}, busy ${members['shard-a'].busy} / ${members['shard-b'].busy} ns`;
   });
 
   check('the interposer and preload file are mounted read-only', () => {
