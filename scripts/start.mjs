@@ -4,7 +4,8 @@
 // in-process agent for this host, linked directly (no NATS). Builds what is missing first,
 // uses the local Docker engine and NVIDIA driver when they are there, and simulates GPUs with
 // the fake NVIDIA libraries when there is no driver. docs/operations.md, "The one box".
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join, relative } from 'node:path';
 
 import { ensureBuilt, FAKE_DRIVER_DIR, INTERPOSER_PATH } from './one-box/build.mjs';
@@ -13,6 +14,7 @@ import { createLogSink } from './one-box/log-sink.mjs';
 import { REPO_ROOT } from './one-box/paths.mjs';
 
 const LOG_FILE = 'gpushards.log';
+const PORTAL_DIR = join(REPO_ROOT, 'apps/portal/dist');
 const AGENT_STATE_SUBDIR = 'agent';
 
 const say = (line = '') => process.stdout.write(`${line}\n`);
@@ -59,6 +61,9 @@ async function main() {
     if (error instanceof controlPlaneApi.ConfigError) throw new StartError(error.message);
     throw error;
   }
+  // Before anything is made: a taken port must not leave a new data folder and admin token.
+  await assertPortFree(config.host, config.port);
+  if (!config.database.url) assertDatabaseFree(config.database.embeddedDataDir);
   mkdirSync(config.dataDir, { recursive: true });
   const logLevel = process.env.GPUSHARDS_LOG_LEVEL || 'info';
   const logPath = join(config.dataDir, LOG_FILE);
@@ -93,6 +98,7 @@ async function main() {
   try {
     controlPlane = await controlPlaneApi.createControlPlane({
       ...config,
+      portalDir: config.portalDir ?? PORTAL_DIR,
       link: { inProcess: hub },
       logLevel,
       logDestination: sink,
@@ -174,6 +180,48 @@ async function main() {
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
 }
 
+/** Fails with a StartError when host:port is taken (the same check listen does, done first). */
+function assertPortFree(host, port) {
+  if (port === 0) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', (error) => {
+      reject(
+        error.code === 'EADDRINUSE'
+          ? new StartError(
+              `${host}:${port} is in use (another npm start?); set GPUSHARDS_PORT to another port`,
+            )
+          : error,
+      );
+    });
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve()));
+  });
+}
+
+/**
+ * The embedded database takes one process: say so once, before starting, when another live
+ * process holds it (the control plane checks again when it opens it).
+ */
+function assertDatabaseFree(embeddedDataDir) {
+  const lockPath = join(embeddedDataDir, 'gpushards.pid');
+  let holder;
+  try {
+    holder = Number.parseInt(readFileSync(lockPath, 'utf8'), 10);
+  } catch {
+    return;
+  }
+  if (!Number.isInteger(holder) || holder === process.pid) return;
+  try {
+    process.kill(holder, 0);
+  } catch (error) {
+    if (error.code === 'ESRCH') return; // left by a process that died: the control plane takes it over
+  }
+  throw new StartError(
+    `the embedded database in ${shown(embeddedDataDir)} is open in process ${holder} (another npm start?); ` +
+      `stop that one, or set GPUSHARDS_DATA_DIR to another folder (if no control plane runs there, delete ${shown(lockPath)})`,
+  );
+}
+
 /** Shard containers of this host that Docker runs now (what the agent adopted at start). */
 async function runningShardContainers(docker, hostId) {
   const containers = await docker.listContainers({
@@ -196,8 +244,12 @@ function printBanner(facts) {
       : ' GPU Shards control plane is running on this machine (no agent: see Docker below)',
   );
   say('');
-  say(`   GraphQL       ${controlPlane.graphqlUrl}`);
-  say(`   explorer      ${controlPlane.url}/    metrics: ${controlPlane.url}/metrics`);
+  say(`   portal        ${controlPlane.url}/    (sign in with the admin token below)`);
+  say(`   GraphQL       POST ${controlPlane.graphqlUrl}    explorer: ${controlPlane.url}/explorer`);
+  say(
+    `   CLI           npx gpushards login --url ${controlPlane.url} --token "$(cat ${shown(facts.tokenFile)})"`,
+  );
+  say(`   metrics       ${controlPlane.url}/metrics`);
   say(`   admin token   ${shown(facts.tokenFile)}   (ADMIN=$(cat ${shown(facts.tokenFile)}))`);
   say(`   data folder   ${shown(config.dataDir)}   database: ${database}`);
   say(`   log           ${shown(facts.logPath)}   (warnings and errors also show here)`);

@@ -19,6 +19,9 @@ const tiers = [
     command: nx(['run', 'control-plane:test', '--excludeTaskDependencies']),
   },
   { name: 'agent', command: nx(['run', 'agent:test', '--excludeTaskDependencies']) },
+  // The team portal's logic (Vitest), then the portal in Chromium and the gpushards CLI as
+  // processes, against one real control plane (PGlite, simulated GPUs, Docker).
+  { name: 'portal', command: nx(['run', 'portal:test', '--excludeTaskDependencies']) },
   {
     name: 'integration',
     command: nx(['run', 'integration-tests:test', '--excludeTaskDependencies']),

@@ -17,6 +17,14 @@ const TYPESCRIPT_PROJECTS = [
   { name: 'agent', root: 'apps/agent', extraSources: [] },
   { name: 'protocol', root: 'libs/protocol', extraSources: [] },
   { name: 'limits', root: 'libs/limits', extraSources: [] },
+  // The team portal the control plane serves at `/`, and the gpushards command line.
+  {
+    name: 'portal',
+    root: 'apps/portal',
+    extraSources: ['docs/schema.graphql'],
+    entry: 'dist/index.html',
+  },
+  { name: 'cli', root: 'apps/cli', extraSources: ['docs/schema.graphql'], entry: 'dist/main.js' },
 ];
 
 /**
@@ -82,7 +90,8 @@ function typescriptBuildReason() {
     // The folder, not its files: Nx restores cached files with their old times, but the
     // folder itself is made anew by every build and every restore.
     const built = statSync(join(REPO_ROOT, project.root, 'dist'), { throwIfNoEntry: false });
-    if (built === undefined || !existsSync(join(REPO_ROOT, project.root, 'dist/index.js'))) {
+    const entry = project.entry ?? 'dist/index.js';
+    if (built === undefined || !existsSync(join(REPO_ROOT, project.root, entry))) {
       return `${project.root}/dist is missing`;
     }
     const sources = [
@@ -113,11 +122,23 @@ export async function ensureBuilt({ say, out = process.stdout }) {
   }
   const reason = typescriptBuildReason();
   if (reason !== undefined) {
-    say(`building the control plane and the agent (${reason}); a first build takes a minute`);
+    say(
+      `building the control plane, the agent, the portal and the CLI (${reason}); a first build takes a minute`,
+    );
     const started = Date.now();
     await runStep(
       join(REPO_ROOT, 'node_modules/.bin/nx'),
-      ['run-many', '-t', 'build', '-p', 'control-plane', 'agent', '--output-style=stream'],
+      [
+        'run-many',
+        '-t',
+        'build',
+        '-p',
+        'control-plane',
+        'agent',
+        'portal',
+        'cli',
+        '--output-style=stream',
+      ],
       { env: { ...process.env, NX_DAEMON: 'false', NX_NO_CLOUD: 'true', FORCE_COLOR: '0' }, out },
     );
     say(`built in ${((Date.now() - started) / 1000).toFixed(0)} s`);

@@ -10,6 +10,7 @@ import { DatabaseModule } from './database/index.js';
 import { EventsModule } from './events/events.module.js';
 import { ExplorerModule } from './explorer/explorer.module.js';
 import { FenceModule } from './fence/fence.module.js';
+import { PortalModule } from './portal/portal.module.js';
 import { ClockModule, type Clock } from './fleet/clock.js';
 import { FleetModule } from './fleet/fleet.module.js';
 import { GraphqlApiModule } from './graphql/graphql-api.module.js';
@@ -57,6 +58,7 @@ export class AppModule {
         AuthModule,
         GraphqlApiModule,
         ExplorerModule,
+        PortalModule,
         HealthModule,
         TeamsModule,
         ApiTokensModule,

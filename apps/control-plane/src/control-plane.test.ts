@@ -93,19 +93,38 @@ describe('app shell', () => {
     assert.equal(committed, generated);
   });
 
-  for (const path of ['/', '/explorer']) {
-    it(`GET ${path} serves the explorer, with nothing loaded from other hosts`, async () => {
-      const response = await fetch(h.controlPlane.url + path);
-      assert.equal(response.status, 200);
-      assert.match(response.headers.get('content-type') ?? '', /^text\/html/);
-      assert.match(response.headers.get('content-security-policy') ?? '', /default-src 'none'/);
-      const html = await response.text();
-      assert.ok(html.includes("fetch('/graphql'"));
-      assert.ok(html.includes('__schema'), 'lists the schema through introspection');
-      assert.doesNotMatch(html, /(src|href)\s*=\s*["']?\s*(https?:)?\/\//i);
-      assert.doesNotMatch(html, /https?:/i);
+  it('GET /explorer serves the explorer, with nothing loaded from other hosts', async () => {
+    const response = await fetch(h.controlPlane.url + '/explorer');
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get('content-type') ?? '', /^text\/html/);
+    assert.match(response.headers.get('content-security-policy') ?? '', /default-src 'none'/);
+    const html = await response.text();
+    assert.ok(html.includes("fetch('/graphql'"));
+    assert.ok(html.includes('__schema'), 'lists the schema through introspection');
+    assert.doesNotMatch(html, /(src|href)\s*=\s*["']?\s*(https?:)?\/\//i);
+    assert.doesNotMatch(html, /https?:/i);
+  });
+
+  it('GET / without a built portal says how to build it and links to the explorer', async () => {
+    const response = await fetch(h.controlPlane.url + '/');
+    assert.equal(response.status, 200);
+    const html = await response.text();
+    assert.match(html, /npm run build/);
+    assert.match(html, /href="\/explorer"/);
+  });
+
+  it('a browser opening the GraphQL URL is sent to the explorer, not given a CSRF error', async () => {
+    const response = await fetch(h.controlPlane.graphqlUrl, {
+      headers: { accept: 'text/html,application/xhtml+xml' },
+      redirect: 'manual',
     });
-  }
+    assert.equal(response.status, 302);
+    assert.equal(response.headers.get('location'), '/explorer');
+    const api = await fetch(`${h.controlPlane.graphqlUrl}?query=%7B__typename%7D`, {
+      headers: { accept: 'application/json', 'apollo-require-preflight': 'true' },
+    });
+    assert.notEqual(api.status, 302, 'GET with a query still reaches Apollo');
+  });
 
   it("Apollo's CDN landing page is off", async () => {
     const response = await fetch(h.controlPlane.graphqlUrl, { headers: { accept: 'text/html' } });

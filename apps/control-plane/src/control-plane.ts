@@ -39,6 +39,8 @@ export interface ControlPlaneOptions {
   readonly operatorOutput?: NodeJS.WritableStream;
   /** Seconds without a heartbeat before a host is OFFLINE; default 60. */
   readonly hostOfflineSeconds?: number;
+  /** The built team portal (apps/portal/dist), served at `/`. */
+  readonly portalDir?: string;
   /** Default: the system clock (tests pass a ManualClock). */
   readonly clock?: Clock;
   /** How shard commands reach agents without a `link` (tests); neither: no agents, createShard answers NO_AGENTS. */
@@ -81,6 +83,7 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
       // a shard that never starts.
       noAgents: (options.security?.noAgents ?? false) || (!options.link && !options.shardCommands),
     },
+    ...(options.portalDir === undefined ? {} : { portalDir: resolve(options.portalDir) }),
   };
   if (!isHostOfflineSeconds(config.hostOfflineSeconds)) {
     throw new RangeError(

@@ -39,6 +39,11 @@ export interface ControlPlaneConfig {
   readonly capPolicy?: 'kill' | 'stop' | 'report';
   /** API limits, endpoint switches, image allow-list (config/api-limits.ts). */
   readonly security: SecurityConfig;
+  /**
+   * The team portal's built files (apps/portal/dist), served at `/`; when unset or not built,
+   * `/` says how to build it and links to the explorer.
+   */
+  readonly portalDir?: string | undefined;
 }
 
 /** What `node dist/main.js` reads from its environment: the config and how much to log. */
@@ -78,6 +83,7 @@ const envSchema = z.object({
     .regex(/^[A-Za-z0-9.:[\]%-]+$/, 'must be an address or host name, like 127.0.0.1 or ::')
     .default(DEFAULT_HOST),
   GPUSHARDS_DATA_DIR: z.string().default(DEFAULT_DATA_DIR),
+  GPUSHARDS_PORTAL_DIR: z.string().optional(),
   GPUSHARDS_HOST_OFFLINE_SECONDS: z
     .string()
     .regex(/^\d{1,6}$/, HOST_OFFLINE_SECONDS_RULE)
@@ -113,7 +119,8 @@ export class ConfigError extends Error {
  * (default .gpushards under `cwd`), GPUSHARDS_HOST_OFFLINE_SECONDS (default 60, 5 to 86400),
  * GPUSHARDS_STUCK_SECONDS (`PLACED=120,STARTING=900,...`: when a shard in that state counts as
  * stuck), GPUSHARDS_CAP_POLICY (kill, stop or report; default kill), GPUSHARDS_LOG_LEVEL
- * (default info), the API switches and limits (security-env.ts) and, through
+ * (default info), the API switches and limits (security-env.ts), GPUSHARDS_PORTAL_DIR (the
+ * built portal; none) and, through
  * databaseConfigFromEnv, DATABASE_URL and
  * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
  * every bad variable and what it should look like, never echoing DATABASE_URL (it may hold a
@@ -160,5 +167,8 @@ export function loadConfigFromEnv(
     capPolicy: parsed.data.GPUSHARDS_CAP_POLICY,
     security: securityConfigOf(parsed.data),
     logLevel: parsed.data.GPUSHARDS_LOG_LEVEL,
+    ...(parsed.data.GPUSHARDS_PORTAL_DIR === undefined
+      ? {}
+      : { portalDir: resolve(cwd, parsed.data.GPUSHARDS_PORTAL_DIR) }),
   };
 }

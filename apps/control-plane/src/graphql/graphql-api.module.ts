@@ -41,7 +41,7 @@ function authorizationOf(
  * The GraphQL API: code-first schema (sorted, kept in memory; docs/schema.graphql is written by
  * `schema-file.js write`), Apollo Server 5 on Fastify 5 (@as-integrations/fastify) at /graphql,
  * and graphql-ws on the same path (the HTTP server's upgrade) for subscriptions. Apollo's landing
- * page loads from a CDN, so it is off; GET / serves the self-contained explorer instead.
+ * page loads from a CDN, so it is off; GET /explorer serves the self-contained explorer instead (GET / the portal).
  */
 @Module({
   imports: [

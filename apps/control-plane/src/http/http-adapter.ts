@@ -36,7 +36,27 @@ export function createHttpAdapter(): FastifyAdapter {
   useExpressLikeJsonParser(fastify);
   fastify.addHook('onRoute', toleratingBadHost);
   fastify.route({ method: ['PUT', 'PATCH', 'DELETE'], url: GRAPHQL_PATH, handler: onlyGetPost });
+  fastify.addHook('onRequest', browsersToExplorer);
   return adapter;
+}
+
+/**
+ * A browser opening the GraphQL URL (GET, accepting HTML, no `query` parameter) is sent to the
+ * explorer: Apollo would answer it with a CSRF-prevention error, which helps no one there.
+ */
+function browsersToExplorer(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
+  if (request.method === 'GET' && isBrowserVisit(request)) {
+    void reply.redirect('/explorer', 302);
+    return;
+  }
+  done();
+}
+
+function isBrowserVisit(request: FastifyRequest): boolean {
+  const [path = '', search = ''] = request.url.split('?', 2);
+  if (path.replace(/\/+$/, '').toLowerCase() !== GRAPHQL_PATH) return false;
+  if (new URLSearchParams(search).has('query')) return false;
+  return (request.headers.accept ?? '').includes('text/html');
 }
 
 /**

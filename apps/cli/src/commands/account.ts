@@ -1,0 +1,204 @@
+import { Command } from 'commander';
+import { Api } from '../api.js';
+import { configPath, removeLogin, saveLogin } from '../config.js';
+import { CliError, EXIT } from '../exit-codes.js';
+import { apiFor, examples, globals, teamIdFor } from '../context.js';
+import { checkSize, csvField, isoTime, printJson, table } from '../output.js';
+import { Me, Preview, Usage } from '../queries.js';
+
+export function loginCommand(): Command {
+  return examples(
+    new Command('login')
+      .description(
+        'check a token against a control plane and store both in your config folder (mode 0600)',
+      )
+      .addHelpText(
+        'before',
+        'Uses the global --url (default GPUSHARDS_URL, then http://127.0.0.1:4000) and --token\n' +
+          '(default GPUSHARDS_TOKEN; "-" reads it from stdin).\n',
+      )
+      .action(async (_options: unknown, command: Command) => {
+        const options = globals(command);
+        let token = options.token ?? process.env['GPUSHARDS_TOKEN'];
+        if (token === '-') token = (await readStdin()).trim();
+        if (!token)
+          throw new CliError('give --token gps_… (or --token - to read it from stdin)', EXIT.USAGE);
+        const url = (options.url ?? process.env['GPUSHARDS_URL'] ?? 'http://127.0.0.1:4000')
+          .replace(/\/+$/, '')
+          .replace(/\/graphql$/, '');
+        const me = await new Api({ url, token }).request(Me);
+        saveLogin({ url, token });
+        if (globals(command).json) return printJson({ url, config: configPath(), me: me.me });
+        process.stdout.write(
+          `logged in to ${url} as ${me.me.name} (${me.me.role}${me.me.team ? ` of ${me.me.team.name}` : ''}); saved in ${configPath()}\n`,
+        );
+      }),
+    [
+      'gpushards login --url http://127.0.0.1:4000 --token "$(cat .gpushards/admin-token)"',
+      'pass show gpushards | gpushards login --token -',
+    ],
+  );
+}
+
+async function readStdin(): Promise<string> {
+  let text = '';
+  for await (const chunk of process.stdin) text += chunk;
+  return text;
+}
+
+export function logoutCommand(): Command {
+  return new Command('logout').description('forget the stored URL and token').action(() => {
+    process.stdout.write(removeLogin() ? `removed ${configPath()}\n` : 'not logged in\n');
+  });
+}
+
+export function whoamiCommand(): Command {
+  return new Command('whoami')
+    .description('the token in use: its name, role and team')
+    .action(async (_o: unknown, command: Command) => {
+      const api = apiFor(command);
+      const me = await api.request(Me);
+      if (globals(command).json) return printJson({ url: api.login.url, ...me.me });
+      process.stdout.write(
+        `${me.me.name} (${me.me.role}${me.me.team ? ` of ${me.me.team.name}` : ''}) at ${api.login.url}\n`,
+      );
+    });
+}
+
+export function usageCommand(): Command {
+  return examples(
+    new Command('usage')
+      .description(
+        "a team's reserved and used GiB-hours over [from, to), per shard (at most 31 days)",
+      )
+      .requiredOption('--from <date>', 'start: 2026-11-01 (UTC day) or an ISO time with a zone')
+      .option('--to <date>', 'end, excluded (default: now)')
+      .option('--team <name|id>', 'a team (admins); default: your own')
+      .option('--csv', 'CSV, one line per shard, for spreadsheets')
+      .action(
+        async (
+          options: { from: string; to?: string; team?: string; csv?: boolean },
+          command: Command,
+        ) => {
+          const from = isoTime(options.from, '--from');
+          const to = options.to ? isoTime(options.to, '--to') : new Date().toISOString();
+          const api = apiFor(command);
+          let teamId = await teamIdFor(api, options.team);
+          if (teamId === undefined) {
+            const me = await api.request(Me);
+            if (!me.me.team)
+              throw new CliError('admin tokens have no team: name one with --team', EXIT.USAGE);
+            teamId = me.me.team.id;
+          }
+          const first = await api.request(Usage, { teamId, from, to, first: 500 });
+          const report = first.usage;
+          const shards = report.shards.edges.map((e) => e.node);
+          let page = report.shards.pageInfo;
+          while (page.hasNextPage) {
+            const next = await api.request(Usage, {
+              teamId,
+              from,
+              to,
+              first: 500,
+              after: page.endCursor,
+            });
+            shards.push(...next.usage.shards.edges.map((e) => e.node));
+            page = next.usage.shards.pageInfo;
+          }
+          if (options.csv) {
+            const lines = [
+              'shard_id,shard_name,host,reserved_gib_hours,used_gib_hours,peak_used_bytes',
+            ];
+            for (const s of shards) {
+              lines.push(
+                [
+                  s.shardId,
+                  csvField(s.shardName),
+                  csvField(s.hostId ?? ''),
+                  s.reservedGibHours,
+                  s.usedGibHours,
+                  s.peakUsed.bytes,
+                ].join(','),
+              );
+            }
+            return void process.stdout.write(`${lines.join('\n')}\n`);
+          }
+          if (globals(command).json) return printJson({ ...report, shards });
+          const gh = (n: number) => (Math.round(n * 100) / 100).toString();
+          process.stdout.write(
+            `${report.from} to ${report.measuredUntil}: ${gh(report.reservedGibHours)} GiB-hours reserved, ` +
+              `${gh(report.usedGibHours)} used, peak ${report.peakUsed.human}, ${report.shardCount} shard(s)\n`,
+          );
+          if (shards.length > 0) {
+            process.stdout.write(
+              `\n${table(
+                ['SHARD', 'HOST', 'RESERVED GiB-h', 'USED GiB-h', 'PEAK'],
+                shards.map((s) => [
+                  s.shardName,
+                  s.hostId,
+                  gh(s.reservedGibHours),
+                  gh(s.usedGibHours),
+                  s.peakUsed.human,
+                ]),
+              )}\n`,
+            );
+          }
+        },
+      ),
+    [
+      'gpushards usage --from 2026-11-01 --to 2026-11-08',
+      'gpushards usage --from 2026-11-01 --csv > usage.csv',
+    ],
+  );
+}
+
+export function previewCommand(): Command {
+  return examples(
+    new Command('preview')
+      .description(
+        "where a shard would go now, or each host's reason why not (reserves nothing); exit 6 if it does not fit",
+      )
+      .requiredOption('-m, --memory <size>', 'memory per GPU, like 12g')
+      .option('-g, --gpus <n>', 'number of GPUs', '1')
+      .option('--team <name|id>', 'the team (admins must name one)')
+      .option('--model <parts>', 'GPU models, comma-separated')
+      .action(
+        async (
+          options: { memory: string; gpus: string; team?: string; model?: string },
+          command: Command,
+        ) => {
+          const memoryPerGpu = checkSize(options.memory, '--memory');
+          const api = apiFor(command);
+          const teamId = await teamIdFor(api, options.team);
+          const result = await api.request(Preview, {
+            input: {
+              memoryPerGpu,
+              gpuCount: Number(options.gpus),
+              ...(teamId ? { teamId } : {}),
+              ...(options.model ? { gpuModelInclude: options.model.split(',') } : {}),
+            },
+          });
+          const p = result.placementPreview;
+          if (globals(command).json) printJson(p);
+          else {
+            process.stdout.write(
+              p.fits
+                ? `fits on ${p.hostName} (${p.hostId}), reserving ${p.reservedPerGpu?.human} per GPU\n`
+                : `does not fit: ${p.message}\n`,
+            );
+            if (p.quotaProblem) process.stdout.write(`quota would refuse it: ${p.quotaProblem}\n`);
+            if (!p.fits && p.hosts.length > 0) {
+              process.stdout.write(
+                `${table(
+                  ['HOST', 'WHY NOT'],
+                  p.hosts.map((h) => [h.hostName, h.reason]),
+                )}\n`,
+              );
+            }
+          }
+          if (!p.fits || p.quotaProblem) process.exitCode = EXIT.REFUSED;
+        },
+      ),
+    ['gpushards preview -m 12g', 'gpushards preview -m 40g -g 2 --model H100 --json'],
+  );
+}

@@ -1,0 +1,38 @@
+import type { Command } from 'commander';
+import { Api } from './api.js';
+import { resolveLogin } from './config.js';
+
+/** Options every command has (from the root program). */
+export interface GlobalOptions {
+  url?: string;
+  token?: string;
+  json?: boolean;
+}
+
+export function globals(command: Command): GlobalOptions {
+  return command.optsWithGlobals<GlobalOptions>();
+}
+
+export function apiFor(command: Command): Api {
+  const options = globals(command);
+  return new Api(resolveLogin({ url: options.url, token: options.token }));
+}
+
+/** The caller's team id: --team, or the token's own team; admins must name one. */
+export async function teamIdFor(api: Api, team: string | undefined): Promise<string | undefined> {
+  if (team === undefined) return undefined;
+  if (/^[0-9a-f-]{36}$/i.test(team)) return team;
+  const { Teams } = await import('./queries.js');
+  const found = await api.request(Teams, { first: 500 });
+  const match = found.teams.edges.find((e) => e.node.name === team);
+  if (match === undefined) {
+    const { CliError, EXIT } = await import('./exit-codes.js');
+    throw new CliError(`team "${team}" not found (or not yours)`, EXIT.NOT_FOUND, 'NOT_FOUND');
+  }
+  return match.node.id;
+}
+
+/** Examples at the end of a command's --help. */
+export function examples(command: Command, lines: string[]): Command {
+  return command.addHelpText('after', `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`);
+}

@@ -1,0 +1,459 @@
+import { graphql } from './graphql.js';
+
+// Small, flat operations with explicit page sizes (cost limits accept them).
+
+export const ShardRow = graphql(`
+  fragment ShardRow on Shard {
+    id
+    name
+    state
+    hostId
+    image
+    gpuCount
+    createdAt
+    startedAt
+    stoppedAt
+    exitCode
+    failureReason
+    team {
+      id
+      name
+    }
+    memoryPerGpu {
+      bytes
+      human
+    }
+    limitPerGpu {
+      bytes
+      human
+    }
+    totalMemory {
+      bytes
+      human
+    }
+    gpus {
+      index
+      gpuUuid
+      model
+      releasedAt
+      reserved {
+        bytes
+        human
+      }
+      used {
+        bytes
+        human
+      }
+    }
+  }
+`);
+
+export const Me = graphql(`
+  query Me {
+    me {
+      id
+      name
+      role
+      prefix
+      team {
+        id
+        name
+      }
+    }
+  }
+`);
+
+export const ListShards = graphql(
+  `
+    query ListShards($first: Int!, $after: String, $teamId: ID, $states: [ShardState!]) {
+      shards(first: $first, after: $after, teamId: $teamId, states: $states) {
+        edges {
+          node {
+            ...ShardRow
+          }
+        }
+        pageInfo {
+          hasNextPage
+          endCursor
+        }
+      }
+    }
+  `,
+  [ShardRow],
+);
+
+export const GetShard = graphql(
+  `
+    query GetShard($id: ID!) {
+      shard(id: $id) {
+        ...ShardRow
+        command
+        env {
+          name
+        }
+        placementPolicy
+        version
+      }
+    }
+  `,
+  [ShardRow],
+);
+
+export const CreateShard = graphql(
+  `
+    mutation CreateShard($input: CreateShardInput!) {
+      createShard(input: $input) {
+        ...ShardRow
+      }
+    }
+  `,
+  [ShardRow],
+);
+
+export const StopShard = graphql(
+  `
+    mutation StopShard($id: ID!, $grace: Int) {
+      stopShard(id: $id, graceSeconds: $grace) {
+        ...ShardRow
+      }
+    }
+  `,
+  [ShardRow],
+);
+
+export const DeleteShard = graphql(
+  `
+    mutation DeleteShard($id: ID!) {
+      deleteShard(id: $id) {
+        ...ShardRow
+      }
+    }
+  `,
+  [ShardRow],
+);
+
+export const ResizeShard = graphql(
+  `
+    mutation ResizeShard($id: ID!, $memoryPerGpu: String!) {
+      resizeShard(id: $id, memoryPerGpu: $memoryPerGpu) {
+        ...ShardRow
+      }
+    }
+  `,
+  [ShardRow],
+);
+
+export const ShardEvents = graphql(
+  `
+    subscription ShardEvents($teamId: ID) {
+      shardEvents(teamId: $teamId) {
+        at
+        state
+        previousState
+        shard {
+          ...ShardRow
+        }
+      }
+    }
+  `,
+  [ShardRow],
+);
+
+export const Preview = graphql(`
+  query Preview($input: PlacementInput!) {
+    placementPreview(input: $input) {
+      fits
+      hostId
+      hostName
+      gpuUuids
+      message
+      quotaProblem
+      reservedPerGpu {
+        bytes
+        human
+      }
+      hosts {
+        hostId
+        hostName
+        kind
+        reason
+      }
+    }
+  }
+`);
+
+export const Usage = graphql(`
+  query Usage($teamId: ID!, $from: String!, $to: String!, $first: Int!, $after: String) {
+    usage(teamId: $teamId, from: $from, to: $to) {
+      from
+      to
+      measuredUntil
+      reservedGibHours
+      usedGibHours
+      shardCount
+      peakUsed {
+        bytes
+        human
+      }
+      shards(first: $first, after: $after) {
+        edges {
+          node {
+            shardId
+            shardName
+            hostId
+            reservedGibHours
+            usedGibHours
+            peakUsed {
+              bytes
+              human
+            }
+          }
+        }
+        pageInfo {
+          hasNextPage
+          endCursor
+        }
+      }
+    }
+  }
+`);
+
+export const Hosts = graphql(`
+  query Hosts($first: Int!, $after: String) {
+    hosts(first: $first, after: $after) {
+      edges {
+        node {
+          id
+          name
+          state
+          cordoned
+          simulated
+          driverVersion
+          lastHeartbeatAt
+          memory {
+            total {
+              bytes
+              human
+            }
+            reserved {
+              bytes
+              human
+            }
+            free {
+              bytes
+              human
+            }
+          }
+          gpus {
+            index
+            model
+            uuid
+            total {
+              human
+            }
+            reserved {
+              human
+            }
+            used {
+              human
+            }
+          }
+        }
+      }
+      pageInfo {
+        hasNextPage
+        endCursor
+      }
+    }
+  }
+`);
+
+export const Cordon = graphql(`
+  mutation Cordon($id: ID!) {
+    cordonHost(id: $id) {
+      id
+      state
+      cordoned
+    }
+  }
+`);
+export const Uncordon = graphql(`
+  mutation Uncordon($id: ID!) {
+    uncordonHost(id: $id) {
+      id
+      state
+      cordoned
+    }
+  }
+`);
+export const Drain = graphql(`
+  mutation Drain($id: ID!) {
+    drainHost(id: $id) {
+      id
+      state
+      cordoned
+    }
+  }
+`);
+
+export const TeamFields = graphql(`
+  fragment TeamFields on Team {
+    id
+    name
+    createdAt
+    quotaPolicy {
+      maxTotal {
+        bytes
+        human
+      }
+      maxPerShard {
+        bytes
+        human
+      }
+      maxShards
+      maxGpusPerShard
+      allowedGpuModels
+      priority
+    }
+    usage {
+      shardCount
+      reserved {
+        bytes
+        human
+      }
+    }
+  }
+`);
+
+export const Teams = graphql(
+  `
+    query Teams($first: Int!, $after: String) {
+      teams(first: $first, after: $after) {
+        edges {
+          node {
+            ...TeamFields
+          }
+        }
+        pageInfo {
+          hasNextPage
+          endCursor
+        }
+      }
+    }
+  `,
+  [TeamFields],
+);
+
+export const Team = graphql(
+  `
+    query Team($id: ID!) {
+      team(id: $id) {
+        ...TeamFields
+      }
+    }
+  `,
+  [TeamFields],
+);
+
+export const CreateTeam = graphql(
+  `
+    mutation CreateTeam($name: String!) {
+      createTeam(name: $name) {
+        ...TeamFields
+      }
+    }
+  `,
+  [TeamFields],
+);
+
+export const SetQuota = graphql(
+  `
+    mutation SetQuota($teamId: ID!, $input: QuotaPolicyInput!) {
+      setQuotaPolicy(teamId: $teamId, input: $input) {
+        ...TeamFields
+      }
+    }
+  `,
+  [TeamFields],
+);
+
+export const TokenFields = graphql(`
+  fragment TokenFields on ApiToken {
+    id
+    name
+    prefix
+    role
+    createdAt
+    lastUsedAt
+    revokedAt
+    team {
+      id
+      name
+    }
+  }
+`);
+
+export const AdminTokens = graphql(
+  `
+    query AdminTokens($first: Int!, $after: String, $includeRevoked: Boolean!) {
+      adminApiTokens(first: $first, after: $after, includeRevoked: $includeRevoked) {
+        edges {
+          node {
+            ...TokenFields
+          }
+        }
+        pageInfo {
+          hasNextPage
+          endCursor
+        }
+      }
+    }
+  `,
+  [TokenFields],
+);
+
+export const TeamTokens = graphql(
+  `
+    query TeamTokens($id: ID!, $first: Int!, $after: String, $includeRevoked: Boolean!) {
+      team(id: $id) {
+        apiTokens(first: $first, after: $after, includeRevoked: $includeRevoked) {
+          edges {
+            node {
+              ...TokenFields
+            }
+          }
+          pageInfo {
+            hasNextPage
+            endCursor
+          }
+        }
+      }
+    }
+  `,
+  [TokenFields],
+);
+
+export const CreateToken = graphql(
+  `
+    mutation CreateToken($name: String!, $role: Role!, $teamId: ID) {
+      createApiToken(name: $name, role: $role, teamId: $teamId) {
+        secret
+        token {
+          ...TokenFields
+        }
+      }
+    }
+  `,
+  [TokenFields],
+);
+
+export const RevokeToken = graphql(
+  `
+    mutation RevokeToken($id: ID!) {
+      revokeApiToken(id: $id) {
+        ...TokenFields
+      }
+    }
+  `,
+  [TokenFields],
+);

@@ -1,0 +1,5 @@
+import { Module } from '@nestjs/common';
+import { PortalController } from './portal.controller.js';
+
+@Module({ controllers: [PortalController] })
+export class PortalModule {}

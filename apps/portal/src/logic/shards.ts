@@ -1,0 +1,27 @@
+/** The live shards table: the listed page, updated by shardEvents as they arrive. */
+
+export interface ShardLike {
+  readonly id: string;
+  readonly state: string;
+  readonly createdAt: string;
+}
+
+/**
+ * The rows to show: each shard's newest version (an event's shard replaces the listed one;
+ * events for shards not listed add them), DELETED ones left out, newest first.
+ */
+export function mergeShards<T extends ShardLike>(listed: readonly T[], events: readonly T[]): T[] {
+  const byId = new Map<string, T>();
+  for (const shard of listed) byId.set(shard.id, shard);
+  for (const shard of events) byId.set(shard.id, shard);
+  return [...byId.values()]
+    .filter((s) => s.state !== 'DELETED')
+    .sort((a, b) => b.createdAt.localeCompare(a.createdAt) || a.id.localeCompare(b.id));
+}
+
+/** Sum of what a shard uses now over its live GPUs. */
+export function usedBytes(
+  gpus: readonly { releasedAt: string | null; used: { bytes: string } }[],
+): number {
+  return gpus.filter((g) => g.releasedAt === null).reduce((n, g) => n + Number(g.used.bytes), 0);
+}

@@ -1,0 +1,405 @@
+import { graphql } from './graphql.js';
+
+// Small, flat operations with explicit page sizes, so the API's cost limits accept them.
+
+export const MeQuery = graphql(`
+  query Me {
+    me {
+      id
+      name
+      role
+      team {
+        id
+        name
+      }
+    }
+  }
+`);
+
+export const TeamQuotaQuery = graphql(`
+  query TeamQuota($id: ID!) {
+    team(id: $id) {
+      id
+      name
+      quotaPolicy {
+        maxTotal {
+          bytes
+          human
+        }
+        maxPerShard {
+          bytes
+          human
+        }
+        maxShards
+        maxGpusPerShard
+        priority
+        allowedGpuModels
+      }
+      usage {
+        shardCount
+        reserved {
+          bytes
+          human
+        }
+      }
+    }
+  }
+`);
+
+export const ShardFields = graphql(`
+  fragment ShardFields on Shard {
+    id
+    name
+    state
+    hostId
+    teamId
+    image
+    gpuCount
+    createdAt
+    failureReason
+    exitCode
+    memoryPerGpu {
+      bytes
+      human
+    }
+    limitPerGpu {
+      bytes
+      human
+    }
+    gpus {
+      gpuUuid
+      index
+      releasedAt
+      reserved {
+        bytes
+      }
+      used {
+        bytes
+      }
+    }
+  }
+`);
+
+export const ShardsQuery = graphql(
+  `
+    query Shards($first: Int!, $after: String, $teamId: ID, $states: [ShardState!]) {
+      shards(first: $first, after: $after, teamId: $teamId, states: $states) {
+        edges {
+          node {
+            ...ShardFields
+          }
+        }
+        pageInfo {
+          hasNextPage
+          endCursor
+        }
+      }
+    }
+  `,
+  [ShardFields],
+);
+
+export const ShardEventsSubscription = graphql(
+  `
+    subscription ShardEvents($teamId: ID) {
+      shardEvents(teamId: $teamId) {
+        at
+        state
+        previousState
+        shard {
+          ...ShardFields
+        }
+      }
+    }
+  `,
+  [ShardFields],
+);
+
+export const CreateShardMutation = graphql(
+  `
+    mutation CreateShard($input: CreateShardInput!) {
+      createShard(input: $input) {
+        id
+        name
+        state
+        hostId
+        ...ShardFields
+      }
+    }
+  `,
+  [ShardFields],
+);
+
+export const StopShardMutation = graphql(`
+  mutation StopShard($id: ID!) {
+    stopShard(id: $id) {
+      id
+      state
+    }
+  }
+`);
+
+export const DeleteShardMutation = graphql(`
+  mutation DeleteShard($id: ID!) {
+    deleteShard(id: $id) {
+      id
+      state
+    }
+  }
+`);
+
+export const ResizeShardMutation = graphql(`
+  mutation ResizeShard($id: ID!, $memoryPerGpu: String!) {
+    resizeShard(id: $id, memoryPerGpu: $memoryPerGpu) {
+      id
+      state
+      memoryPerGpu {
+        bytes
+        human
+      }
+      limitPerGpu {
+        bytes
+        human
+      }
+    }
+  }
+`);
+
+export const PreviewQuery = graphql(`
+  query Preview($input: PlacementInput!) {
+    placementPreview(input: $input) {
+      fits
+      hostId
+      hostName
+      message
+      quotaProblem
+      reservedPerGpu {
+        human
+      }
+      hosts {
+        hostId
+        hostName
+        kind
+        reason
+      }
+    }
+  }
+`);
+
+export const UsageQuery = graphql(`
+  query Usage($teamId: ID!, $from: String!, $to: String!) {
+    usage(teamId: $teamId, from: $from, to: $to) {
+      from
+      to
+      reservedGibHours
+      usedGibHours
+      shardCount
+      peakUsed {
+        bytes
+      }
+    }
+  }
+`);
+
+export const HostsQuery = graphql(`
+  query Hosts($first: Int!) {
+    hosts(first: $first) {
+      edges {
+        node {
+          id
+          name
+          state
+          cordoned
+          simulated
+          lastHeartbeatAt
+          memory {
+            total {
+              human
+            }
+            reserved {
+              human
+            }
+            free {
+              human
+            }
+          }
+          gpus {
+            uuid
+            index
+            model
+            total {
+              bytes
+              human
+            }
+            capacity {
+              bytes
+              human
+            }
+            reserved {
+              bytes
+              human
+            }
+            used {
+              bytes
+              human
+            }
+            missingSince
+          }
+        }
+      }
+    }
+  }
+`);
+
+export const FleetShardsQuery = graphql(`
+  query FleetShards($first: Int!, $states: [ShardState!]) {
+    shards(first: $first, states: $states) {
+      edges {
+        node {
+          id
+          name
+          state
+          hostId
+          team {
+            id
+            name
+          }
+          gpus {
+            gpuUuid
+            releasedAt
+            reserved {
+              bytes
+            }
+          }
+        }
+      }
+    }
+  }
+`);
+
+export const HostActionCordon = graphql(`
+  mutation Cordon($id: ID!) {
+    cordonHost(id: $id) {
+      id
+      state
+      cordoned
+    }
+  }
+`);
+export const HostActionUncordon = graphql(`
+  mutation Uncordon($id: ID!) {
+    uncordonHost(id: $id) {
+      id
+      state
+      cordoned
+    }
+  }
+`);
+export const HostActionDrain = graphql(`
+  mutation Drain($id: ID!) {
+    drainHost(id: $id) {
+      id
+      state
+      cordoned
+    }
+  }
+`);
+
+export const TeamsQuery = graphql(`
+  query Teams($first: Int!, $after: String) {
+    teams(first: $first, after: $after) {
+      edges {
+        node {
+          id
+          name
+          quotaPolicy {
+            maxTotal {
+              human
+            }
+            maxPerShard {
+              human
+            }
+            maxShards
+            maxGpusPerShard
+            priority
+          }
+          usage {
+            shardCount
+            reserved {
+              human
+            }
+          }
+        }
+      }
+      pageInfo {
+        hasNextPage
+        endCursor
+      }
+    }
+  }
+`);
+
+export const CreateTeamMutation = graphql(`
+  mutation CreateTeam($name: String!) {
+    createTeam(name: $name) {
+      id
+      name
+    }
+  }
+`);
+
+export const SetQuotaMutation = graphql(`
+  mutation SetQuota($teamId: ID!, $input: QuotaPolicyInput!) {
+    setQuotaPolicy(teamId: $teamId, input: $input) {
+      id
+      name
+    }
+  }
+`);
+
+export const TokensQuery = graphql(`
+  query Tokens($first: Int!, $after: String) {
+    adminApiTokens(first: $first, after: $after) {
+      edges {
+        node {
+          id
+          name
+          prefix
+          role
+          createdAt
+          lastUsedAt
+          revokedAt
+          team {
+            id
+            name
+          }
+        }
+      }
+      pageInfo {
+        hasNextPage
+        endCursor
+      }
+    }
+  }
+`);
+
+export const CreateTokenMutation = graphql(`
+  mutation CreateToken($name: String!, $role: Role!, $teamId: ID) {
+    createApiToken(name: $name, role: $role, teamId: $teamId) {
+      secret
+      token {
+        id
+        prefix
+      }
+    }
+  }
+`);
+
+export const RevokeTokenMutation = graphql(`
+  mutation RevokeToken($id: ID!) {
+    revokeApiToken(id: $id) {
+      id
+      revokedAt
+    }
+  }
+`);

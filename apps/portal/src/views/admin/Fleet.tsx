@@ -1,0 +1,171 @@
+import { useMutation, useQuery, useSubscription } from 'urql';
+import {
+  FleetShardsQuery,
+  HostActionCordon,
+  HostActionDrain,
+  HostActionUncordon,
+  HostsQuery,
+  ShardEventsSubscription,
+} from '../../queries.js';
+import { bytesOf, humanBytes, LIVE_STATES } from '../../logic/format.js';
+import { gpuSegments, teamColor, type FleetShard } from '../../logic/fleet.js';
+import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
+import type { ResultOf } from 'gql.tada';
+
+type Host = ResultOf<typeof HostsQuery>['hosts']['edges'][number]['node'];
+type FleetShardRow = ResultOf<typeof FleetShardsQuery>['shards']['edges'][number]['node'];
+
+/** Hosts × GPUs, each GPU's reservations as a bar split by team; refreshed on shard events. */
+export function Fleet() {
+  const [hosts, refetchHosts] = useQuery({ query: HostsQuery, variables: { first: 100 } });
+  const [shards, refetchShards] = useQuery({
+    query: FleetShardsQuery,
+    variables: { first: 500, states: LIVE_STATES.filter((s) => s !== 'PENDING') as never },
+  });
+  useSubscription({ query: ShardEventsSubscription, variables: {} }, (n: number = 0) => {
+    refetchHosts({ requestPolicy: 'network-only' });
+    refetchShards({ requestPolicy: 'network-only' });
+    return n + 1;
+  });
+  const rows = shards.data?.shards.edges.map((e) => e.node) ?? [];
+  const fleetShards: FleetShard[] = rows.map((s) => ({
+    team: s.team.name,
+    gpus: s.gpus.map((g) => ({
+      gpuUuid: g.gpuUuid,
+      reservedBytes: bytesOf(g.reserved.bytes),
+      released: g.releasedAt !== null,
+    })),
+  }));
+  const teams = [...new Set(fleetShards.map((s) => s.team))].sort();
+  return (
+    <div>
+      <h1>Fleet</h1>
+      {hosts.fetching && !hosts.data && <Loading what="hosts" />}
+      <ErrorBox error={hosts.error ?? shards.error} />
+      {hosts.data && hosts.data.hosts.edges.length === 0 && (
+        <Empty>
+          No host has registered yet. Start an agent (npm start runs one for this machine).
+        </Empty>
+      )}
+      {teams.length > 0 && (
+        <p className="legend" aria-label="Teams">
+          {teams.map((t) => (
+            <span key={t}>
+              <i style={{ background: teamColor(t) }} /> {t}
+            </span>
+          ))}
+          <span>
+            <i className="free-swatch" /> free
+          </span>
+        </p>
+      )}
+      {hosts.data?.hosts.edges.map(({ node }) => (
+        <HostCard
+          key={node.id}
+          host={node}
+          shards={fleetShards}
+          rows={rows.filter((r) => r.hostId === node.id)}
+        />
+      ))}
+    </div>
+  );
+}
+
+function HostCard({
+  host,
+  shards,
+  rows,
+}: {
+  host: Host;
+  shards: FleetShard[];
+  rows: FleetShardRow[];
+}) {
+  const [cordon, doCordon] = useMutation(HostActionCordon);
+  const [uncordon, doUncordon] = useMutation(HostActionUncordon);
+  const [drain, doDrain] = useMutation(HostActionDrain);
+  return (
+    <Section
+      title={`Host ${host.name}`}
+      actions={
+        <div className="row">
+          <span className={`state host-${host.state}`} data-testid="host-state">
+            {host.state}
+            {host.cordoned && host.state !== 'CORDONED' ? ' · cordoned' : ''}
+          </span>
+          {host.simulated && <span className="muted small">simulated GPUs</span>}
+          {host.cordoned ? (
+            <button onClick={() => void doUncordon({ id: host.id })}>Uncordon</button>
+          ) : (
+            <button onClick={() => void doCordon({ id: host.id })}>Cordon</button>
+          )}
+          <button
+            className="danger"
+            disabled={host.state === 'DRAINING'}
+            onClick={() => {
+              if (window.confirm(`Drain ${host.name}? Every shard on it is stopped.`))
+                void doDrain({ id: host.id });
+            }}
+          >
+            Drain
+          </button>
+        </div>
+      }
+    >
+      <ErrorBox error={cordon.error ?? uncordon.error ?? drain.error} />
+      <p className="muted small">
+        {host.id} · {host.memory.reserved.human} reserved of {host.memory.total.human},{' '}
+        {host.memory.free.human} free
+      </p>
+      <div className="gpus">
+        {host.gpus.map((gpu) => {
+          const segments = gpuSegments(
+            {
+              uuid: gpu.uuid,
+              capacityBytes: bytesOf(gpu.capacity.bytes),
+              reservedBytes: bytesOf(gpu.reserved.bytes),
+            },
+            shards,
+          );
+          return (
+            <div className="gpu" key={gpu.uuid}>
+              <div className="gpu-label">
+                GPU {gpu.index} · {gpu.model} · {gpu.reserved.human} reserved / {gpu.capacity.human}
+                , used {gpu.used.human}
+                {gpu.missingSince && <span className="problem"> missing</span>}
+              </div>
+              <div
+                className="bar"
+                role="img"
+                aria-label={segments
+                  .map((s) => `${s.team ?? 'free'} ${humanBytes(s.bytes)}`)
+                  .join(', ')}
+              >
+                {segments.map((s) => (
+                  <div
+                    key={s.team ?? 'free'}
+                    className={s.team === null ? 'seg free' : 'seg'}
+                    title={`${s.team ?? 'free'}: ${humanBytes(s.bytes)}`}
+                    style={{
+                      width: `${s.fraction * 100}%`,
+                      background: s.team === null ? undefined : teamColor(s.team),
+                    }}
+                  />
+                ))}
+              </div>
+            </div>
+          );
+        })}
+      </div>
+      {rows.length > 0 && (
+        <ul className="host-shards">
+          {rows.map((r) => (
+            <li key={r.id} data-shard={r.name} data-state={r.state}>
+              <i style={{ background: teamColor(r.team.name) }} /> {r.team.name}/{r.name} ·{' '}
+              {r.state}
+            </li>
+          ))}
+        </ul>
+      )}
+    </Section>
+  );
+}

@@ -1,0 +1,136 @@
+import { useState } from 'react';
+import { useMutation, useQuery } from 'urql';
+import {
+  CreateTokenMutation,
+  RevokeTokenMutation,
+  TeamsQuery,
+  TokensQuery,
+} from '../../queries.js';
+import { age } from '../../logic/format.js';
+import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
+
+export function Tokens() {
+  const [tokens] = useQuery({ query: TokensQuery, variables: { first: 200 } });
+  const [teams] = useQuery({ query: TeamsQuery, variables: { first: 100 } });
+  const [created, create] = useMutation(CreateTokenMutation);
+  const [revoked, revoke] = useMutation(RevokeTokenMutation);
+  const [name, setName] = useState('');
+  const [role, setRole] = useState<'ADMIN' | 'MEMBER' | 'VIEWER'>('MEMBER');
+  const [teamId, setTeamId] = useState('');
+  const [secret, setSecret] = useState<string | null>(null);
+  return (
+    <div>
+      <h1>Tokens</h1>
+      <Section title="New token">
+        <form
+          className="row"
+          aria-label="New token"
+          onSubmit={(e) => {
+            e.preventDefault();
+            setSecret(null);
+            void create({ name, role, teamId: role === 'ADMIN' ? null : teamId || null }).then(
+              (r) => {
+                if (r.data) {
+                  setSecret(r.data.createApiToken.secret);
+                  setName('');
+                }
+              },
+            );
+          }}
+        >
+          <label>
+            Name{' '}
+            <input
+              value={name}
+              required
+              placeholder="ci runner"
+              onChange={(e) => setName(e.target.value)}
+            />
+          </label>
+          <label>
+            Role
+            <select value={role} onChange={(e) => setRole(e.target.value as typeof role)}>
+              <option>MEMBER</option>
+              <option>VIEWER</option>
+              <option>ADMIN</option>
+            </select>
+          </label>
+          {role !== 'ADMIN' && (
+            <label>
+              Team
+              <select value={teamId} required onChange={(e) => setTeamId(e.target.value)}>
+                <option value="">choose…</option>
+                {teams.data?.teams.edges.map(({ node }) => (
+                  <option key={node.id} value={node.id}>
+                    {node.name}
+                  </option>
+                ))}
+              </select>
+            </label>
+          )}
+          <button type="submit" disabled={created.fetching}>
+            Create token
+          </button>
+        </form>
+        <ErrorBox error={created.error} />
+        {secret && (
+          <div className="secret" role="status">
+            <strong>Copy it now: it is shown only once.</strong>
+            <code data-testid="secret">{secret}</code>
+            <button onClick={() => void navigator.clipboard?.writeText(secret)}>Copy</button>
+            <button onClick={() => setSecret(null)}>Done</button>
+          </div>
+        )}
+      </Section>
+      <Section title="Tokens">
+        {tokens.fetching && !tokens.data && <Loading what="tokens" />}
+        <ErrorBox error={tokens.error ?? revoked.error} />
+        {tokens.data?.adminApiTokens.edges.length === 0 && <Empty>No token.</Empty>}
+        {tokens.data && tokens.data.adminApiTokens.edges.length > 0 && (
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">name</th>
+                <th scope="col">prefix</th>
+                <th scope="col">role</th>
+                <th scope="col">team</th>
+                <th scope="col">created</th>
+                <th scope="col">last used</th>
+                <th scope="col" />
+              </tr>
+            </thead>
+            <tbody>
+              {tokens.data.adminApiTokens.edges.map(({ node }) => (
+                <tr key={node.id} data-token={node.name}>
+                  <td>{node.name}</td>
+                  <td>
+                    <code>{node.prefix}</code>
+                  </td>
+                  <td>{node.role}</td>
+                  <td>{node.team?.name ?? '—'}</td>
+                  <td>{age(node.createdAt)} ago</td>
+                  <td>{node.lastUsedAt ? `${age(node.lastUsedAt)} ago` : 'never'}</td>
+                  <td>
+                    {node.revokedAt ? (
+                      'revoked'
+                    ) : (
+                      <button
+                        className="danger"
+                        onClick={() => {
+                          if (window.confirm(`Revoke ${node.name}? Requests with it fail at once.`))
+                            void revoke({ id: node.id });
+                        }}
+                      >
+                        Revoke
+                      </button>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </Section>
+    </div>
+  );
+}

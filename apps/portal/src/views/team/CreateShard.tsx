@@ -1,0 +1,142 @@
+import { useEffect, useState, type FormEvent } from 'react';
+import { useMutation, useQuery } from 'urql';
+import { CreateShardMutation, PreviewQuery } from '../../queries.js';
+import { parseSizeInput } from '../../logic/format.js';
+import { ErrorBox, Section } from '../../ui.js';
+
+const NAME = /^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$/;
+
+/** Debounced copy of a value: the preview asks the API once typing pauses. */
+function useDebounced<T>(value: T, ms: number): T {
+  const [settled, setSettled] = useState(value);
+  useEffect(() => {
+    const timer = setTimeout(() => setSettled(value), ms);
+    return () => clearTimeout(timer);
+  }, [value, ms]);
+  return settled;
+}
+
+export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeamId?: string }) {
+  const [name, setName] = useState('');
+  const [image, setImage] = useState('gpushards/demo-probe:local');
+  const [memory, setMemory] = useState('4g');
+  const [gpuCount, setGpuCount] = useState(1);
+  const [created, create] = useMutation(CreateShardMutation);
+  const [done, setDone] = useState<string | null>(null);
+
+  const size = parseSizeInput(memory);
+  const nameProblem =
+    name !== '' && !NAME.test(name)
+      ? 'a-z, 0-9, ".", "_" and "-", starting and ending with a letter or digit'
+      : null;
+  const input = useDebounced(
+    { memoryPerGpu: memory.trim(), gpuCount, ...(adminTeamId ? { teamId: adminTeamId } : {}) },
+    250,
+  );
+  const [preview] = useQuery({
+    query: PreviewQuery,
+    variables: { input },
+    pause: !parseSizeInput(input.memoryPerGpu).ok || !(input.gpuCount >= 1),
+    requestPolicy: 'network-only',
+  });
+
+  async function submit(event: FormEvent) {
+    event.preventDefault();
+    setDone(null);
+    if (!size.ok || nameProblem || name === '') return;
+    const result = await create({
+      input: {
+        name,
+        image,
+        memoryPerGpu: memory.trim(),
+        gpuCount,
+        ...(adminTeamId ? { teamId: adminTeamId } : {}),
+      },
+    });
+    if (result.data) {
+      setDone(
+        `Shard ${result.data.createShard.name} is ${result.data.createShard.state} on ${result.data.createShard.hostId ?? '—'}.`,
+      );
+      setName('');
+    }
+  }
+
+  const p = preview.data?.placementPreview;
+  return (
+    <Section title="New shard">
+      <form className="create" onSubmit={submit} aria-label="New shard" data-team={teamId}>
+        <label>
+          Name
+          <input
+            value={name}
+            required
+            placeholder="trainer-1"
+            onChange={(e) => setName(e.target.value)}
+            aria-invalid={nameProblem !== null}
+          />
+          {nameProblem && <span className="problem">{nameProblem}</span>}
+        </label>
+        <label>
+          Image
+          <input value={image} required onChange={(e) => setImage(e.target.value)} />
+        </label>
+        <label>
+          Memory per GPU
+          <input
+            value={memory}
+            required
+            onChange={(e) => setMemory(e.target.value)}
+            aria-invalid={!size.ok}
+            aria-describedby="memory-help"
+          />
+          <span id="memory-help" className={size.ok ? 'muted small' : 'problem'}>
+            {size.ok ? 'like 12g or 1536m (1024-based)' : size.message}
+          </span>
+        </label>
+        <label>
+          GPUs
+          <input
+            type="number"
+            min={1}
+            max={16}
+            value={gpuCount}
+            onChange={(e) => setGpuCount(Number(e.target.value))}
+          />
+        </label>
+        <button type="submit" disabled={created.fetching || !size.ok || nameProblem !== null}>
+          {created.fetching ? 'Creating…' : 'Create'}
+        </button>
+      </form>
+      <div className="preview" aria-live="polite" data-testid="preview">
+        {preview.fetching && !p && <span className="muted">Checking where it would go…</span>}
+        {p && p.fits && !p.quotaProblem && (
+          <span className="fits">
+            Would go on <strong>{p.hostName}</strong>, reserving {p.reservedPerGpu?.human} per GPU.
+          </span>
+        )}
+        {p?.quotaProblem && (
+          <span className="problem">Quota would refuse it: {p.quotaProblem}</span>
+        )}
+        {p && !p.fits && (
+          <div className="problem">
+            {p.message}
+            <ul>
+              {p.hosts.map((h) => (
+                <li key={h.hostId}>
+                  {h.hostName}: {h.reason}
+                </li>
+              ))}
+            </ul>
+          </div>
+        )}
+        <ErrorBox error={preview.error} />
+      </div>
+      <ErrorBox error={created.error} />
+      {done && (
+        <p className="ok" role="status">
+          {done}
+        </p>
+      )}
+    </Section>
+  );
+}

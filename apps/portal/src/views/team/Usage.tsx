@@ -1,0 +1,151 @@
+import { useEffect, useRef, useState } from 'react';
+import { useClient } from 'urql';
+import {
+  BarController,
+  BarElement,
+  CategoryScale,
+  Chart,
+  Legend,
+  LinearScale,
+  Tooltip,
+} from 'chart.js';
+import { UsageQuery } from '../../queries.js';
+import { bytesOf, gibHours } from '../../logic/format.js';
+import { chartSeries, dayString, dayWindows, usageCsv, type DayUsage } from '../../logic/usage.js';
+import { ErrorBox, Loading, Section } from '../../ui.js';
+import type { ErrorLike } from '../../logic/errors.js';
+
+Chart.register(BarController, BarElement, CategoryScale, LinearScale, Legend, Tooltip);
+
+const DAY_MS = 86_400_000;
+
+async function inBatches<T, R>(items: readonly T[], size: number, run: (item: T) => Promise<R>) {
+  const results: R[] = [];
+  for (let i = 0; i < items.length; i += size) {
+    results.push(...(await Promise.all(items.slice(i, i + size).map(run))));
+  }
+  return results;
+}
+
+export function Usage({ teamId, teamName }: { teamId: string; teamName: string }) {
+  const client = useClient();
+  const today = dayString(new Date());
+  const [first, setFirst] = useState(dayString(new Date(Date.now() - 6 * DAY_MS)));
+  const [last, setLast] = useState(today);
+  const [rows, setRows] = useState<DayUsage[] | null>(null);
+  const [error, setError] = useState<ErrorLike | null>(null);
+  const canvas = useRef<HTMLCanvasElement>(null);
+
+  useEffect(() => {
+    let cancelled = false;
+    let windows;
+    try {
+      windows = dayWindows(first, last);
+    } catch (cause) {
+      setError({
+        graphQLErrors: [
+          { message: (cause as Error).message, extensions: { code: 'BAD_USER_INPUT' } },
+        ],
+      });
+      return;
+    }
+    setError(null);
+    setRows(null);
+    // One small report per day (the API answers one window per request), four at a time so
+    // a 31-day window stays within the per-token concurrency limit.
+    const ask = (w: (typeof windows)[number]) =>
+      client
+        .query(UsageQuery, { teamId, from: w.from, to: w.to }, { requestPolicy: 'network-only' })
+        .toPromise();
+    void inBatches(windows, 4, ask).then((results) => {
+      if (cancelled) return;
+      const failed = results.find((r) => r.error);
+      if (failed?.error) {
+        setError(failed.error);
+        return;
+      }
+      setRows(
+        results.map((r, i) => ({
+          day: windows[i]!.day,
+          reservedGibHours: r.data?.usage.reservedGibHours ?? 0,
+          usedGibHours: r.data?.usage.usedGibHours ?? 0,
+          peakUsedBytes: bytesOf(r.data?.usage.peakUsed.bytes),
+        })),
+      );
+    });
+    return () => {
+      cancelled = true;
+    };
+  }, [client, teamId, first, last]);
+
+  useEffect(() => {
+    if (!rows || !canvas.current) return;
+    const series = chartSeries(rows);
+    const chart = new Chart(canvas.current, {
+      type: 'bar',
+      data: {
+        labels: series.labels,
+        datasets: [
+          { label: 'reserved GiB-hours', data: series.reserved, backgroundColor: '#8aa4d6' },
+          { label: 'used GiB-hours', data: series.used, backgroundColor: '#2f6f4f' },
+        ],
+      },
+      options: {
+        animation: false,
+        responsive: true,
+        maintainAspectRatio: false,
+        scales: { y: { beginAtZero: true, title: { display: true, text: 'GiB-hours' } } },
+      },
+    });
+    return () => chart.destroy();
+  }, [rows]);
+
+  function download() {
+    if (!rows) return;
+    const blob = new Blob([usageCsv(teamName, rows)], { type: 'text/csv' });
+    const link = document.createElement('a');
+    link.href = URL.createObjectURL(blob);
+    link.download = `gpushards-usage-${teamName}-${first}-${last}.csv`;
+    link.click();
+    URL.revokeObjectURL(link.href);
+  }
+
+  const total = rows?.reduce((n, r) => n + r.reservedGibHours, 0) ?? 0;
+  const used = rows?.reduce((n, r) => n + r.usedGibHours, 0) ?? 0;
+  return (
+    <Section
+      title="Usage"
+      actions={
+        <div className="row">
+          <label>
+            From{' '}
+            <input
+              type="date"
+              value={first}
+              max={last}
+              onChange={(e) => setFirst(e.target.value)}
+            />
+          </label>
+          <label>
+            to{' '}
+            <input type="date" value={last} max={today} onChange={(e) => setLast(e.target.value)} />
+          </label>
+          <button onClick={download} disabled={!rows}>
+            Export CSV
+          </button>
+        </div>
+      }
+    >
+      <ErrorBox error={error} />
+      {!rows && !error && <Loading what="usage" />}
+      {rows && (
+        <p className="muted">
+          {gibHours(total)} GiB-hours reserved, {gibHours(used)} used, UTC days {first} to {last}.
+        </p>
+      )}
+      <div className="chart">
+        <canvas ref={canvas} role="img" aria-label="Reserved and used GiB-hours per day" />
+      </div>
+    </Section>
+  );
+}
