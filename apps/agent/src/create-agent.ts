@@ -102,6 +102,9 @@ function resolveConfig(options: AgentOptions): AgentConfig {
     interposerPath: resolve(options.interposerPath),
     stateDir,
     regionRoot: resolve(options.regionRoot ?? `${stateDir}/regions`),
+    ...(options.computeLedgerDir !== undefined
+      ? { computeLedgerDir: resolve(options.computeLedgerDir) }
+      : {}),
     heartbeatSeconds: positive(
       'heartbeatSeconds',
       options.heartbeatSeconds,

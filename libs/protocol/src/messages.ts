@@ -256,6 +256,21 @@ export const heartbeatSchema = z
             .array(z.object({ gpuUuid: gpuUuidSchema, realBytes: bytesSchema }))
             .max(MAX_GPUS_PER_HOST)
             .optional(),
+          /**
+           * GPU activity per GPU from the host's compute ledger (docs/compute.md): the share
+           * of time the shard held the GPU since the last heartbeat, and seconds since its last
+           * kernel launch; absent where the host has no ledger.
+           */
+          activityPerGpu: z
+            .array(
+              z.object({
+                gpuUuid: gpuUuidSchema,
+                busyRatio: z.number().min(0).max(1).optional(),
+                lastKernelSeconds: z.number().min(0).optional(),
+              }),
+            )
+            .max(MAX_GPUS_PER_HOST)
+            .optional(),
         }),
       )
       .max(MAX_SHARDS_PER_HOST),

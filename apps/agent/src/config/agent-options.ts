@@ -63,6 +63,13 @@ export interface AgentOptions {
   readonly stateDir: string;
   /** Shard region folders; default <stateDir>/regions. */
   readonly regionRoot?: string;
+  /**
+   * The host's compute ledger folder (one file per GPU, shared by every shard of the host:
+   * docs/compute.md). When set, it is bind-mounted read-write into every shard, which then
+   * takes turns on its GPUs by its compute share, and each shard's GPU activity is read from it
+   * into heartbeats. Unset (the default): compute is not governed.
+   */
+  readonly computeLedgerDir?: string;
   /** Default 10. */
   readonly heartbeatSeconds?: number;
   /** Default 30. */
@@ -88,6 +95,7 @@ export interface AgentConfig {
   readonly interposerPath: string;
   readonly stateDir: string;
   readonly regionRoot: string;
+  readonly computeLedgerDir?: string;
   readonly heartbeatSeconds: number;
   readonly reconcileSeconds: number;
   readonly stopGraceSeconds: number;

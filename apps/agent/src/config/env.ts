@@ -51,6 +51,7 @@ const envSchema = z.object({
   GPUSHARDS_INTERPOSER_PATH: path.default(DEFAULTS.interposerPath),
   GPUSHARDS_STATE_DIR: path.default(DEFAULTS.stateDir),
   GPUSHARDS_REGION_ROOT: path.optional(),
+  GPUSHARDS_COMPUTE_LEDGER_DIR: path.optional(),
   GPUSHARDS_HEARTBEAT_SECONDS: seconds(3600).default(DEFAULTS.heartbeatSeconds),
   GPUSHARDS_RECONCILE_SECONDS: seconds(3600).default(DEFAULTS.reconcileSeconds),
   GPUSHARDS_STOP_GRACE_SECONDS: seconds(600).default(DEFAULTS.stopGraceSeconds),
@@ -176,6 +177,9 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     interposerPath: resolve(vars.GPUSHARDS_INTERPOSER_PATH),
     stateDir,
     regionRoot: resolve(vars.GPUSHARDS_REGION_ROOT ?? `${stateDir}/regions`),
+    ...(vars.GPUSHARDS_COMPUTE_LEDGER_DIR
+      ? { computeLedgerDir: resolve(vars.GPUSHARDS_COMPUTE_LEDGER_DIR) }
+      : {}),
     heartbeatSeconds: vars.GPUSHARDS_HEARTBEAT_SECONDS,
     reconcileSeconds: vars.GPUSHARDS_RECONCILE_SECONDS,
     stopGraceSeconds: vars.GPUSHARDS_STOP_GRACE_SECONDS,

@@ -58,6 +58,18 @@ describe('buildCreateOptions', () => {
     assert.equal(options.Labels?.['io.gpushards.gpus'], 'GPU-a,GPU-b');
   });
 
+  it("mounts the host's compute ledger and names the shard's ledger entry only when the host has one", () => {
+    const options = buildCreateOptions({ ...plan, ledgerDir: '/var/lib/gpushards/ledger' });
+    assert.ok(options.Env?.includes('GPUSHARDS_LEDGER_DIR=/run/gpushards/ledger'));
+    assert.ok(options.Env?.includes('GPUSHARDS_SHARD_ID=shard-1'));
+    assert.ok(
+      options.HostConfig?.Binds?.includes('/var/lib/gpushards/ledger:/run/gpushards/ledger:rw'),
+    );
+    const without = buildCreateOptions(plan);
+    assert.ok(!without.Env?.some((e) => e.startsWith('GPUSHARDS_SHARD_ID=')));
+    assert.ok(!without.HostConfig?.Binds?.some((b) => b.includes('ledger')));
+  });
+
   it('keeps the image command when the spec gives none', () => {
     const { command: _command, ...withoutCommand } = plan;
     assert.equal('Cmd' in buildCreateOptions(withoutCommand), false);

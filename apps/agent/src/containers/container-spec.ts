@@ -8,6 +8,8 @@ export const CONTAINER_PATHS = {
   interposer: '/usr/lib/gpushards/libvgpu.so',
   preload: '/etc/ld.so.preload',
   regionDir: '/run/gpushards',
+  /** The host's compute ledger folder, read-write (docs/compute.md); only when the host has one. */
+  ledgerDir: '/run/gpushards/ledger',
   regionFile: '/run/gpushards/region',
   /** The agent's limits file, read-only: the caps libvgpu.so enforces (docs/interposer.md). */
   limits: '/etc/gpushards/limits',
@@ -49,6 +51,8 @@ export interface ContainerPlan {
   readonly regionDir: string;
   /** The shard's limits file on the host (root's, 0644), mounted read-only. */
   readonly limitsFile: string;
+  /** The host's compute ledger folder; absent = compute not governed. */
+  readonly ledgerDir?: string;
   /** "uid[:gid]" the container runs as instead of the image's user. */
   readonly user?: string;
   /** Most processes and threads in the container. */
@@ -103,6 +107,11 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
       ? { CUDA_VISIBLE_DEVICES: uuids.join(',') }
       : { NVIDIA_DRIVER_CAPABILITIES: 'compute,utility' }),
     GPUSHARDS_REGION_PATH: CONTAINER_PATHS.regionFile,
+    // The ledger member: every process of the shard shares one entry, and the agent reads
+    // the shard's activity under this name.
+    ...(plan.ledgerDir !== undefined
+      ? { GPUSHARDS_LEDGER_DIR: CONTAINER_PATHS.ledgerDir, GPUSHARDS_SHARD_ID: plan.shardId }
+      : {}),
     ...(plan.contextBytes !== undefined
       ? { GPUSHARDS_CONTEXT_BYTES: String(plan.contextBytes) }
       : {}),
@@ -116,6 +125,7 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
     `${plan.regionDir}:${CONTAINER_PATHS.regionDir}:rw`,
     `${plan.limitsFile}:${CONTAINER_PATHS.limits}:ro`,
   ];
+  if (plan.ledgerDir !== undefined) binds.push(`${plan.ledgerDir}:${CONTAINER_PATHS.ledgerDir}:rw`);
   if (plan.simulatedDriver) {
     binds.push(
       `${plan.simulatedDriver.cudaLibrary}:${CONTAINER_PATHS.driverDir}/libcuda.so.1:ro`,

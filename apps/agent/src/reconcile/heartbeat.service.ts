@@ -1,6 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { PROTOCOL_VERSION, type Heartbeat } from '@gpushards/protocol';
 
+import { LedgerActivity, type GpuActivity } from '../compute/ledger-activity.js';
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { EnforcementService, type ViolationRecord } from '../enforcement/enforcement.service.js';
 import { GpusService } from '../gpus/gpus.service.js';
@@ -19,6 +20,8 @@ export class HeartbeatService {
   private sequence = 0;
   /** Violations acted on and not sent yet. */
   private violations: ViolationRecord[] = [];
+  /** Each shard's GPU activity from the host's compute ledger, when it has one. */
+  private readonly activity: LedgerActivity | undefined;
 
   constructor(
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
@@ -30,6 +33,10 @@ export class HeartbeatService {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'heartbeat' });
+    this.activity =
+      config.computeLedgerDir !== undefined
+        ? new LedgerActivity(config.computeLedgerDir)
+        : undefined;
     // A violation goes out at once, not with the next periodic heartbeat.
     this.enforcement.onViolations((violations) => {
       this.violations.push(...violations);
@@ -54,6 +61,20 @@ export class HeartbeatService {
               gpuUuid,
               realBytes: real.shards.get(shardId)?.get(gpuUuid) ?? 0,
             })),
+          };
+    let activity: Map<string, GpuActivity[]> | undefined;
+    try {
+      activity = await this.activity?.sample();
+    } catch (error) {
+      this.logger.warn({ err: error }, 'cannot read the compute ledger');
+    }
+    const activityOf = (shardId: string, gpuUuids: readonly string[]) =>
+      activity === undefined
+        ? {}
+        : {
+            activityPerGpu: (activity.get(shardId) ?? [])
+              .map((a) => ({ ...a, gpuUuid: this.gpus.canonicalUuid(a.gpuUuid) }))
+              .filter((a) => gpuUuids.includes(a.gpuUuid)),
           };
     const violations = this.violations.splice(0).map((v) => ({
       shardId: v.shardId,
@@ -80,6 +101,7 @@ export class HeartbeatService {
             // Only the shard's GPUs: a container cannot report on another GPU.
             .filter((gpu) => shard.gpuUuids.includes(gpu.gpuUuid)),
           ...realOf(shard.shardId, shard.gpuUuids),
+          ...activityOf(shard.shardId, shard.gpuUuids),
         });
       } catch (error) {
         // A region a container corrupted must not stop the heartbeat of the others.
@@ -88,6 +110,7 @@ export class HeartbeatService {
           shardId: shard.shardId,
           usedBytesPerGpu: [],
           ...realOf(shard.shardId, shard.gpuUuids),
+          ...activityOf(shard.shardId, shard.gpuUuids),
         });
       }
     }

@@ -10,6 +10,7 @@ import {
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { KeyedMutex } from '../common/keyed-mutex.js';
 import { errorMessage } from '@gpushards/protocol';
+import { prepareLedgerDir } from '../compute/ledger-activity.js';
 import { buildCreateOptions, orderGpus, type ShardGpu } from '../containers/container-spec.js';
 import {
   DockerRuntime,
@@ -448,6 +449,8 @@ export class ShardsService {
         spec.capPolicy,
       );
       await this.docker.removeContainer(containerName(this.config.hostId, spec.shardId));
+      if (this.config.computeLedgerDir !== undefined)
+        await prepareLedgerDir(this.config.computeLedgerDir);
       const options = buildCreateOptions({
         hostId: this.config.hostId,
         shardId: spec.shardId,
@@ -460,6 +463,9 @@ export class ShardsService {
         preloadFile: this.interposer.preloadFile,
         regionDir,
         limitsFile,
+        ...(this.config.computeLedgerDir !== undefined
+          ? { ledgerDir: this.config.computeLedgerDir }
+          : {}),
         pidsLimit: this.config.containers.pidsLimit,
         ...(this.config.containers.user !== undefined ? { user: this.config.containers.user } : {}),
         ...(this.gpus.inventory.contextOverheadBytes > 0
