@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -75,6 +77,36 @@ describe('GPUs through NVML and libcuda (koffi), on native/fakes', () => {
       [0, 0],
     );
     assert.deepEqual([...CudaDriver.open(fakeLibraries().cuda).deviceUuids().values()], [0, 1]);
+  });
+
+  it('lists the processes holding memory on each GPU, with their bytes (host PIDs)', async () => {
+    assert.equal(nvml.listsProcesses, true);
+    // Memory libvgpu.so would not see, taken by another process through the fake driver.
+    const holder = spawn(
+      nativeArtifacts().find('fake-hidden-alloc'),
+      ['1', String(96 * MiB), 'hold'],
+      {
+        env: { ...process.env, LD_LIBRARY_PATH: fakeLibraries().dir },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    try {
+      await new Promise<void>((resolve, reject) => {
+        holder.stdout.on('data', (chunk: Buffer) => {
+          if (chunk.toString().includes('took')) resolve();
+        });
+        holder.on('exit', (code) => reject(new Error(`fake-hidden-alloc exited ${code}`)));
+      });
+      assert.deepEqual(nvml.processes(1), [{ pid: holder.pid, usedBytes: 96 * MiB }]);
+      assert.deepEqual(nvml.processes(0), []);
+      const backend = new NvmlBackend(nvml, fakeLibraries().cuda);
+      assert.deepEqual(backend.processes(), [
+        { gpuUuid: nvml.device(1).uuid, pid: holder.pid, bytes: 96 * MiB },
+      ]);
+    } finally {
+      holder.kill('SIGKILL');
+      await once(holder, 'exit');
+    }
   });
 
   it('says clearly when there is no NVIDIA library, and how to go on', async () => {

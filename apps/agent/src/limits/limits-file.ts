@@ -1,4 +1,4 @@
-import { constants, promises as fs } from 'node:fs';
+import { constants, promises as fs, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 import { fnv1a64, formatUuid, parseUuid } from '../regions/region-file.js';
@@ -234,6 +234,21 @@ export class LimitsFile {
     const { bytesWritten } = await this.handle.write(word, 0, 8, offset);
     if (bytesWritten !== 8)
       throw new LimitsFileError(`${this.path}: wrote ${bytesWritten} of 8 bytes`);
+    return true;
+  }
+
+  /**
+   * set() without the event loop: one pwrite(2), for the sampler's few writes every interval
+   * (an async write costs more CPU than the write itself). Throws where set() rejects.
+   */
+  setSync(gpuUuid: string, field: LimitsField, value: number): boolean {
+    const index = this.index.get(gpuUuid.toLowerCase());
+    if (index === undefined) return false;
+    this.value.writeBigUInt64LE(checkBytes(field, value));
+    const offset =
+      LIMITS_DEVICES_OFFSET + index * LIMITS_DEVICE_SIZE + LIMITS_DEVICE_FIELDS[field].offset;
+    const written = writeSync(this.handle.fd, this.value, 0, 8, offset);
+    if (written !== 8) throw new LimitsFileError(`${this.path}: wrote ${written} of 8 bytes`);
     return true;
   }
 

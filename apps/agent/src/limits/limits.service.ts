@@ -22,7 +22,13 @@ interface Entry {
   policy: CapPolicy;
   capBytes: Map<string, number>;
   file?: LimitsFile;
+  /** What real_bytes holds now per GPU, and when real_sampled_at_ms was last written. */
+  real: Map<string, number>;
+  stampedAt: number;
 }
+
+/** real_sampled_at_ms is rewritten at least this often while real_bytes stays the same. */
+const STAMP_MS = 1000;
 
 /**
  * Each shard's limits file: the caps and the context charge where only the agent can write
@@ -70,6 +76,8 @@ export class LimitsService implements OnModuleDestroy {
       this.entries.set(shardId, {
         policy: policy ?? DEFAULT_CAP_POLICY,
         capBytes: new Map(gpus.map((gpu) => [gpu.uuid, gpu.limitBytes])),
+        real: new Map(),
+        stampedAt: 0,
       });
       return this.file(shardId);
     });
@@ -85,9 +93,11 @@ export class LimitsService implements OnModuleDestroy {
     policy: CapPolicy | undefined,
   ): Promise<void> {
     return this.mutex.run(shardId, async () => {
-      const entry = this.entries.get(shardId) ?? {
+      const entry: Entry = this.entries.get(shardId) ?? {
         policy: DEFAULT_CAP_POLICY,
-        capBytes: new Map(),
+        capBytes: new Map<string, number>(),
+        real: new Map<string, number>(),
+        stampedAt: 0,
       };
       entry.policy = policy ?? entry.policy;
       this.entries.set(shardId, entry);
@@ -102,18 +112,32 @@ export class LimitsService implements OnModuleDestroy {
     });
   }
 
-  /** The shard's real usage per GPU, as measured now (0 where it holds nothing). */
-  writeReal(shardId: string, realBytes: ReadonlyMap<string, number>, atMs: number): Promise<void> {
-    return this.mutex.run(shardId, async () => {
-      const entry = this.entries.get(shardId);
-      if (entry === undefined) return;
-      const file = await this.openFile(shardId, entry);
-      if (file === undefined) return;
-      for (const gpuUuid of entry.capBytes.keys()) {
-        await file.set(gpuUuid, 'real_bytes', realBytes.get(gpuUuid) ?? 0);
-        await file.set(gpuUuid, 'real_sampled_at_ms', atMs);
-      }
-    });
+  /**
+   * The shard's real usage per GPU, as measured now (0 where it holds nothing): real_bytes when
+   * it changed, real_sampled_at_ms with it and at least every second. Synchronous writes once
+   * the file is open (the sampler calls this for every shard at every sample).
+   */
+  async writeReal(
+    shardId: string,
+    realBytes: ReadonlyMap<string, number>,
+    atMs: number,
+  ): Promise<void> {
+    const entry = this.entries.get(shardId);
+    if (entry === undefined) return;
+    const file = entry.file ?? (await this.mutex.run(shardId, () => this.openFile(shardId, entry)));
+    if (file === undefined) return;
+    const stamp = atMs - entry.stampedAt >= STAMP_MS;
+    let changed = false;
+    for (const gpuUuid of entry.capBytes.keys()) {
+      const real = realBytes.get(gpuUuid) ?? 0;
+      if (entry.real.get(gpuUuid) === real) continue;
+      file.setSync(gpuUuid, 'real_bytes', real);
+      entry.real.set(gpuUuid, real);
+      changed = true;
+    }
+    if (!changed && !stamp) return;
+    for (const gpuUuid of entry.capBytes.keys()) file.setSync(gpuUuid, 'real_sampled_at_ms', atMs);
+    entry.stampedAt = atMs;
   }
 
   /** The caps and policy of every shard the agent knows. */
