@@ -1,0 +1,733 @@
+// The fleet simulator: N simulated agents (agents.mjs, in a few processes, each agent its own
+// NATS user from deploy/nats/generate-config.mjs) against real control planes (apps/control-plane
+// main.js, as many as --control-planes) through a real nats-server, on a throwaway PostgreSQL
+// with fsync on. Registers every host, places a few shards per host through GraphQL, lets the
+// fleet run (heartbeats, reconciles, containers that exit on schedule, optional faults), then
+// compares the control plane's view with the simulator's and prints what it saw.
+//
+// Build first (npx nx run-many -t build), then:
+//   node bench/fleet-sim/run.mjs [--hosts 1000] [--processes 3] [--control-planes 2]
+//     [--shards-per-host 2] [--seconds 60] [--heartbeat 10] [--reconcile 30]
+//     [--life 60,3600] [--faults drop=0.01,delay=0.01,...] [--scenarios ingest,create,restart,lose]
+//     [--create-seconds 10] [--create-rates 200] [--lose 100] [--no-fsync]
+import { fork, spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import { join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+
+import pg from 'pg';
+
+const { values: options } = parseArgs({
+  options: {
+    hosts: { type: 'string', default: '1000' },
+    processes: { type: 'string', default: '3' },
+    'control-planes': { type: 'string', default: '2' },
+    'shards-per-host': { type: 'string', default: '2' },
+    seconds: { type: 'string', default: '60' },
+    heartbeat: { type: 'string', default: '10' },
+    reconcile: { type: 'string', default: '30' },
+    life: { type: 'string', default: '60,3600' },
+    faults: { type: 'string', default: '' },
+    scenarios: { type: 'string', default: 'ingest' },
+    'create-seconds': { type: 'string', default: '10' },
+    'create-rates': { type: 'string', default: '200' },
+    concurrency: { type: 'string', default: '64' },
+    lose: { type: 'string', default: '100' },
+    'offline-seconds': { type: 'string', default: '30' },
+    pool: { type: 'string', default: '10' },
+    'no-fsync': { type: 'boolean', default: false },
+  },
+});
+const HOSTS = Number(options.hosts);
+const PROCESSES = Number(options.processes);
+const CONTROL_PLANES = Number(options['control-planes']);
+const SHARDS_PER_HOST = Number(options['shards-per-host']);
+const SECONDS = Number(options.seconds);
+const SCENARIOS = new Set(options.scenarios.split(',').filter(Boolean));
+const CLOCK_TICKS = 100;
+const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const dist = join(ROOT, 'apps/control-plane/dist');
+const faultRates = Object.fromEntries(
+  options.faults
+    .split(',')
+    .filter(Boolean)
+    .map((pair) => pair.split('='))
+    .map(([kind, rate]) => [kind, Number(rate)]),
+);
+
+const { startPostgres, createTestDatabase } = await import(
+  pathToFileURL(`${dist}/testing/index.js`).href
+);
+const { startNatsServer } = await import(
+  pathToFileURL(join(ROOT, 'apps/agent/dist/testing/nats-server.js')).href
+);
+
+const log = (...args) => console.log(`[${new Date().toISOString().slice(11, 19)}]`, ...args);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// ---------- CPU accounting (/proc) ----------
+function cpuOf(pid, children = false) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number);
+    return (f[11] + f[12] + (children ? f[13] + f[14] : 0)) / CLOCK_TICKS;
+  } catch {
+    return 0;
+  }
+}
+function rssOf(pid) {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    return Number(/VmRSS:\s+(\d+)/.exec(status)[1]) * 1024;
+  } catch {
+    return 0;
+  }
+}
+function childrenOf(parent) {
+  const out = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === parent)
+        out.push(Number(entry));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+function postmasterOf(dir) {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (cmdline.includes(dir) && cmdline.split('\0')[0].endsWith('postgres')) {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        if (!readFileSync(`/proc/${ppid}/cmdline`, 'utf8').includes(dir)) return Number(entry);
+      }
+    } catch {
+      // gone
+    }
+  }
+  return undefined;
+}
+const postgresCpu = (pm) =>
+  pm === undefined ? 0 : cpuOf(pm, true) + childrenOf(pm).reduce((s, p) => s + cpuOf(p), 0);
+function natsPid() {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (cmdline[0].endsWith('nats-server') && cmdline.includes(String(natsPort)))
+        return Number(entry);
+    } catch {
+      // gone
+    }
+  }
+  return undefined;
+}
+
+// ---------- GraphQL ----------
+async function graphql(url, query, variables, token) {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  return response.json();
+}
+function must(body) {
+  if (body.errors) throw new Error(JSON.stringify(body.errors));
+  return body.data;
+}
+
+// ---------- processes ----------
+async function freePort() {
+  const { createServer } = await import('node:net');
+  return new Promise((r) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => r(port));
+    });
+  });
+}
+
+async function startControlPlane(index) {
+  const dataDir = dataDirs[index];
+  const port = await freePort();
+  const child = spawn(process.execPath, [join(dist, 'main.js')], {
+    env: {
+      ...process.env,
+      DATABASE_URL: database.config.url,
+      GPUSHARDS_PORT: String(port),
+      GPUSHARDS_HOST: '127.0.0.1',
+      GPUSHARDS_DATA_DIR: dataDir,
+      GPUSHARDS_DATABASE_POOL_SIZE: options.pool,
+      GPUSHARDS_LOG_LEVEL: 'warn',
+      GPUSHARDS_HOST_OFFLINE_SECONDS: options['offline-seconds'],
+      GPUSHARDS_NATS_URL: nats.url,
+      GPUSHARDS_NATS_NKEY_SEED_FILE: nats.controlPlane.seedFile,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines = createInterface({ input: child.stdout });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => {
+    stderr = (stderr + chunk).slice(-4000);
+  });
+  lines.on('line', (line) => {
+    if (line.includes('"level":50') || line.includes('"level":40'))
+      warnings.push(line.slice(0, 300));
+  });
+  let exited = false;
+  child.once('exit', () => (exited = true));
+  const url = `http://127.0.0.1:${port}`;
+  for (;;) {
+    if (exited) throw new Error(`control plane exited: ${stderr}`);
+    try {
+      if ((await fetch(`${url}/metrics`)).ok) break;
+    } catch {
+      // not listening yet
+    }
+    await sleep(100);
+  }
+  return { child, graphqlUrl: `${url}/graphql`, dataDir };
+}
+async function stopControlPlane(cp) {
+  if (cp.child.exitCode !== null) return;
+  const exited = new Promise((r) => cp.child.once('exit', r));
+  cp.child.kill('SIGTERM');
+  await exited;
+}
+
+function startWorkers(hostIds) {
+  const per = Math.ceil(hostIds.length / PROCESSES);
+  const workers = [];
+  for (let p = 0; p < PROCESSES; p++) {
+    const slice = hostIds.slice(p * per, (p + 1) * per);
+    if (slice.length === 0) continue;
+    const child = fork(fileURLToPath(new URL('./agents.mjs', import.meta.url)), [], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    const worker = { child, hostIds: slice };
+    child.on('message', (message) => {
+      if (message.type === 'launched') {
+        launches.push(message.shardId);
+        if (!launchArrived.has(message.shardId)) launchArrived.set(message.shardId, message.at);
+      }
+    });
+    workers.push(worker);
+  }
+  return workers;
+}
+function ask(worker, message, answer) {
+  return new Promise((r) => {
+    const on = (reply) => {
+      if (reply.type === answer) {
+        worker.child.off('message', on);
+        r(reply);
+      }
+    };
+    worker.child.on('message', on);
+    worker.child.send(message);
+  });
+}
+
+const quantile = (values, q) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted.length === 0
+    ? NaN
+    : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+};
+const ms = (v) => (Number.isNaN(v) ? '-' : `${v.toFixed(1)} ms`);
+
+// ---------- the run ----------
+const warnings = [];
+const lostHosts = new Set();
+const createdAt = new Map();
+const launchArrived = new Map();
+const launches = [];
+const hostIds = Array.from({ length: HOSTS }, (_, i) => `host-${String(i).padStart(4, '0')}`);
+const fsync = options['no-fsync'] ? 'off' : 'on';
+const pgServer = await startPostgres({ settings: { fsync, full_page_writes: fsync } });
+const database = await createTestDatabase('postgres', { server: pgServer });
+await database.prisma.close();
+const stats = new pg.Client({ connectionString: database.config.url });
+await stats.connect();
+const pm = postmasterOf(pgServer.dir);
+const generated = performance.now();
+const nats = await startNatsServer(hostIds, 'nkey');
+const natsPort = new URL(nats.url).port;
+log(`nats-server with ${HOSTS + 1} nkey users in ${Math.round(performance.now() - generated)} ms`);
+const dataDirs = await Promise.all(
+  Array.from({ length: CONTROL_PLANES }, () => mkdtemp(join(os.tmpdir(), 'gpushards-fleet-sim-'))),
+);
+const controlPlanes = [];
+let workers = [];
+const results = {};
+try {
+  for (let i = 0; i < CONTROL_PLANES; i++) controlPlanes.push(await startControlPlane(i));
+  const admin = (await readFile(join(dataDirs[0], 'admin-token'), 'utf8')).trim();
+  const url = controlPlanes[0].graphqlUrl;
+  const { createTeam } = must(
+    await graphql(url, 'mutation { createTeam(name: "fleet-sim") { id } }', {}, admin),
+  );
+  must(
+    await graphql(
+      url,
+      `
+        mutation ($t: ID!) {
+          setQuotaPolicy(
+            teamId: $t
+            input: { maxTotal: "5000t", maxShards: 100000, maxPerShard: "1t" }
+          ) {
+            id
+          }
+        }
+      `,
+      { t: createTeam.id },
+      admin,
+    ),
+  );
+  const token = must(
+    await graphql(
+      url,
+      `
+        mutation ($t: ID!) {
+          createApiToken(teamId: $t, role: MEMBER, name: "fleet-sim") {
+            secret
+          }
+        }
+      `,
+      { t: createTeam.id },
+      admin,
+    ),
+  ).createApiToken.secret;
+
+  // Register the fleet.
+  const started = performance.now();
+  workers = startWorkers(hostIds);
+  const life = options.life.split(',').map(Number);
+  await Promise.all(
+    workers.map((worker, p) =>
+      ask(
+        worker,
+        {
+          type: 'start',
+          hosts: worker.hostIds.map((hostId) => ({
+            hostId,
+            index: hostIds.indexOf(hostId),
+            auth: nats.agent(hostId),
+          })),
+          servers: [nats.url],
+          heartbeatSeconds: Number(options.heartbeat),
+          reconcileSeconds: Number(options.reconcile),
+          lifeSeconds: life,
+          faults: { rates: faultRates },
+          process: p,
+        },
+        'started',
+      ),
+    ),
+  );
+  results.register = `${HOSTS} hosts registered in ${Math.round(performance.now() - started)} ms`;
+  log(results.register);
+
+  // A few shards per host, through GraphQL, spread over both control planes.
+  const placeStarted = performance.now();
+  const total = HOSTS * SHARDS_PER_HOST;
+  const createMs = [];
+  const failures = {};
+  let next = 0;
+  const sizes = ['4g', '8g', '12g', '20g'];
+  const create = async (i) => {
+    const input = {
+      name: `sim-${i}`,
+      image: 'example/train:1',
+      memoryPerGpu: sizes[i % sizes.length],
+      gpuCount: i % 5 === 0 ? 2 : 1,
+    };
+    const sent = Date.now();
+    const t = performance.now();
+    const body = await graphql(
+      controlPlanes[i % controlPlanes.length].graphqlUrl,
+      'mutation ($input: CreateShardInput!) { createShard(input: $input) { id } }',
+      { input },
+      token,
+    );
+    createMs.push(performance.now() - t);
+    if (body.errors) {
+      const code = body.errors[0]?.extensions?.code ?? 'ERROR';
+      failures[code] = (failures[code] ?? 0) + 1;
+      return;
+    }
+    createdAt.set(body.data.createShard.id, sent);
+  };
+  await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      while (next < total) await create(next++);
+    }),
+  );
+  const placeSeconds = (performance.now() - placeStarted) / 1000;
+  log(
+    `${total} shards created in ${placeSeconds.toFixed(1)} s (p50 ${ms(quantile(createMs, 0.5))}, p99 ${ms(quantile(createMs, 0.99))}), failures ${JSON.stringify(failures)}`,
+  );
+  const launched = () => [...createdAt.keys()].filter((id) => launchArrived.has(id)).length;
+  await waitFor(
+    'every launch to reach its agent',
+    () => launched() >= createdAt.size,
+    60_000,
+  ).catch((error) => {
+    log(`${launched()}/${createdAt.size} launched; ${launches.length} launch commands`);
+    throw error;
+  });
+  const launchedAt = new Map(
+    [...createdAt].map(([id, sent]) => [id, launchArrived.get(id) - sent]),
+  );
+  results.launch = `createShard → launch at the agent: p50 ${ms(quantile([...launchedAt.values()], 0.5))}, p99 ${ms(quantile([...launchedAt.values()], 0.99))}, ${launchedAt.size}/${createdAt.size} launched`;
+  log(results.launch);
+
+  if (SCENARIOS.has('ingest')) await ingest();
+  if (SCENARIOS.has('create')) await createUnderHeartbeats(token);
+  if (SCENARIOS.has('restart')) await restart();
+  if (SCENARIOS.has('lose')) await lose();
+  if (!SCENARIOS.has('ingest')) await sleep(SECONDS * 1000);
+
+  // Let in-flight state events land, then compare.
+  await sleep(2000);
+  await compare();
+} finally {
+  if (warnings.length > 0) {
+    log(`${warnings.length} warning/error log lines from the control planes; first ones:`);
+    for (const line of warnings.slice(0, 5)) console.log(`  ${line}`);
+  }
+  for (const worker of workers) {
+    await Promise.race([ask(worker, { type: 'stop' }, 'stopped'), sleep(10_000)]);
+    worker.child.kill();
+  }
+  for (const cp of controlPlanes) await stopControlPlane(cp).catch(() => undefined);
+  await nats.stop();
+  await stats.end();
+  await database.cleanup();
+  await pgServer.stop();
+  for (const dir of dataDirs) await rm(dir, { recursive: true, force: true });
+}
+console.log(JSON.stringify(results, null, 2));
+
+async function waitFor(what, probe, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(200);
+  }
+}
+
+/** Writes per second to PostgreSQL, from pg_stat_database. */
+async function pgCounters() {
+  const { rows } = await stats.query(
+    `SELECT xact_commit::bigint AS commits, (tup_inserted + tup_updated + tup_deleted)::bigint AS rows
+       FROM pg_stat_database WHERE datname = current_database()`,
+  );
+  return { commits: Number(rows[0].commits), rows: Number(rows[0].rows) };
+}
+
+/** Heartbeat ingest at the production interval: CPU per process, PostgreSQL writes. */
+async function ingest() {
+  // One full heartbeat interval to settle, then measure over SECONDS.
+  await sleep(Number(options.heartbeat) * 1000);
+  const cpu = () => ({
+    controlPlanes: controlPlanes.map((cp) => cpuOf(cp.child.pid)),
+    postgres: postgresCpu(pm),
+    nats: cpuOf(natsPid()),
+    simulator: workers.reduce((s, w) => s + cpuOf(w.child.pid), 0),
+  });
+  const before = { cpu: cpu(), pg: await pgCounters(), at: performance.now() };
+  const heartbeatsBefore = await messageCounts();
+  await sleep(SECONDS * 1000);
+  const after = { cpu: cpu(), pg: await pgCounters(), at: performance.now() };
+  const heartbeatsAfter = await messageCounts();
+  const seconds = (after.at - before.at) / 1000;
+  const pct = (a, b) => `${(((a - b) / seconds) * 100).toFixed(1)}%`;
+  results.ingest = {
+    seconds: Math.round(seconds),
+    heartbeatsPerSecond: ((heartbeatsAfter - heartbeatsBefore) / seconds).toFixed(1),
+    controlPlaneCpu: after.cpu.controlPlanes.map((c, i) => pct(c, before.cpu.controlPlanes[i])),
+    postgresCpu: pct(after.cpu.postgres, before.cpu.postgres),
+    natsCpu: pct(after.cpu.nats, before.cpu.nats),
+    simulatorCpu: pct(after.cpu.simulator, before.cpu.simulator),
+    postgresCommitsPerSecond: ((after.pg.commits - before.pg.commits) / seconds).toFixed(1),
+    postgresRowsWrittenPerSecond: ((after.pg.rows - before.pg.rows) / seconds).toFixed(1),
+    controlPlaneRssMiB: controlPlanes.map((cp) => Math.round(rssOf(cp.child.pid) / 2 ** 20)),
+  };
+  log('heartbeat ingest', results.ingest);
+}
+
+/** Heartbeats handled by the control planes so far, from their /metrics. */
+async function messageCounts() {
+  let total = 0;
+  for (const cp of controlPlanes) {
+    const text = await (await fetch(cp.graphqlUrl.replace('/graphql', '/metrics'))).text();
+    for (const m of text.matchAll(
+      /gpushards_agent_messages_total\{kind="heartbeat",outcome="handled"\} (\d+)/g,
+    )) {
+      total += Number(m[1]);
+    }
+  }
+  return total;
+}
+
+/** createShard while every host heartbeats: closed loop, then open loop at each rate. */
+async function createUnderHeartbeats(token) {
+  const seconds = Number(options['create-seconds']);
+  const urls = controlPlanes.map((cp) => cp.graphqlUrl);
+  const one = async (i, into) => {
+    const t = performance.now();
+    const body = await graphql(
+      urls[i % urls.length],
+      'mutation ($input: CreateShardInput!) { createShard(input: $input) { id } }',
+      { input: { name: `load-${i}`, image: 'example/train:1', memoryPerGpu: '1g' } },
+      token,
+    );
+    into.push({ ms: performance.now() - t, ok: !body.errors });
+    if (!body.errors) createdAt.set(body.data.createShard.id, Date.now());
+  };
+  const closed = [];
+  const end = performance.now() + seconds * 1000;
+  let i = 0;
+  await Promise.all(
+    Array.from({ length: Number(options.concurrency) }, async () => {
+      while (performance.now() < end) await one(i++, closed);
+    }),
+  );
+  const okClosed = closed.filter((r) => r.ok);
+  results.createClosed = `closed loop, ${options.concurrency} in flight: ${(okClosed.length / seconds).toFixed(0)}/s, p50 ${ms(
+    quantile(
+      okClosed.map((r) => r.ms),
+      0.5,
+    ),
+  )}, p99 ${ms(
+    quantile(
+      okClosed.map((r) => r.ms),
+      0.99,
+    ),
+  )}, failures ${closed.length - okClosed.length}`;
+  log(results.createClosed);
+  for (const rate of options['create-rates'].split(',').map(Number)) {
+    const open = [];
+    const inflight = [];
+    const startedAt = performance.now();
+    for (let k = 0; k < rate * seconds; k++) {
+      const due = startedAt + (k * 1000) / rate;
+      const wait = due - performance.now();
+      if (wait > 0) await sleep(wait);
+      inflight.push(one(i++, open));
+    }
+    await Promise.all(inflight);
+    const ok = open.filter((r) => r.ok);
+    results[`createOpen${rate}`] = `open loop ${rate}/s: p50 ${ms(
+      quantile(
+        ok.map((r) => r.ms),
+        0.5,
+      ),
+    )}, p99 ${ms(
+      quantile(
+        ok.map((r) => r.ms),
+        0.99,
+      ),
+    )}, max ${ms(
+      quantile(
+        ok.map((r) => r.ms),
+        1,
+      ),
+    )}, failures ${open.length - ok.length}`;
+    log(results[`createOpen${rate}`]);
+  }
+}
+
+/** Every control plane restarted while the agents run: time until all are ONLINE and reconciled. */
+async function restart() {
+  const launchesBefore = launches.length;
+  const t = performance.now();
+  for (const cp of controlPlanes) await stopControlPlane(cp);
+  const stoppedAt = performance.now();
+  for (let i = 0; i < controlPlanes.length; i++) controlPlanes[i] = await startControlPlane(i);
+  const up = performance.now();
+  await waitFor(
+    'every host ONLINE with a heartbeat after the restart',
+    async () => {
+      const { rows } = await stats.query(
+        `SELECT count(*)::int AS n FROM host WHERE state = 'ONLINE' AND last_heartbeat_at > $1`,
+        [new Date(Date.now() - (performance.now() - up))],
+      );
+      return rows[0].n === HOSTS;
+    },
+    120_000,
+  );
+  const online = performance.now();
+  const since = Date.now() - (performance.now() - up);
+  await waitFor(
+    'every agent reconciled with a restarted control plane',
+    async () => {
+      const counts = await Promise.all(
+        workers.map((w) => ask(w, { type: 'reconciled', since }, 'reconciled')),
+      );
+      return counts.reduce((sum, c) => sum + c.count, 0) === HOSTS - lostHosts.size;
+    },
+    180_000,
+  );
+  const reconciled = performance.now();
+  results.restart = `${controlPlanes.length} control plane(s) stopped in ${Math.round(stoppedAt - t)} ms, up again in ${Math.round(up - stoppedAt)} ms; every host ONLINE with a fresh heartbeat ${Math.round(online - up)} ms after, every agent reconciled ${Math.round(reconciled - up)} ms after; launch commands during the restart: ${launches.length - launchesBefore}`;
+  log(results.restart);
+}
+
+/** --lose hosts stop at once: time until OFFLINE and their reservations released. */
+async function lose() {
+  const count = Number(options.lose);
+  const lost = hostIds.slice(0, count);
+  const perWorker = workers.map((w) => w.hostIds.filter((h) => lost.includes(h)));
+  const t = performance.now();
+  await Promise.all(
+    workers.map((w, k) =>
+      perWorker[k].length > 0 ? ask(w, { type: 'lose', hostIds: perWorker[k] }, 'lost') : undefined,
+    ),
+  );
+  for (const w of workers) w.hostIds = w.hostIds.filter((h) => !lost.includes(h));
+  const condition = async () => {
+    const { rows } = await stats.query(
+      `SELECT (SELECT count(*) FROM host WHERE id = ANY($1) AND state = 'OFFLINE')::int AS offline,
+              (SELECT coalesce(sum(reserved_bytes), 0) FROM gpu WHERE host_id = ANY($1))::bigint AS reserved`,
+      [lost],
+    );
+    return rows[0].offline === count && Number(rows[0].reserved) === 0;
+  };
+  await waitFor('the lost hosts OFFLINE with nothing reserved', condition, 300_000);
+  results.lose = `${count} hosts lost at once: OFFLINE with reservations released after ${Math.round(performance.now() - t)} ms (GPUSHARDS_HOST_OFFLINE_SECONDS=${options['offline-seconds']})`;
+  log(results.lose);
+  for (const hostId of lost) lostHosts.add(hostId);
+}
+
+/** The control plane's view against the simulator's, and the invariants. */
+async function compare() {
+  const views = await Promise.all(workers.map((w) => ask(w, { type: 'view' }, 'view')));
+  const sim = new Map();
+  const agentStats = {};
+  const faultCounts = {};
+  for (const view of views) {
+    for (const [hostId, containers] of Object.entries(view.hosts)) sim.set(hostId, containers);
+    for (const [key, value] of Object.entries(view.stats)) {
+      if (Array.isArray(value)) agentStats[key] = [...(agentStats[key] ?? []), ...value];
+      else if (typeof value === 'object')
+        agentStats[key] = Object.fromEntries(
+          Object.entries(value).map(([k, v]) => [k, (agentStats[key]?.[k] ?? 0) + v]),
+        );
+      else agentStats[key] = (agentStats[key] ?? 0) + value;
+    }
+    for (const [key, value] of Object.entries(view.faults))
+      faultCounts[key] = (faultCounts[key] ?? 0) + value;
+  }
+  const { rows: shards } = await stats.query(
+    `SELECT id, host_id, state::text FROM shard WHERE state::text <> 'DELETED'`,
+  );
+  const problems = [];
+  let checked = 0;
+  // 1. One container per shard, on the shard's host only.
+  const where = new Map();
+  for (const [hostId, containers] of sim) {
+    for (const c of containers) {
+      checked++;
+      if (where.has(c.shardId) && c.running)
+        problems.push(`shard ${c.shardId} runs on ${where.get(c.shardId)} and ${hostId}`);
+      if (c.running) where.set(c.shardId, hostId);
+    }
+  }
+  // 2. Every shard the control plane holds RUNNING runs on its host; nothing runs that it does not want.
+  const held = new Map(shards.map((s) => [s.id, s]));
+  for (const s of shards) {
+    if (lostHosts.has(s.host_id)) continue;
+    checked++;
+    if (s.state === 'RUNNING' && where.get(s.id) !== s.host_id)
+      problems.push(`shard ${s.id} RUNNING on ${s.host_id} in the database, not running there`);
+    if (s.state === 'PLACED' || s.state === 'STARTING')
+      problems.push(`shard ${s.id} still ${s.state}`);
+  }
+  for (const [shardId, hostId] of where) {
+    checked++;
+    const s = held.get(shardId);
+    if (s === undefined || s.host_id !== hostId || !['RUNNING', 'STOPPING'].includes(s.state)) {
+      problems.push(
+        `a container of shard ${shardId} runs on ${hostId}; the database has ${s ? `${s.state} on ${s.host_id}` : 'no such shard'}`,
+      );
+    }
+  }
+  // 3. reserved = the live reservations, on every GPU.
+  const { rows: reserved } = await stats.query(
+    `SELECT g.uuid, g.reserved_bytes::bigint AS reserved, coalesce(sum(sg.reserved_bytes), 0)::bigint AS live
+       FROM gpu g LEFT JOIN shard_gpu sg ON sg.gpu_uuid = g.uuid AND sg.released_at IS NULL
+      GROUP BY g.uuid, g.reserved_bytes HAVING g.reserved_bytes <> coalesce(sum(sg.reserved_bytes), 0)`,
+  );
+  checked += HOSTS * 8;
+  for (const row of reserved)
+    problems.push(`GPU ${row.uuid}: reserved ${row.reserved}, live reservations ${row.live}`);
+  // 4. Live reservations only for shards that hold them.
+  const { rows: stray } = await stats.query(
+    `SELECT count(*)::int AS n FROM shard_gpu sg JOIN shard s ON s.id = sg.shard_id
+      WHERE sg.released_at IS NULL AND s.state::text NOT IN ('PLACED','STARTING','RUNNING','STOPPING')`,
+  );
+  if (stray[0].n > 0) problems.push(`${stray[0].n} live reservations of shards that hold none`);
+  // 5. Usage adds up: a GPU's used bytes = the sum its running shards report (simulator view).
+  const simUsed = new Map();
+  const { rows: gpuUsed } = await stats.query(
+    `SELECT uuid, used_bytes::bigint AS used FROM gpu WHERE NOT (host_id = ANY($1))`,
+    [[...lostHosts]],
+  );
+  let usageMismatches = 0;
+  for (const [, containers] of sim) {
+    for (const c of containers) {
+      if (!c.running) continue;
+      for (const gpu of c.gpus) simUsed.set(gpu.uuid, (simUsed.get(gpu.uuid) ?? 0) + 1);
+    }
+  }
+  for (const row of gpuUsed) {
+    checked++;
+    // Used bytes are as of the last heartbeat; a GPU with no running shard must read 0 once
+    // its host has heartbeated after the last exit, so only the zero case is exact.
+    if (!simUsed.has(row.uuid) && Number(row.used) !== 0) usageMismatches++;
+  }
+  results.agents = {
+    registers: agentStats.registers,
+    'register p99': ms(quantile(agentStats.registerMs ?? [], 0.99)),
+    heartbeats: agentStats.heartbeats,
+    reconciles: agentStats.reconciles,
+    'reconcile p50': ms(quantile(agentStats.reconcileMs ?? [], 0.5)),
+    'reconcile p99': ms(quantile(agentStats.reconcileMs ?? [], 0.99)),
+    commands: agentStats.commands,
+    repeatedCommands: agentStats.repeatedCommands,
+    duplicateLaunches: agentStats.duplicateLaunches,
+    reconcileLaunches: agentStats.reconcileLaunches,
+    reconcileRemovals: agentStats.reconcileRemovals,
+    exits: agentStats.exits,
+    stateEvents: agentStats.stateEvents,
+    unansweredRequests: agentStats.unanswered,
+  };
+  results.faults = faultCounts;
+  const byState = {};
+  for (const s of shards) byState[s.state] = (byState[s.state] ?? 0) + 1;
+  results.controlPlaneView = byState;
+  results.check = {
+    checked,
+    problems: problems.length,
+    usageMismatches,
+    firstProblems: problems.slice(0, 10),
+  };
+  log('check', results.check);
+}
