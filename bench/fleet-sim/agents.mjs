@@ -45,6 +45,7 @@ export function simulatedGpus(hostId, index) {
 const stats = {
   registers: 0,
   registerMs: [],
+  connectRetries: 0,
   heartbeats: 0,
   reconciles: 0,
   reconcileMs: [],
@@ -54,7 +55,7 @@ const stats = {
   unanswered: 0,
   commands: { launch: 0, stop: 0, delete: 0, resize: 0 },
   repeatedCommands: 0,
-  duplicateLaunches: 0,
+  launchesOfRunning: 0,
   exits: 0,
   stateEvents: 0,
 };
@@ -77,7 +78,18 @@ class SimulatedAgent {
   }
 
   async start() {
-    await this.link.connect();
+    // On a loaded machine a connect can time out in authentication: try again, as an agent
+    // restarted by its service manager would.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.link.connect();
+        break;
+      } catch (error) {
+        if (attempt >= 10) throw error;
+        stats.connectRetries++;
+        await new Promise((r) => setTimeout(r, 500 * attempt));
+      }
+    }
     await this.link.onCommand((command) => this.command(command));
     this.link.onRestored(() => void this.register().catch(() => undefined));
     await this.register();
@@ -180,6 +192,7 @@ class SimulatedAgent {
   async reconcile() {
     if (!this.registered) return;
     const started = performance.now();
+    const mark = Date.now();
     try {
       const reply = await this.link.reconcile({
         protocolVersion: PROTOCOL_VERSION,
@@ -193,15 +206,19 @@ class SimulatedAgent {
       stats.reconciles++;
       stats.reconcileMs.push(performance.now() - started);
       this.reconciledAt = Date.now();
-      this.converge(reply);
+      this.converge(reply, mark);
     } catch (error) {
       if (!(error instanceof LinkUnavailableError)) throw error;
       stats.unanswered++;
     }
   }
 
-  /** As the agent's reconcile plan: run the desired, stop the stopped, remove the rest. */
-  converge(reply) {
+  /**
+   * As the agent's reconcile plan: run the desired, stop the stopped, remove the rest, but
+   * leave alone what a command touched since the request went (`mark`, as the agent's
+   * commandMark): the reply may predate it.
+   */
+  converge(reply, mark = 0) {
     const desired = new Map(reply.desired.map((spec) => [spec.shardId, spec]));
     const stopped = new Set(reply.stoppedShardIds);
     for (const [shardId, spec] of desired) {
@@ -212,7 +229,7 @@ class SimulatedAgent {
       }
     }
     for (const [shardId, c] of this.containers) {
-      if (desired.has(shardId)) continue;
+      if (desired.has(shardId) || (c.touchedAt ?? 0) >= mark) continue;
       if (stopped.has(shardId)) {
         if (c.running) {
           stats.reconcileStops++;
@@ -237,6 +254,7 @@ class SimulatedAgent {
       spec,
       exitAt: Date.now() + life * 1000,
       usedFraction: 0.2 + Math.random() * 0.7,
+      touchedAt: Date.now(),
     };
     this.containers.set(spec.shardId, c);
     void this.state(spec.shardId, 'RUNNING', { containerId: c.containerId });
@@ -296,8 +314,10 @@ class SimulatedAgent {
     switch (command.type) {
       case 'launch': {
         let c = this.containers.get(command.shard.shardId);
-        if (c !== undefined && c.running) stats.duplicateLaunches++;
-        else c = this.run(command.shard);
+        if (c !== undefined && c.running) {
+          stats.launchesOfRunning++;
+          c.touchedAt = Date.now();
+        } else c = this.run(command.shard);
         process.send({ type: 'launched', shardId: command.shard.shardId, at: Date.now() });
         return {
           ...header,

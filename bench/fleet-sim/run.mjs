@@ -9,7 +9,8 @@
 //   node bench/fleet-sim/run.mjs [--hosts 1000] [--processes 3] [--control-planes 2]
 //     [--shards-per-host 2] [--seconds 60] [--heartbeat 10] [--reconcile 30]
 //     [--life 60,3600] [--faults drop=0.01,delay=0.01,...] [--scenarios ingest,create,restart,lose]
-//     [--create-seconds 10] [--create-rates 200] [--lose 100] [--no-fsync]
+//     [--create-seconds 10] [--create-rates 200] [--lose 100] [--offline-seconds 30] [--no-fsync]
+//     [--dist apps/control-plane/dist]  (another build of the control plane, to compare)
 import { fork, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -41,6 +42,7 @@ const { values: options } = parseArgs({
     'offline-seconds': { type: 'string', default: '30' },
     pool: { type: 'string', default: '10' },
     'no-fsync': { type: 'boolean', default: false },
+    dist: { type: 'string', default: 'apps/control-plane/dist' },
   },
 });
 const HOSTS = Number(options.hosts);
@@ -51,7 +53,7 @@ const SECONDS = Number(options.seconds);
 const SCENARIOS = new Set(options.scenarios.split(',').filter(Boolean));
 const CLOCK_TICKS = 100;
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const dist = join(ROOT, 'apps/control-plane/dist');
+const dist = resolve(ROOT, options.dist);
 const faultRates = Object.fromEntries(
   options.faults
     .split(',')
@@ -220,6 +222,12 @@ function startWorkers(hostIds) {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const worker = { child, hostIds: slice };
+    child.once('exit', (code) => {
+      if (code !== 0 && cleaning === undefined) {
+        log(`a simulator process exited with ${code}; stopping`);
+        void cleanUp().finally(() => process.exit(1));
+      }
+    });
     child.on('message', (message) => {
       if (message.type === 'launched') {
         launches.push(message.shardId);
@@ -275,6 +283,35 @@ const dataDirs = await Promise.all(
 const controlPlanes = [];
 let workers = [];
 const results = {};
+let cleaning;
+/** Stops everything this run started (also on SIGTERM/SIGINT, or when a worker dies). */
+function cleanUp() {
+  cleaning ??= (async () => {
+    if (warnings.length > 0) {
+      log(`${warnings.length} warning/error log lines from the control planes; first ones:`);
+      for (const line of warnings.slice(0, 5)) console.log(`  ${line}`);
+    }
+    for (const worker of workers) {
+      if (worker.child.exitCode === null) {
+        await Promise.race([ask(worker, { type: 'stop' }, 'stopped'), sleep(10_000)]);
+      }
+      worker.child.kill();
+    }
+    for (const cp of controlPlanes) await stopControlPlane(cp).catch(() => undefined);
+    await nats.stop().catch(() => undefined);
+    await stats.end().catch(() => undefined);
+    await database.cleanup().catch(() => undefined);
+    await pgServer.stop().catch(() => undefined);
+    for (const dir of dataDirs) await rm(dir, { recursive: true, force: true });
+  })();
+  return cleaning;
+}
+for (const signal of ['SIGTERM', 'SIGINT']) {
+  process.once(signal, () => {
+    log(`${signal}: stopping what this run started`);
+    void cleanUp().finally(() => process.exit(1));
+  });
+}
 try {
   for (let i = 0; i < CONTROL_PLANES; i++) controlPlanes.push(await startControlPlane(i));
   const admin = (await readFile(join(dataDirs[0], 'admin-token'), 'utf8')).trim();
@@ -407,20 +444,7 @@ try {
   await sleep(2000);
   await compare();
 } finally {
-  if (warnings.length > 0) {
-    log(`${warnings.length} warning/error log lines from the control planes; first ones:`);
-    for (const line of warnings.slice(0, 5)) console.log(`  ${line}`);
-  }
-  for (const worker of workers) {
-    await Promise.race([ask(worker, { type: 'stop' }, 'stopped'), sleep(10_000)]);
-    worker.child.kill();
-  }
-  for (const cp of controlPlanes) await stopControlPlane(cp).catch(() => undefined);
-  await nats.stop();
-  await stats.end();
-  await database.cleanup();
-  await pgServer.stop();
-  for (const dir of dataDirs) await rm(dir, { recursive: true, force: true });
+  await cleanUp();
 }
 console.log(JSON.stringify(results, null, 2));
 
@@ -435,10 +459,17 @@ async function waitFor(what, probe, timeoutMs) {
 /** Writes per second to PostgreSQL, from pg_stat_database. */
 async function pgCounters() {
   const { rows } = await stats.query(
-    `SELECT xact_commit::bigint AS commits, (tup_inserted + tup_updated + tup_deleted)::bigint AS rows
+    `SELECT xact_commit::bigint AS commits, (tup_inserted + tup_updated + tup_deleted)::bigint AS rows,
+            (SELECT wal_sync FROM pg_stat_wal)::bigint AS syncs,
+            (SELECT wal_records FROM pg_stat_wal)::bigint AS records
        FROM pg_stat_database WHERE datname = current_database()`,
   );
-  return { commits: Number(rows[0].commits), rows: Number(rows[0].rows) };
+  return {
+    commits: Number(rows[0].commits),
+    rows: Number(rows[0].rows),
+    syncs: Number(rows[0].syncs),
+    records: Number(rows[0].records),
+  };
 }
 
 /** Heartbeat ingest at the production interval: CPU per process, PostgreSQL writes. */
@@ -465,7 +496,11 @@ async function ingest() {
     postgresCpu: pct(after.cpu.postgres, before.cpu.postgres),
     natsCpu: pct(after.cpu.nats, before.cpu.nats),
     simulatorCpu: pct(after.cpu.simulator, before.cpu.simulator),
+    // Every transaction, reads included (reconciles, the fleet cache's refresh).
     postgresCommitsPerSecond: ((after.pg.commits - before.pg.commits) / seconds).toFixed(1),
+    // WAL flushes to disk: the durable write commits (the whole cluster).
+    postgresWalSyncsPerSecond: ((after.pg.syncs - before.pg.syncs) / seconds).toFixed(1),
+    postgresWalRecordsPerSecond: ((after.pg.records - before.pg.records) / seconds).toFixed(1),
     postgresRowsWrittenPerSecond: ((after.pg.rows - before.pg.rows) / seconds).toFixed(1),
     controlPlaneRssMiB: controlPlanes.map((cp) => Math.round(rssOf(cp.child.pid) / 2 ** 20)),
   };
@@ -705,6 +740,7 @@ async function compare() {
   }
   results.agents = {
     registers: agentStats.registers,
+    connectRetries: agentStats.connectRetries,
     'register p99': ms(quantile(agentStats.registerMs ?? [], 0.99)),
     heartbeats: agentStats.heartbeats,
     reconciles: agentStats.reconciles,
@@ -712,7 +748,7 @@ async function compare() {
     'reconcile p99': ms(quantile(agentStats.reconcileMs ?? [], 0.99)),
     commands: agentStats.commands,
     repeatedCommands: agentStats.repeatedCommands,
-    duplicateLaunches: agentStats.duplicateLaunches,
+    launchesOfRunning: agentStats.launchesOfRunning,
     reconcileLaunches: agentStats.reconcileLaunches,
     reconcileRemovals: agentStats.reconcileRemovals,
     exits: agentStats.exits,

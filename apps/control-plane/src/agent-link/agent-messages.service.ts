@@ -22,9 +22,10 @@ import type { z } from 'zod';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { CapPolicies } from '../fence/cap-policies.js';
 import { FenceService } from '../fence/fence.service.js';
-import { AgentReportsService } from '../fleet/agent-reports.service.js';
+import { AgentReportsService, type HeartbeatOutcome } from '../fleet/agent-reports.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import type { AgentMessage } from './agent-transport.js';
+import { HeartbeatBatcher } from './heartbeat-batcher.js';
 
 /** How the handling of one agent message ended: the `outcome` label of the counter. */
 export type AgentMessageOutcome =
@@ -56,6 +57,9 @@ export class AgentMessagesService {
   private readonly logger: Logger;
   private readonly messages: Counter<'kind' | 'outcome'>;
 
+  /** Heartbeats arriving close together are written together. */
+  private readonly heartbeats: HeartbeatBatcher<HeartbeatOutcome>;
+
   constructor(
     private readonly fleet: AgentReportsService,
     private readonly fence: FenceService,
@@ -64,6 +68,7 @@ export class AgentMessagesService {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'agent-link' });
+    this.heartbeats = new HeartbeatBatcher((beats) => fleet.recordHeartbeats(beats));
     this.messages = new Counter({
       name: 'gpushards_agent_messages_total',
       help:
@@ -140,7 +145,7 @@ export class AgentMessagesService {
   }
 
   private async heartbeat(hostId: string, heartbeat: Heartbeat): Promise<AgentMessageOutcome> {
-    const outcome = await this.fleet.recordHeartbeat(hostId, heartbeat);
+    const outcome = await this.heartbeats.record(hostId, heartbeat);
     if (!outcome.known) {
       // Its agent registers again when its link comes back; until then nothing is recorded.
       this.logger.warn({ hostId }, 'heartbeat from a host that never registered; ignored');

@@ -17,7 +17,7 @@ import {
   type ContainerObservation,
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
-import { PrismaService, type ShardState } from '../database/index.js';
+import { PrismaService, type Prisma, type ShardState } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
@@ -30,12 +30,12 @@ import {
   newestShardIds,
   noteShardEvent,
   runnableShards,
-  touchLiveHost,
+  touchLiveHosts,
+  HeartbeatRows,
   upsertGpus,
   upsertRegisteredHost,
   writeGpuUsage,
   writeShardUsage,
-  type ShardUsage,
 } from './fleet-statements.js';
 import { HostLivenessService } from './host-liveness.service.js';
 
@@ -142,46 +142,61 @@ export class AgentReportsService {
     return { protocolVersion: PROTOCOL_VERSION, hostId: host.hostId, accepted: true, ...desired };
   }
 
-  /**
-   * Marks the host alive, stores each GPU's and each shard's used bytes and writes one usage
-   * sample per shard and GPU at `sentAt` (a repeated heartbeat writes nothing new). A heartbeat
-   * from an OFFLINE host brings it back as a registration would, with the shards it lists
-   * counting as running.
-   */
+  /** One heartbeat: recordHeartbeats with a batch of one. */
   async recordHeartbeat(hostId: string, heartbeat: Heartbeat): Promise<HeartbeatOutcome> {
+    return (await this.recordHeartbeats([{ hostId, heartbeat }]))[0]!;
+  }
+
+  /**
+   * Heartbeats of many hosts at once (HeartbeatBatcher collects them): marks the hosts alive,
+   * stores each GPU's and each shard's used bytes and writes one usage sample per shard and
+   * GPU at `sentAt` (a repeated heartbeat writes nothing new), in two statements for the
+   * batch and one transaction for its writes, not several per heartbeat. A heartbeat from an
+   * OFFLINE host brings it back as a registration would, with the shards it lists counting as
+   * running. The outcomes are in the order of `beats`.
+   */
+  async recordHeartbeats(
+    beats: readonly { readonly hostId: string; readonly heartbeat: Heartbeat }[],
+  ): Promise<HeartbeatOutcome[]> {
     const now = this.clock.now();
-    let revived = false;
-    if (!(await touchLiveHost(this.prisma, hostId, now))) {
-      const known = await this.prisma.host.findUnique({
+    // The usual case, in one transaction: hosts that are ONLINE (or DRAINING) are marked
+    // alive and their reports written; the rest are unknown or OFFLINE.
+    const { alive, samples } = await this.prisma.$transaction(async (tx) => {
+      const touched = await touchLiveHosts(
+        tx,
+        beats.map((beat) => beat.hostId),
+        now,
+      );
+      return { alive: touched, samples: await writeReports(tx, beats, touched) };
+    });
+    const revived = new Set<string>();
+    const back = new Set<string>();
+    for (const { hostId, heartbeat } of beats) {
+      if (alive.has(hostId) || back.has(hostId)) continue;
+      const host = await this.prisma.host.findUnique({
         where: { id: hostId },
         select: { id: true },
       });
-      if (known === null) return { known: false, revived: false, samplesWritten: 0 };
-      revived = await this.liveness.revive(
-        hostId,
-        new Set(heartbeat.shards.map((s) => s.shardId)),
-        now,
-      );
+      if (host === null) continue;
+      back.add(hostId);
+      const running = new Set(heartbeat.shards.map((s) => s.shardId));
+      if (await this.liveness.revive(hostId, running, now)) revived.add(hostId);
     }
-    if (heartbeat.gpus.length > 0) await writeGpuUsage(this.prisma, hostId, heartbeat.gpus);
-    const usage: ShardUsage = { shardIds: [], gpuUuids: [], used: [] };
-    for (const shard of heartbeat.shards) {
-      if (!UUID.test(shard.shardId)) continue;
-      for (const gpu of shard.usedBytesPerGpu) {
-        usage.shardIds.push(shard.shardId);
-        usage.gpuUuids.push(gpu.gpuUuid);
-        usage.used.push(BigInt(gpu.usedBytes));
+    if (back.size > 0) {
+      samples.push(...(await this.prisma.$transaction((tx) => writeReports(tx, beats, back))));
+    }
+    const samplesOf = new Map<string, number>();
+    for (const hostId of samples) samplesOf.set(hostId, (samplesOf.get(hostId) ?? 0) + 1);
+    const counted = new Set<string>();
+    return beats.map(({ hostId }) => {
+      if (!alive.has(hostId) && !back.has(hostId)) {
+        return { known: false, revived: false, samplesWritten: 0 };
       }
-    }
-    if (usage.shardIds.length === 0) return { known: true, revived, samplesWritten: 0 };
-    await writeShardUsage(this.prisma, hostId, usage);
-    const samplesWritten = await insertUsageSamples(
-      this.prisma,
-      hostId,
-      new Date(heartbeat.sentAt),
-      usage,
-    );
-    return { known: true, revived, samplesWritten };
+      // A host with two heartbeats in one batch: its samples are told once.
+      const samplesWritten = counted.has(hostId) ? 0 : (samplesOf.get(hostId) ?? 0);
+      counted.add(hostId);
+      return { known: true, revived: revived.has(hostId), samplesWritten };
+    });
   }
 
   /**
@@ -337,4 +352,30 @@ function observationOfReport(
   return state === 'RUNNING' || state === 'STOPPING' || dated
     ? { kind: 'exited', exitCode: container.exitCode ?? 0 }
     : undefined;
+}
+
+/**
+ * Writes what the heartbeats of `hosts` report (GPU and shard used bytes, usage samples);
+ * returns the reporting host of each new sample.
+ */
+async function writeReports(
+  tx: Prisma.TransactionClient,
+  beats: readonly { readonly hostId: string; readonly heartbeat: Heartbeat }[],
+  hosts: ReadonlySet<string>,
+): Promise<string[]> {
+  const rows = new HeartbeatRows();
+  for (const { hostId, heartbeat } of beats) {
+    if (!hosts.has(hostId)) continue;
+    for (const gpu of heartbeat.gpus) rows.addGpu(hostId, gpu.uuid, gpu.usedBytes);
+    const at = new Date(heartbeat.sentAt);
+    for (const shard of heartbeat.shards) {
+      if (!UUID.test(shard.shardId)) continue;
+      for (const gpu of shard.usedBytesPerGpu) {
+        rows.addShard(hostId, shard.shardId, gpu.gpuUuid, gpu.usedBytes, at);
+      }
+    }
+  }
+  await writeGpuUsage(tx, rows);
+  await writeShardUsage(tx, rows);
+  return insertUsageSamples(tx, rows);
 }

@@ -278,6 +278,68 @@ for (const kind of TEST_DATABASE_KINDS) {
       );
     });
 
+    it('recordHeartbeats: a batch of hosts in one write, each host only for its own GPUs and shards', async () => {
+      for (const id of ['batch-1', 'batch-2']) {
+        await fleet.registerHost(registerRequest(id, { gpus: 1, labels: { pool: id } }));
+      }
+      const one = assertOk(await place('batch-1', '10g')).createShard;
+      const two = assertOk(await place('batch-2', '10g')).createShard;
+      const gpu1 = gpuUuidOf('batch-1', 0);
+      const gpu2 = gpuUuidOf('batch-2', 0);
+      const at = new Date(clock.now().getTime() + 5000);
+      const outcomes = await fleet.recordHeartbeats([
+        {
+          hostId: 'batch-1',
+          heartbeat: heartbeat(
+            'batch-1',
+            at,
+            [{ shardId: one.id, usedBytesPerGpu: [{ gpuUuid: gpu1, usedBytes: 2 * GiB }] }],
+            // batch-2's GPU: not batch-1's to report.
+            [
+              { uuid: gpu1, usedBytes: 4 * GiB },
+              { uuid: gpu2, usedBytes: 9 * GiB },
+            ],
+          ),
+        },
+        { hostId: 'never-registered', heartbeat: heartbeat('never-registered', at) },
+        {
+          hostId: 'batch-2',
+          heartbeat: heartbeat(
+            'batch-2',
+            at,
+            [
+              { shardId: two.id, usedBytesPerGpu: [{ gpuUuid: gpu2, usedBytes: 6 * GiB }] },
+              // batch-1's shard: ignored.
+              { shardId: one.id, usedBytesPerGpu: [{ gpuUuid: gpu1, usedBytes: 8 * GiB }] },
+            ],
+            [{ uuid: gpu2, usedBytes: 7 * GiB }],
+          ),
+        },
+      ]);
+      assert.deepEqual(outcomes, [
+        { known: true, revived: false, samplesWritten: 1 },
+        { known: false, revived: false, samplesWritten: 0 },
+        { known: true, revived: false, samplesWritten: 1 },
+      ]);
+      assert.equal((await host('batch-1')).gpus[0]!.used.bytes, String(4 * GiB));
+      assert.equal((await host('batch-2')).gpus[0]!.used.bytes, String(7 * GiB));
+      const used = async (shardId: string) =>
+        (await h.prisma.shardGpu.findFirstOrThrow({ where: { shardId } })).usedBytes;
+      assert.equal(await used(one.id), BigInt(2 * GiB));
+      assert.equal(await used(two.id), BigInt(6 * GiB));
+      const samples = await h.prisma.usageSample.findMany({
+        where: { shardId: { in: [one.id, two.id] }, at },
+        orderBy: { usedBytes: 'asc' },
+      });
+      assert.deepEqual(
+        samples.map((s) => [s.shardId, s.usedBytes]),
+        [
+          [one.id, BigInt(2 * GiB)],
+          [two.id, BigInt(6 * GiB)],
+        ],
+      );
+    });
+
     it('applyShardStateEvent: lifecycle, stale events ignored, ends release the reservation', async () => {
       await fleet.registerHost(registerRequest('events-1', { gpus: 1, labels: { pool: 'ev' } }));
       const gpu = gpuUuidOf('events-1', 0);

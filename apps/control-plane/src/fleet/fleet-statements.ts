@@ -80,66 +80,105 @@ export async function upsertGpus(
   return kept;
 }
 
-/** Marks a host that is not OFFLINE alive; false when it is OFFLINE or unknown. */
-export async function touchLiveHost(sql: Sql, hostId: string, now: Date): Promise<boolean> {
+/** Marks the hosts that are not OFFLINE alive; returns those it marked (not OFFLINE, known). */
+export async function touchLiveHosts(
+  sql: Sql,
+  hostIds: readonly string[],
+  now: Date,
+): Promise<Set<string>> {
+  // In id order, so that two batches touching the same hosts lock them in one order.
+  const sorted = [...new Set(hostIds)].sort();
   const alive = await sql.$queryRaw<{ id: string }[]>`
     UPDATE host SET last_heartbeat_at = ${now}
-     WHERE id = ${hostId} AND state <> 'OFFLINE'
-    RETURNING id`;
-  return alive.length > 0;
+      FROM unnest(${sorted}::text[]) AS beat(id)
+     WHERE host.id = beat.id AND host.state <> 'OFFLINE'
+    RETURNING host.id`;
+  return new Set(alive.map((row) => row.id));
+}
+
+/**
+ * What a batch of heartbeats reports, as parallel columns: each GPU's used bytes, and each
+ * shard's used bytes per GPU at its heartbeat's `sentAt`. Every row names the host that
+ * reported it; a row counts only for GPUs and shards of that host.
+ */
+export class HeartbeatRows {
+  readonly gpuHostIds: string[] = [];
+  readonly gpuUuids: string[] = [];
+  readonly gpuUsed: bigint[] = [];
+  readonly shardHostIds: string[] = [];
+  readonly shardIds: string[] = [];
+  readonly shardGpuUuids: string[] = [];
+  readonly shardUsed: bigint[] = [];
+  readonly shardAt: Date[] = [];
+
+  addGpu(hostId: string, uuid: string, usedBytes: number): void {
+    this.gpuHostIds.push(hostId);
+    this.gpuUuids.push(uuid);
+    this.gpuUsed.push(BigInt(usedBytes));
+  }
+
+  addShard(hostId: string, shardId: string, gpuUuid: string, usedBytes: number, at: Date): void {
+    this.shardHostIds.push(hostId);
+    this.shardIds.push(shardId);
+    this.shardGpuUuids.push(gpuUuid);
+    this.shardUsed.push(BigInt(usedBytes));
+    this.shardAt.push(at);
+  }
 }
 
 /** Each GPU's used bytes as its host reports them (only rows that change are written). */
-export async function writeGpuUsage(
-  sql: Sql,
-  hostId: string,
-  gpus: readonly { uuid: string; usedBytes: number }[],
-): Promise<void> {
+export async function writeGpuUsage(sql: Sql, rows: HeartbeatRows): Promise<void> {
+  if (rows.gpuUuids.length === 0) return;
   // In UUID order, the order placement's conditional update locks GPU rows in.
-  const sorted = [...gpus].sort((a, b) => (a.uuid < b.uuid ? -1 : 1));
+  const order = rows.gpuUuids.map((_, i) => i).sort((a, b) => compare(rows.gpuUuids, a, b));
   await sql.$executeRaw`
     UPDATE gpu SET used_bytes = reported.used
-      FROM unnest(${sorted.map((g) => g.uuid)}::text[],
-                  ${sorted.map((g) => BigInt(g.usedBytes))}::bigint[])
-           AS reported(uuid, used)
-     WHERE gpu.uuid = reported.uuid AND gpu.host_id = ${hostId}
+      FROM unnest(${order.map((i) => rows.gpuHostIds[i]!)}::text[],
+                  ${order.map((i) => rows.gpuUuids[i]!)}::text[],
+                  ${order.map((i) => rows.gpuUsed[i]!)}::bigint[])
+           AS reported(host_id, uuid, used)
+     WHERE gpu.uuid = reported.uuid AND gpu.host_id = reported.host_id
        AND gpu.used_bytes <> reported.used`;
 }
 
-/** Shard usage readings of one heartbeat, as parallel columns. */
-export interface ShardUsage {
-  readonly shardIds: string[];
-  readonly gpuUuids: string[];
-  readonly used: bigint[];
-}
-
-/** Each live reservation's used bytes, for shards of this host only. */
-export async function writeShardUsage(sql: Sql, hostId: string, usage: ShardUsage): Promise<void> {
+/** Each live reservation's used bytes, for shards of the reporting host only. */
+export async function writeShardUsage(sql: Sql, rows: HeartbeatRows): Promise<void> {
+  if (rows.shardIds.length === 0) return;
   await sql.$executeRaw`
     UPDATE shard_gpu SET used_bytes = reported.used
-      FROM unnest(${usage.shardIds}::uuid[], ${usage.gpuUuids}::text[], ${usage.used}::bigint[])
-           AS reported(shard_id, gpu_uuid, used),
+      FROM unnest(${rows.shardHostIds}::text[], ${rows.shardIds}::uuid[],
+                  ${rows.shardGpuUuids}::text[], ${rows.shardUsed}::bigint[])
+           AS reported(host_id, shard_id, gpu_uuid, used),
            shard
      WHERE shard_gpu.shard_id = reported.shard_id AND shard_gpu.gpu_uuid = reported.gpu_uuid
        AND shard_gpu.released_at IS NULL
-       AND shard.id = reported.shard_id AND shard.host_id = ${hostId}
+       AND shard.id = reported.shard_id AND shard.host_id = reported.host_id
        AND shard_gpu.used_bytes <> reported.used`;
 }
 
-/** One usage sample per shard and GPU at `at`; returns how many were new. */
-export function insertUsageSamples(
-  sql: Sql,
-  hostId: string,
-  at: Date,
-  usage: ShardUsage,
-): Promise<number> {
-  return sql.$executeRaw`
-    INSERT INTO usage_sample (shard_id, gpu_uuid, at, used_bytes)
-    SELECT reported.shard_id, reported.gpu_uuid, ${at}, reported.used
-      FROM unnest(${usage.shardIds}::uuid[], ${usage.gpuUuids}::text[], ${usage.used}::bigint[])
-           AS reported(shard_id, gpu_uuid, used)
-      JOIN shard ON shard.id = reported.shard_id AND shard.host_id = ${hostId}
-    ON CONFLICT DO NOTHING`;
+/**
+ * One usage sample per shard and GPU at its heartbeat's time (a repeated heartbeat writes
+ * none); returns the reporting host of each new sample.
+ */
+export async function insertUsageSamples(sql: Sql, rows: HeartbeatRows): Promise<string[]> {
+  if (rows.shardIds.length === 0) return [];
+  const written = await sql.$queryRaw<{ hostId: string }[]>`
+    WITH written AS (
+      INSERT INTO usage_sample (shard_id, gpu_uuid, at, used_bytes)
+      SELECT reported.shard_id, reported.gpu_uuid, reported.at, reported.used
+        FROM unnest(${rows.shardHostIds}::text[], ${rows.shardIds}::uuid[],
+                    ${rows.shardGpuUuids}::text[], ${rows.shardAt}::timestamptz[],
+                    ${rows.shardUsed}::bigint[])
+             AS reported(host_id, shard_id, gpu_uuid, at, used)
+        JOIN shard ON shard.id = reported.shard_id AND shard.host_id = reported.host_id
+      ON CONFLICT DO NOTHING
+      RETURNING shard_id)
+    SELECT shard.host_id AS "hostId" FROM written JOIN shard ON shard.id = written.shard_id`;
+  return written.map((row) => row.hostId);
+}
+
+function compare(values: readonly string[], a: number, b: number): number {
+  return values[a]! < values[b]! ? -1 : values[a]! > values[b]! ? 1 : 0;
 }
 
 /** A state event that changes no state: its time and container id. */
