@@ -4,8 +4,12 @@
 // CONTROL_PLANE_PERMISSIONS), the same code the agent and control plane are built with, so
 // the server configuration and the subjects in code cannot disagree.
 //
-//   node deploy/nats/generate-config.mjs --out <dir> [--auth nkey|password] <hostId>...
+//   node deploy/nats/generate-config.mjs --out <dir> [--auth nkey|password]
+//     [--cluster <name>=<host>:<clientPort>:<routePort>,...] <hostId>...
 //
+// With --cluster (three servers for a cluster that survives one loss), <dir> also receives
+// nats-<name>.conf for each server: the same users.conf on every server, routes to the
+// others authenticated with a generated route password, and the client and route ports given.
 // <dir> receives users.conf and credentials/<user>.env (mode 0600) holding the GPUSHARDS_NATS_*
 // variables that user's process needs. Re-running replaces every secret.
 // Build the protocol library first: npx nx run protocol:build
@@ -109,16 +113,99 @@ export function writeConfig(out, hostIds, auth = 'nkey') {
   return { serverConfig, usersFile, credentials };
 }
 
+/**
+ * Parses --cluster: `<name>=<host>:<clientPort>:<routePort>` separated by commas, at least
+ * three servers (a cluster of two loses its quorum-free routing with either), names and ports
+ * unique. Throws naming what is wrong.
+ */
+export function parseCluster(text) {
+  const servers = text.split(',').map((entry) => {
+    const match = /^([A-Za-z0-9][A-Za-z0-9_-]{0,62})=([A-Za-z0-9.-]+):(\d{1,5}):(\d{1,5})$/.exec(
+      entry.trim(),
+    );
+    if (match === null) {
+      throw new Error(
+        `--cluster: ${JSON.stringify(entry)} is not <name>=<host>:<clientPort>:<routePort>`,
+      );
+    }
+    const [, name, host, port, routePort] = match;
+    for (const value of [port, routePort]) {
+      if (Number(value) < 1 || Number(value) > 65535) {
+        throw new Error(`--cluster: port ${value} of ${name} is not from 1 to 65535`);
+      }
+    }
+    return { name, host, port: Number(port), routePort: Number(routePort) };
+  });
+  if (servers.length < 3) throw new Error('--cluster: give at least three servers');
+  const unique = (what, key) => {
+    const seen = new Set();
+    for (const server of servers) {
+      const value = key(server);
+      if (seen.has(value)) throw new Error(`--cluster: ${what} ${value} is listed twice`);
+      seen.add(value);
+    }
+  };
+  unique('server name', (server) => server.name);
+  unique('client address', (server) => `${server.host}:${server.port}`);
+  unique('route address', (server) => `${server.host}:${server.routePort}`);
+  return servers;
+}
+
+/**
+ * Writes <out>/nats-<name>.conf for each server of the cluster (users.conf must be next to
+ * them: writeConfig); returns {name: path}.
+ */
+export function writeClusterConfig(out, servers) {
+  const routePassword = randomBytes(24).toString('base64url');
+  const files = {};
+  for (const server of servers) {
+    const routes = servers
+      .filter((other) => other !== server)
+      .map((other) => `nats-route://route:${routePassword}@${other.host}:${other.routePort}`);
+    const text =
+      '# Written by deploy/nats/generate-config.mjs --cluster; do not edit, re-run it.\n' +
+      `server_name: ${JSON.stringify(server.name)}\n` +
+      `port: ${server.port}\n` +
+      '# As nats-server.conf: a reconcile reply lists every shard of a host.\n' +
+      'max_payload: 8MB\n' +
+      'cluster: {\n' +
+      '  name: "gpushards"\n' +
+      `  port: ${server.routePort}\n` +
+      `  authorization: { user: "route", password: ${JSON.stringify(routePassword)} }\n` +
+      `  routes: ${JSON.stringify(routes)}\n` +
+      '}\n' +
+      '# The same users, with the same per-agent permissions, on every server.\n' +
+      'include "users.conf"\n';
+    const file = join(out, `nats-${server.name}.conf`);
+    writeFileSync(file, text, { mode: 0o600 });
+    files[server.name] = file;
+  }
+  return files;
+}
+
 function main() {
   const { values, positionals } = parseArgs({
-    options: { out: { type: 'string' }, auth: { type: 'string', default: 'nkey' } },
+    options: {
+      out: { type: 'string' },
+      auth: { type: 'string', default: 'nkey' },
+      cluster: { type: 'string' },
+    },
     allowPositionals: true,
   });
   if (values.out === undefined) {
-    throw new Error('usage: generate-config.mjs --out <dir> [--auth nkey|password] <hostId>...');
+    throw new Error(
+      'usage: generate-config.mjs --out <dir> [--auth nkey|password] [--cluster <name>=<host>:<clientPort>:<routePort>,...] <hostId>...',
+    );
   }
+  const cluster = values.cluster === undefined ? undefined : parseCluster(values.cluster);
   const written = writeConfig(resolve(values.out), positionals, values.auth);
   console.log(`wrote ${written.serverConfig} and ${written.usersFile}`);
+  if (cluster !== undefined) {
+    const files = writeClusterConfig(resolve(values.out), cluster);
+    for (const [name, file] of Object.entries(files)) console.log(`  server ${name}: ${file}`);
+    const urls = cluster.map((server) => `nats://${server.host}:${server.port}`).join(',');
+    console.log(`  GPUSHARDS_NATS_URL=${urls}`);
+  }
   for (const [user, file] of Object.entries(written.credentials)) console.log(`  ${user}: ${file}`);
 }
 
