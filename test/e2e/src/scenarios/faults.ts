@@ -368,7 +368,7 @@ export function faultChecks(runner: Runner, world: World): void {
       const logMarks = new Map(
         ['a', 'b', 'c'].map((key) => [key, logSize(system.agent(key).process.spec.logFile)]),
       );
-      await system.nats!.stop(2_000);
+      await system.stopNats(2_000);
       const during = await world.createShard(
         'vision',
         { name: 'during-nats-outage', memoryPerGpu: '1g', gpuModelInclude: ['H100'] },
@@ -397,6 +397,56 @@ export function faultChecks(runner: Runner, world: World): void {
             ? true
             : undefined;
         });
+      }
+      await world.converged();
+    },
+    120_000,
+  );
+
+  runner.check(
+    'kill -9 one server of the NATS cluster during a burst of createShard and heartbeats: no lost command, no duplicate container, every agent ONLINE',
+    async () => {
+      const burst = world.team('burst');
+      const victim = system.natsServers[0]!;
+      const creating = Array.from({ length: 8 }, (_, i) =>
+        graphqlResponse<{ createShard: { id: string } }>(
+          system.controlPlane(i % 2 === 0 ? 1 : 2).graphqlUrl,
+          burst.token,
+          `mutation ($input: CreateShardInput!) { createShard(input: $input) { id } }`,
+          { input: world.input({ name: `cluster-${i}`, memoryPerGpu: '256m' }) },
+        ),
+      );
+      await victim.process.kill9();
+      const killedAt = Date.now();
+      const created: string[] = [];
+      for (const response of await Promise.all(creating)) {
+        assert.ok(!response.errors?.length, JSON.stringify(response.errors));
+        created.push(response.data!.createShard.id);
+      }
+      // Clients on the killed server reconnect to the other two; commands in flight are sent
+      // again with the same id.
+      for (const id of created) {
+        world.track('burst', await world.waitForState('burst', id, 'RUNNING', 60_000));
+      }
+      await system.startNatsProcess();
+      for (const key of ['a', 'b', 'c']) {
+        await waitFor(`host ${key} ONLINE, heartbeating after the kill`, async () => {
+          const host = await system.host(key, 2);
+          return host.state === 'ONLINE' && Date.parse(host.lastHeartbeatAt ?? '') > killedAt
+            ? true
+            : undefined;
+        });
+      }
+      // One container per shard, every shard where the database says: the ledger's invariants.
+      await world.converged();
+      for (const [i, id] of created.entries()) {
+        await system.as(
+          burst.token,
+          `mutation ($id: ID!) { deleteShard(id: $id) { state } }`,
+          { id },
+          i % 2 === 0 ? 1 : 2,
+        );
+        world.ledger.set(id, { state: 'DELETED' });
       }
       await world.converged();
     },

@@ -51,7 +51,8 @@ export interface AgentProcess {
 }
 
 /**
- * The whole system as processes: nats-server with deploy/nats's per-agent nkey users, one
+ * The whole system as processes: a cluster of three nats-servers (deploy/nats --cluster) with
+ * deploy/nats's per-agent nkey users on each, every client given all three, one
  * PostgreSQL, two control planes (apps/control-plane/dist/main.js) on it, one agent per host
  * (apps/agent/dist/main.js) with simulated GPUs through native/'s fake driver, the real
  * libvgpu.so and the Docker engine. Only GraphQL, Docker, SQL and the processes' logs are
@@ -66,13 +67,12 @@ export class System {
   readonly controlPlanes: ControlPlaneProcess[] = [];
   readonly agents = new Map<string, AgentProcess>();
   adminToken = '';
-  natsPort = 0;
-  nats: ManagedProcess | undefined;
+  /** The cluster's servers; clients get all three (GPUSHARDS_NATS_URL) and pick one. */
+  readonly natsServers: { name: string; port: number; process: ManagedProcess }[] = [];
   postgres: PostgresServer | undefined;
   databaseUrl = '';
   sql: pg.Pool | undefined;
   private native: NativeBuild | undefined;
-  private natsConfig = '';
   private credentials = new Map<string, Record<string, string>>();
 
   hostId(key: string): string {
@@ -115,12 +115,23 @@ export class System {
 
   private async startNats(): Promise<void> {
     const dir = join(this.workDir, 'nats');
+    const servers = [];
+    for (const name of ['n1', 'n2', 'n3']) {
+      servers.push({ name, port: await freePort(), routePort: await freePort() });
+    }
+    const cluster = servers.map((s) => `${s.name}=127.0.0.1:${s.port}:${s.routePort}`).join(',');
     execFileSync(
       process.execPath,
-      [join(REPO_ROOT, 'deploy/nats/generate-config.mjs'), '--out', dir, ...this.hostIds],
+      [
+        join(REPO_ROOT, 'deploy/nats/generate-config.mjs'),
+        '--out',
+        dir,
+        '--cluster',
+        cluster,
+        ...this.hostIds,
+      ],
       { stdio: 'ignore' },
     );
-    this.natsConfig = join(dir, 'nats-server.conf');
     const users = ['control-plane', ...this.hostIds.map((h) => `agent-${h}`)];
     for (const user of users) {
       const text = readFileSync(join(dir, 'credentials', `${user}.env`), 'utf8');
@@ -132,24 +143,46 @@ export class System {
       );
       this.credentials.set(user, env);
     }
-    this.natsPort = await freePort();
-    this.nats = new ManagedProcess({
-      name: 'nats-server',
-      command: process.env.GPUSHARDS_NATS_SERVER ?? 'nats-server',
-      args: ['-c', this.natsConfig, '-a', '127.0.0.1', '-p', String(this.natsPort)],
-      env: process.env,
-      logFile: this.log('nats-server'),
-    });
+    for (const server of servers) {
+      const process_ = new ManagedProcess({
+        name: `nats-server ${server.name}`,
+        command: process.env.GPUSHARDS_NATS_SERVER ?? 'nats-server',
+        // Loopback only: clients and routes.
+        args: [
+          '-c',
+          join(dir, `nats-${server.name}.conf`),
+          '-a',
+          '127.0.0.1',
+          '--cluster',
+          `nats://127.0.0.1:${server.routePort}`,
+        ],
+        env: process.env,
+        logFile: this.log(`nats-${server.name}`),
+      });
+      this.natsServers.push({ name: server.name, port: server.port, process: process_ });
+    }
     await this.startNatsProcess();
   }
 
+  /** Starts every server of the cluster that is not running; resolves once each is ready. */
   async startNatsProcess(): Promise<void> {
-    this.nats!.start();
-    await this.nats!.waitForLog(/Server is ready/, 15_000);
+    await Promise.all(
+      this.natsServers
+        .filter((server) => !server.process.running)
+        .map(async (server) => {
+          server.process.start();
+          await server.process.waitForLog(/Server is ready/, 15_000);
+        }),
+    );
+  }
+
+  /** Stops every server of the cluster (the whole bus down). */
+  async stopNats(graceMs = 2_000): Promise<void> {
+    await Promise.all(this.natsServers.map((server) => server.process.stop(graceMs)));
   }
 
   get natsUrl(): string {
-    return `nats://127.0.0.1:${this.natsPort}`;
+    return this.natsServers.map((server) => `nats://127.0.0.1:${server.port}`).join(',');
   }
 
   // ---- PostgreSQL -------------------------------------------------------------------------
@@ -325,7 +358,7 @@ export class System {
    */
   async ensureUp(): Promise<void> {
     if (this.postgresDown) await this.restartPostgres();
-    if (this.nats !== undefined && !this.nats.running) await this.startNatsProcess();
+    if (this.natsServers.some((server) => !server.process.running)) await this.startNatsProcess();
     for (const n of [1, 2] as const) {
       if (!this.controlPlane(n).process.running) await this.restartControlPlane(n);
     }
@@ -348,7 +381,7 @@ export class System {
     };
     for (const agent of this.agents.values()) await attempt(() => agent.process.stop(3_000));
     for (const cp of this.controlPlanes) await attempt(() => cp.process.stop(5_000));
-    await attempt(() => this.nats?.stop(2_000));
+    for (const server of this.natsServers) await attempt(() => server.process.stop(2_000));
     await attempt(() => this.sql?.end());
     await attempt(() => this.postgres?.stop());
     await attempt(() => removeRunContainers(this.hostIds, this.image));
