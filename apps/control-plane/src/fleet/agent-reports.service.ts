@@ -17,7 +17,7 @@ import {
   type ContainerObservation,
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
-import { PrismaService, type Prisma, type ShardState } from '../database/index.js';
+import { PrismaService, type ShardState } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
@@ -150,8 +150,8 @@ export class AgentReportsService {
   /**
    * Heartbeats of many hosts at once (HeartbeatBatcher collects them): marks the hosts alive,
    * stores each GPU's and each shard's used bytes and writes one usage sample per shard and
-   * GPU at `sentAt` (a repeated heartbeat writes nothing new), in two statements for the
-   * batch and one transaction for its writes, not several per heartbeat. A heartbeat from an
+   * GPU at `sentAt` (a repeated heartbeat writes nothing new), in four statements for the
+   * whole batch instead of four per heartbeat. A heartbeat from an
    * OFFLINE host brings it back as a registration would, with the shards it lists counting as
    * running. The outcomes are in the order of `beats`.
    */
@@ -159,16 +159,16 @@ export class AgentReportsService {
     beats: readonly { readonly hostId: string; readonly heartbeat: Heartbeat }[],
   ): Promise<HeartbeatOutcome[]> {
     const now = this.clock.now();
-    // The usual case, in one transaction: hosts that are ONLINE (or DRAINING) are marked
-    // alive and their reports written; the rest are unknown or OFFLINE.
-    const { alive, samples } = await this.prisma.$transaction(async (tx) => {
-      const touched = await touchLiveHosts(
-        tx,
-        beats.map((beat) => beat.hostId),
-        now,
-      );
-      return { alive: touched, samples: await writeReports(tx, beats, touched) };
-    });
+    // Hosts that are ONLINE (or DRAINING) are marked alive and their reports written, a few
+    // statements for the whole batch. Each is a transaction of its own: holding one statement's
+    // row locks while taking the next's would deadlock with placement and with releases,
+    // which lock the same rows in another order.
+    const alive = await touchLiveHosts(
+      this.prisma,
+      beats.map((beat) => beat.hostId),
+      now,
+    );
+    const samples = await writeReports(this.prisma, beats, alive);
     const revived = new Set<string>();
     const back = new Set<string>();
     for (const { hostId, heartbeat } of beats) {
@@ -359,7 +359,7 @@ function observationOfReport(
  * returns the reporting host of each new sample.
  */
 async function writeReports(
-  tx: Prisma.TransactionClient,
+  sql: PrismaService,
   beats: readonly { readonly hostId: string; readonly heartbeat: Heartbeat }[],
   hosts: ReadonlySet<string>,
 ): Promise<string[]> {
@@ -375,7 +375,7 @@ async function writeReports(
       }
     }
   }
-  await writeGpuUsage(tx, rows);
-  await writeShardUsage(tx, rows);
-  return insertUsageSamples(tx, rows);
+  await writeGpuUsage(sql, rows);
+  await writeShardUsage(sql, rows);
+  return insertUsageSamples(sql, rows);
 }

@@ -88,10 +88,14 @@ export async function touchLiveHosts(
 ): Promise<Set<string>> {
   // In id order, so that two batches touching the same hosts lock them in one order.
   const sorted = [...new Set(hostIds)].sort();
+  // Rows locked in id order (LockRows over the sort), as any other multi-row locker must.
   const alive = await sql.$queryRaw<{ id: string }[]>`
+    WITH locked AS MATERIALIZED (
+      SELECT id FROM host WHERE id = ANY(${sorted}::text[]) AND state <> 'OFFLINE'
+       ORDER BY id FOR UPDATE)
     UPDATE host SET last_heartbeat_at = ${now}
-      FROM unnest(${sorted}::text[]) AS beat(id)
-     WHERE host.id = beat.id AND host.state <> 'OFFLINE'
+      FROM locked
+     WHERE host.id = locked.id AND host.state <> 'OFFLINE'
     RETURNING host.id`;
   return new Set(alive.map((row) => row.id));
 }
@@ -129,15 +133,17 @@ export class HeartbeatRows {
 /** Each GPU's used bytes as its host reports them (only rows that change are written). */
 export async function writeGpuUsage(sql: Sql, rows: HeartbeatRows): Promise<void> {
   if (rows.gpuUuids.length === 0) return;
-  // In UUID order, the order placement's conditional update locks GPU rows in.
-  const order = rows.gpuUuids.map((_, i) => i).sort((a, b) => compare(rows.gpuUuids, a, b));
+  const uuids = [...new Set(rows.gpuUuids)].sort();
+  // GPU rows locked in UUID order, the order placement locks them in (queue.service.ts).
   await sql.$executeRaw`
+    WITH locked AS MATERIALIZED (
+      SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[]) ORDER BY uuid FOR UPDATE)
     UPDATE gpu SET used_bytes = reported.used
-      FROM unnest(${order.map((i) => rows.gpuHostIds[i]!)}::text[],
-                  ${order.map((i) => rows.gpuUuids[i]!)}::text[],
-                  ${order.map((i) => rows.gpuUsed[i]!)}::bigint[])
-           AS reported(host_id, uuid, used)
+      FROM unnest(${rows.gpuHostIds}::text[], ${rows.gpuUuids}::text[], ${rows.gpuUsed}::bigint[])
+           AS reported(host_id, uuid, used),
+           locked
      WHERE gpu.uuid = reported.uuid AND gpu.host_id = reported.host_id
+       AND locked.uuid = gpu.uuid
        AND gpu.used_bytes <> reported.used`;
 }
 
@@ -175,10 +181,6 @@ export async function insertUsageSamples(sql: Sql, rows: HeartbeatRows): Promise
       RETURNING shard_id)
     SELECT shard.host_id AS "hostId" FROM written JOIN shard ON shard.id = written.shard_id`;
   return written.map((row) => row.hostId);
-}
-
-function compare(values: readonly string[], a: number, b: number): number {
-  return values[a]! < values[b]! ? -1 : values[a]! > values[b]! ? 1 : 0;
 }
 
 /** A state event that changes no state: its time and container id. */
