@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { heartbeat } from '../fleet/test-fixtures.js';
+import { heartbeat } from '../testing/fleet-fixtures.js';
 import { HeartbeatBatcher } from './heartbeat-batcher.js';
 
 describe('HeartbeatBatcher', () => {

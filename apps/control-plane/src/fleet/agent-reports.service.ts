@@ -183,7 +183,7 @@ export class AgentReportsService {
       if (await this.liveness.revive(hostId, running, now)) revived.add(hostId);
     }
     if (back.size > 0) {
-      samples.push(...(await this.prisma.$transaction((tx) => writeReports(tx, beats, back))));
+      samples.push(...(await writeReports(this.prisma, beats, back)));
     }
     const samplesOf = new Map<string, number>();
     for (const hostId of samples) samplesOf.set(hostId, (samplesOf.get(hostId) ?? 0) + 1);
