@@ -245,7 +245,7 @@ function printBanner(facts) {
   );
   say('');
   say(`   portal        ${controlPlane.url}/    (sign in with the admin token below)`);
-  say(`   GraphQL       POST ${controlPlane.graphqlUrl}    explorer: ${controlPlane.url}/explorer`);
+  say(`   GraphQL       ${controlPlane.graphqlUrl}   (POST; in a browser: ${controlPlane.url}/explorer)`);
   say(
     `   CLI           npx gpushards login --url ${controlPlane.url} --token "$(cat ${shown(facts.tokenFile)})"`,
   );
@@ -296,8 +296,8 @@ function printBanner(facts) {
   }
   say('');
   if (agent) {
-    say(' Try it: README.md, "Try it". Ctrl-C stops the control plane and the agent;');
-    say(' shard containers keep running, and the next npm start finds them again.');
+    say(' Try it: open the portal, or README.md "Try it". Ctrl-C stops the control plane');
+    say(' and the agent; shard containers keep running, and the next npm start finds them.');
   } else {
     say(' Ctrl-C stops the control plane.');
   }

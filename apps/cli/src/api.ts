@@ -74,8 +74,11 @@ export class Api {
     document: TadaDocumentNode<R, V>,
     variables: V,
     onData: (data: R) => void,
-  ): { done: Promise<void>; stop: () => void } {
+  ): { done: Promise<void>; stop: () => void; connected: Promise<void> } {
+    let onConnected: () => void = () => undefined;
+    const connected = new Promise<void>((resolve) => (onConnected = resolve));
     const client = createClient({
+      on: { connected: () => onConnected() },
       url: `${this.login.url.replace(/^http/, 'ws')}/graphql`,
       webSocketImpl: WebSocket,
       connectionParams: { Authorization: authorization(this.login.token) },
@@ -117,6 +120,7 @@ export class Api {
       );
     });
     return {
+      connected,
       done: done.finally(() => void client.dispose()),
       stop: () => {
         stop();

@@ -22,8 +22,8 @@ export function apiFor(command: Command): Api {
 export async function teamIdFor(api: Api, team: string | undefined): Promise<string | undefined> {
   if (team === undefined) return undefined;
   if (/^[0-9a-f-]{36}$/i.test(team)) return team;
-  const { Teams } = await import('./queries.js');
-  const found = await api.request(Teams, { first: 500 });
+  const { TeamNames } = await import('./queries.js');
+  const found = await api.request(TeamNames, { first: 200 });
   const match = found.teams.edges.find((e) => e.node.name === team);
   if (match === undefined) {
     const { CliError, EXIT } = await import('./exit-codes.js');

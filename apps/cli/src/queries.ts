@@ -82,6 +82,41 @@ export const ListShards = graphql(
   [ShardRow],
 );
 
+/** Names to ids: small rows, so a page of them stays far inside the cost budget. */
+export const ShardNames = graphql(`
+  query ShardNames($first: Int!, $after: String) {
+    shards(first: $first, after: $after) {
+      edges {
+        node {
+          id
+          name
+          state
+          team {
+            name
+          }
+        }
+      }
+      pageInfo {
+        hasNextPage
+        endCursor
+      }
+    }
+  }
+`);
+
+export const TeamNames = graphql(`
+  query TeamNames($first: Int!) {
+    teams(first: $first) {
+      edges {
+        node {
+          id
+          name
+        }
+      }
+    }
+  }
+`);
+
 export const GetShard = graphql(
   `
     query GetShard($id: ID!) {

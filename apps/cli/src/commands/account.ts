@@ -90,7 +90,7 @@ export function usageCommand(): Command {
               throw new CliError('admin tokens have no team: name one with --team', EXIT.USAGE);
             teamId = me.me.team.id;
           }
-          const first = await api.request(Usage, { teamId, from, to, first: 500 });
+          const first = await api.request(Usage, { teamId, from, to, first: 100 });
           const report = first.usage;
           const shards = report.shards.edges.map((e) => e.node);
           let page = report.shards.pageInfo;
@@ -99,7 +99,7 @@ export function usageCommand(): Command {
               teamId,
               from,
               to,
-              first: 500,
+              first: 100,
               after: page.endCursor,
             });
             shards.push(...next.usage.shards.edges.map((e) => e.node));

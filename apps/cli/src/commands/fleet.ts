@@ -28,7 +28,7 @@ export function hostsCommand(): Command {
       .alias('list')
       .description('every host with its GPUs')
       .action(async (_options: unknown, command: Command) => {
-        const result = await apiFor(command).request(Hosts, { first: 500 });
+        const result = await apiFor(command).request(Hosts, { first: 100 });
         const rows = result.hosts.edges.map((e) => e.node);
         if (globals(command).json) return printJson(rows);
         if (rows.length === 0) return void process.stdout.write('no hosts\n');
@@ -89,7 +89,7 @@ export function hostsCommand(): Command {
 
 type TeamNode = Awaited<ReturnType<typeof listTeams>>[number];
 async function listTeams(command: Command) {
-  const result = await apiFor(command).request(Teams, { first: 500 });
+  const result = await apiFor(command).request(Teams, { first: 100 });
   return result.teams.edges.map((e) => e.node);
 }
 
@@ -239,16 +239,18 @@ export function tokensCommand(): Command {
       .alias('list')
       .description("every token (admins) or your team's")
       .option('--revoked', 'include revoked tokens')
-      .action(async (options: { revoked?: boolean }, command: Command) => {
+      .option('--team <name|id>', "a team's tokens (admins; default: the admin tokens)")
+      .action(async (options: { revoked?: boolean; team?: string }, command: Command) => {
         const api = apiFor(command);
         const me = await api.request(Me);
         const includeRevoked = options.revoked === true;
-        const rows = me.me.team
+        const teamId = (await teamIdFor(api, options.team)) ?? me.me.team?.id;
+        const rows = teamId
           ? (
-              await api.request(TeamTokens, { id: me.me.team.id, first: 500, includeRevoked })
+              await api.request(TeamTokens, { id: teamId, first: 100, includeRevoked })
             ).team.apiTokens.edges.map((e) => e.node)
           : (
-              await api.request(AdminTokens, { first: 500, includeRevoked })
+              await api.request(AdminTokens, { first: 100, includeRevoked })
             ).adminApiTokens.edges.map((e) => e.node);
         if (globals(command).json) return printJson(rows);
         process.stdout.write(

@@ -10,6 +10,7 @@ import {
   ListShards,
   ResizeShard,
   ShardEvents,
+  ShardNames,
   StopShard,
 } from '../queries.js';
 
@@ -71,7 +72,7 @@ function describe(shard: Shard & { command?: string[] }): string {
 async function shardId(command: Command, ref: string): Promise<string> {
   if (/^[0-9a-f]{8}-[0-9a-f]{4}-/i.test(ref)) return ref;
   const api = apiFor(command);
-  const found = await api.request(ListShards, { first: 500 });
+  const found = await api.request(ShardNames, { first: 200 });
   const matches = found.shards.edges.filter(
     (e) => e.node.name === ref && e.node.state !== 'DELETED',
   );
@@ -106,7 +107,7 @@ export function shardsCommand(): Command {
       .option('--team <name|id>', 'one team (admins)')
       .option('--state <states>', 'only these states, comma-separated (RUNNING,FAILED)')
       .option('-a, --all', 'include DELETED shards')
-      .option('--first <n>', 'how many', '100')
+      .option('--first <n>', 'how many (newest first)', '50')
       .action(
         async (
           options: { team?: string; state?: string; all?: boolean; first: string },

@@ -41,12 +41,12 @@ export function topCommand(): Command {
               `${event.at} ${event.shard.name} ${event.previousState ?? '-'} -> ${event.state} host=${event.shard.hostId ?? '-'}\n`,
             );
         });
-        const listed = await api.request(ListShards, { first: 200, ...(teamId ? { teamId } : {}) });
+        await Promise.race([subscription.connected, subscription.done]);
+        const listed = await api.request(ListShards, { first: 50, ...(teamId ? { teamId } : {}) });
         for (const { node } of listed.shards.edges)
           if (!shards.has(node.id)) shards.set(node.id, node);
         if (tty) draw();
-        else if (!json)
-          process.stdout.write(`watching ${shards.size} shard(s); one line per state change\n`);
+        else process.stderr.write(`watching ${shards.size} shard(s); one line per state change\n`);
         process.once('SIGINT', () => subscription.stop());
         process.once('SIGTERM', () => subscription.stop());
         await subscription.done;

@@ -46,13 +46,13 @@ export function loadPortalFiles(dir: string | undefined): PortalFiles {
 
 /**
  * The portal's own scripts and styles only (Vite bundles everything into assets/); API calls
- * and graphql-ws to this origin; blob: for the CSV download.
+ * and graphql-ws to this origin; data: images (the CSV download is a data: link).
  */
 export const PORTAL_CSP = [
   "default-src 'self'",
   "script-src 'self'",
   "style-src 'self'",
-  "img-src 'self' data: blob:",
+  "img-src 'self' data:",
   "connect-src 'self'",
   "form-action 'none'",
   "frame-ancestors 'none'",

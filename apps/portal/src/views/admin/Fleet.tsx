@@ -20,7 +20,7 @@ export function Fleet() {
   const [hosts, refetchHosts] = useQuery({ query: HostsQuery, variables: { first: 100 } });
   const [shards, refetchShards] = useQuery({
     query: FleetShardsQuery,
-    variables: { first: 500, states: LIVE_STATES.filter((s) => s !== 'PENDING') as never },
+    variables: { first: 200, states: LIVE_STATES.filter((s) => s !== 'PENDING') as never },
   });
   useSubscription({ query: ShardEventsSubscription, variables: {} }, (n: number = 0) => {
     refetchHosts({ requestPolicy: 'network-only' });

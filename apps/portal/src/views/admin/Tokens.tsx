@@ -10,7 +10,7 @@ import { age } from '../../logic/format.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 export function Tokens() {
-  const [tokens] = useQuery({ query: TokensQuery, variables: { first: 200 } });
+  const [tokens] = useQuery({ query: TokensQuery, variables: { first: 100 } });
   const [teams] = useQuery({ query: TeamsQuery, variables: { first: 100 } });
   const [created, create] = useMutation(CreateTokenMutation);
   const [revoked, revoke] = useMutation(RevokeTokenMutation);

@@ -102,12 +102,13 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
 
   function download() {
     if (!rows) return;
-    const blob = new Blob([usageCsv(teamName, rows)], { type: 'text/csv' });
+    // A data: URL, not a blob: one, so nothing has to be revoked while the download starts.
     const link = document.createElement('a');
-    link.href = URL.createObjectURL(blob);
+    link.href = `data:text/csv;charset=utf-8,${encodeURIComponent(usageCsv(teamName, rows))}`;
     link.download = `gpushards-usage-${teamName}-${first}-${last}.csv`;
+    document.body.append(link);
     link.click();
-    URL.revokeObjectURL(link.href);
+    link.remove();
   }
 
   const total = rows?.reduce((n, r) => n + r.reservedGibHours, 0) ?? 0;

@@ -1,0 +1,319 @@
+/* global process, localStorage */
+// The portal in Chromium (Debian's package, driven by playwright-core) and the gpushards CLI as
+// processes, against one real control plane (npm start: PGlite, simulated GPUs, the in-process
+// agent, Docker). Screenshots go to test-results/; UPDATE_SCREENSHOTS=1 also writes docs/.
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { chromium } from 'playwright-core';
+import { cli, cliStream, IMAGE, REPO_ROOT, startBox } from './harness.mjs';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SHOTS = join(REPO_ROOT, 'apps/portal/test-results');
+const UI_TIMEOUT = 60_000;
+
+let box;
+let browser;
+let memberToken;
+const configDir = mkdtempSync(join(tmpdir(), 'gpushards-cli-'));
+const adminEnv = () => ({ GPUSHARDS_CONFIG: join(configDir, 'config.json') });
+const memberEnv = () => ({
+  GPUSHARDS_CONFIG: join(configDir, 'none.json'),
+  GPUSHARDS_URL: box.url,
+  GPUSHARDS_TOKEN: memberToken,
+});
+
+async function shot(page, name) {
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`) });
+  if (process.env.UPDATE_SCREENSHOTS === '1') {
+    await page.screenshot({ path: join(REPO_ROOT, 'docs/images', `${name}.png`) });
+  }
+}
+
+async function signIn(token) {
+  const context = await browser.newContext({
+    acceptDownloads: true,
+    viewport: { width: 1280, height: 860 },
+  });
+  const page = await context.newPage();
+  page.setDefaultTimeout(UI_TIMEOUT);
+  await page.goto(box.url + '/');
+  await page.fill('#token', token);
+  await page.keyboard.press('Enter');
+  return page;
+}
+
+before(async () => {
+  box = await startBox();
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await box?.stop();
+});
+
+describe('gpushards CLI as an admin', () => {
+  it('login stores the URL and token in the config folder, mode 0600', async () => {
+    const login = await cli(['login', '--url', box.url, '--token', '-'], {
+      env: adminEnv(),
+      input: box.adminToken,
+    });
+    assert.equal(login.code, 0, login.stderr);
+    const path = join(configDir, 'config.json');
+    assert.equal(statSync(path).mode & 0o777, 0o600);
+    assert.deepEqual(JSON.parse(readFileSync(path, 'utf8')), {
+      url: box.url,
+      token: box.adminToken,
+    });
+    const me = await cli(['whoami', '--json'], { env: adminEnv() });
+    assert.equal(me.code, 0, me.stderr);
+    assert.equal(me.json.role, 'ADMIN');
+  });
+
+  it('teams create, set-quota and tokens create (secret once) for a member', async () => {
+    const team = await cli(['teams', 'create', 'demo', '--json'], { env: adminEnv() });
+    assert.equal(team.code, 0, team.stderr);
+    assert.equal(team.json.name, 'demo');
+    const quota = await cli(
+      [
+        'teams',
+        'set-quota',
+        'demo',
+        '--max-total',
+        '16g',
+        '--max-per-shard',
+        '8g',
+        '--max-shards',
+        '4',
+        '--json',
+      ],
+      { env: adminEnv() },
+    );
+    assert.equal(quota.code, 0, quota.stderr);
+    assert.equal(quota.json.quotaPolicy.maxTotal.bytes, String(16 * 2 ** 30));
+    const token = await cli(['tokens', 'create', 'alice', '--team', 'demo', '--json'], {
+      env: adminEnv(),
+    });
+    assert.equal(token.code, 0, token.stderr);
+    memberToken = token.json.secret;
+    assert.match(memberToken, /^gps_/);
+    const teams = await cli(['teams', '--json'], { env: adminEnv() });
+    assert.ok(teams.json.some((t) => t.name === 'demo'));
+    const tokens = await cli(['tokens', 'ls', '--team', 'demo', '--json'], { env: adminEnv() });
+    assert.ok(tokens.json.some((t) => t.name === 'alice' && t.role === 'MEMBER'));
+    const hosts = await cli(['hosts', '--json'], { env: adminEnv() });
+    assert.equal(hosts.code, 0, hosts.stderr);
+    assert.equal(hosts.json[0].gpus.length, 2);
+  });
+
+  it('preview says where a shard would go, and exits 6 when quota would refuse it', async () => {
+    const fits = await cli(['preview', '-m', '1g', '--team', 'demo', '--json'], {
+      env: adminEnv(),
+    });
+    assert.equal(fits.code, 0, fits.stderr);
+    assert.equal(fits.json.fits, true);
+    const tooBig = await cli(['preview', '-m', '6g', '-g', '2', '--team', 'demo'], {
+      env: adminEnv(),
+    });
+    assert.equal(tooBig.code, 6);
+    assert.match(tooBig.stdout, /quota would refuse it: .*8 GiB/);
+  });
+});
+
+describe('the portal in Chromium', { timeout: 120_000 }, () => {
+  it('a bad token gets a clear message on the sign-in page', async () => {
+    const page = await signIn('gps_not-a-real-token');
+    const alert = page.getByRole('alert');
+    await alert.waitFor();
+    assert.match(await alert.innerText(), /token was refused[\s\S]*invalid token/i);
+    assert.equal(await page.evaluate(() => localStorage.length), 0, 'nothing in localStorage');
+    await page.context().close();
+  });
+
+  it('a member creates a shard and sees it reach RUNNING without reloading, then exports usage', async () => {
+    const page = await signIn(memberToken);
+    await page.getByRole('heading', { name: 'Team demo' }).waitFor();
+    const form = page.getByRole('form', { name: 'New shard' });
+    await form.getByLabel('Name').fill('web-probe');
+    await form.getByLabel('Image').fill(IMAGE);
+    await form.getByLabel('Memory per GPU').fill('12gb');
+    assert.match(await form.innerText(), /ambiguous/);
+    await form.getByLabel('Memory per GPU').fill('1g');
+    await page.getByTestId('preview').getByText('Would go on').waitFor();
+    let navigations = 0;
+    page.on('framenavigated', () => (navigations += 1));
+    await form.getByRole('button', { name: 'Create' }).click();
+    await page.locator('tr[data-shard="web-probe"][data-state="RUNNING"]').waitFor();
+    assert.equal(navigations, 0, 'the page was not reloaded');
+    assert.equal(
+      await page.evaluate(() => localStorage.length),
+      0,
+      'the token is not in localStorage',
+    );
+    await shot(page, 'portal-team');
+
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('button', { name: 'Export CSV' }).click(),
+    ]);
+    const csv = readFileSync(await download.path(), 'utf8');
+    const today = new Date().toISOString().slice(0, 10);
+    assert.match(csv, /^team,day,reserved_gib_hours,used_gib_hours,peak_used_bytes\r\n/);
+    assert.match(csv, new RegExp(`\\r\\ndemo,${today},[0-9.e-]+,[0-9.e-]+,\\d+\\r\\n$`));
+
+    await page.goto(box.url + '/#/fleet');
+    const refused = page.getByRole('alert');
+    await refused.waitFor();
+    assert.match(await refused.innerText(), /Admins only/);
+    assert.equal(await page.getByRole('heading', { name: 'Fleet' }).count(), 0);
+    await page.context().close();
+  });
+
+  it('an admin sees the shard in the fleet picture', async () => {
+    const page = await signIn(box.adminToken);
+    await page.getByRole('heading', { name: 'Fleet' }).waitFor();
+    await page.locator('.host-shards li[data-shard="web-probe"]').waitFor();
+    const bar = page.locator('.gpu .bar').first();
+    assert.match((await bar.getAttribute('aria-label')) ?? '', /demo \d/);
+    await shot(page, 'portal-fleet');
+    await page.getByRole('link', { name: 'Teams' }).click();
+    await page.locator('tr[data-team="demo"]').waitFor();
+    await page.context().close();
+  });
+
+  it('the member stops the shard from the table and sees it stop', async () => {
+    const page = await signIn(memberToken);
+    const row = page.locator('tr[data-shard="web-probe"]');
+    await row.getByRole('button', { name: 'Stop' }).click();
+    await page
+      .locator(
+        'tr[data-shard="web-probe"][data-state="STOPPED"], tr[data-shard="web-probe"][data-state="EXITED"]',
+      )
+      .waitFor();
+    await page.context().close();
+  });
+});
+
+describe('gpushards CLI as a member', () => {
+  it(
+    'shards create --wait, ls, show, resize, stop --wait, wait, rm; top follows the events',
+    { timeout: 180_000 },
+    async () => {
+      const top = cliStream(['top', '--json'], memberEnv());
+      await top.ready;
+      try {
+        const created = await cli(
+          ['shards', 'create', 'cli-probe', '-i', IMAGE, '-m', '1g', '--wait', '--json'],
+          { env: memberEnv() },
+        );
+        assert.equal(created.code, 0, created.stderr);
+        assert.equal(created.json.state, 'RUNNING');
+        const seen = JSON.parse(
+          await top.next(
+            (line) => /"name":"cli-probe"[\s\S]*/.test(line) && line.includes('"state":"RUNNING"'),
+          ),
+        );
+        assert.equal(seen.shard.team.name, 'demo');
+      } finally {
+        await top.stop();
+      }
+      const ls = await cli(['shards', 'ls', '--json'], { env: memberEnv() });
+      assert.equal(ls.code, 0, ls.stderr);
+      assert.ok(ls.json.some((s) => s.name === 'cli-probe' && s.state === 'RUNNING'));
+      const table = await cli(['shards', 'ls'], { env: memberEnv() });
+      assert.match(table.stdout, /^NAME\s+STATE\s+TEAM\s+HOST/m);
+      assert.match(table.stdout, /cli-probe\s+RUNNING\s+demo/);
+      const show = await cli(['shards', 'show', 'cli-probe', '--json'], { env: memberEnv() });
+      assert.equal(show.json.memoryPerGpu.human, '1 GiB');
+      const resized = await cli(['shards', 'resize', 'cli-probe', '2g', '--json'], {
+        env: memberEnv(),
+      });
+      assert.equal(resized.code, 0, resized.stderr);
+      assert.equal(resized.json.memoryPerGpu.human, '2 GiB');
+      const quota = await cli(['quota', '--json'], { env: memberEnv() });
+      assert.equal(quota.code, 0, quota.stderr);
+      assert.ok(quota.json.usage.shardCount >= 1);
+      const stopped = await cli(
+        ['shards', 'stop', 'cli-probe', '--grace', '2', '--wait', '--json'],
+        {
+          env: memberEnv(),
+        },
+      );
+      assert.equal(stopped.code, 0, stopped.stderr);
+      assert.ok(['STOPPED', 'EXITED'].includes(stopped.json.state));
+      const waited = await cli(
+        ['shards', 'wait', 'cli-probe', '--for', 'STOPPED,EXITED', '--json'],
+        {
+          env: memberEnv(),
+        },
+      );
+      assert.equal(waited.code, 0, waited.stderr);
+      const notRunning = await cli(['shards', 'wait', 'cli-probe', '--timeout', '5'], {
+        env: memberEnv(),
+      });
+      assert.equal(notRunning.code, 9, 'a stopped shard will not reach RUNNING');
+      const removed = await cli(['shards', 'rm', 'cli-probe', '--json'], { env: memberEnv() });
+      assert.equal(removed.json.state, 'DELETED');
+      const usage = await cli(['usage', '--from', new Date().toISOString().slice(0, 10), '--csv'], {
+        env: memberEnv(),
+      });
+      assert.equal(usage.code, 0, usage.stderr);
+      assert.match(
+        usage.stdout,
+        /^shard_id,shard_name,host,reserved_gib_hours,used_gib_hours,peak_used_bytes\n/,
+      );
+      assert.match(usage.stdout, /,cli-probe,/);
+    },
+  );
+
+  it('exit codes: bad size 2, bad token 3, member on admin command 4, not found 5, quota 6', async () => {
+    const badSize = await cli(['shards', 'create', 'x', '-i', IMAGE, '-m', '12gb'], {
+      env: memberEnv(),
+    });
+    assert.equal(badSize.code, 2);
+    assert.match(badSize.stderr, /--memory: .*12g/);
+    const badToken = await cli(['shards', 'ls'], {
+      env: { ...memberEnv(), GPUSHARDS_TOKEN: 'gps_nope' },
+    });
+    assert.equal(badToken.code, 3);
+    assert.match(badToken.stderr, /invalid token/);
+    const jsonError = await cli(['shards', 'ls', '--json'], {
+      env: { ...memberEnv(), GPUSHARDS_TOKEN: 'gps_nope' },
+    });
+    assert.equal(JSON.parse(jsonError.stderr).error.code, 'UNAUTHENTICATED');
+    const forbidden = await cli(['teams', 'create', 'mine'], { env: memberEnv() });
+    assert.equal(forbidden.code, 4, forbidden.stderr);
+    const missing = await cli(['shards', 'show', 'no-such-shard'], { env: memberEnv() });
+    assert.equal(missing.code, 5);
+    const tooBig = await cli(['shards', 'create', 'big', '-i', IMAGE, '-m', '9g'], {
+      env: memberEnv(),
+    });
+    assert.equal(tooBig.code, 6);
+    assert.match(tooBig.stderr, /9 GiB > limit 8 GiB/);
+    const unknown = await cli(['shards', 'explode'], { env: memberEnv() });
+    assert.equal(unknown.code, 2);
+    const notLoggedIn = await cli(['shards', 'ls'], {
+      env: { GPUSHARDS_CONFIG: join(configDir, 'none.json') },
+    });
+    assert.equal(notLoggedIn.code, 3);
+    assert.match(notLoggedIn.stderr, /gpushards login/);
+  });
+
+  it('--help has examples and the exit codes; completion is a bash script', async () => {
+    const help = await cli(['--help']);
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /Exit codes:[\s\S]*6 {2}refused/);
+    const sub = await cli(['shards', 'create', '--help']);
+    assert.match(sub.stdout, /Examples:\n {2}\$ gpushards shards create/);
+    const completion = await cli(['completion', 'bash']);
+    assert.match(completion.stdout, /complete -F _gpushards gpushards/);
+    assert.match(completion.stdout, /resize/);
+  });
+});
