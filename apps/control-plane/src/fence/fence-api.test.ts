@@ -139,6 +139,11 @@ for (const kind of TEST_DATABASE_KINDS) {
                 { gpuUuid: gpu0, realBytes: 2 * GiB + 100 * MiB },
                 { gpuUuid: gpu1, realBytes: 12 * GiB },
               ],
+              // Compute activity from the host's ledger (docs/compute.md).
+              activityPerGpu: [
+                { gpuUuid: gpu0, busyRatio: 0.25, lastKernelSeconds: 2 },
+                { gpuUuid: gpu1, busyRatio: 0.75 },
+              ],
             },
           ],
           [
@@ -228,6 +233,26 @@ for (const kind of TEST_DATABASE_KINDS) {
         new RegExp(
           `gpushards_shard_real_bytes\\{shard="${shard.id}",team="fence-team",host="fence-2"\\} ${14 * GiB + 100 * MiB}\\n`,
         ),
+      );
+      const activity = `shard="${shard.id}",team="fence-team",host="fence-2"`;
+      assert.match(
+        metrics,
+        new RegExp(`gpushards_shard_gpu_busy_ratio\\{${activity},gpu="${gpu0}"\\} 0.25\n`),
+      );
+      assert.match(
+        metrics,
+        new RegExp(`gpushards_shard_gpu_busy_ratio\\{${activity},gpu="${gpu1}"\\} 0.75\n`),
+      );
+      assert.match(
+        metrics,
+        new RegExp(
+          `gpushards_shard_last_kernel_seconds\\{${activity},gpu="${gpu0}"\\} [0-9.e+-]+\n`,
+        ),
+      );
+      assert.doesNotMatch(
+        metrics,
+        new RegExp(`gpushards_shard_last_kernel_seconds\\{${activity},gpu="${gpu1}"\\}`),
+        'no launch reported on GPU 1: no series',
       );
       assert.match(
         metrics,

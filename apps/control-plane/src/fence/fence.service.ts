@@ -35,6 +35,41 @@ export class FenceService {
     });
   }
 
+  /**
+   * Each shard's GPU activity from its host's compute ledger (docs/compute.md): busy ratio and
+   * when it last launched a kernel, per GPU (ShardGpu.busyRatio, lastKernelAt).
+   */
+  private async recordActivity(hostId: string, heartbeat: Heartbeat): Promise<void> {
+    const shardIds: string[] = [];
+    const gpuUuids: string[] = [];
+    const busy: (number | null)[] = [];
+    const lastKernel: (Date | null)[] = [];
+    const sentAt = Date.parse(heartbeat.sentAt);
+    for (const shard of heartbeat.shards) {
+      if (!UUID.test(shard.shardId)) continue;
+      for (const gpu of shard.activityPerGpu ?? []) {
+        shardIds.push(shard.shardId);
+        gpuUuids.push(gpu.gpuUuid);
+        busy.push(gpu.busyRatio ?? null);
+        lastKernel.push(
+          gpu.lastKernelSeconds !== undefined && Number.isFinite(sentAt)
+            ? new Date(sentAt - gpu.lastKernelSeconds * 1000)
+            : null,
+        );
+      }
+    }
+    if (shardIds.length === 0) return;
+    await this.prisma.$executeRaw`
+      UPDATE shard_gpu SET busy_ratio = coalesce(reported.busy, shard_gpu.busy_ratio),
+                           last_kernel_at = coalesce(reported.last_kernel, shard_gpu.last_kernel_at)
+        FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[], ${busy}::float8[],
+                    ${lastKernel}::timestamptz[]) AS reported(shard_id, gpu_uuid, busy, last_kernel),
+             shard
+       WHERE shard_gpu.shard_id = reported.shard_id AND shard_gpu.gpu_uuid = reported.gpu_uuid
+         AND shard_gpu.released_at IS NULL
+         AND shard.id = reported.shard_id AND shard.host_id = ${hostId}`;
+  }
+
   /** After the fleet recorded the heartbeat of a known host. */
   async recordHeartbeat(hostId: string, heartbeat: Heartbeat): Promise<void> {
     const shardIds: string[] = [];
@@ -59,6 +94,7 @@ export class FenceService {
            AND shard.id = reported.shard_id AND shard.host_id = ${hostId}
            AND shard_gpu.real_bytes IS DISTINCT FROM reported.real`;
     }
+    await this.recordActivity(hostId, heartbeat);
     if (heartbeat.unattributedBytesPerGpu !== undefined) {
       const byGpu = new Map(heartbeat.unattributedBytesPerGpu.map((g) => [g.gpuUuid, g.bytes]));
       const uuids = heartbeat.gpus.map((gpu) => gpu.uuid);

@@ -26,6 +26,15 @@ export interface FleetSnapshot {
     usedBytes: bigint;
     realBytes: bigint | null;
   }[];
+  /** Each live shard's GPU activity per GPU, where its host reports it (compute ledger). */
+  readonly activity: readonly {
+    shard: string;
+    team: string;
+    host: string | null;
+    gpu: string;
+    busyRatio: number | null;
+    lastKernelSeconds: number | null;
+  }[];
   readonly teams: readonly {
     team: string;
     quotaBytes: bigint | null;
@@ -34,7 +43,7 @@ export interface FleetSnapshot {
   }[];
 }
 
-const EMPTY_SNAPSHOT: FleetSnapshot = { hosts: [], gpus: [], shards: [], teams: [] };
+const EMPTY_SNAPSHOT: FleetSnapshot = { hosts: [], gpus: [], shards: [], activity: [], teams: [] };
 
 type Labels<Names extends string> = Partial<Record<Names, string>>;
 
@@ -167,6 +176,30 @@ export class FleetMetrics {
             yield [{ shard: s.shard, team: s.team, host: s.host ?? '' }, s.realBytes];
       },
     );
+    const activityLabels = ['shard', 'team', 'host', 'gpu'] as const;
+    gauge(
+      'gpushards_shard_gpu_busy_ratio',
+      "The share of time a live shard held a GPU between its host's last two heartbeats (compute ledger, docs/compute.md); no series until the agent reports it.",
+      activityLabels,
+      function* ({ activity }) {
+        for (const a of activity)
+          if (a.busyRatio !== null)
+            yield [{ shard: a.shard, team: a.team, host: a.host ?? '', gpu: a.gpu }, a.busyRatio];
+      },
+    );
+    gauge(
+      'gpushards_shard_last_kernel_seconds',
+      "Seconds since a live shard last launched a kernel on a GPU (compute ledger, as of its host's last heartbeat); no series until it has launched one.",
+      activityLabels,
+      function* ({ activity }) {
+        for (const a of activity)
+          if (a.lastKernelSeconds !== null)
+            yield [
+              { shard: a.shard, team: a.team, host: a.host ?? '', gpu: a.gpu },
+              a.lastKernelSeconds,
+            ];
+      },
+    );
     gauge(
       'gpushards_team_quota_bytes',
       "The team's quota of memory (maxTotal); teams without a quota policy have no series.",
@@ -202,7 +235,7 @@ export class FleetMetrics {
   }
 
   private async read(): Promise<FleetSnapshot> {
-    const [hosts, gpus, shards, teams] = await this.prisma.$transaction(
+    const [hosts, gpus, shards, activity, teams] = await this.prisma.$transaction(
       [
         this.prisma.$queryRaw<FleetSnapshot['hosts'][number][]>`
         SELECT state::text AS state, count(*)::int AS count FROM host GROUP BY state`,
@@ -221,6 +254,17 @@ export class FleetMetrics {
           JOIN team ON team.id = shard.team_id
          WHERE held.released_at IS NULL
          GROUP BY shard.id, team.name, shard.host_id`,
+        this.prisma.$queryRaw<FleetSnapshot['activity'][number][]>`
+        SELECT shard.id::text AS shard, team.name AS team, shard.host_id AS host,
+               held.gpu_uuid AS gpu, held.busy_ratio AS "busyRatio",
+               CASE WHEN held.last_kernel_at IS NULL THEN NULL
+                    ELSE greatest(0, extract(epoch FROM (now() - held.last_kernel_at)))::float8
+               END AS "lastKernelSeconds"
+          FROM shard_gpu held
+          JOIN shard ON shard.id = held.shard_id
+          JOIN team ON team.id = shard.team_id
+         WHERE held.released_at IS NULL
+           AND (held.busy_ratio IS NOT NULL OR held.last_kernel_at IS NOT NULL)`,
         this.prisma.$queryRaw<FleetSnapshot['teams'][number][]>`
         SELECT team.name AS team, quota.max_total_bytes AS "quotaBytes",
                coalesce(live.reserved, 0)::bigint AS "reservedBytes",
@@ -234,6 +278,6 @@ export class FleetMetrics {
       ],
       { isolationLevel: 'RepeatableRead' },
     );
-    return { hosts, gpus, shards, teams };
+    return { hosts, gpus, shards, activity, teams };
   }
 }
