@@ -34,7 +34,9 @@ after(async () => {
 const SET_POLICY = `mutation ($teamId: ID!, $policy: CapPolicy) {
   setTeamCapPolicy(teamId: $teamId, policy: $policy) { id capPolicy effectiveCapPolicy }
 }`;
-const SHARD_GPUS = `query ($id: ID!) { shard(id: $id) { gpus { gpuUuid used { bytes } real { bytes } } } }`;
+const SHARD_GPUS = `query ($id: ID!) {
+  shard(id: $id) { gpus { gpuUuid used { bytes } real { bytes } busyRatio lastKernelAt } }
+}`;
 const HOST = `query ($id: ID!) {
   host(id: $id) { memory { unattributed { bytes } } gpus { uuid unattributed { bytes } } }
 }`;
@@ -195,7 +197,13 @@ for (const kind of TEST_DATABASE_KINDS) {
       const gpus = assertOk(
         await h.graphql<{
           shard: {
-            gpus: { gpuUuid: string; used: { bytes: string }; real: { bytes: string } | null }[];
+            gpus: {
+              gpuUuid: string;
+              used: { bytes: string };
+              real: { bytes: string } | null;
+              busyRatio: number | null;
+              lastKernelAt: string | null;
+            }[];
           };
         }>(SHARD_GPUS, { id: shard.id }, team.viewer),
       ).shard.gpus;
@@ -204,6 +212,14 @@ for (const kind of TEST_DATABASE_KINDS) {
         [
           [gpu0, String(2 * GiB), String(2 * GiB + 100 * MiB)],
           [gpu1, String(3 * GiB), String(12 * GiB)],
+        ],
+      );
+      // The heartbeat's activity: last kernel 2 s before it was sent, none on GPU 1.
+      assert.deepEqual(
+        gpus.map((g) => [g.busyRatio, g.lastKernelAt]),
+        [
+          [0.25, new Date(clock.now().getTime() - 2000).toISOString()],
+          [0.75, null],
         ],
       );
       const host = assertOk(

@@ -17,6 +17,8 @@ interface GpuRow {
   reservedBytes: bigint;
   usedBytes: bigint;
   realBytes: bigint | null;
+  busyRatio: number | null;
+  lastKernelAt: Date | null;
   reservedAt: Date;
   releasedAt: Date | null;
 }
@@ -75,6 +77,7 @@ export class ShardQueriesService {
                held.shard_id::text AS "shardId", held.gpu_uuid AS "gpuUuid", gpu.index,
                gpu.model, held.reserved_bytes AS "reservedBytes",
                held.used_bytes AS "usedBytes", held.real_bytes AS "realBytes",
+               held.busy_ratio AS "busyRatio", held.last_kernel_at AS "lastKernelAt",
                held.reserved_at AS "reservedAt",
                held.released_at AS "releasedAt"
           FROM shard_gpu held JOIN gpu ON gpu.uuid = held.gpu_uuid
@@ -91,6 +94,8 @@ export class ShardQueriesService {
           reserved: sizeOf(row.reservedBytes),
           used: sizeOf(row.usedBytes),
           real: row.realBytes === null ? null : sizeOf(row.realBytes),
+          busyRatio: row.busyRatio,
+          lastKernelAt: row.lastKernelAt,
           reservedAt: row.reservedAt,
           releasedAt: row.releasedAt,
         });

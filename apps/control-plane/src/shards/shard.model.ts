@@ -1,4 +1,13 @@
-import { ArgsType, Field, ID, InputType, Int, ObjectType, registerEnumType } from '@nestjs/graphql';
+import {
+  ArgsType,
+  Field,
+  Float,
+  ID,
+  InputType,
+  Int,
+  ObjectType,
+  registerEnumType,
+} from '@nestjs/graphql';
 import { ShardState, PlacementPolicy } from '../database/index.js';
 import { CapViolation } from '../fence/cap-policy.model.js';
 import { Label, LabelInput, labelsOf } from '../fleet/label.model.js';
@@ -217,6 +226,20 @@ export class ShardGpu {
       "What the shard's processes really held on this GPU at the last heartbeat, measured by the host's agent through NVML (out of the tenant's reach); null until reported or where the host cannot sample processes. used and real apart: drift.",
   })
   real!: Size | null;
+
+  @Field(() => Float, {
+    nullable: true,
+    description:
+      "The share of time the shard held this GPU between its host's last two heartbeats (compute ledger, docs/compute.md); null until reported or where the host has no ledger.",
+  })
+  busyRatio!: number | null;
+
+  @Field(() => Date, {
+    nullable: true,
+    description:
+      'When the shard last launched a kernel on this GPU, as of its host’s last heartbeat (compute ledger); null until reported. Old: the shard holds memory and computes nothing.',
+  })
+  lastKernelAt!: Date | null;
 
   @Field()
   reservedAt!: Date;
