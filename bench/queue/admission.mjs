@@ -84,7 +84,7 @@ const cp = await createControlPlane({
   database: { ...database.config, poolSize: 10 },
   hostOfflineSeconds: 86_400,
   port: 0,
-  logLevel: 'silent',
+  logLevel: process.env.BENCH_LOG ?? 'silent',
   operatorOutput: silent,
 });
 const sql = new pg.Client({ connectionString: database.config.url });

@@ -26,8 +26,13 @@
  * team's guarantee (it must never need to be preempted, so it may not borrow).
  */
 import { bytes } from '../sizes.js';
-import type { Gpu, Host } from '../inventory.js';
-import type { Placed, PlacementOptions, PlacementRequest } from '../placement.js';
+import { DEFAULT_CONTEXT_OVERHEAD_BYTES, type Gpu, type Host } from '../inventory.js';
+import {
+  freeBytes,
+  type Placed,
+  type PlacementOptions,
+  type PlacementRequest,
+} from '../placement.js';
 import { PlacementIndex } from '../placement-index.js';
 import { effectiveGpuModelFilter } from '../quota.js';
 import { formatSize } from '../sizes.js';
@@ -191,7 +196,36 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   const waiting: Omit<Waiting, 'position'>[] = [];
   let heldNow = held.filter((s) => !leaving.has(s.id));
 
-  for (const shard of live) {
+  // Past the point where no shard left could fit anywhere now (its per-GPU need, overhead
+  // included, above every GPU's free bytes), nothing more can be placed, so spots no longer
+  // matter: the rest only wait (or reclaim). In-pass placements only lower free bytes, so the
+  // bound holds for the rest of the pass once it holds. Keeps a pass over a deep queue behind a
+  // full fleet linear in the queue, not queue × hosts.
+  const minOverhead = Math.min(
+    options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES,
+    ...fleet.map((host) => host.contextOverheadBytes ?? Infinity),
+  );
+  const needs = live.map((shard) => shard.request.bytesPerGpu + minOverhead);
+  const smallestFrom = new Array<number>(live.length + 1).fill(Infinity);
+  for (let i = live.length - 1; i >= 0; i--)
+    smallestFrom[i] = Math.min(needs[i]!, smallestFrom[i + 1]!);
+  let largestFree: number | undefined;
+  const largestFreeNow = (): number => {
+    if (largestFree === undefined) {
+      largestFree = 0;
+      for (const host of now_.hosts) {
+        if (host.state !== 'ONLINE') continue;
+        for (const gpu of host.gpus) {
+          largestFree = Math.max(largestFree, freeBytes(gpu, options.defaultOvercommitRatio));
+        }
+      }
+    }
+    return largestFree;
+  };
+  let full = false;
+
+  for (const [position, shard] of live.entries()) {
+    if (!full && smallestFrom[position]! > largestFreeNow()) full = true;
     const team = teams.get(shard.teamId);
     const guarantee = team?.guarantee ?? NO_GUARANTEE;
     const need = quotaBytesOf(shard.request);
@@ -238,9 +272,10 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       continue;
     }
     const request = !shard.preemptible && narrowed !== undefined ? narrowed : shard.request;
-    const placed = both.index.tryPlace(request);
+    const placed = full ? undefined : both.index.tryPlace(request);
     if (placed !== undefined) {
       add(inPass, placed);
+      largestFree = undefined;
       holding.bytes += need;
       holding.shards += 1;
       holdings.set(shard.teamId, holding);
@@ -280,11 +315,13 @@ export function admit(input: AdmissionInput): AdmissionPlan {
         continue;
       }
     }
-    const spot = shadow.index.tryPlace(request);
+    const spot = full ? undefined : shadow.index.tryPlace(request);
     if (spot !== undefined) keepSpot(shard.id, spot);
     const reason: WaitReason = shard.reclaimInFlight
       ? { kind: 'reclaiming', victimIds: [] }
-      : behindWhom(now_.index.tryPlace(request), spotOwners, shard.id);
+      : full
+        ? { kind: 'capacity' }
+        : behindWhom(now_.index.tryPlace(request), spotOwners, shard.id);
     waiting.push({ shardId: shard.id, reason, ...(spot === undefined ? {} : { spot }) });
   }
   return {
