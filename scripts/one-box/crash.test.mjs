@@ -20,7 +20,7 @@ import { REPO_ROOT } from './paths.mjs';
 const IMAGE = `gpushards-test/one-box-crash-${process.pid}:local`;
 const ROUNDS = Number(process.env.GPUSHARDS_CRASH_ROUNDS ?? 3);
 const KILL_WITHIN_MS = 1500;
-const START_TIMEOUT_MS = 8 * 60_000;
+const START_TIMEOUT_MS = Number(process.env.GPUSHARDS_CRASH_START_MS ?? 8 * 60_000);
 const HOLDING = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING'];
 
 const dataDir = mkdtempSync(join(tmpdir(), 'gpushards-one-box-crash-'));
@@ -62,9 +62,10 @@ function startLauncher() {
       START_TIMEOUT_MS,
     );
     const watch = () => {
-      const match = /GraphQL\s+(http:\/\/\S+\/graphql)[\s\S]*Ctrl-C stops[\s\S]*\n─{20,}\n/.exec(
-        running.output,
-      );
+      const match =
+        /GraphQL\s+(?:POST\s+)?(http:\/\/\S+\/graphql)[\s\S]*Ctrl-C stops[\s\S]*\n─{20,}\n/.exec(
+          running.output,
+        );
       if (match) {
         clearTimeout(timer);
         resolve(match[1]);

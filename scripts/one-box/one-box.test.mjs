@@ -57,9 +57,10 @@ function startLauncher() {
     );
     const watch = () => {
       // The banner ends with "Ctrl-C stops ..." and a rule.
-      const match = /GraphQL\s+(http:\/\/\S+\/graphql)[\s\S]*Ctrl-C stops[\s\S]*\n─{20,}\n/.exec(
-        running.output,
-      );
+      const match =
+        /GraphQL\s+(?:POST\s+)?(http:\/\/\S+\/graphql)[\s\S]*Ctrl-C stops[\s\S]*\n─{20,}\n/.exec(
+          running.output,
+        );
       if (match) {
         clearTimeout(timer);
         resolve(match[1]);
