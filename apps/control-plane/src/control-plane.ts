@@ -18,6 +18,7 @@ import { DEFAULT_SECURITY_CONFIG, type SecurityConfig } from './config/api-limit
 import { EMBEDDED_DATABASE_SUBDIR, type DatabaseConfig } from './database/index.js';
 import type { Clock } from './fleet/clock.js';
 import { GRAPHQL_PATH } from './graphql/graphql-api.module.js';
+import { useQueryPrecheck } from './graphql/query-precheck.js';
 import { createHttpAdapter } from './http/http-adapter.js';
 import { createLogger, PinoNestLogger, type LogLevel } from './logging/logger.js';
 import type { ShardCommands } from './shards/shard-commands.js';
@@ -96,6 +97,10 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
   const logger = createLogger(options.logLevel ?? 'info', options.logDestination);
   const link = options.link ? await openAgentLink(options.link, logger) : undefined;
   const shardCommands = link?.commands ?? options.shardCommands;
+  const httpAdapter = createHttpAdapter();
+  if (config.security.enforceLimits) {
+    useQueryPrecheck(httpAdapter.getInstance(), config.security.limits, GRAPHQL_PATH);
+  }
   let app: NestFastifyApplication;
   try {
     app = await NestFactory.create<NestFastifyApplication>(
@@ -107,7 +112,7 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
         ...(shardCommands ? { shardCommands } : {}),
         ...(link ? { agentTransport: link.transport } : {}),
       }),
-      createHttpAdapter(),
+      httpAdapter,
       { logger: new PinoNestLogger(logger), bodyParser: false, abortOnError: false },
     );
   } catch (error) {

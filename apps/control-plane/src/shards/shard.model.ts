@@ -60,6 +60,9 @@ export class EnvVar {
   value!: string;
 }
 
+/** What a VIEWER token reads instead of an environment value. */
+export const MASKED_ENV_VALUE = '********';
+
 @InputType()
 export class EnvVarInput {
   @Field()
@@ -86,7 +89,7 @@ export class Shard {
   @Field(() => [String], { description: "Arguments; empty = the image's default command." })
   command!: string[];
 
-  @Field(() => [EnvVar])
+  /** Resolved by ShardsResolver.env: VIEWER tokens get the values masked. */
   env!: EnvVar[];
 
   @Field(() => Size, { description: 'What was asked for on each GPU.' })

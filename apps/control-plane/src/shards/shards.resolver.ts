@@ -9,12 +9,14 @@ import {
   Resolver,
   Subscription,
 } from '@nestjs/graphql';
-import type { Caller } from '../auth/caller.js';
+import { Role, type Caller } from '../auth/caller.js';
 import { CurrentCaller } from '../auth/decorators.js';
 import { Team } from '../teams/team.model.js';
 import { TeamsService } from '../teams/teams.service.js';
 import {
   CreateShardInput,
+  EnvVar,
+  MASKED_ENV_VALUE,
   PlacementInput,
   PlacementPreview,
   Shard,
@@ -118,6 +120,15 @@ export class ShardsResolver {
     @Args('teamId', { type: () => ID, nullable: true }) teamId?: string | null,
   ) {
     return this.subscriptions.subscribe(caller, teamId);
+  }
+
+  @ResolveField(() => [EnvVar], {
+    description: `Its environment. VIEWER tokens see the names with every value as "${MASKED_ENV_VALUE}".`,
+  })
+  env(@CurrentCaller() caller: Caller, @Parent() shard: Shard): EnvVar[] {
+    return caller.role === Role.VIEWER
+      ? shard.env.map(({ name }) => ({ name, value: MASKED_ENV_VALUE }))
+      : shard.env;
   }
 
   @ResolveField(() => Team)

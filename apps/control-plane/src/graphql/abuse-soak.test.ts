@@ -1,0 +1,126 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
+import { assertOk, createTestTeam } from '../testing/fleet-fixtures.js';
+
+/**
+ * Soak (issue 15): for SOAK_SECONDS, 20 abusive requests a second (deep, aliased, costly, a
+ * body of too many tokens) from several tokens beside normal traffic (a portal's shards page
+ * and /healthz), all on loopback. Every abusive request gets QUERY_TOO_COMPLEX, every normal
+ * one succeeds, the server stays up and its memory stays bounded. Latencies are reported (not
+ * asserted: timings belong to bench/control-plane/abuse.mjs and bench/README.md).
+ */
+const SOAK_SECONDS = 30;
+const ABUSIVE_PER_SECOND = 20;
+const NORMAL_PER_SECOND = 10;
+const ABUSERS = 4;
+/** Loose: what the heap of this process (server and load generator) may keep after it. */
+const MAX_RETAINED_BYTES = 64 * 2 ** 20;
+
+/** The heap in use after a full garbage collection. */
+function retainedHeap(): number {
+  setFlagsFromString('--expose-gc');
+  (runInNewContext('gc') as () => void)();
+  return process.memoryUsage().heapUsed;
+}
+
+function nested(levels: number): string {
+  let inner = 'id';
+  for (let i = 0; i < levels; i++) inner = `team { apiTokens { edges { node { ${inner} } } } }`;
+  return `{ me { ${inner} } }`;
+}
+
+function percentile(samples: number[], p: number): number {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
+}
+
+describe('abusive traffic beside normal traffic', () => {
+  let h: ApiTestHarness;
+
+  before(async () => {
+    h = await startApiTestHarness('pglite');
+  });
+  after(async () => {
+    await h?.close();
+  });
+
+  it(`${SOAK_SECONDS} s of ${ABUSIVE_PER_SECOND} abusive req/s: each refused, the rest served`, async (t) => {
+    const team = await createTestTeam(h, 'soak');
+    const tokens: string[] = [];
+    for (let i = 0; i < ABUSERS; i++) {
+      tokens.push(
+        assertOk(
+          await h.graphql<{ createApiToken: { secret: string } }>(
+            `mutation ($t: ID, $n: String!) { createApiToken(teamId: $t, role: VIEWER, name: $n) { secret } }`,
+            { t: team.id, n: `abuser-${i}` },
+          ),
+        ).createApiToken.secret,
+      );
+    }
+    const usage = (i: number) =>
+      `u${i}: usage(teamId: "${team.id}", from: "2026-01-01T00:00:00Z", to: "2026-02-01T00:00:00Z") { teamId }`;
+    const abusive = [
+      nested(13),
+      `{ ${Array.from({ length: 5000 }, (_, i) => usage(i)).join(' ')} }`,
+      `{ ${Array.from({ length: 200 }, (_, i) => usage(i)).join(' ')} }`,
+      `{ shards(first: 500) { edges { node { host { shards(first: 500) { edges { node { id } } } } } } } }`,
+    ];
+    const normal = `{ shards(first: 50) { edges { node { id name state gpus { index } team { name } } } pageInfo { hasNextPage } } }`;
+
+    const heapBefore = retainedHeap();
+    let rssMax = process.memoryUsage().rss;
+    const wrong: string[] = [];
+    const failed: string[] = [];
+    const latencies: number[] = [];
+    let refused = 0;
+    const pending: Promise<void>[] = [];
+    const started = performance.now();
+    const ticks = SOAK_SECONDS * ABUSIVE_PER_SECOND;
+    for (let i = 0; i < ticks; i++) {
+      const due = started + (i * 1000) / ABUSIVE_PER_SECOND;
+      const wait = due - performance.now();
+      if (wait > 0) await sleep(wait);
+      rssMax = Math.max(rssMax, process.memoryUsage().rss);
+      const query = abusive[i % abusive.length]!;
+      pending.push(
+        h.graphql(query, {}, tokens[i % tokens.length]).then((response) => {
+          const code = response.errors?.[0]?.extensions?.code;
+          if (code === 'QUERY_TOO_COMPLEX' && (response.data ?? null) === null) refused++;
+          else wrong.push(`${i % abusive.length}: ${code ?? response.status}`);
+        }),
+      );
+      if (i % (ABUSIVE_PER_SECOND / NORMAL_PER_SECOND) === 0) {
+        const t0 = performance.now();
+        pending.push(
+          Promise.all([
+            h.graphql(normal, {}, team.viewer),
+            fetch(`${h.controlPlane.url}/healthz`).then((r) => r.status),
+          ]).then(([response, health]) => {
+            latencies.push(performance.now() - t0);
+            if (response.errors !== undefined || health !== 200) {
+              failed.push(`${JSON.stringify(response.errors)} ${health}`);
+            }
+          }),
+        );
+      }
+    }
+    await Promise.all(pending);
+
+    assert.deepEqual(wrong, [], 'every abusive request is answered QUERY_TOO_COMPLEX');
+    assert.equal(refused, ticks);
+    assert.deepEqual(failed, [], 'every normal request is served');
+    assert.equal((await fetch(`${h.controlPlane.url}/healthz`)).status, 200);
+    const retained = retainedHeap() - heapBefore;
+    assert.ok(
+      retained < MAX_RETAINED_BYTES,
+      `the heap kept ${(retained / 2 ** 20).toFixed(0)} MiB`,
+    );
+    t.diagnostic(
+      `normal shards + /healthz pairs: ${latencies.length}, p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${percentile(latencies, 99).toFixed(1)} ms; heap kept +${(retained / 2 ** 20).toFixed(0)} MiB; RSS at most ${(rssMax / 2 ** 20).toFixed(0)} MiB`,
+    );
+  });
+});
