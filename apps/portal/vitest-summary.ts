@@ -13,6 +13,6 @@ export default class SummaryReporter implements Reporter {
       }
       if (module.state() === 'failed' && module.children.size === 0) failed += 1;
     }
-    process.stdout.write(`portal-unit: ${passed} passed, ${failed} failed\n`);
+    process.stdout.write(`${passed} passed, ${failed} failed\n`);
   }
 }

@@ -44,6 +44,10 @@ export const ShardRow = graphql(`
         bytes
         human
       }
+      real {
+        bytes
+        human
+      }
     }
   }
 `);
@@ -203,6 +207,8 @@ export const Preview = graphql(`
       gpuUuids
       message
       quotaProblem
+      verdict
+      waitingAhead
       reservedPerGpu {
         bytes
         human

@@ -42,6 +42,17 @@ export const TeamQuotaQuery = graphql(`
           human
         }
       }
+      share {
+        guarantee {
+          bytes
+          human
+        }
+        borrowed {
+          bytes
+          human
+        }
+        pending
+      }
     }
   }
 `);
@@ -74,6 +85,9 @@ export const ShardFields = graphql(`
         bytes
       }
       used {
+        bytes
+      }
+      real {
         bytes
       }
     }
@@ -173,6 +187,8 @@ export const PreviewQuery = graphql(`
       hostName
       message
       quotaProblem
+      verdict
+      waitingAhead
       reservedPerGpu {
         human
       }

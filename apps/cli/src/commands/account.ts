@@ -187,6 +187,11 @@ export function previewCommand(): Command {
                 : `does not fit: ${p.message}\n`,
             );
             if (p.quotaProblem) process.stdout.write(`quota would refuse it: ${p.quotaProblem}\n`);
+            if (p.verdict === 'WAIT') {
+              process.stdout.write(
+                `createShard would wait as PENDING${p.waitingAhead > 0 ? ` (${p.waitingAhead} in the queue)` : ''}\n`,
+              );
+            }
             if (!p.fits && p.hosts.length > 0) {
               process.stdout.write(
                 `${table(

@@ -54,12 +54,13 @@ function describe(shard: Shard & { command?: string[] }): string {
     lines.push(
       '',
       table(
-        ['GPU', 'MODEL', 'RESERVED', 'USED', 'RELEASED'],
+        ['GPU', 'MODEL', 'RESERVED', 'USED', 'REAL', 'RELEASED'],
         shard.gpus.map((g) => [
           g.index,
           g.model,
           g.reserved.human,
           g.used.human,
+          g.real?.human ?? '-',
           g.releasedAt ?? '-',
         ]),
       ),

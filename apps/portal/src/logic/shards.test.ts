@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { mergeShards, usedBytes } from './shards.js';
+import { mergeShards, realBytes, usedBytes } from './shards.js';
 
 describe('mergeShards', () => {
   const a = { id: 'a', state: 'PLACED', createdAt: '2026-01-01T00:00:01Z' };
@@ -24,5 +24,18 @@ describe('mergeShards', () => {
         { releasedAt: null, used: { bytes: '7' } },
       ]),
     ).toBe(17);
+  });
+});
+
+describe('realBytes', () => {
+  it('sums what the agent measured on live GPUs, unknown until every one reported', () => {
+    expect(
+      realBytes([
+        { releasedAt: null, real: { bytes: '10' } },
+        { releasedAt: '2026-01-01T00:00:00Z', real: { bytes: '99' } },
+      ]),
+    ).toBe(10);
+    expect(realBytes([{ releasedAt: null, real: null }])).toBeNull();
+    expect(realBytes([])).toBeNull();
   });
 });

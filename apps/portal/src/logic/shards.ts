@@ -25,3 +25,12 @@ export function usedBytes(
 ): number {
   return gpus.filter((g) => g.releasedAt === null).reduce((n, g) => n + Number(g.used.bytes), 0);
 }
+
+/** Sum of what a shard really holds now (NVML, by the agent) over its live GPUs; null if unknown. */
+export function realBytes(
+  gpus: readonly { releasedAt: string | null; real?: { bytes: string } | null }[],
+): number | null {
+  const live = gpus.filter((g) => g.releasedAt === null);
+  if (live.length === 0 || live.some((g) => !g.real)) return null;
+  return live.reduce((n, g) => n + Number(g.real!.bytes), 0);
+}

@@ -109,7 +109,13 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
       </form>
       <div className="preview" aria-live="polite" data-testid="preview">
         {preview.fetching && !p && <span className="muted">Checking where it would go…</span>}
-        {p && p.fits && !p.quotaProblem && (
+        {p && p.verdict === 'WAIT' && !p.quotaProblem && (
+          <span className="problem">
+            Would wait as PENDING{p.waitingAhead > 0 ? ` behind ${p.waitingAhead} shard(s)` : ''}:{' '}
+            {p.message}
+          </span>
+        )}
+        {p && p.fits && p.verdict !== 'WAIT' && !p.quotaProblem && (
           <span className="fits">
             Would go on <strong>{p.hostName}</strong>, reserving {p.reservedPerGpu?.human} per GPU.
           </span>
@@ -117,7 +123,7 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
         {p?.quotaProblem && (
           <span className="problem">Quota would refuse it: {p.quotaProblem}</span>
         )}
-        {p && !p.fits && (
+        {p && !p.fits && p.verdict !== 'WAIT' && (
           <div className="problem">
             {p.message}
             <ul>

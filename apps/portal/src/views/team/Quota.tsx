@@ -27,7 +27,19 @@ export function Quota({ teamId }: { teamId: string }) {
             limit={team.quotaPolicy.maxShards}
             text={`${team.usage.shardCount} of ${team.quotaPolicy.maxShards}`}
           />
+          {bytesOf(team.share.guarantee.bytes) > 0 && (
+            <Gauge
+              label="Guaranteed"
+              used={Math.min(
+                bytesOf(team.usage.reserved.bytes),
+                bytesOf(team.share.guarantee.bytes),
+              )}
+              limit={bytesOf(team.share.guarantee.bytes)}
+              text={`${team.share.guarantee.human} guaranteed, ${team.share.borrowed.human} borrowed above it`}
+            />
+          )}
           <p className="muted">
+            {team.share.pending > 0 && `${team.share.pending} shard(s) waiting (PENDING). `}
             At most {team.quotaPolicy.maxPerShard.human} per shard
             {team.quotaPolicy.maxGpusPerShard !== null &&
               `, ${team.quotaPolicy.maxGpusPerShard} GPU(s) per shard`}

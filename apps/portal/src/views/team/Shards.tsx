@@ -17,7 +17,7 @@ import {
   humanBytes,
   parseSizeInput,
 } from '../../logic/format.js';
-import { mergeShards, usedBytes } from '../../logic/shards.js';
+import { mergeShards, realBytes, usedBytes } from '../../logic/shards.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 type Shard = ResultOf<typeof ShardFields>;
@@ -52,6 +52,9 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
               <th scope="col">GPUs</th>
               <th scope="col">cap / GPU</th>
               <th scope="col">used</th>
+              <th scope="col" title="measured by the host's agent through NVML">
+                real
+              </th>
               <th scope="col">age</th>
               {canWrite && <th scope="col">actions</th>}
             </tr>
@@ -103,6 +106,7 @@ function ShardRow({ shard, canWrite }: { shard: Shard; canWrite: boolean }) {
         <td>{live.length > 0 ? live.map((g) => g.index).join(', ') : `${shard.gpuCount} ×`}</td>
         <td>{shard.limitPerGpu.human}</td>
         <td>{humanBytes(usedBytes(shard.gpus))}</td>
+        <td>{realBytes(shard.gpus) === null ? '—' : humanBytes(realBytes(shard.gpus)!)}</td>
         <td>{age(shard.createdAt)}</td>
         {canWrite && (
           <td className="actions">
@@ -135,7 +139,7 @@ function ShardRow({ shard, canWrite }: { shard: Shard; canWrite: boolean }) {
       </tr>
       {(resizing || stop.error || remove.error || resize.error) && (
         <tr className="detail">
-          <td colSpan={8}>
+          <td colSpan={9}>
             {resizing && (
               <form className="row" onSubmit={submitResize} aria-label={`Resize ${shard.name}`}>
                 <label>
