@@ -118,6 +118,8 @@ async function setUp(database, dataDir) {
     port: 0,
     logLevel: 'silent',
     operatorOutput: silent,
+    // Set-up only: hundreds of admin requests at once, past a token's rate limit.
+    security: { enforceLimits: false },
   });
   try {
     const fleet = setup.app.get(AgentReportsService);
