@@ -238,16 +238,23 @@ static int same_ns(const struct fake_proc *p)
     return ns == 0 || ns == my_ns_inode();
 }
 
+/* pid of an entry being claimed: readers skip it as they skip free ones. */
+#define CLAIMING (-1)
+
 static struct fake_proc *proc(void)
 {
     if (my_proc >= 0) return &state->procs[my_proc];
     int me = (int)getpid();
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+        /* Claimed as CLAIMING (no reader looks at it), described, then published
+         * with the pid: a reader never judges a half-written entry (a stale
+         * namespace or start time would make it look dead and be reaped). */
         int32_t zero = 0;
-        if (__atomic_compare_exchange_n(&state->procs[i].pid, &zero, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        if (__atomic_compare_exchange_n(&state->procs[i].pid, &zero, CLAIMING, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             struct fake_proc *p = &state->procs[i];
             p->start_time = start_time_of("/proc/self");
             __atomic_store_n(&p->ns_inode, my_ns_inode(), __ATOMIC_RELEASE);
+            __atomic_store_n(&p->pid, me, __ATOMIC_RELEASE);
             my_proc = i;
             return p;
         }
@@ -263,7 +270,7 @@ static void translate_foreign(int host[FAKE_MAX_PROCS])
     memset(host, 0, sizeof(int) * FAKE_MAX_PROCS);
     int any = 0;
     for (int i = 0; i < FAKE_MAX_PROCS && !any; i++)
-        any = __atomic_load_n(&state->procs[i].pid, __ATOMIC_ACQUIRE) != 0 && !same_ns(&state->procs[i]);
+        any = __atomic_load_n(&state->procs[i].pid, __ATOMIC_ACQUIRE) > 0 && !same_ns(&state->procs[i]);
     if (!any) return;
     DIR *d = opendir("/proc");
     if (d == NULL) return;
@@ -331,7 +338,7 @@ static void reap_dead(const int *host)
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         struct fake_proc *p = &state->procs[i];
         int pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
-        if (pid == 0 || i == my_proc) continue;
+        if (pid <= 0 || i == my_proc) continue;
         if (same_ns(p)) {
             if (!alive_here(p, pid)) reap(p);
             continue;
@@ -398,7 +405,7 @@ int fake_procs_on(int g, struct fake_proc_usage *out, int max)
         struct fake_proc *p = &state->procs[i];
         int pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
         uint64_t used = __atomic_load_n(&p->used[g], __ATOMIC_ACQUIRE);
-        if (pid == 0 || used == 0) continue;
+        if (pid <= 0 || used == 0) continue;
         int visible_pid = same_ns(p) ? pid : host[i];
         if (visible_pid == 0) continue;
         if (n < max) out[n] = (struct fake_proc_usage){.host_pid = (unsigned int)visible_pid, .used = used};
