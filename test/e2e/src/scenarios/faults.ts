@@ -668,17 +668,19 @@ export function faultChecks(runner: Runner, world: World): void {
     'at the end: both control planes agree on every shard; /metrics adds up',
     async () => {
       for (const team of world.teams.values()) {
-        const views: ShardView[][] = [];
+        // Only the fields compared: a whole page of every field is past a member's query cost.
+        type Summary = Pick<ShardView, 'id' | 'state' | 'hostId'>;
+        const views: Summary[][] = [];
         for (const n of [1, 2] as const) {
-          const { shards } = await system.as<{ shards: { edges: { node: ShardView }[] } }>(
+          const { shards } = await system.as<{ shards: { edges: { node: Summary }[] } }>(
             team.token,
-            `query { shards(first: 500) { edges { node { ${SHARD_FIELDS} } } } }`,
+            `query { shards(first: 500) { edges { node { id state hostId } } } }`,
             {},
             n,
           );
           views.push(shards.edges.map((e) => e.node));
         }
-        const summary = (list: ShardView[]) =>
+        const summary = (list: Summary[]) =>
           list.map((s) => `${s.id} ${s.state} ${s.hostId}`).sort();
         assert.deepEqual(summary(views[0]!), summary(views[1]!), `team ${team.key}`);
         const { team: usage } = await system.as<{
