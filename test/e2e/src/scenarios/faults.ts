@@ -1,11 +1,6 @@
 import assert from 'node:assert/strict';
 
-import {
-  expectGraphqlError,
-  graphqlResponse,
-  SHARD_FIELDS,
-  type ShardView,
-} from '../support/graphql.js';
+import { expectGraphqlError, graphqlResponse, type ShardView } from '../support/graphql.js';
 import { logSize, sleep, waitFor } from '../support/processes.js';
 import type { Runner } from '../support/runner.js';
 import { HOST_OFFLINE_SECONDS, MiB } from '../support/system.js';
