@@ -50,9 +50,12 @@ interface Child {
   readonly errors: string[];
 }
 
-/** Starts `node dist/main.js` against the database; resolves with its URL once it listens. */
+/**
+ * Starts the control plane as a process against the database (as `node dist/main.js`, with no
+ * agents: commands are recorded); resolves with its URL once it listens.
+ */
 async function startControlPlaneProcess(databaseUrl: string, dataDir: string): Promise<Child> {
-  const main = fileURLToPath(new URL('../main.js', import.meta.url));
+  const main = fileURLToPath(new URL('../testing/control-plane-process.js', import.meta.url));
   const child = spawn(process.execPath, [main], {
     env: {
       ...process.env,
