@@ -184,7 +184,10 @@ for (const kind of TEST_DATABASE_KINDS) {
         ),
       ).createApiToken;
       const heard: string[] = [];
-      let completed = false;
+      let heardFirst!: () => void;
+      const firstEvent = new Promise<void>((resolve) => (heardFirst = resolve));
+      let ended!: () => void;
+      const completed = new Promise<void>((resolve) => (ended = resolve));
       const client = createClient({
         url: h.controlPlane.graphqlUrl.replace(/^http/, 'ws'),
         webSocketImpl: WebSocket,
@@ -197,11 +200,10 @@ for (const kind of TEST_DATABASE_KINDS) {
           next: (message) => {
             const name = message.data?.shardEvents.shard.name;
             if (name !== undefined) heard.push(name);
+            heardFirst();
           },
           error: () => undefined,
-          complete: () => {
-            completed = true;
-          },
+          complete: () => ended(),
         },
       );
       const bus = h.controlPlane.app.get(ShardEventBus);
@@ -209,13 +211,14 @@ for (const kind of TEST_DATABASE_KINDS) {
       try {
         await until(() => bus.subscriberCount === subscribers + 1, 'subscribed');
         assertOk(await createShard(h, team.member, { name: 'before-revoke' }));
-        await until(() => heard.includes('before-revoke'), 'the first event');
+        await firstEvent;
+        assert.deepEqual(heard, ['before-revoke']);
         assertOk(
           await h.graphql(`mutation ($id: ID!) { revokeApiToken(id: $id) { id } }`, {
             id: token.token.id,
           }),
         );
-        await until(() => completed, 'the subscription to end');
+        await completed;
         assertOk(await createShard(h, team.member, { name: 'after-revoke' }));
         // The event of the second shard was published (synchronously, after commit) before
         // createShard answered: a live subscription would have it by now.
