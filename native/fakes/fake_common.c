@@ -32,6 +32,7 @@ struct fake_gpu fake_gpus[FAKE_MAX_GPUS];
 int fake_gpu_count;
 uint64_t fake_context_bytes;
 uint64_t fake_pool_chunk;
+uint64_t fake_pool_jitter_us;
 
 static struct fake_state *state;
 static int my_proc = -1;
@@ -107,6 +108,7 @@ static void do_setup(void)
     fake_context_bytes = env_size("GPUSHARDS_FAKE_CONTEXT_BYTES", 300ull << 20);
     fake_pool_chunk = env_size("GPUSHARDS_FAKE_POOL_CHUNK", 32ull << 20);
     if (fake_pool_chunk == 0) fake_pool_chunk = 1;
+    fake_pool_jitter_us = env_size("GPUSHARDS_FAKE_POOL_JITTER_US", 0);
 
     const char *path = getenv("GPUSHARDS_FAKE_STATE");
     if (path == NULL) path = "/tmp/gpushards-fake-state";

@@ -44,6 +44,10 @@ FAKE_HIDDEN extern struct fake_gpu fake_gpus[FAKE_MAX_GPUS];
 FAKE_HIDDEN extern int fake_gpu_count;
 FAKE_HIDDEN extern uint64_t fake_context_bytes;
 FAKE_HIDDEN extern uint64_t fake_pool_chunk;
+/* Up to this many microseconds before a pool allocation reaches the pool, at
+ * random: a real driver's calls take varying time, and the interposer's
+ * bookkeeping around them must hold in every order threads arrive in. */
+FAKE_HIDDEN extern uint64_t fake_pool_jitter_us;
 
 /* Parse the environment and map the shared state; 0 on success. */
 FAKE_HIDDEN int fake_setup(void);

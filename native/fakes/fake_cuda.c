@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -769,6 +770,11 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct fpool *p)
 {
     if (p == NULL || p->magic != M_POOL || p->destroyed) return CUDA_ERROR_INVALID_VALUE;
     if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (fake_pool_jitter_us != 0) {
+        static __thread unsigned seed;
+        if (seed == 0) seed = (unsigned)(uintptr_t)&seed ^ (unsigned)getpid();
+        if (rand_r(&seed) % 2 == 0) usleep((useconds_t)(rand_r(&seed) % fake_pool_jitter_us));
+    }
     pthread_mutex_lock(&mu);
     uint64_t spare = p->reserved - p->used;
     if (spare < bytes) {

@@ -174,13 +174,22 @@ static void reconcile_locked(struct gs_pool *p)
     cuuint64_t r = 0;
     if (gs_real_cuMemPoolGetAttribute(handle(p), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) != CUDA_SUCCESS) return;
     uint64_t low = p->live + p->cached + p->taken, high = low + p->growth;
-    if (r < low) {
+    /* While an allocation served from the cached charge is still inside the
+     * driver, a growing allocation may have taken the cached block it was
+     * counting on first: the pool is then below what we hold, yet about to
+     * grow for the one in flight.  Giving the difference back would free
+     * budget that the coming growth needs (charged afterwards by force,
+     * past the cap if another allocation took that budget meanwhile), so
+     * give back only once nothing taken from the cache is in flight. */
+    if (r < low && p->taken == 0) {
         uint64_t drop = low - r < p->cached ? low - r : p->cached;
         p->cached -= drop;
         gs_uncharge((int)p->dev, drop);
     } else if (r > high) {
         p->cached += r - high;
         gs_charge_force((int)p->dev, r - high);
+        GS_WARN("a memory pool on GPU %u grew by %llu bytes more than was reserved; charged regardless", p->dev,
+                (unsigned long long)(r - high));
     }
 }
 
