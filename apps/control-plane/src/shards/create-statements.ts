@@ -1,6 +1,7 @@
 import type { Placed } from '@gpushards/limits';
 import type { Caller } from '../auth/caller.js';
 import { Prisma } from '../database/index.js';
+import { requestFingerprint } from './idempotency.js';
 import type { ShardRequest } from './shard-input.js';
 import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
 
@@ -70,7 +71,8 @@ export async function writeBatch(
         id uuid, team_id uuid, name text, image text, command text[], env jsonb,
         bytes_per_gpu bigint, gpu_count int, limit_bytes bigint, gpu_model_include text[],
         gpu_model_exclude text[], host_selector jsonb, placement_policy placement_policy,
-        host_id text, idempotency_key text, gpu_uuids text[], audit_id uuid,
+        host_id text, idempotency_key text, request_fingerprint text, gpu_uuids text[],
+        audit_id uuid,
         actor_token_id uuid, actor_role token_role, details jsonb, priority_class text,
         requeue boolean)
     ), wanted AS (
@@ -102,10 +104,10 @@ export async function writeBatch(
       INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
                          limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
                          host_selector, placement_policy, state, host_id, idempotency_key,
-                         updated_at, priority_class, requeue)
+                         request_fingerprint, updated_at, priority_class, requeue)
       SELECT id, team_id, name, image, command, env, bytes_per_gpu, gpu_count, limit_bytes,
              gpu_model_include, gpu_model_exclude, host_selector, placement_policy, 'PLACED',
-             host_id, idempotency_key, now(), priority_class, requeue
+             host_id, idempotency_key, request_fingerprint, now(), priority_class, requeue
         FROM complete
       RETURNING *
     ), reservations AS (
@@ -177,6 +179,7 @@ function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: Plann
     placement_policy: request.policy,
     host_id: placed.hostId,
     idempotency_key: request.idempotencyKey,
+    request_fingerprint: request.idempotencyKey === null ? null : requestFingerprint(request),
     gpu_uuids: placed.gpuUuids,
     audit_id: auditId,
     actor_token_id: caller.tokenId,
@@ -212,14 +215,15 @@ export async function writePending(
   const rows = await tx.$queryRaw<ShardRecord[]>`
     INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
                        limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude, host_selector,
-                       placement_policy, state, idempotency_key, updated_at, priority_class,
-                       queued_at, expires_at, requeue)
+                       placement_policy, state, idempotency_key, request_fingerprint,
+                       updated_at, priority_class, queued_at, expires_at, requeue)
     VALUES (${shardId}::uuid, ${teamId}::uuid, ${request.name}, ${request.image},
             ${request.command}::text[], ${JSON.stringify(request.env)}::jsonb,
             ${BigInt(request.bytesPerGpu)}, ${request.gpuCount}, ${BigInt(request.bytesPerGpu)},
             ${request.gpuModel.include}::text[], ${request.gpuModel.exclude}::text[],
             ${JSON.stringify(request.hostSelector)}::jsonb,
-            ${request.policy}::placement_policy, 'PENDING', ${request.idempotencyKey}, now(),
+            ${request.policy}::placement_policy, 'PENDING', ${request.idempotencyKey},
+            ${request.idempotencyKey === null ? null : requestFingerprint(request)}, now(),
             ${request.priorityClass}, now(),
             CASE WHEN ${request.maxWaitSeconds}::int IS NULL THEN NULL
                  ELSE now() + make_interval(secs => ${request.maxWaitSeconds}::int) END,

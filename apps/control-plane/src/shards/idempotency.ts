@@ -1,13 +1,19 @@
+import { createHash } from 'node:crypto';
+
 import { ConflictError } from '../errors/domain-errors.js';
 import type { ShardRequest } from './shard-input.js';
 import { stringRecord, type ShardRecord } from './shard-record.js';
 
 /**
  * The first shard of an idempotency key, when a retry asks for the same shard; CONFLICT when
- * the key was used for a different one.
+ * the key was used for a different one. A retry is compared with what the first request asked
+ * for (stored with the shard as `requestFingerprint`), not with the shard as it is now: a
+ * create resent after the shard was resized is still the same request. Shards stored before
+ * the fingerprint was are compared with their row.
  */
 export function replayOf(existing: ShardRecord, request: ShardRequest): ShardRecord {
-  if (fingerprintOfRecord(existing) !== fingerprintOfRequest(request)) {
+  const first = existing.requestFingerprint ?? fingerprintOfRecord(existing);
+  if (first !== requestFingerprint(request)) {
     throw new ConflictError(
       `idempotency key "${request.idempotencyKey}" was used for a different shard (${existing.id}); use a new key`,
     );
@@ -19,9 +25,14 @@ function sortedRecord(record: Readonly<Record<string, string>>): [string, string
   return Object.entries(record).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
 }
 
+/** A fixed-size digest: env values and commands may be long. */
+function digest(fields: unknown[]): string {
+  return createHash('sha256').update(JSON.stringify(fields)).digest('hex');
+}
+
 /** What a createShard asked for, to tell a retry from a different request under one key. */
-function fingerprintOfRequest(request: ShardRequest): string {
-  return JSON.stringify([
+export function requestFingerprint(request: ShardRequest): string {
+  return digest([
     request.name,
     request.image,
     request.command,
@@ -36,7 +47,7 @@ function fingerprintOfRequest(request: ShardRequest): string {
 }
 
 function fingerprintOfRecord(shard: ShardRecord): string {
-  return JSON.stringify([
+  return digest([
     shard.name,
     shard.image,
     shard.command,

@@ -27,6 +27,7 @@ export const SHARD_COLUMNS = Prisma.raw(
     'shard.failure_reason AS "failureReason"',
     'shard.exit_code AS "exitCode"',
     'shard.idempotency_key AS "idempotencyKey"',
+    'shard.request_fingerprint AS "requestFingerprint"',
     'shard.container_id AS "containerId"',
     'shard.created_at AS "createdAt"',
     'shard.updated_at AS "updatedAt"',

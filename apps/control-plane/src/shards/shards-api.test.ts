@@ -401,6 +401,15 @@ for (const kind of TEST_DATABASE_KINDS) {
       const before = await shardRowCounts(h);
       assertError(await createShard(h, alpha.member, { ...input, memoryPerGpu: '3g' }), 'CONFLICT');
       assert.deepEqual(await shardRowCounts(h), before);
+      // Resized since, the shard differs from what the first call asked for; a resent first
+      // call is still the same request (compared with what it asked, not with the shard now).
+      assertOk(await h.graphql(RESIZE, { id: first.id, size: '3g' }, alpha.member));
+      const resized = await shardRowCounts(h);
+      const afterResize = assertOk(await createShard(h, alpha.member, input)).createShard;
+      assert.equal(afterResize.id, first.id);
+      assert.equal(afterResize.memoryPerGpu.bytes, String(3 * GiB), 'the shard as it is now');
+      assertError(await createShard(h, alpha.member, { ...input, memoryPerGpu: '3g' }), 'CONFLICT');
+      assert.deepEqual(await shardRowCounts(h), resized);
       // The key is per team: another team may use it.
       const other = assertOk(await createShard(h, beta.member, input)).createShard;
       assert.notEqual(other.id, first.id);

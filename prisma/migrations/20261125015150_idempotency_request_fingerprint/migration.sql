@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "shard" ADD COLUMN     "request_fingerprint" TEXT;
