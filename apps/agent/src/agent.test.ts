@@ -224,20 +224,28 @@ describe('agent', () => {
     assert.equal(docker('exec', containerId, '/workload', 'exit', '0'), '');
   });
 
-  it('answers a retried command from its journal, and a new launch of a running shard is a no-op', async () => {
+  it('answers a retried command from its journal; a new launch of a running shard starts nothing and tells RUNNING again', async () => {
     const commandId = randomUUID();
     const body = { type: 'launch', shard: spec('s-retry') } as const;
     const first = await controlPlane.command(HOST, body, commandId);
     const again = await controlPlane.command(HOST, body, commandId);
     assert.deepEqual(again, first);
+    const running = () =>
+      controlPlane.statesOf('s-retry').filter((event) => event.state === 'RUNNING');
+    assert.equal(running().length, 1, 'the retried command id was answered from the journal');
+    const since = controlPlane.states.length;
     const relaunch = await controlPlane.command(HOST, body);
     assert.ok(first.ok && relaunch.ok);
     assert.deepEqual(relaunch.result, first.result);
     assert.equal(shardContainers(HOST).filter((c) => c.shardId === 's-retry').length, 1);
+    // Told again (a control plane that restarted resends launches in flight, and the first
+    // RUNNING may have gone to no one), in the same container.
+    const told = await controlPlane.waitForState('s-retry', 'RUNNING', 10_000, since);
     assert.equal(
-      controlPlane.statesOf('s-retry').filter((event) => event.state === 'RUNNING').length,
-      1,
+      told.containerId,
+      first.ok && first.result.type === 'launch' ? first.result.containerId : '',
     );
+    assert.equal(running().length, 2);
   });
 
   it('reports the used bytes of the region file in heartbeats', async () => {

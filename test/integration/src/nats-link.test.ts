@@ -277,11 +277,22 @@ describe('control plane and agent over NATS', () => {
     );
     assert.equal(containersOf(kept.id)[0]!.id, kept.containerId);
     assert.equal(shardContainers(HOST).length, 2);
-    await stack.graphql(`mutation ($id: ID!) { stopShard(id: $id, graceSeconds: 1) { state } }`, {
-      id: lateLaunch,
-    });
+  });
+
+  it("a control plane that starts settles what its predecessor left in flight at once, not at the agent's next reconcile", async () => {
+    await stack.stopControlPlane();
+    // What a control plane killed mid-flight leaves: a shard still STARTING whose RUNNING
+    // event went to no one, and a stop committed (STOPPING) whose command was never sent.
+    await stack.execute(`UPDATE shard SET state = 'STARTING' WHERE id = $1`, [kept.id]);
+    await stack.execute(`UPDATE shard SET state = 'STOPPING' WHERE id = $1`, [lateLaunch]);
+    await startControlPlane();
+    // The agent reconciles once an hour here (Stack): only the start can settle them.
+    await waitForState(kept.id, 'RUNNING');
     await waitForState(lateLaunch, 'STOPPED');
+    assert.equal(containersOf(kept.id)[0]!.id, kept.containerId, 'the same container');
+    assert.equal(containersOf(kept.id)[0]!.state, 'running');
     assert.equal(containersOf(lateLaunch)[0]!.state, 'exited');
+    assert.equal(shardContainers(HOST).length, 2);
   });
 
   it('a message whose hostId is not its subject host is dropped: nothing changes', async () => {

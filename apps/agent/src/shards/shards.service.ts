@@ -144,6 +144,10 @@ export class ShardsService {
       if (record?.state === 'RUNNING' && record.containerId !== undefined) {
         await this.limits.setLimits(spec.shardId, spec.gpus, spec.capPolicy);
         await this.regions.setLimits(spec.shardId, spec.gpus, false);
+        // Told again: a launch sent again (a control plane that restarted resends those in
+        // flight) may be for a shard whose RUNNING event went to no one. Settled now, not at
+        // the next reconcile; a control plane that has it RUNNING already only notes it.
+        await this.report(record, 'RUNNING', { containerId: record.containerId });
         return { state: 'RUNNING', containerId: record.containerId };
       }
       const next: ShardRecord = {
@@ -193,7 +197,9 @@ export class ShardsService {
           status ? { exitCode: status.exitCode } : {},
         );
       }
-      if (record.state !== 'STOPPED') await this.report(record, 'STOPPED', details);
+      // Also when it was stopped already: a stop sent again may be for a shard whose STOPPED
+      // event went to no one (a control plane that restarted resends those in flight).
+      await this.report(record, 'STOPPED', details);
       return { wasRunning };
     });
   }
