@@ -18,6 +18,7 @@ import {
   startPostgres,
   type PostgresServer,
   type TestDatabase,
+  type TestDatabaseKind,
 } from '@gpushards/control-plane/testing';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -34,7 +35,7 @@ export interface GraphqlResponse<T> {
 }
 
 /**
- * A control plane on a real PostgreSQL database, and the agents of simulated hosts (the fake
+ * A control plane on a real PostgreSQL database (or an embedded PGlite one), and the agents of simulated hosts (the fake
  * NVIDIA libraries, the real libvgpu.so, the Docker engine), linked as the caller says.
  * Everything it starts is stopped, and every container and image removed, by close().
  */
@@ -45,22 +46,27 @@ export class Stack {
   private readonly stateDirs = new Map<string, string>();
   private adminToken = '';
   private readonly dataDir = mkdtempSync(join(tmpdir(), 'gpushards-it-cp-'));
-  private readonly sql: pg.Pool;
+  /** Straight SQL, on PostgreSQL only (PGlite's folder is the control plane's alone). */
+  private readonly sql: pg.Pool | undefined;
 
   private constructor(
-    private readonly postgres: PostgresServer,
+    private readonly postgres: PostgresServer | undefined,
     private readonly database: TestDatabase,
     readonly probeImage: string,
   ) {
-    this.sql = new pg.Pool({ connectionString: database.config.url, max: 1 });
+    const url = database.config.url;
+    this.sql = url === undefined ? undefined : new pg.Pool({ connectionString: url, max: 1 });
   }
 
-  /** PostgreSQL, a migrated database, the CUDA probe image (see apps/agent's testing). */
-  static async start(name: string): Promise<Stack> {
+  /**
+   * A migrated database (PostgreSQL by default, or a PGlite folder), the CUDA probe image
+   * (see apps/agent's testing).
+   */
+  static async start(name: string, kind: TestDatabaseKind = 'postgres'): Promise<Stack> {
     const probeImage = `gpushards-it/cuda-probe:${name}-${process.pid}`;
     importCudaProbeImage(probeImage, fakeLibraries().cuda, nativeArtifacts().interposer);
-    const postgres = await startPostgres();
-    const database = await createTestDatabase('postgres', { server: postgres });
+    const postgres = kind === 'postgres' ? await startPostgres() : undefined;
+    const database = await createTestDatabase(kind, postgres ? { server: postgres } : {});
     await database.prisma.close();
     return new Stack(postgres, database, probeImage);
   }
@@ -180,17 +186,27 @@ export class Stack {
 
   /** One row count straight from the database (what GraphQL does not show, like usage samples). */
   async count(sql: string, values: unknown[]): Promise<number> {
-    const result = await this.sql.query<{ n: string }>(sql, values);
+    const result = await this.pool().query<{ n: string }>(sql, values);
     return Number(result.rows[0]?.n ?? 0);
+  }
+
+  /** One statement straight on the database: what a crash leaves that no API call can. */
+  async execute(sql: string, values: unknown[]): Promise<void> {
+    await this.pool().query(sql, values);
+  }
+
+  private pool(): pg.Pool {
+    if (this.sql === undefined) throw new Error('straight SQL is for PostgreSQL stacks only');
+    return this.sql;
   }
 
   async close(hostIds: readonly string[]): Promise<void> {
     for (const hostId of [...this.agents.keys()]) await this.stopAgent(hostId);
     await this.stopControlPlane();
     for (const replica of this.replicas) await replica.close();
-    await this.sql.end();
+    await this.sql?.end();
     await this.database.cleanup();
-    await this.postgres.stop();
+    await this.postgres?.stop();
     cleanUpDocker(hostIds, [this.probeImage]);
     for (const dir of [this.dataDir, ...this.stateDirs.values()]) {
       rmSync(dir, { recursive: true, force: true });
