@@ -7,6 +7,7 @@
 import { cpSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
+import { crashChecks } from './scenarios/crash.js';
 import { faultChecks } from './scenarios/faults.js';
 import { fleetChecks } from './scenarios/fleet.js';
 import { REPO_ROOT } from './support/native.js';
@@ -28,6 +29,7 @@ async function main(): Promise<number> {
     if (!ok) await world.rebase();
   };
   fleetChecks(runner, world);
+  crashChecks(runner, world);
   faultChecks(runner, world);
   // GPUSHARDS_E2E_ONLY=<regex>: only the checks it matches, plus the first two (the fleet
   // and the teams every other check uses). For debugging; the numbers then cover fewer checks.

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { FakeShardCommands } from '../testing/fake-shard-commands.js';
@@ -77,13 +78,27 @@ for (const kind of TEST_DATABASE_KINDS) {
     let sweeper: HostOfflineSweeper;
     const clock = new ManualClock(new Date('2030-01-01T00:00:00Z'));
     const commands = new FakeShardCommands();
+    /** The control plane's log lines (warn and above). */
+    let warnings = '';
     let team: TestTeam;
     let other: TestTeam;
 
     before(async () => {
       h = await startApiTestHarness(kind, {
         ...(postgres ? { server: postgres } : {}),
-        controlPlane: { clock, shardCommands: commands, hostOfflineSeconds: OFFLINE_SECONDS },
+        controlPlane: {
+          clock,
+          shardCommands: commands,
+          hostOfflineSeconds: OFFLINE_SECONDS,
+          // Warnings kept, to find the stuck-shard lines in.
+          logLevel: 'warn',
+          logDestination: new Writable({
+            write(chunk: Buffer, _encoding, done) {
+              warnings += chunk.toString();
+              done();
+            },
+          }),
+        },
       });
       fleet = h.controlPlane.app.get(AgentReportsService);
       sweeper = h.controlPlane.app.get(HostOfflineSweeper);
@@ -599,6 +614,22 @@ for (const kind of TEST_DATABASE_KINDS) {
         where: { action: 'shard.stuck', targetId: { in: [placed.id, stopping.id] } },
       });
       assert.equal(events.length, 2);
+      // One warning line per stay, naming the shard, its team and its host.
+      const lines = warnings
+        .split('\n')
+        .filter((line) => line.includes('"shard stuck in '))
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      for (const [shard, state] of [
+        [placed, 'PLACED'],
+        [stopping, 'STOPPING'],
+      ] as const) {
+        const mine = lines.filter((line) => line.shardId === shard.id);
+        assert.equal(mine.length, 1, `${state}: ${JSON.stringify(lines)}`);
+        assert.equal(mine[0]!.level, 40);
+        assert.equal(mine[0]!.msg, `shard stuck in ${state}`);
+        assert.equal(mine[0]!.teamId, team.id);
+        assert.equal(mine[0]!.hostId, 'stuck-1');
+      }
       assert.equal(sent(placed.id, 'launch'), launches + 1);
       // A control plane that starts sends the launches and stops in flight again at once.
       const launchesBefore = sent(placed.id, 'launch');

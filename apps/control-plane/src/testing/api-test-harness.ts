@@ -51,7 +51,7 @@ export interface ApiTestHarnessOptions {
   /** Passed on to createControlPlane (a ManualClock, a fake agent link, ...). */
   readonly controlPlane?: Pick<
     ControlPlaneOptions,
-    'clock' | 'shardCommands' | 'hostOfflineSeconds' | 'security'
+    'clock' | 'shardCommands' | 'hostOfflineSeconds' | 'security' | 'logLevel' | 'logDestination'
   >;
 }
 
