@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const agentDist = join(root, 'apps/agent/dist');
+const agentDist = process.env.GPUSHARDS_AGENT_DIST ?? join(root, 'apps/agent/dist');
 const { fakeLibraries, nativeArtifacts } = await import(join(agentDist, 'testing/native.js'));
 const { values, positionals } = parseArgs({
   allowPositionals: true,
@@ -70,12 +70,24 @@ const shards = { list: () => records, stop: async () => ({ wasRunning: true }) }
 const limits = new LimitsService(config, logger);
 const enforcement = new EnforcementService(
   config,
-  { processes: () => backend.processes() },
+  {
+    // The listing's own CPU (the fake NVML here), kept apart from the agent's.
+    processes: () => {
+      const before = process.cpuUsage();
+      try {
+        return backend.processes();
+      } finally {
+        const spent = process.cpuUsage(before);
+        listingCpuMs += (spent.user + spent.system) / 1000;
+      }
+    },
+  },
   shards,
   limits,
   logger,
 );
 const children = new Set();
+let listingCpuMs = 0;
 
 /** A process holding hidden fake memory, put in shard `shardId`'s (shadow) cgroup. */
 async function holder(shardId, ordinal, bytes) {
@@ -95,7 +107,9 @@ async function holder(shardId, ordinal, bytes) {
       output += chunk;
       if (output.includes('took')) resolveTook(performance.now());
     });
-    child.on('exit', (code, signal) => reject(new Error(`holder ended (${code ?? signal}) before taking`)));
+    child.on('exit', (code, signal) =>
+      reject(new Error(`holder ended (${code ?? signal}) before taking`)),
+    );
   });
   return { child, tookAt };
 }
@@ -132,6 +146,7 @@ try {
     let samples = 0;
     const started = performance.now();
     const cpu = process.cpuUsage();
+    listingCpuMs = 0;
     const sampleTimes = [];
     while (performance.now() - started < seconds * 1000) {
       const t = performance.now();
@@ -159,6 +174,11 @@ try {
         cpuPercentOfOneCore: Math.round((cpuMs / wall) * 10000) / 100,
         cpuMsPerSample: Math.round((cpuMs / samples) * 100) / 100,
         nvmlListMsPerSample: Math.round(nvmlMsPerSample * 100) / 100,
+        listingMsPerSample: Math.round((listingCpuMs / samples) * 100) / 100,
+        agentOwnMsPerSample: Math.round(((cpuMs - listingCpuMs) / samples) * 100) / 100,
+        agentOwnPercentOfOneCore: Math.round(((cpuMs - listingCpuMs) / wall) * 10000) / 100,
+        fullPasses: enforcement.counts?.full,
+        cutShort: enforcement.counts?.skipped,
         sampleMsP50: Math.round(percentile(sampleTimes, 50) * 100) / 100,
         sampleMsP99: Math.round(percentile(sampleTimes, 99) * 100) / 100,
       }),
@@ -174,7 +194,8 @@ try {
       await new Promise((r) => setTimeout(r, Math.random() * intervalMs));
       const { child, tookAt } = await holder('victim', 0, 2 * GiB);
       const [, signal] = await once(child, 'exit');
-      if (signal !== 'SIGKILL') throw new Error(`trial ${i}: ended by ${signal}, not the agent's SIGKILL`);
+      if (signal !== 'SIGKILL')
+        throw new Error(`trial ${i}: ended by ${signal}, not the agent's SIGKILL`);
       latencies.push(performance.now() - tookAt);
     }
     latencies.sort((a, b) => a - b);

@@ -189,4 +189,31 @@ describe('EnforcementService', () => {
       'a new episode is acted on again',
     );
   });
+
+  it('cuts short a sample whose inputs are those of a quiet pass, and acts at once when the cap or the bytes change', async () => {
+    const { enforcement, limits, setSamples } = setUp(join(work, 'quiet'));
+    await limits.prepare('a', [{ uuid: GPU0, limitBytes: 1000 * MiB }], 0, 'kill');
+    const a = processIn(CONTAINER_A);
+    setSamples([{ gpuUuid: GPU0, pid: a.pid!, bytes: 500 * MiB }]);
+    assert.deepEqual(await enforcement.sampleNow(), []);
+    assert.deepEqual(await enforcement.sampleNow(), []);
+    assert.deepEqual(enforcement.counts, { full: 1, skipped: 1 }, 'nothing changed: cut short');
+    // The bytes change: a full pass, and real_bytes follows.
+    setSamples([{ gpuUuid: GPU0, pid: a.pid!, bytes: 600 * MiB }]);
+    assert.deepEqual(await enforcement.sampleNow(), []);
+    assert.deepEqual(enforcement.counts, { full: 2, skipped: 1 });
+    assert.equal(decodeLimits(readFileSync(limits.file('a')))[0]!.realBytes, 600 * MiB);
+    // The cap is lowered under what it holds (a resize): the very next sample kills.
+    await limits.setLimits('a', [{ uuid: GPU0, limitBytes: 400 * MiB }], undefined);
+    const exited = once(a, 'exit');
+    const done = await enforcement.sampleNow();
+    assert.deepEqual(
+      done.map((v) => [v.shardId, v.action, v.killedPids]),
+      [['a', 'kill', [a.pid]]],
+    );
+    assert.deepEqual(await exited, [null, 'SIGKILL']);
+    // While the killed PID is still listed, samples are full passes (nothing cut short).
+    await enforcement.sampleNow();
+    assert.deepEqual(enforcement.counts, { full: 4, skipped: 1 });
+  });
 });

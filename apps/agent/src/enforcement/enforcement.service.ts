@@ -9,7 +9,7 @@ import {
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { errorMessage } from '@gpushards/protocol';
 import { GpusService } from '../gpus/gpus.service.js';
-import { LimitsService } from '../limits/limits.service.js';
+import { LimitsService, type ShardLimits } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { ShardsService } from '../shards/shards.service.js';
 import { ProcessOwners } from './process-owners.js';
@@ -34,6 +34,13 @@ export interface RealUsage {
 const DYING_MS = 10_000;
 
 /**
+ * A sample whose inputs (every GPU's process list with bytes, the shards, their caps and
+ * policies) are those of the last full pass decides nothing new: it is cut short, except at
+ * least this often, so that real_sampled_at_ms keeps being restamped (LimitsService).
+ */
+const FULL_PASS_MS = 1000;
+
+/**
  * The host's fence. Every interval: each GPU's processes and their real memory from NVML,
  * each process's shard through its cgroup, the shard's real usage per GPU written into its
  * limits file (libvgpu.so budgets against it), and the shard's policy applied where real usage
@@ -54,6 +61,11 @@ export class EnforcementService implements OnModuleDestroy {
   private readonly listeners = new Set<(violations: readonly ViolationRecord[]) => void>();
   private latest: RealUsage | undefined;
   private warnedUnsupported = false;
+  /** The inputs of the last full pass that found nothing to act on, and when it ran. */
+  private quietKey: string | undefined;
+  private quietAt = 0;
+  /** Samples cut short because nothing changed, and full passes, for the benchmark. */
+  readonly counts = { skipped: 0, full: 0 };
 
   constructor(
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
@@ -106,6 +118,13 @@ export class EnforcementService implements OnModuleDestroy {
     }
     const now = Date.now();
     const records = this.shards.list();
+    const shardLimits = this.limits.all();
+    const key = sampleKey(processes, records, shardLimits);
+    if (key === this.quietKey && this.dying.size === 0 && now - this.quietAt < FULL_PASS_MS) {
+      this.counts.skipped++;
+      return [];
+    }
+    this.counts.full++;
     const byContainer = new Map(
       records.flatMap((record) =>
         record.containerId !== undefined ? [[record.containerId, record] as const] : [],
@@ -125,14 +144,18 @@ export class EnforcementService implements OnModuleDestroy {
     for (const [pid, at] of this.dying) {
       if (now - at > DYING_MS || !processes.some((p) => p.pid === pid)) this.dying.delete(pid);
     }
+    const known = new Set(records.map((record) => record.shardId));
     const decision = enforcementActions(
       samples,
-      this.limits.all().filter((shard) => records.some((r) => r.shardId === shard.shardId)),
+      shardLimits.filter((shard) => known.has(shard.shardId)),
       { toleranceBytes: this.config.enforcement.toleranceBytes, dying: new Set(this.dying.keys()) },
     );
     this.latest = this.realUsageOf(decision, samples, now);
     await this.writeReal(now);
     const done = await this.apply(decision, now);
+    // Only a pass that found nothing over may let identical samples after it be cut short.
+    this.quietKey = decision.violations.length === 0 ? key : undefined;
+    this.quietAt = now;
     if (done.length > 0) for (const listener of this.listeners) listener(done);
     return done;
   }
@@ -247,4 +270,30 @@ export class EnforcementService implements OnModuleDestroy {
     }
     return done;
   }
+}
+
+/**
+ * Everything a pass decides from, as one string: two samples with the same key decide the same
+ * (PIDs are re-read from /proc only when they first appear, so a reused PID changes the key
+ * through its bytes or its absence in between).
+ */
+function sampleKey(
+  processes: readonly { readonly gpuUuid: string; readonly pid: number; readonly bytes: number }[],
+  records: readonly {
+    readonly shardId: string;
+    readonly state: string;
+    readonly containerId?: string;
+  }[],
+  limits: readonly ShardLimits[],
+): string {
+  let key = '';
+  for (const p of processes) key += `${p.gpuUuid}/${p.pid}/${p.bytes};`;
+  key += '|';
+  for (const r of records) key += `${r.shardId}/${r.state}/${r.containerId ?? ''};`;
+  key += '|';
+  for (const l of limits) {
+    key += `${l.shardId}/${l.policy};`;
+    for (const [gpu, bytes] of l.capBytes) key += `${gpu}=${bytes},`;
+  }
+  return key;
 }
