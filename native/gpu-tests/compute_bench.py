@@ -95,7 +95,10 @@ def run(workers, secs, tag):
         lines = [l for l in out.splitlines() if l.startswith("{")]
         if p.returncode != 0 or not lines:
             raise SystemExit(f"{tag}: worker exit {p.returncode}: {err[-2000:]}")
-        res.append(json.loads(lines[-1]))
+        r = json.loads(lines[-1])
+        stats = [l for l in err.splitlines() if l.startswith("gpushards compute")]
+        if stats: r["stats"] = stats  # GPUSHARDS_COMPUTE_STATS=1
+        res.append(r)
     return res
 
 def ours(lib, ledger, shard, share=None, mode=None, extra=None):
@@ -137,7 +140,8 @@ def main():
             s = r["rate"] / solo[r["kind"]]["rate"] if r["kind"] in solo and solo[r["kind"]]["rate"] else None
             row[f"s{j}"] = {"kind": r["kind"], "share_of_solo": round(s, 3) if s is not None else None,
                             "target": targets[j] if targets else None,
-                            **({"p50_us": round(r["p50_us"]), "p99_us": round(r["p99_us"])} if "p50_us" in r else {})}
+                            **({"p50_us": round(r["p50_us"]), "p99_us": round(r["p99_us"])} if "p50_us" in r else {}),
+                            **({"stats": r["stats"]} if "stats" in r else {})}
         print(json.dumps(row), flush=True)
     cases = []
     for k in ("mm", "train"):

@@ -56,7 +56,8 @@ struct gpushards_ledger_member {
     uint64_t wait_hb_ns;     /* refreshed while one of its processes waits for a turn */
     uint64_t cap_ns;         /* capped mode: the time its used share pays up to */
     uint64_t seen_ns;        /* last time a process of this shard used the entry */
-    uint8_t reserved[24];
+    uint64_t inflight_ns;    /* launch time of its oldest unfinished recorded work; 0 = none known */
+    uint8_t reserved[16];
 };
 
 struct gpushards_ledger {

@@ -33,6 +33,9 @@ struct cconf {
     uint32_t env_share; /* permille, 0 = unset */
     uint32_t env_mode;
     uint64_t slice_ns, idle_ns, depth_ns;
+    int sync_release; /* a synchronize ends the turn while contended */
+    int preempt;      /* a waiter owed more than half a slice takes the turn before the lease ends */
+    int stats;
 };
 static struct cconf cc;
 
@@ -55,6 +58,7 @@ CUresult (*gs_real_cuEventCreate)(CUevent *, unsigned int);
 CUresult (*gs_real_cuEventRecord)(CUevent, CUstream);
 CUresult (*gs_real_cuEventQuery)(CUevent);
 CUresult (*gs_real_cuEventSynchronize)(CUevent);
+CUresult (*gs_real_cuCtxSynchronize)(void);
 
 static inline uint64_t now_ns(void)
 {
@@ -78,6 +82,19 @@ static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t h
     return x;
 }
 
+/* Diagnostics (GPUSHARDS_COMPUTE_STATS=1): counts printed at exit. */
+static struct {
+    unsigned long admits, capturing, acquires, syncs, sync_releases, handovers, handover_waits_us, retakes;
+} st;
+
+static void print_stats(void)
+{
+    fprintf(stderr, "gpushards compute [%s]: admits %lu, while capturing %lu, turns waited for %lu, synchronizes %lu, "
+            "released at a synchronize %lu, turns taken from a busy holder %lu (waited %lu us for its drain), "
+            "turn lost during the in-flight wait %lu\n", cc.shard, st.admits, st.capturing, st.acquires, st.syncs,
+            st.sync_releases, st.handovers, st.handover_waits_us, st.retakes);
+}
+
 static void load_conf(void)
 {
     const char *dir = getenv("GPUSHARDS_LEDGER_DIR");
@@ -97,6 +114,10 @@ static void load_conf(void)
     cc.slice_ns = env_u64("GPUSHARDS_COMPUTE_SLICE_US", 4000, 100, 1000000) * 1000ull;
     cc.idle_ns = env_u64("GPUSHARDS_COMPUTE_IDLE_US", 1000, 20, 1000000) * 1000ull;
     cc.depth_ns = env_u64("GPUSHARDS_COMPUTE_DEPTH_US", 200, 10, 1000000) * 1000ull;
+    cc.sync_release = (int)env_u64("GPUSHARDS_COMPUTE_SYNC_RELEASE", 1, 0, 1);
+    cc.preempt = (int)env_u64("GPUSHARDS_COMPUTE_PREEMPT", 1, 0, 1);
+    cc.stats = (int)env_u64("GPUSHARDS_COMPUTE_STATS", 0, 0, 1);
+    if (cc.stats) atexit(print_stats);
     cc.on = 1;
 }
 
@@ -226,6 +247,7 @@ static struct cdev *lookup(CUdevice dev)
     }
     c->L = L;
     c->m = m;
+    __atomic_store_n(&L->members[m].inflight_ns, 0, __ATOMIC_RELAXED); /* a dead process's claim */
     c->lim = -1;
     if (gs_limits != NULL)
         for (unsigned i = 0; i < gs_limits->header.device_count && i < GPUSHARDS_LIMITS_MAX_DEVICES; i++)
@@ -321,17 +343,45 @@ static void wake_all(struct gpushards_ledger *L)
     syscall(SYS_futex, (uint32_t *)(void *)&L->turn, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+/* Wait until everything this process queued on the GPU has run: every
+ * stream of the context (several streams, or work queued before the GPU
+ * was contended and nothing was recorded), so that the next holder gets
+ * the GPU clean instead of time-sliced against our leftovers. */
 static void drain(struct cdev *c)
 {
     uint32_t zero = 0;
     if (!__atomic_compare_exchange_n(&c->ring_lock, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
-    if (c->count > 0) {
-        CUresult r = gs_real_cuEventSynchronize(c->ev[(c->head + c->count - 1) % RING]);
-        if (r != CUDA_SUCCESS) GS_DEBUG("cuEventSynchronize: %d", (int)r);
-        c->head = 0;
-        c->count = 0;
-    }
+    CUresult r = CUDA_SUCCESS;
+    if (gs_real_cuCtxSynchronize != NULL && !gs_capturing()) r = gs_real_cuCtxSynchronize();
+    else if (c->count > 0) r = gs_real_cuEventSynchronize(c->ev[(c->head + c->count - 1) % RING]);
+    if (r != CUDA_SUCCESS) GS_DEBUG("drain: %d", (int)r);
+    c->head = 0;
+    c->count = 0;
+    __atomic_store_n(&c->L->members[c->m].inflight_ns, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&c->ring_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* We took the turn from a holder that still had work queued: wait until it
+ * has drained (it drains as soon as it sees the turn gone, then waits, which
+ * its wait heartbeat shows), has been idle, or one slice has passed (it
+ * died, or sits in a long CPU section).  The drain is its GPU time: charged
+ * to it, not to us. */
+static void await_handover(struct gpushards_ledger *L, unsigned h, uint64_t taken)
+{
+    struct gpushards_ledger_member *o = &L->members[h - 1];
+    uint64_t now = taken;
+    for (;;) {
+        uint64_t hb = __atomic_load_n(&o->wait_hb_ns, __ATOMIC_ACQUIRE);
+        uint64_t last = __atomic_load_n(&o->last_kernel_ns, __ATOMIC_RELAXED);
+        int idle = last + cc.idle_ns < now && __atomic_load_n(&o->inflight_ns, __ATOMIC_RELAXED) == 0;
+        if (hb >= taken || idle || now >= taken + cc.slice_ns) break;
+        struct timespec ts = {0, 10000};
+        nanosleep(&ts, NULL);
+        now = now_ns();
+    }
+    if (now > taken) charge(L, h, taken, now, UINT64_MAX);
+    __atomic_store_n(&L->since_ns, now, __ATOMIC_RELEASE);
+    if (cc.stats) { st.handovers++; st.handover_waits_us += (now - taken) / 1000u; }
 }
 
 /* Wait until our shard holds the turn on this GPU. */
@@ -376,6 +426,11 @@ static void acquire(struct cdev *c, uint64_t now)
             continue;
         }
         if (!waiting) {
+            /* We do not hold the turn: let our queued work finish before we
+             * say (wait heartbeat) that we wait, so that a holder that took
+             * the turn from us knows when the GPU is its own. */
+            drain(c);
+            now = now_ns();
             /* Coming back: no more credit than one slice of our own. */
             uint32_t w = weight(L, m, now);
             uint64_t lag = cc.slice_ns * 1000u / w, vc = __atomic_load_n(&L->vclock, __ATOMIC_RELAXED);
@@ -395,19 +450,25 @@ static void acquire(struct cdev *c, uint64_t now)
                 uint64_t last = __atomic_load_n(&o->last_kernel_ns, __ATOMIC_RELAXED);
                 uint32_t w = weight(L, m, now);
                 uint64_t v = __atomic_load_n(&e->vtime, __ATOMIC_RELAXED);
-                int idle = last + cc.idle_ns < now;
+                /* Idle: no launch for idle_ns and no work of its own known to
+                 * be in flight (a 2 ms graph launched every 2 ms is busy). */
+                int idle = last + cc.idle_ns < now && __atomic_load_n(&o->inflight_ns, __ATOMIC_RELAXED) == 0;
                 /* The holder's virtual time as it would be charged now. */
                 uint64_t since = __atomic_load_n(&L->since_ns, __ATOMIC_RELAXED);
                 uint64_t live = __atomic_load_n(&o->vtime, __ATOMIC_RELAXED) +
                                 (now > since && since != 0 ? (now - since) * 1000u / weight(L, h - 1, now) : 0);
-                int owed = v + cc.slice_ns * 500u / w < live;
+                int owed = cc.preempt && v + cc.slice_ns * 500u / w < live;
                 take = (idle || owed) && most_entitled(L, m, now);
                 if (end < wake_at) wake_at = end;
             }
             if (take && __atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(me, gen, lease), 0,
                                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-                if (h != 0) charge(L, h, __atomic_exchange_n(&L->since_ns, now, __ATOMIC_ACQ_REL), now, end);
-                else __atomic_store_n(&L->since_ns, now, __ATOMIC_RELEASE);
+                if (h != 0) {
+                    charge(L, h, __atomic_exchange_n(&L->since_ns, now, __ATOMIC_ACQ_REL), now, end);
+                    await_handover(L, h, now);
+                } else {
+                    __atomic_store_n(&L->since_ns, now, __ATOMIC_RELEASE);
+                }
                 break;
             }
         } else {
@@ -445,7 +506,11 @@ void *gs_compute_admit(void)
      * querying events while any capture is under way invalidates it
      * (PyTorch's global capture mode): admission happens when the graph
      * is launched. */
-    if (gs_capturing()) return NULL;
+    if (gs_capturing()) {
+        if (cc.stats) st.capturing++;
+        return NULL;
+    }
+    if (cc.stats) st.admits++;
     gs_init();
     CUdevice dev;
     if (gs_real_cuCtxGetDevice == NULL || gs_real_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return NULL;
@@ -454,8 +519,10 @@ void *gs_compute_admit(void)
     struct gpushards_ledger *L = c->L;
     uint64_t now = now_ns();
     struct gpushards_ledger_member *e = &L->members[c->m];
+again:;
     uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
     if (GS_UNLIKELY(GPUSHARDS_TURN_HOLDER(t) != (unsigned)c->m + 1 || now >= GPUSHARDS_TURN_END_US(t) * 1000ull)) {
+        if (cc.stats) st.acquires++;
         acquire(c, now);
         now = now_ns();
     }
@@ -466,7 +533,11 @@ void *gs_compute_admit(void)
     int bound = lw + STALE_WAIT_NS > now || now < c->contended_until ||
                 __atomic_load_n(&e->mode, __ATOMIC_RELAXED) == GPUSHARDS_COMPUTE_CAPPED;
     if (!bound) {
-        if (GS_UNLIKELY(c->count != 0)) { c->head = 0; c->count = 0; }
+        if (GS_UNLIKELY(c->count != 0)) {
+            c->head = 0;
+            c->count = 0;
+            __atomic_store_n(&e->inflight_ns, 0, __ATOMIC_RELAXED);
+        }
         return NULL;
     }
     uint32_t zero = 0;
@@ -494,6 +565,14 @@ void *gs_compute_admit(void)
         c->count--;
         now = now_ns();
     }
+    __atomic_store_n(&e->inflight_ns, c->count > 0 ? c->rec_ns[c->head] : 0, __ATOMIC_RELAXED);
+    t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
+    if (GS_UNLIKELY(GPUSHARDS_TURN_HOLDER(t) != (unsigned)c->m + 1)) {
+        /* The turn was taken while we waited for our work in flight. */
+        if (cc.stats) st.retakes++;
+        __atomic_store_n(&c->ring_lock, 0, __ATOMIC_RELEASE);
+        goto again;
+    }
     return c; /* gs_compute_launched records the event and unlocks */
 unlock:
     __atomic_store_n(&c->ring_lock, 0, __ATOMIC_RELEASE);
@@ -508,10 +587,41 @@ void gs_compute_launched(void *token, CUstream stream, CUresult launched)
         unsigned slot = (c->head + c->count) % RING;
         if (gs_real_cuEventRecord(c->ev[slot], stream) == CUDA_SUCCESS) {
             c->rec_ns[slot] = now_ns();
-            c->count++;
+            if (c->count++ == 0) __atomic_store_n(&c->L->members[c->m].inflight_ns, c->rec_ns[slot], __ATOMIC_RELAXED);
         }
     }
     __atomic_store_n(&c->ring_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* After a successful synchronize: the shard waits for nothing on the GPU
+ * now, and its next launch needs CPU time first.  While another shard
+ * waits, end the turn here (charged to now) instead of holding the GPU
+ * idle until the lease ends: a latency-bound shard (a request, then a
+ * sync) then holds turns only while its work runs, and comes back owed,
+ * taking the next turn at once. */
+void gs_compute_synced(void)
+{
+    if (GS_LIKELY(!conf()) || gs_capturing()) return;
+    if (cc.stats) st.syncs++;
+    if (!cc.sync_release) return;
+    CUdevice dev;
+    if (gs_real_cuCtxGetDevice == NULL || gs_real_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return;
+    if (dev < 0 || dev >= GS_MAX_ORDINALS || __atomic_load_n(&cdevs[dev].state, __ATOMIC_ACQUIRE) != 1) return;
+    struct cdev *c = &cdevs[dev];
+    struct gpushards_ledger *L = c->L;
+    unsigned me = (unsigned)c->m + 1;
+    uint64_t now = now_ns();
+    uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
+    if (GPUSHARDS_TURN_HOLDER(t) != me) return;
+    if (__atomic_load_n(&L->last_wait_ns, __ATOMIC_RELAXED) + STALE_WAIT_NS < now) return; /* nobody waits */
+    uint64_t end = GPUSHARDS_TURN_END_US(t) * 1000ull;
+    uint64_t from = __atomic_load_n(&L->since_ns, __ATOMIC_ACQUIRE);
+    if (__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(0, GPUSHARDS_TURN_GEN(t) + 1, 0), 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        charge(L, me, from, now, end);
+        wake_all(L);
+        if (cc.stats) st.sync_releases++;
+    }
 }
 
 void gs_compute_reset_process(void)

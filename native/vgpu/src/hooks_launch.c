@@ -4,6 +4,8 @@
  * graph launches do too, in hooks_graph.c. */
 #include "vgpu.h"
 
+#undef cuStreamSynchronize
+
 /* The per-thread default stream, as cuda.h defines CU_STREAM_PER_THREAD. */
 #define PT_STREAM ((CUstream)0x2)
 
@@ -18,6 +20,9 @@ REAL(CUresult, cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsig
                                            unsigned, CUstream, void **));
 REAL(CUresult, cuLaunchCooperativeKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                                 unsigned, unsigned, CUstream, void **));
+REAL(CUresult, cuCtxSynchronize_v2, (CUcontext));
+REAL(CUresult, cuStreamSynchronize, (CUstream));
+REAL(CUresult, cuStreamSynchronize_ptsz, (CUstream));
 
 #define ENTER(real)                                                                                      \
     do {                                                                                                 \
@@ -89,6 +94,39 @@ GS_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, uns
     return r;
 }
 
+/* A synchronize can end the shard's turn (compute.c, gs_compute_synced). */
+GS_EXPORT CUresult cuCtxSynchronize(void)
+{
+    ENTER(gs_real_cuCtxSynchronize);
+    CUresult r = gs_real_cuCtxSynchronize();
+    if (r == CUDA_SUCCESS) gs_compute_synced();
+    return r;
+}
+
+GS_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    ENTER(real_cuCtxSynchronize_v2);
+    CUresult r = real_cuCtxSynchronize_v2(ctx);
+    if (r == CUDA_SUCCESS) gs_compute_synced();
+    return r;
+}
+
+GS_EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+    ENTER(real_cuStreamSynchronize);
+    CUresult r = real_cuStreamSynchronize(s);
+    if (r == CUDA_SUCCESS) gs_compute_synced();
+    return r;
+}
+
+GS_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
+{
+    ENTER(real_cuStreamSynchronize_ptsz);
+    CUresult r = real_cuStreamSynchronize_ptsz(s);
+    if (r == CUDA_SUCCESS) gs_compute_synced();
+    return r;
+}
+
 #define HOOK(name) {#name, (void *)name, (void **)&real_##name}
 #define CALLS(name) {#name, NULL, (void **)&gs_real_##name}
 const struct gs_hook gs_launch_hooks[] = {
@@ -98,6 +136,10 @@ const struct gs_hook gs_launch_hooks[] = {
     HOOK(cuLaunchKernelEx_ptsz),
     HOOK(cuLaunchCooperativeKernel),
     HOOK(cuLaunchCooperativeKernel_ptsz),
+    {"cuCtxSynchronize", (void *)cuCtxSynchronize, (void **)&gs_real_cuCtxSynchronize},
+    HOOK(cuCtxSynchronize_v2),
+    HOOK(cuStreamSynchronize),
+    HOOK(cuStreamSynchronize_ptsz),
     CALLS(cuEventCreate),
     CALLS(cuEventRecord),
     CALLS(cuEventQuery),

@@ -183,9 +183,11 @@ extern CUresult (*gs_real_cuEventCreate)(CUevent *, unsigned int);
 extern CUresult (*gs_real_cuEventRecord)(CUevent, CUstream);
 extern CUresult (*gs_real_cuEventQuery)(CUevent);
 extern CUresult (*gs_real_cuEventSynchronize)(CUevent);
+extern CUresult (*gs_real_cuCtxSynchronize)(void);
 /* Before a launch: waits for this shard's turn on the current GPU; returns
  * a token for gs_compute_launched (NULL when nothing is to be recorded). */
 void *gs_compute_admit(void);
+void gs_compute_synced(void);
 void gs_compute_launched(void *token, CUstream stream, CUresult launched);
 void gs_compute_reset_process(void);
 
