@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -123,6 +125,48 @@ int compute_scenario(const char *s, int argc, char **argv)
         if (launch_until(shard, share_is, after, 10000000) != 0) FAIL("the ledger never showed share %llu",
                                                                       (unsigned long long)after);
         printf("resized\n");
+        return 0;
+    }
+    if (!strcmp(s, "compute-graph")) {
+        /* Graph launches pass the admission: they take turns and are
+         * charged in the ledger like kernel launches. */
+        if (context() != 0) FAIL("no context");
+        CUgraph g;
+        CUgraphExec x;
+        if (cuGraphCreate(&g, 0) != CUDA_SUCCESS || cuGraphInstantiateWithFlags(&x, g, 0) != CUDA_SUCCESS)
+            FAIL("no graph");
+        struct gpushards_ledger *L = NULL;
+        for (long i = 0; i < 10000000; i++) {
+            if (cuGraphLaunch(x, NULL) != CUDA_SUCCESS) FAIL("cuGraphLaunch failed");
+            if (L == NULL) L = ledger();
+            struct gpushards_ledger_member *m = L != NULL ? member(L, shard) : NULL;
+            if (m != NULL && busy(m, 0)) {
+                printf("graph-busy\n");
+                return 0;
+            }
+        }
+        FAIL("graph launches never showed in the ledger for %s", shard);
+    }
+    if (!strcmp(s, "compute-sync-release")) {
+        /* Take the turn (a lease far longer than the test), wait until
+         * another shard waits for it, then synchronize: the turn must be
+         * handed back by the synchronize itself. */
+        if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch");
+        struct gpushards_ledger *L = ledger();
+        if (L == NULL) FAIL("no ledger");
+        struct gpushards_ledger_member *me = member(L, shard);
+        unsigned h = GPUSHARDS_TURN_HOLDER(__atomic_load_n(&L->turn, __ATOMIC_ACQUIRE));
+        if (me == NULL || h == 0 || &L->members[h - 1] != me) FAIL("%s does not hold the turn", shard);
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        uint64_t ready = (uint64_t)t0.tv_sec * 1000000000ull + (uint64_t)t0.tv_nsec;
+        printf("ready\n");
+        fflush(stdout);
+        while (__atomic_load_n(&L->last_wait_ns, __ATOMIC_ACQUIRE) < ready) sched_yield();
+        if (cuCtxSynchronize() != CUDA_SUCCESS) FAIL("cuCtxSynchronize failed");
+        h = GPUSHARDS_TURN_HOLDER(__atomic_load_n(&L->turn, __ATOMIC_ACQUIRE));
+        if (h != 0 && &L->members[h - 1] == me) FAIL("%s still holds the turn after synchronizing", shard);
+        printf("released\n");
         return 0;
     }
     return -1;

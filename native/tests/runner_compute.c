@@ -123,6 +123,41 @@ static int t_compute_resize(const void *arg)
     return run(env, "link", "compute-resize", "250", "500");
 }
 
+static int t_compute_graph(const void *arg)
+{
+    /* cuGraphLaunch goes through the admission: the shard's graph
+     * launches alone put GPU time and a last launch in the ledger. */
+    ledger_fresh();
+    const char *env[] = {ledger_env, "GPUSHARDS_SHARD_ID=g", "GPUSHARDS_COMPUTE_SHARE=25",
+                         "GPUSHARDS_COMPUTE_SLICE_US=100", NULL};
+    if (run(env, "link", "compute-graph", NULL, NULL)) return 1;
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *m = ledger_member(L, "g");
+    H_CHECK(m != NULL && m->share_permille == 250 && m->busy_ns > 0, "graph launches not governed");
+    munmap(L, sizeof *L);
+    return 0;
+}
+
+static int t_compute_sync_release(const void *arg)
+{
+    /* A holds a 1 s lease; B waits for the GPU, may not preempt, and takes
+     * A for idle only after 1 s.  A's synchronize hands the turn over
+     * (A checks it right after the call), and B's launches then finish. */
+    ledger_fresh();
+    const char *ea[] = {ledger_env, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=1000000",
+                        "GPUSHARDS_COMPUTE_IDLE_US=1000000", "GPUSHARDS_COMPUTE_PREEMPT=0", NULL};
+    const char *eb[] = {ledger_env, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_PREEMPT=0",
+                        "GPUSHARDS_COMPUTE_IDLE_US=1000000", NULL};
+    struct proc holder, pb;
+    H_CHECK(start_ready(&holder, ea, "compute-sync-release", NULL) == 0, "holder did not start: %s", err_text);
+    H_CHECK(spawn(&pb, eb, "link", "compute-launch", NULL, NULL) == 0, "fork");
+    int sa = await(&holder, 60000), sb = await(&pb, 60000);
+    H_CHECK(sa == 0, "the holder kept the turn after synchronizing (exit %d)", sa);
+    H_CHECK(sb == 0, "the waiting shard did not finish (exit %d)", sb);
+    return 0;
+}
+
 static void add_compute_tests(struct t *tests, int *n)
 {
 #define ADDC(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -131,5 +166,7 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute: a holder killed mid-slice stalls nobody past its lease", t_compute_dead_holder, NULL);
     ADDC("compute: two shards in two processes share one ledger", t_compute_two_shards, NULL);
     ADDC("compute: a share changed in the limits file reaches the ledger", t_compute_resize, NULL);
+    ADDC("compute: graph launches take turns like kernel launches", t_compute_graph, NULL);
+    ADDC("compute: a synchronize hands the turn to a waiting shard", t_compute_sync_release, NULL);
 #undef ADDC
 }

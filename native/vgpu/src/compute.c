@@ -613,7 +613,8 @@ void gs_compute_synced(void)
     uint64_t now = now_ns();
     uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
     if (GPUSHARDS_TURN_HOLDER(t) != me) return;
-    if (__atomic_load_n(&L->last_wait_ns, __ATOMIC_RELAXED) + STALE_WAIT_NS < now) return; /* nobody waits */
+    /* Nobody waits: a waiter refreshes last_wait_ns at least every idle_ns. */
+    if (__atomic_load_n(&L->last_wait_ns, __ATOMIC_RELAXED) + STALE_WAIT_NS + cc.idle_ns < now) return;
     uint64_t end = GPUSHARDS_TURN_END_US(t) * 1000ull;
     uint64_t from = __atomic_load_n(&L->since_ns, __ATOMIC_ACQUIRE);
     if (__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(0, GPUSHARDS_TURN_GEN(t) + 1, 0), 0,
