@@ -13,6 +13,7 @@ const sink = {
   stop: () => Promise.resolve(),
   delete: () => Promise.resolve(),
   resize: () => Promise.resolve(),
+  reconcile: () => Promise.resolve(),
 };
 const config = loadConfigFromEnv();
 const enforceLimits = process.env.GPUSHARDS_BENCH_LIMITS !== 'off';

@@ -53,7 +53,7 @@ const stats = {
   reconcileRemovals: 0,
   reconcileStops: 0,
   unanswered: 0,
-  commands: { launch: 0, stop: 0, delete: 0, resize: 0 },
+  commands: { launch: 0, stop: 0, delete: 0, resize: 0, reconcile: 0 },
   repeatedCommands: 0,
   launchesOfRunning: 0,
   exits: 0,
@@ -346,6 +346,9 @@ class SimulatedAgent {
         c.spec = { ...c.spec, gpus: command.gpus };
         return { ...header, result: { type: 'resize', gpus: command.gpus } };
       }
+      case 'reconcile':
+        // Taken on; the simulated agent reconciles on its own period.
+        return { ...header, result: { type: 'reconcile' } };
     }
   }
 

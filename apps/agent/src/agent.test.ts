@@ -248,6 +248,19 @@ describe('agent', () => {
     assert.equal(running().length, 2);
   });
 
+  it('a reconcile command: taken on at once, and a reconcile follows now, not at the next period', async () => {
+    const before = controlPlane.reconciles.length;
+    const reply = await controlPlane.command(HOST, { type: 'reconcile' });
+    assert.deepEqual(reply.ok && reply.result, { type: 'reconcile' });
+    const request = await waitFor(
+      'a reconcile request',
+      () => controlPlane.reconciles[before],
+      10_000,
+    );
+    assert.equal(request.hostId, HOST);
+    assert.ok(request.containers.some((c) => c.shardId === 's-retry' && c.running));
+  });
+
   it('reports the used bytes of the region file in heartbeats', async () => {
     writeFileSync(
       join(regionDir('s-main'), 'region'),

@@ -91,7 +91,7 @@ describe('decodeMessage refuses, naming the reason', () => {
     );
     assert.equal(
       message,
-      'command: type: unknown command type "reboot": expected one of launch, stop, delete, resize',
+      'command: type: unknown command type "reboot": expected one of launch, stop, delete, resize, reconcile',
     );
     assert.match(
       refused(commandSchema, json({ protocolVersion: 1, hostId: 'h' }), 'INVALID'),

@@ -123,6 +123,7 @@ export const commands: Command[] = [
   { ...header, type: 'stop', shardId: 'shard_01HZX3', graceSeconds: 30 },
   { ...header, type: 'delete', shardId: 'shard_01HZX3' },
   { ...header, type: 'resize', shardId: 'shard_01HZX3', gpus: [{ uuid: GPU_0, limitBytes: GIB }] },
+  { ...header, type: 'reconcile' },
 ];
 
 export const commandReplies: CommandReply[] = [
@@ -130,6 +131,7 @@ export const commandReplies: CommandReply[] = [
   { ...header, ok: true, result: { type: 'stop', wasRunning: true } },
   { ...header, ok: true, result: { type: 'delete', removed: false } },
   { ...header, ok: true, result: { type: 'resize', gpus: [{ uuid: GPU_0, limitBytes: GIB }] } },
+  { ...header, ok: true, result: { type: 'reconcile' } },
   { ...header, ok: false, error: { code: 'UNKNOWN_SHARD', message: 'no shard shard_x here' } },
   {
     ...header,

@@ -380,13 +380,29 @@ export const resizeCommandSchema = z.object({
   gpus: gpuLimitsSchema,
 });
 
-export const COMMAND_TYPES = ['launch', 'stop', 'delete', 'resize'] as const;
+/**
+ * Reconcile now instead of at the next period: a control plane that starts asks each agent,
+ * since state events published while no control plane listened went to no one. An agent
+ * older than this command refuses it (INVALID_COMMAND); its next period does the same.
+ */
+export const reconcileCommandSchema = z.object({
+  ...commandHeader,
+  type: z.literal('reconcile'),
+});
+
+export const COMMAND_TYPES = ['launch', 'stop', 'delete', 'resize', 'reconcile'] as const;
 export type CommandType = (typeof COMMAND_TYPES)[number];
 
 export const commandSchema = z
   .discriminatedUnion(
     'type',
-    [launchCommandSchema, stopCommandSchema, deleteCommandSchema, resizeCommandSchema],
+    [
+      launchCommandSchema,
+      stopCommandSchema,
+      deleteCommandSchema,
+      resizeCommandSchema,
+      reconcileCommandSchema,
+    ],
     {
       error: (issue) =>
         issue.code === 'invalid_union'
@@ -400,6 +416,7 @@ export type LaunchCommand = z.infer<typeof launchCommandSchema>;
 export type StopCommand = z.infer<typeof stopCommandSchema>;
 export type DeleteCommand = z.infer<typeof deleteCommandSchema>;
 export type ResizeCommand = z.infer<typeof resizeCommandSchema>;
+export type ReconcileCommand = z.infer<typeof reconcileCommandSchema>;
 
 function readType(input: unknown): unknown {
   return typeof input === 'object' && input !== null ? (input as { type?: unknown }).type : input;
@@ -418,6 +435,8 @@ export const commandResultSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('stop'), wasRunning: z.boolean() }),
   z.object({ type: z.literal('delete'), removed: z.boolean() }),
   z.object({ type: z.literal('resize'), gpus: gpuLimitsSchema }),
+  /** Taken on: the reconcile runs after the reply, as the periodic one does. */
+  z.object({ type: z.literal('reconcile') }),
 ]);
 export type CommandResult = z.infer<typeof commandResultSchema>;
 

@@ -295,6 +295,33 @@ describe('control plane and agent over NATS', () => {
     assert.equal(shardContainers(HOST).length, 2);
   });
 
+  it('a container that exits while no control plane listens: the one that starts asks the agent to reconcile, and the shard is EXITED at once', async () => {
+    const shardId = (await createProbeShard('exits-unheard', '512m', 64 * MiB)).id;
+    const { containerId } = await waitForState(shardId, 'RUNNING');
+    // A listener in the control plane's place, to see the agent's EXITED event go to no one.
+    const auth = nats.controlPlane as NatsAuth & { kind: 'nkey' };
+    const listener = await connect({
+      servers: nats.url,
+      authenticator: nkeyAuthenticator(
+        new TextEncoder().encode(readFileSync(auth.seedFile, 'utf8').trim()),
+      ),
+    });
+    clients.push(listener);
+    const events = listener.subscribe(agentSubjects(HOST).state);
+    await listener.flush();
+    await stack.stopControlPlane();
+    docker('stop', '-t', '1', containerId!);
+    for await (const message of events) {
+      const event = JSON.parse(message.string()) as { shardId: string; state: string };
+      if (event.shardId === shardId && event.state === 'EXITED') break;
+    }
+    await startControlPlane();
+    // The agent reconciles once an hour here (Stack): only the ask at start can settle it.
+    const exited = await waitForState(shardId, 'EXITED');
+    assert.match(exited.failureReason ?? '', /found stopped by reconciliation/);
+    assert.equal(exited.gpus.filter((gpu) => gpu.releasedAt === null).length, 0, 'released');
+  });
+
   it('a message whose hostId is not its subject host is dropped: nothing changes', async () => {
     const other = await clientOf(OTHER);
     const register: RegisterRequest = {

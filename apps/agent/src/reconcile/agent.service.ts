@@ -12,6 +12,7 @@ import { EnforcementService } from '../enforcement/enforcement.service.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { AGENT_LINK, LinkUnavailableError, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import { ReconcileRequests } from '../shards/reconcile-requests.js';
 import { ShardsService } from '../shards/shards.service.js';
 import { HeartbeatService } from './heartbeat.service.js';
 import { ReconcileService } from './reconcile.service.js';
@@ -44,6 +45,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly stopping = new AbortController();
   private readonly timers = new Set<NodeJS.Timeout>();
   private registering: Promise<void> | undefined;
+  private reconciling: Promise<void> = Promise.resolve();
 
   constructor(
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
@@ -54,6 +56,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly heartbeats: HeartbeatService,
     private readonly reconciler: ReconcileService,
     private readonly enforcement: EnforcementService,
+    private readonly reconcileRequests: ReconcileRequests,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'agent' });
@@ -94,6 +97,14 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     // At once, not a period later: what changed while the agent was away (containers that
     // exited, stops that were lost, containers adopted) settles now.
     this.every(this.config.reconcileSeconds, 'reconcile', () => this.reconcile(), true);
+    // And whenever a control plane asks (one that starts does: events sent while none
+    // listened went to no one).
+    this.reconcileRequests.onRequest(() => {
+      this.logger.info('a control plane asked for a reconcile');
+      void this.reconcile().catch((error: unknown) =>
+        this.logger.warn({ err: error }, 'reconcile failed'),
+      );
+    });
     this.enforcement.start();
     this.logger.info(
       {
@@ -124,7 +135,14 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
    * means it lost us, e.g. it restarted on a new database: register again, which retries
    * until a control plane answers.
    */
-  async reconcile(): Promise<void> {
+  reconcile(): Promise<void> {
+    // One at a time: the periodic one and those a control plane asks for.
+    const next = this.reconciling.then(() => this.reconcileUnqueued());
+    this.reconciling = next.catch(() => undefined);
+    return next;
+  }
+
+  private async reconcileUnqueued(): Promise<void> {
     try {
       await this.reconciler.reconcileOnce();
     } catch (error) {

@@ -34,4 +34,9 @@ export class CommandsController {
   resize(@Payload() command: Of<'resize'>): Promise<CommandReply> {
     return this.commands.handle(command);
   }
+
+  @MessagePattern(commandPattern('reconcile'))
+  reconcile(@Payload() command: Of<'reconcile'>): Promise<CommandReply> {
+    return this.commands.handle(command);
+  }
 }

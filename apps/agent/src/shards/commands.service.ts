@@ -12,6 +12,7 @@ import { RuntimeError } from '../containers/docker-runtime.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { BelowUsageError } from '../regions/regions.service.js';
 import { CommandJournal } from './command-journal.js';
+import { ReconcileRequests } from './reconcile-requests.js';
 import { ShardsService, UnknownGpuError, UnknownShardError } from './shards.service.js';
 
 /**
@@ -28,6 +29,7 @@ export class CommandsService {
   constructor(
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
     private readonly shards: ShardsService,
+    private readonly reconcileRequests: ReconcileRequests,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'commands' });
@@ -45,7 +47,12 @@ export class CommandsService {
   }
 
   private async execute(command: Command): Promise<CommandReply> {
-    const shardId = command.type === 'launch' ? command.shard.shardId : command.shardId;
+    const shardId =
+      command.type === 'reconcile'
+        ? undefined
+        : command.type === 'launch'
+          ? command.shard.shardId
+          : command.shardId;
     this.logger.info(
       { commandId: command.commandId, type: command.type, shardId },
       'command received',
@@ -57,7 +64,7 @@ export class CommandsService {
         `this agent is host ${this.config.hostId}, the command is for ${command.hostId}`,
       );
     }
-    this.shards.noteCommand(shardId);
+    if (shardId !== undefined) this.shards.noteCommand(shardId);
     try {
       const result = await this.run(command);
       return {
@@ -85,6 +92,9 @@ export class CommandsService {
       case 'resize':
         await this.shards.resize(command.shardId, command.gpus);
         return { type: 'resize', gpus: command.gpus };
+      case 'reconcile':
+        this.reconcileRequests.request();
+        return { type: 'reconcile' };
     }
   }
 

@@ -6,13 +6,14 @@ import { LimitsModule } from '../limits/limits.module.js';
 import { RegionsModule } from '../regions/regions.module.js';
 import { CommandsController } from './commands.controller.js';
 import { CommandsService } from './commands.service.js';
+import { ReconcileRequests } from './reconcile-requests.js';
 import { ShardsService } from './shards.service.js';
 import { StateReporter } from './state-reporter.js';
 
 @Module({
   imports: [ContainersModule, GpusModule, RegionsModule, LimitsModule],
   controllers: [CommandsController],
-  providers: [ShardsService, CommandsService, StateReporter],
-  exports: [ShardsService, CommandsService],
+  providers: [ShardsService, CommandsService, StateReporter, ReconcileRequests],
+  exports: [ShardsService, CommandsService, ReconcileRequests],
 })
 export class ShardsModule {}

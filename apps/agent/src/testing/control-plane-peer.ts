@@ -21,6 +21,7 @@ import {
   type DeleteCommand,
   type ReconcileRequest,
   type RegisterRequest,
+  type ReconcileCommand,
   type ResizeCommand,
   type ShardLaunchSpec,
   type ShardState,
@@ -37,7 +38,7 @@ type WithoutHeader<T> = T extends unknown
   ? Omit<T, 'protocolVersion' | 'hostId' | 'commandId'>
   : never;
 export type CommandBody = WithoutHeader<
-  LaunchCommand | StopCommand | DeleteCommand | ResizeCommand
+  LaunchCommand | StopCommand | DeleteCommand | ResizeCommand | ReconcileCommand
 >;
 
 export interface HostDesiredState {

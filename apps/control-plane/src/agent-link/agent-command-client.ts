@@ -93,6 +93,10 @@ export class AgentCommandClient implements ShardCommands {
     await this.send(hostId, { type: 'resize', shardId, gpus: [...gpus] });
   }
 
+  async reconcile(hostId: string): Promise<void> {
+    await this.send(hostId, { type: 'reconcile' });
+  }
+
   /** Abandons the retries still waiting (the control plane is closing). */
   close(): void {
     this.closing.abort();
@@ -171,6 +175,7 @@ export class AgentCommandClient implements ShardCommands {
   }
 }
 
-function shardIdOf(body: CommandBody): string {
+function shardIdOf(body: CommandBody): string | undefined {
+  if (body.type === 'reconcile') return undefined;
   return body.type === 'launch' ? body.shard.shardId : body.shardId;
 }

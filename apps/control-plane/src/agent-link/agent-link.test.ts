@@ -80,6 +80,8 @@ function ok(command: Command): CommandReply {
       return { ...header, result: { type: 'delete', removed: true } };
     case 'resize':
       return { ...header, result: { type: 'resize', gpus: command.gpus } };
+    case 'reconcile':
+      return { ...header, result: { type: 'reconcile' } };
   }
 }
 

@@ -633,7 +633,12 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.equal(sent(placed.id, 'launch'), launches + 1);
       // A control plane that starts sends the launches and stops in flight again at once.
       const launchesBefore = sent(placed.id, 'launch');
+      const asked = () =>
+        commands.recorded.filter((c) => c.type === 'reconcile' && c.hostId === 'stuck-1').length;
+      const askedBefore = asked();
       assert.ok((await sweeper.resendOnStart()) >= 2);
+      // And every host that is not OFFLINE is asked to reconcile now.
+      assert.equal(asked(), askedBefore + 1);
       assert.equal(sent(placed.id, 'launch'), launchesBefore + 1);
       assert.equal(sent(stopping.id, 'stop'), stops + 2);
       // Its agent answers: no longer stuck.

@@ -31,6 +31,10 @@ export function stuckSweepIntervalMs(limits: StuckSeconds): number | undefined {
 
 type Candidate = ShardRecord & { gpuUuids: string[] | null };
 
+/** At start, hosts asked to reconcile at a time, and the pause between such steps. */
+const RECONCILE_ASKS_PER_STEP = 100;
+const RECONCILE_ASK_STEP_MS = 250;
+
 /**
  * Nothing stuck in silence: a shard that stays PENDING, PLACED, STARTING or STOPPING past its
  * limit (GPUSHARDS_STUCK_SECONDS, libs/limits DEFAULT_STUCK_SECONDS) gets a `shard.stuck`
@@ -49,6 +53,7 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
   private readonly known = new Map<string, { version: number; actedAt: number }>();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<unknown> | undefined;
+  private closing = false;
 
   constructor(
     private readonly prisma: PrismaService,
@@ -84,6 +89,7 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
   }
 
   async onModuleDestroy(): Promise<void> {
+    this.closing = true;
     clearInterval(this.timer);
     await this.running;
   }
@@ -99,7 +105,9 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
 
   /**
    * Sends the launch of every PLACED or STARTING shard and the stop of every STOPPING shard of
-   * a host that is not OFFLINE to its agent again (idempotent there). Returns how many.
+   * a host that is not OFFLINE to its agent again (idempotent there; an agent that has the
+   * shard running or stopped already tells its state again), then asks every such host to
+   * reconcile now. Returns how many commands were sent again.
    */
   async resendOnStart(): Promise<number> {
     const shards = await this.prisma.$queryRaw<Candidate[]>`
@@ -117,7 +125,38 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
     if (shards.length > 0) {
       this.logger.info({ shards: shards.length }, 'sent the launches and stops in flight again');
     }
+    await this.askHostsToReconcile();
     return shards.length;
+  }
+
+  /**
+   * Every host that is not OFFLINE is asked to reconcile now: what its agent reported while no
+   * control plane listened (a container that exited, a RUNNING or STOPPED event) went to no
+   * one, and its next period may be half a minute away. A large fleet is asked
+   * RECONCILE_ASKS_PER_STEP hosts at a time, a step every RECONCILE_ASK_STEP_MS, so that its
+   * reconciles do not all land at once. Returns the hosts asked.
+   */
+  async askHostsToReconcile(): Promise<string[]> {
+    const hosts = await this.prisma.host.findMany({
+      where: { state: { not: 'OFFLINE' } },
+      select: { id: true },
+      orderBy: { id: 'asc' },
+    });
+    for (const [i, { id }] of hosts.entries()) {
+      if (this.closing) break;
+      if (i > 0 && i % RECONCILE_ASKS_PER_STEP === 0) {
+        await new Promise((resolve) => setTimeout(resolve, RECONCILE_ASK_STEP_MS).unref());
+      }
+      this.commands
+        .reconcile(id)
+        .catch((error: unknown) =>
+          this.logger.debug(
+            { err: error, hostId: id },
+            'a host did not take the reconcile asked for at start (its own period will do)',
+          ),
+        );
+    }
+    return hosts.map((host) => host.id);
   }
 
   /**

@@ -17,6 +17,11 @@ export interface ShardCommands {
   delete(hostId: string, shardId: string): Promise<void>;
   /** The shard's new caps, one per GPU (limitBytes = requested + context overhead). */
   resize(hostId: string, shardId: string, gpus: readonly GpuLimit[]): Promise<void>;
+  /**
+   * Reconcile now rather than at the next period (a control plane that starts asks every host
+   * that is not OFFLINE: state events sent while none listened went to no one).
+   */
+  reconcile(hostId: string): Promise<void>;
 }
 
 export const SHARD_COMMANDS = Symbol('ShardCommands');
@@ -41,6 +46,10 @@ export class UndeliverableShardCommands implements ShardCommands {
   }
 
   resize(hostId: string): Promise<void> {
+    return this.refuse(hostId);
+  }
+
+  reconcile(hostId: string): Promise<void> {
     return this.refuse(hostId);
   }
 
@@ -87,6 +96,7 @@ function withCapPolicies(commands: ShardCommands, policies: CapPolicies): ShardC
     stop: (hostId, shardId, graceSeconds) => commands.stop(hostId, shardId, graceSeconds),
     delete: (hostId, shardId) => commands.delete(hostId, shardId),
     resize: (hostId, shardId, gpus) => commands.resize(hostId, shardId, gpus),
+    reconcile: (hostId) => commands.reconcile(hostId),
   };
 }
 

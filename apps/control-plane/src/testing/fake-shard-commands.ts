@@ -15,7 +15,8 @@ export type RecordedShardCommand =
       readonly hostId: string;
       readonly shardId: string;
       readonly gpus: readonly GpuLimit[];
-    };
+    }
+  | { readonly type: 'reconcile'; readonly hostId: string };
 
 /** The newest commands a FakeShardCommands keeps; older ones are dropped. */
 export const MAX_RECORDED_COMMANDS = 10_000;
@@ -45,10 +46,18 @@ export class FakeShardCommands implements ShardCommands {
     return this.record({ type: 'resize', hostId, shardId, gpus });
   }
 
+  reconcile(hostId: string): Promise<void> {
+    return this.record({ type: 'reconcile', hostId });
+  }
+
   /** The commands recorded for one shard, oldest first. */
   forShard(shardId: string): RecordedShardCommand[] {
     return this.recorded.filter((command) =>
-      command.type === 'launch' ? command.spec.shardId === shardId : command.shardId === shardId,
+      command.type === 'reconcile'
+        ? false
+        : command.type === 'launch'
+          ? command.spec.shardId === shardId
+          : command.shardId === shardId,
     );
   }
 
