@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { PrismaService } from '../database/index.js';
 import { BadUserInputError, NotFoundError } from '../errors/domain-errors.js';
 import { pageRequest, toConnection, type ConnectionShape } from '../graphql/connection.js';
+import type { BatchLoad, RequestLoaders } from '../graphql/request-loaders.js';
 import {
   gpuView,
   hostView,
@@ -27,6 +28,22 @@ export class FleetReadsService {
     if (host === null) throw new NotFoundError('host', id);
     return hostView(host);
   }
+
+  /** By id, batched with the request's other host loads (Shard.host of a page); null if gone. */
+  getLoaded(loaders: RequestLoaders, id: string): Promise<Host | null> {
+    return loaders.load(this.hostsById, id);
+  }
+
+  private readonly hostsById: BatchLoad<string, Host | null> = {
+    loadMany: async (ids) => {
+      const rows = await this.prisma.host.findMany({
+        where: { id: { in: [...ids] } },
+        include: { gpus: true },
+      });
+      return new Map(rows.map((host) => [host.id, hostView(host)]));
+    },
+    missing: () => null,
+  };
 
   /** By id. */
   async list(args: HostsArgs): Promise<ConnectionShape<Host>> {

@@ -1,7 +1,7 @@
 import { Args, ID, Mutation, Parent, Query, ResolveField, Resolver } from '@nestjs/graphql';
 import { Role, type Caller } from '../auth/caller.js';
 import { CurrentCaller, MinRole } from '../auth/decorators.js';
-import { NotFoundError } from '../errors/domain-errors.js';
+import { Loaders, type RequestLoaders } from '../graphql/request-loaders.js';
 import { Shard, ShardConnection, ShardsArgs, shardView } from '../shards/shard.model.js';
 import { ShardQueriesService } from '../shards/shard-queries.service.js';
 import { GpuConnection, GpusArgs, Host, HostConnection, HostsArgs } from './fleet.model.js';
@@ -72,13 +72,7 @@ export class ShardHostResolver {
   constructor(private readonly fleet: FleetReadsService) {}
 
   @ResolveField(() => Host, { nullable: true })
-  async host(@Parent() shard: Shard) {
-    if (shard.hostId === null) return null;
-    try {
-      return await this.fleet.get(shard.hostId);
-    } catch (error) {
-      if (error instanceof NotFoundError) return null;
-      throw error;
-    }
+  host(@Parent() shard: Shard, @Loaders() loaders: RequestLoaders) {
+    return shard.hostId === null ? null : this.fleet.getLoaded(loaders, shard.hostId);
   }
 }

@@ -5,7 +5,7 @@ import { PrismaService } from '../database/index.js';
 import { BadUserInputError, NotFoundError } from '../errors/domain-errors.js';
 import { pageRequest, toConnection, type ConnectionShape } from '../graphql/connection.js';
 import { sizeOf } from '../graphql/size.model.js';
-import { TickBatch } from '../graphql/tick-batch.js';
+import type { BatchLoad, RequestLoaders } from '../graphql/request-loaders.js';
 import { checkId } from '../validation/input.js';
 import type { ShardRecord } from './shard-record.js';
 import type { ShardGpu, ShardsArgs } from './shard.model.js';
@@ -65,13 +65,13 @@ export class ShardQueriesService {
   }
 
   /** Its latest reservation on each GPU (live unless the shard stopped), by GPU index. */
-  gpusOf(shardId: string): Promise<ShardGpu[]> {
-    return this.gpuReservations.load(shardId);
+  gpusOf(loaders: RequestLoaders, shardId: string): Promise<ShardGpu[]> {
+    return loaders.load(this.gpuReservations, shardId);
   }
 
-  /** Shard.gpus of every shard asked for in one tick: one query for a page of shards. */
-  private readonly gpuReservations = new TickBatch<string, ShardGpu[]>(
-    async (shardIds) => {
+  /** Shard.gpus of every shard of a request's page: one query for the page. */
+  private readonly gpuReservations: BatchLoad<string, ShardGpu[]> = {
+    loadMany: async (shardIds) => {
       const rows = await this.prisma.$queryRaw<(GpuRow & { shardId: string })[]>`
         SELECT DISTINCT ON (held.shard_id, held.gpu_uuid)
                held.shard_id::text AS "shardId", held.gpu_uuid AS "gpuUuid", gpu.index,
@@ -102,8 +102,8 @@ export class ShardQueriesService {
       }
       return byShard;
     },
-    () => [],
-  );
+    missing: () => [],
+  };
 }
 
 /** Shards are listed newest first; the cursor holds (createdAt, id). */

@@ -11,6 +11,7 @@ import {
 } from '@nestjs/graphql';
 import { Role, type Caller } from '../auth/caller.js';
 import { CurrentCaller } from '../auth/decorators.js';
+import { Loaders, type RequestLoaders } from '../graphql/request-loaders.js';
 import { Team } from '../teams/team.model.js';
 import { TeamsService } from '../teams/teams.service.js';
 import {
@@ -132,14 +133,18 @@ export class ShardsResolver {
   }
 
   @ResolveField(() => Team)
-  team(@CurrentCaller() caller: Caller, @Parent() shard: Shard) {
-    return this.teams.get(caller, shard.teamId);
+  team(
+    @CurrentCaller() caller: Caller,
+    @Parent() shard: Shard,
+    @Loaders() loaders: RequestLoaders,
+  ) {
+    return this.teams.getLoaded(loaders, caller, shard.teamId);
   }
 
   @ResolveField(() => [ShardGpu], {
     description: 'Its latest reservation on each GPU, by index (released ones once it stopped).',
   })
-  gpus(@Parent() shard: Shard) {
-    return this.queries.gpusOf(shard.id);
+  gpus(@Parent() shard: Shard, @Loaders() loaders: RequestLoaders) {
+    return this.queries.gpusOf(loaders, shard.id);
   }
 }

@@ -21,6 +21,7 @@ import {
   type ConnectionArgs,
   type ConnectionShape,
 } from '../graphql/connection.js';
+import type { BatchLoad, RequestLoaders } from '../graphql/request-loaders.js';
 import { sizeOf } from '../graphql/size.model.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { checkId, GPU_MODEL_NAME, InputCheck, TEAM_NAME } from '../validation/input.js';
@@ -158,6 +159,26 @@ export class TeamsService {
     if (team === null) throw new NotFoundError('team', id);
     return team;
   }
+
+  /** Like get, batched with the request's other team loads (Shard.team of a page). */
+  async getLoaded(
+    loaders: RequestLoaders,
+    caller: Caller,
+    id: string,
+    field = 'id',
+  ): Promise<Team> {
+    const teamId = checkId(field, id);
+    assertTeamVisible(caller, teamId, 'team', id);
+    return loaders.load(this.teamsById, teamId);
+  }
+
+  private readonly teamsById: BatchLoad<string, Team> = {
+    loadMany: async (ids) => {
+      const rows = await this.prisma.team.findMany({ where: { id: { in: [...ids] } } });
+      return new Map(rows.map((team) => [team.id, team]));
+    },
+    missing: (id) => new NotFoundError('team', id),
+  };
 
   async quotaPolicy(teamId: string): Promise<QuotaPolicy | null> {
     const policy = await this.prisma.quotaPolicy.findUnique({ where: { teamId } });

@@ -1,6 +1,7 @@
 import { Args, ID, Mutation, Parent, Query, ResolveField, Resolver } from '@nestjs/graphql';
 import { Role, type Caller } from '../auth/caller.js';
 import { CurrentCaller, MinRole } from '../auth/decorators.js';
+import { Loaders, type RequestLoaders } from '../graphql/request-loaders.js';
 import { ConnectionArgs } from '../graphql/connection.js';
 import { Team } from '../teams/team.model.js';
 import { TeamsService } from '../teams/teams.service.js';
@@ -49,8 +50,12 @@ export class ApiTokensResolver {
   }
 
   @ResolveField(() => Team, { nullable: true, description: 'Null for fleet-wide admin tokens.' })
-  team(@CurrentCaller() caller: Caller, @Parent() token: ApiToken) {
-    return token.teamId === null ? null : this.teams.get(caller, token.teamId);
+  team(
+    @CurrentCaller() caller: Caller,
+    @Parent() token: ApiToken,
+    @Loaders() loaders: RequestLoaders,
+  ) {
+    return token.teamId === null ? null : this.teams.getLoaded(loaders, caller, token.teamId);
   }
 }
 
