@@ -9,3 +9,4 @@ export * from './lifecycle/index.js';
 export * from './queue/index.js';
 export * from './enforcement/enforcement.js';
 export * from './rate/token-bucket.js';
+export * from './compute-share.js';

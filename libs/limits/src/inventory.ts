@@ -39,6 +39,8 @@ export interface Gpu {
   readonly reservedBytes: Bytes;
   /** Capacity is floor(totalBytes × ratio); absent takes the fleet default. */
   readonly overcommitRatio?: number;
+  /** Sum of the compute shares (permille) of the shards placed on this GPU; absent: 0. */
+  readonly guaranteedComputePermille?: number;
 }
 
 export interface Host {

@@ -97,6 +97,7 @@ export class PlacementIndex {
       plan.filter.include ?? [],
       plan.filter.exclude ?? [],
       plan.selector,
+      plan.computeShare,
     ]);
     let shape = this.shapes.get(key);
     if (shape !== undefined) {

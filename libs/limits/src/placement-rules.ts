@@ -4,6 +4,7 @@
  * package: placement.ts and placement-index.ts are the API.
  */
 import { type Bytes, bytes, isBytes, MAX_BYTES } from './sizes.js';
+import { FULL_GPU_PERMILLE, guaranteedShareFits } from './compute-share.js';
 import {
   DEFAULT_CONTEXT_OVERHEAD_BYTES,
   DEFAULT_OVERCOMMIT_RATIO,
@@ -70,6 +71,8 @@ export interface Plan {
   readonly selector: readonly (readonly [string, string])[];
   readonly defaultOverhead: Bytes;
   readonly defaultRatio: number;
+  /** Compute share per GPU, permille; 0: none asked. */
+  readonly computeShare: number;
 }
 
 export function planOf(request: PlacementRequest, options: PlacementOptions): Plan {
@@ -86,6 +89,12 @@ export function planOf(request: PlacementRequest, options: PlacementOptions): Pl
     throw new RangeError(`defaultOverheadBytes must be a byte count, not ${defaultOverhead}`);
   }
   const defaultRatio = checkedRatio(options.defaultOvercommitRatio ?? DEFAULT_OVERCOMMIT_RATIO);
+  const computeShare = request.computeSharePermille ?? 0;
+  if (!Number.isSafeInteger(computeShare) || computeShare < 0 || computeShare > FULL_GPU_PERMILLE) {
+    throw new RangeError(
+      `computeSharePermille must be a whole number from 0 to 1000, not ${computeShare}`,
+    );
+  }
   const filter = request.gpuModel ?? {};
   return {
     bytesPerGpu: request.bytesPerGpu,
@@ -96,7 +105,13 @@ export function planOf(request: PlacementRequest, options: PlacementOptions): Pl
     selector: Object.entries(request.hostSelector ?? {}).sort(([a], [b]) => compareText(a, b)),
     defaultOverhead,
     defaultRatio,
+    computeShare,
   };
+}
+
+/** The GPU can still guarantee the plan's compute share (compute-share.ts). */
+export function computeFits(gpu: Gpu, plan: Plan): boolean {
+  return guaranteedShareFits(gpu.guaranteedComputePermille ?? 0, plan.computeShare);
 }
 
 export function compareText(a: string, b: string): number {
@@ -142,7 +157,7 @@ export function pickOn(host: Host, plan: Plan, need: number, picks: Picks): numb
   for (const gpu of host.gpus) {
     if (!plan.modelMatches(gpu.model)) continue;
     const available = rawCapacity(gpu, plan.defaultRatio) - gpu.reservedBytes;
-    if (available < need) continue;
+    if (available < need || !computeFits(gpu, plan)) continue;
     const full = picks.count === k;
     if (full && !prefers(plan.order, available, gpu, free[k - 1]!, gpus[k - 1]!)) continue;
     let slot = full ? k - 1 : picks.count++;

@@ -25,6 +25,7 @@ import {
   checkedRatio,
   compareText,
   beats,
+  computeFits,
   gateReason,
   modelMatcher,
   needOn,
@@ -59,6 +60,11 @@ export interface PlacementRequest {
   readonly hostSelector?: Readonly<Record<string, string>>;
   /** binpack when absent. */
   readonly policy?: PlacementPolicy;
+  /**
+   * Compute share per GPU (permille, compute-share.ts); absent or 0: none. A GPU takes it only
+   * while its placed shares stay ≤ 100%.
+   */
+  readonly computeSharePermille?: number;
 }
 
 export interface PlacementOptions {
@@ -108,6 +114,8 @@ export type NoFitReason =
       readonly neededGpus: number;
       /** Per GPU, context overhead included (saturates at MAX_BYTES, which no GPU holds). */
       readonly neededBytesPerGpu: Bytes;
+      /** The compute share asked for, when one was: a fitting GPU has room for it too. */
+      readonly neededComputePermille?: number;
       /** How many GPUs on the host have that much free. */
       readonly fittingGpus: number;
       /** GPUs left out by the model filter (absent from `gpus`). */
@@ -191,7 +199,7 @@ function capacityReason(host: Host, plan: Plan): NoFitReason {
   for (const gpu of host.gpus) {
     if (!plan.modelMatches(gpu.model)) continue;
     const free = Math.max(0, rawCapacity(gpu, plan.defaultRatio) - gpu.reservedBytes) as Bytes;
-    if (free >= need) fittingGpus++;
+    if (free >= need && computeFits(gpu, plan)) fittingGpus++;
     gpus.push({ uuid: gpu.uuid, index: gpu.index, model: gpu.model, freeBytes: free });
   }
   if (host.gpus.length > 0 && gpus.length === 0) {
@@ -202,6 +210,7 @@ function capacityReason(host: Host, plan: Plan): NoFitReason {
     kind: 'not-enough-gpus',
     neededGpus: plan.gpuCount,
     neededBytesPerGpu: clampBytes(need),
+    ...(plan.computeShare > 0 ? { neededComputePermille: plan.computeShare } : {}),
     fittingGpus,
     excludedByModel: host.gpus.length - gpus.length,
     gpus: gpus.sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid)),
@@ -289,6 +298,9 @@ export function describeNoFitReason(reason: NoFitReason): string {
           : '';
       return (
         `needs ${countOf(reason.neededGpus, 'GPU')} with ${formatSize(reason.neededBytesPerGpu)} ` +
+        (reason.neededComputePermille !== undefined
+          ? `and ${reason.neededComputePermille / 10}% of compute unguaranteed `
+          : '') +
         `free each, has ${reason.fittingGpus} (${free})${excluded}`
       );
     }
