@@ -208,10 +208,13 @@ try {
   sampleCpuUs = 0;
   listingNs = 0n;
   listings = 0;
+  const usedSeen = [];
+  const watch = setInterval(() => usedSeen.push(backend.nvml.memory(0).usedBytes), 50);
   const idleStart = process.hrtime.bigint();
   const idleCpu = process.cpuUsage();
   await new Promise((r) => setTimeout(r, Number(values['idle-seconds']) * 1000));
   const idleWallMs = Number(process.hrtime.bigint() - idleStart) / 1e6;
+  clearInterval(watch);
   const idleUsed = process.cpuUsage(idleCpu);
   const idle = {
     mode: 'cpu',
@@ -225,6 +228,8 @@ try {
     listingMsAvgPerGpu: Math.round(Number(listingNs) / listings / 1e3) / 1000,
     fullPasses: enforcement.counts.full - counts.full,
     cutShort: enforcement.counts.skipped - counts.skipped,
+    usedBytesDistinct: new Set(usedSeen).size,
+    usedBytesSteps: usedSeen.slice(1, 12).map((u, i) => u - usedSeen[i]),
   };
   const good = trials.filter(
     (t) => t.signal === 'SIGKILL' && t.killed !== undefined && t.before !== undefined,
