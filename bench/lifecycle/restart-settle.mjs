@@ -36,7 +36,7 @@ const { startPostgres, createTestDatabase } = await import(`${dist}/testing/inde
 const { createControlPlane } = await import(`${dist}/control-plane.js`);
 const { AgentReportsService } = await import(`${dist}/fleet/agent-reports.service.js`);
 const { PrismaService } = await import(`${dist}/database/index.js`);
-const { FakeShardCommands } = await import(`${dist}/shards/fake-shard-commands.js`);
+const { FakeShardCommands } = await import(`${dist}/testing/fake-shard-commands.js`);
 const { planReconcile } = await import(resolve('apps/agent/dist/reconcile/plan.js'));
 
 async function graphql(url, query, variables, token, retried = false) {

@@ -61,6 +61,13 @@ export type StateEventOutcome =
       readonly reason: 'unknown-shard' | 'other-host' | 'stale' | 'not-applicable';
     };
 
+/**
+ * A reconcile settles every shard of a host in one transaction: up to 1,024 after a restart
+ * (bench/lifecycle/restart-settle.mjs), which took over Prisma's default 5 s on a loaded
+ * machine, failed, and left the host to its next period.
+ */
+const RECONCILE_TRANSACTION = { maxWait: 10_000, timeout: 30_000 };
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** States a container that runs or is being started is in, as the agent reports them. */
@@ -301,7 +308,7 @@ export class AgentReportsService {
         };
         await this.lifecycle.moveTo(tx, shard, next.state, next.cause, fields, effects, now);
       }
-    });
+    }, RECONCILE_TRANSACTION);
     this.lifecycle.afterCommit(effects);
     return { protocolVersion: PROTOCOL_VERSION, hostId, ...(await this.desiredShardsFor(hostId)) };
   }
