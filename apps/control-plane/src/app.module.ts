@@ -18,6 +18,7 @@ import { HealthModule } from './health/health.module.js';
 import { LoggingModule } from './logging/logging.module.js';
 import type { Logger } from './logging/logger.js';
 import { MetricsModule } from './metrics/metrics.module.js';
+import { SecretsModule } from './secrets/secrets.module.js';
 import { ShardCommandsModule, type ShardCommands } from './shards/shard-commands.js';
 import { ShardsModule } from './shards/shards.module.js';
 import { QueueModule } from './queue/queue.module.js';
@@ -53,6 +54,7 @@ export class AppModule {
         ConfigModule.forRoot(config),
         LoggingModule.forRoot(logger, operatorOutput),
         DatabaseModule.forRoot(config.database),
+        SecretsModule,
         MetricsModule,
         AuditModule,
         AuthModule,

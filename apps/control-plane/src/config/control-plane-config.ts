@@ -40,6 +40,11 @@ export interface ControlPlaneConfig {
   /** API limits, endpoint switches, image allow-list (config/api-limits.ts). */
   readonly security: SecurityConfig;
   /**
+   * The key that seals secret env values (base64 of 32 bytes, GPUSHARDS_SECRETS_KEY); when
+   * unset, <data folder>/secrets.key (created on first start). See secrets/secrets-key.ts.
+   */
+  readonly secretsKey?: string | undefined;
+  /**
    * The team portal's built files (apps/portal/dist), served at `/`; when unset or not built,
    * `/` says how to build it and links to the explorer.
    */
@@ -84,6 +89,7 @@ const envSchema = z.object({
     .default(DEFAULT_HOST),
   GPUSHARDS_DATA_DIR: z.string().default(DEFAULT_DATA_DIR),
   GPUSHARDS_PORTAL_DIR: z.string().optional(),
+  GPUSHARDS_SECRETS_KEY: z.string().optional(),
   GPUSHARDS_HOST_OFFLINE_SECONDS: z
     .string()
     .regex(/^\d{1,6}$/, HOST_OFFLINE_SECONDS_RULE)
@@ -119,7 +125,8 @@ export class ConfigError extends Error {
  * (default .gpushards under `cwd`), GPUSHARDS_HOST_OFFLINE_SECONDS (default 60, 5 to 86400),
  * GPUSHARDS_STUCK_SECONDS (`PLACED=120,STARTING=900,...`: when a shard in that state counts as
  * stuck), GPUSHARDS_CAP_POLICY (kill, stop or report; default kill), GPUSHARDS_LOG_LEVEL
- * (default info), the API switches and limits (security-env.ts), GPUSHARDS_PORTAL_DIR (the
+ * (default info), GPUSHARDS_SECRETS_KEY (the key sealing secret env values; default
+ * <data folder>/secrets.key), the API switches and limits (security-env.ts), GPUSHARDS_PORTAL_DIR (the
  * built portal; none) and, through
  * databaseConfigFromEnv, DATABASE_URL and
  * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
@@ -141,7 +148,9 @@ export function loadConfigFromEnv(
     for (const issue of parsed.error.issues) {
       const name = issue.path.join('.');
       const got =
-        name === 'GPUSHARDS_METRICS_TOKEN' ? '' : `, got ${JSON.stringify(present[name])}`;
+        name === 'GPUSHARDS_METRICS_TOKEN' || name === 'GPUSHARDS_SECRETS_KEY'
+          ? ''
+          : `, got ${JSON.stringify(present[name])}`;
       problems.push(`${name} ${issue.message}${got}`);
     }
   }
@@ -167,6 +176,9 @@ export function loadConfigFromEnv(
     capPolicy: parsed.data.GPUSHARDS_CAP_POLICY,
     security: securityConfigOf(parsed.data),
     logLevel: parsed.data.GPUSHARDS_LOG_LEVEL,
+    ...(parsed.data.GPUSHARDS_SECRETS_KEY === undefined
+      ? {}
+      : { secretsKey: parsed.data.GPUSHARDS_SECRETS_KEY }),
     ...(parsed.data.GPUSHARDS_PORTAL_DIR === undefined
       ? {}
       : { portalDir: resolve(cwd, parsed.data.GPUSHARDS_PORTAL_DIR) }),

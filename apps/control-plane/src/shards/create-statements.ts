@@ -69,7 +69,7 @@ export async function writeBatch(
     WITH batch AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(planned.map(batchRowOf))}::jsonb) AS b(
         id uuid, team_id uuid, name text, image text, command text[], env jsonb,
-        bytes_per_gpu bigint, gpu_count int, limit_bytes bigint, gpu_model_include text[],
+        secret_env jsonb, bytes_per_gpu bigint, gpu_count int, limit_bytes bigint, gpu_model_include text[],
         gpu_model_exclude text[], host_selector jsonb, placement_policy placement_policy,
         host_id text, idempotency_key text, request_fingerprint text, gpu_uuids text[],
         audit_id uuid,
@@ -101,11 +101,12 @@ export async function writeBatch(
        WHERE NOT EXISTS (SELECT 1 FROM unnest(batch.gpu_uuids) AS chosen(uuid)
                           WHERE chosen.uuid NOT IN (SELECT uuid FROM taken))
     ), inserted AS (
-      INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
-                         limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
+      INSERT INTO shard (id, team_id, name, image, command, env, secret_env, bytes_per_gpu,
+                         gpu_count, limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
                          host_selector, placement_policy, state, host_id, idempotency_key,
                          request_fingerprint, updated_at, priority_class, requeue)
-      SELECT id, team_id, name, image, command, env, bytes_per_gpu, gpu_count, limit_bytes,
+      SELECT id, team_id, name, image, command, env, secret_env, bytes_per_gpu, gpu_count,
+             limit_bytes,
              gpu_model_include, gpu_model_exclude, host_selector, placement_policy, 'PLACED',
              host_id, idempotency_key, request_fingerprint, now(), priority_class, requeue
         FROM complete
@@ -170,6 +171,7 @@ function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: Plann
     image: request.image,
     command: request.command,
     env: request.env,
+    secret_env: request.secretEnv,
     bytes_per_gpu: String(request.bytesPerGpu),
     gpu_count: request.gpuCount,
     limit_bytes: limit,
@@ -213,12 +215,13 @@ export async function writePending(
 ): Promise<ShardRecord> {
   const { shardId, auditId, caller, teamId, request } = shard;
   const rows = await tx.$queryRaw<ShardRecord[]>`
-    INSERT INTO shard (id, team_id, name, image, command, env, bytes_per_gpu, gpu_count,
-                       limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude, host_selector,
+    INSERT INTO shard (id, team_id, name, image, command, env, secret_env, bytes_per_gpu,
+                       gpu_count, limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude, host_selector,
                        placement_policy, state, idempotency_key, request_fingerprint,
                        updated_at, priority_class, queued_at, expires_at, requeue)
     VALUES (${shardId}::uuid, ${teamId}::uuid, ${request.name}, ${request.image},
             ${request.command}::text[], ${JSON.stringify(request.env)}::jsonb,
+            ${JSON.stringify(request.secretEnv)}::jsonb,
             ${BigInt(request.bytesPerGpu)}, ${request.gpuCount}, ${BigInt(request.bytesPerGpu)},
             ${request.gpuModel.include}::text[], ${request.gpuModel.exclude}::text[],
             ${JSON.stringify(request.hostSelector)}::jsonb,

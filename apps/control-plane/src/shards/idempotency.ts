@@ -30,6 +30,14 @@ function digest(fields: unknown[]): string {
   return createHash('sha256').update(JSON.stringify(fields)).digest('hex');
 }
 
+/**
+ * Secret names take part (none: the digest of a request without secrets is unchanged);
+ * secret values do not: a digest of them would be stored beside the shard in clear.
+ */
+function secretNamesOf(names: readonly string[]): unknown[] {
+  return names.length === 0 ? [] : [{ secretEnv: [...names].sort() }];
+}
+
 /** What a createShard asked for, to tell a retry from a different request under one key. */
 export function requestFingerprint(request: ShardRequest): string {
   return digest([
@@ -37,6 +45,7 @@ export function requestFingerprint(request: ShardRequest): string {
     request.image,
     request.command,
     sortedRecord(request.env),
+    ...secretNamesOf(Object.keys(request.secretEnv)),
     request.bytesPerGpu,
     request.gpuCount,
     request.gpuModel.include,
@@ -52,6 +61,7 @@ function fingerprintOfRecord(shard: ShardRecord): string {
     shard.image,
     shard.command,
     sortedRecord(stringRecord(shard.env)),
+    ...secretNamesOf(Object.keys(stringRecord(shard.secretEnv))),
     Number(shard.bytesPerGpu),
     shard.gpuCount,
     shard.gpuModelInclude,

@@ -1,9 +1,11 @@
 import type { ShardLaunchSpec } from '@gpushards/protocol';
+import { openSealedEnv } from '../secrets/secret-box.js';
 import { stringRecord, type ShardRecord } from './shard-record.js';
 
 /**
  * What the agent needs to run the shard: each GPU capped at limitBytesPerGpu (the request
- * plus the host's context overhead, what the GPU reserves).
+ * plus the host's context overhead, what the GPU reserves), and its environment with the
+ * secret values opened (the one place they are: the agent link carries them).
  */
 export function launchSpecOf(shard: ShardRecord, gpuUuids: readonly string[]): ShardLaunchSpec {
   const limitBytes = Number(shard.limitBytesPerGpu);
@@ -13,7 +15,7 @@ export function launchSpecOf(shard: ShardRecord, gpuUuids: readonly string[]): S
     name: shard.name,
     image: shard.image,
     ...(shard.command.length > 0 ? { command: shard.command } : {}),
-    env: stringRecord(shard.env),
+    env: { ...stringRecord(shard.env), ...openSealedEnv(stringRecord(shard.secretEnv)) },
     gpus: gpuUuids.map((uuid) => ({ uuid, limitBytes })),
     contextOverheadBytes: Number(shard.limitBytesPerGpu - shard.bytesPerGpu),
   };

@@ -24,6 +24,11 @@ export interface ShardRequest extends PlacementRequestInput {
   readonly image: string;
   readonly command: string[];
   readonly env: Readonly<Record<string, string>>;
+  /**
+   * Secret env values: in clear as checkCreateShardInput returns them, sealed (SecretBox) by
+   * ShardMutationsService before anything else sees them; never returned by the API.
+   */
+  readonly secretEnv: Readonly<Record<string, string>>;
   readonly idempotencyKey: string | null;
   /** Wait as PENDING when it fits nowhere now (else NO_CAPACITY). */
   readonly queue: boolean;
@@ -177,6 +182,38 @@ function checkEnv(
   return env;
 }
 
+/**
+ * Secret env: the same rules as env, no name in both, and both together within what the
+ * agent's launch spec accepts (they reach the container as one environment).
+ */
+function checkSecretEnv(
+  check: InputCheck,
+  entries: readonly EnvVarInput[],
+  env: Readonly<Record<string, string>>,
+): Record<string, string> {
+  if (entries.length === 0) return {};
+  const secretEnv = checkEnv(check, 'input.secretEnv', entries);
+  let clash = false;
+  entries.forEach(({ name }, i) => {
+    if (Object.hasOwn(env, name)) {
+      check.problem(
+        `input.secretEnv[${i}].name`,
+        `"${name}" is also in input.env: give each variable once, as plain or as secret`,
+      );
+      clash = true;
+    }
+  });
+  if (!clash && !check.hasProblems()) {
+    const parsed = userEnvSchema.safeParse({ ...env, ...secretEnv });
+    if (!parsed.success) {
+      for (const message of new Set(parsed.error.issues.map((issue) => issue.message))) {
+        check.problem('input.secretEnv', `with input.env: ${message}`);
+      }
+    }
+  }
+  return secretEnv;
+}
+
 function checkCommand(check: InputCheck, field: string, command: readonly string[]): string[] {
   if (command.length === 0) return [];
   command.forEach((argument, i) => {
@@ -224,6 +261,7 @@ export function checkCreateShardInput(input: CreateShardInput): ShardRequest {
   const placement = checkPlacement(check, input);
   const command = checkCommand(check, 'input.command', input.command ?? []);
   const env = checkEnv(check, 'input.env', input.env ?? []);
+  const secretEnv = checkSecretEnv(check, input.secretEnv ?? [], env);
   const key = input.idempotencyKey ?? null;
   if (
     key !== null &&
@@ -253,6 +291,7 @@ export function checkCreateShardInput(input: CreateShardInput): ShardRequest {
     image: input.image,
     command,
     env,
+    secretEnv,
     idempotencyKey: key,
     queue: input.queue ?? true,
     priorityClass,

@@ -12,6 +12,7 @@ import {
   NotFoundError,
 } from '../errors/domain-errors.js';
 import { checkId } from '../validation/input.js';
+import { SecretBox } from '../secrets/secret-box.js';
 import { formatSize } from '../validation/sizes.js';
 import { ShardCreator } from './shard-creator.js';
 import { ShardFleetCheck } from './shard-fleet-check.js';
@@ -37,6 +38,7 @@ export class ShardMutationsService {
     private readonly lifecycle: ShardLifecycle,
     private readonly fleetCheck: ShardFleetCheck,
     private readonly launchPolicy: LaunchPolicy,
+    private readonly secrets: SecretBox,
   ) {}
 
   /**
@@ -47,7 +49,9 @@ export class ShardMutationsService {
    */
   async create(caller: Caller, input: CreateShardInput): Promise<ShardRecord> {
     const started = performance.now();
-    const request = checkCreateShardInput(input);
+    const checked = checkCreateShardInput(input);
+    // Sealed before anything else sees it: from here on only ciphertext is passed around.
+    const request = { ...checked, secretEnv: this.secrets.sealAll(checked.secretEnv) };
     this.launchPolicy.check(request.image);
     const teamId = targetTeam(caller, input.teamId);
     await this.fleetCheck.check(request, started);

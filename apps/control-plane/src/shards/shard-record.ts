@@ -15,6 +15,7 @@ export const SHARD_COLUMNS = Prisma.raw(
     'shard.image',
     'shard.command',
     'shard.env',
+    'shard.secret_env AS "secretEnv"',
     'shard.bytes_per_gpu AS "bytesPerGpu"',
     'shard.gpu_count AS "gpuCount"',
     'shard.limit_bytes_per_gpu AS "limitBytesPerGpu"',

@@ -92,6 +92,11 @@ export class Shard {
   /** Resolved by ShardsResolver.env: VIEWER tokens get the values masked. */
   env!: EnvVar[];
 
+  @Field(() => [EnvVar], {
+    description: `Its secret environment: names only, every value "${MASKED_ENV_VALUE}" for every caller.`,
+  })
+  secretEnv!: EnvVar[];
+
   @Field(() => Size, { description: 'What was asked for on each GPU.' })
   memoryPerGpu!: Size;
 
@@ -174,6 +179,11 @@ export function shardView(record: ShardRecord): Shard {
     image: record.image,
     command: record.command,
     env: Object.entries(env).map(([name, value]) => ({ name, value })),
+    // The sealed values never leave the row: names only.
+    secretEnv: Object.keys(stringRecord(record.secretEnv)).map((name) => ({
+      name,
+      value: MASKED_ENV_VALUE,
+    })),
     memoryPerGpu: sizeOf(record.bytesPerGpu),
     limitPerGpu: sizeOf(record.limitBytesPerGpu),
     gpuCount: record.gpuCount,
@@ -349,6 +359,13 @@ export class CreateShardInput extends PlacementInput {
       'Environment; keys the agent sets (LD_PRELOAD, CUDA_*, NVIDIA_*, GPUSHARDS_*, ...) are refused.',
   })
   env?: EnvVarInput[] | null;
+
+  @Field(() => [EnvVarInput], {
+    nullable: true,
+    description:
+      'Secret environment: stored encrypted, given to the container, never returned by the API or carried by events (Shard.secretEnv shows the names only). Same rules as env; a name may not be in both.',
+  })
+  secretEnv?: EnvVarInput[] | null;
 
   @Field(() => String, {
     nullable: true,

@@ -13,6 +13,10 @@ export class InputCheck {
     this.problems.push({ field, message });
   }
 
+  hasProblems(): boolean {
+    return this.problems.length > 0;
+  }
+
   /** Throws BAD_USER_INPUT with every problem found so far, if any. */
   done(): void {
     if (this.problems.length > 0) throw new BadUserInputError(this.problems);
