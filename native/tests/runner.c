@@ -639,6 +639,17 @@ static int t_startup(const void *arg)
     return 0;
 }
 
+static int t_track_race(const void *arg)
+{
+    const char *bare[] = {"-LD_PRELOAD", NULL};
+    program = TRACK_RACE;
+    int r = run(bare, "-", "-", NULL, NULL);
+    program = CLIENT;
+    if (r) return 1;
+    printf("%s", out_text);
+    return 0;
+}
+
 #include "runner_limits.c"
 #include "runner_compute.c"
 
@@ -784,6 +795,7 @@ int main(int argc, char **argv)
     ADD("no region and no limit: pass-through", t_passthrough, NULL);
     ADD("no region but a limit: fails closed", t_no_region_with_limit, NULL);
     ADD("a global dlsym finds no driver entry points until the driver is loaded", t_nodriver, NULL);
+    ADD("gs_track: an update never lands on a slot freed and reused meanwhile (slot race)", t_track_race, NULL);
     ADD("startup cost of the interposer", t_startup, NULL);
     add_limits_tests(tests, &n);
     add_compute_tests(tests, &n);

@@ -104,6 +104,16 @@ struct gs_entry *gs_track_find(struct gs_table *t, uint64_t key, uint32_t kinds)
     return NULL;
 }
 
+/* A test seam: native/tests/track_race.c builds this file with code that frees
+ * and reuses the slot right here, between the find and the lock, where
+ * another thread could.  Nothing in libvgpu.so. */
+#ifdef GS_TRACK_TEST_SEAM
+void gs_track_test_seam(struct gs_entry *found);
+#define GS_TRACK_AFTER_FIND(s) gs_track_test_seam(s)
+#else
+#define GS_TRACK_AFTER_FIND(s) ((void)0)
+#endif
+
 static void entry_lock(struct gs_entry *s)
 {
     while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE) != 0)
@@ -123,6 +133,7 @@ int gs_track_update(struct gs_table *t, uint64_t key, uint32_t kinds, int64_t de
 {
     struct gs_entry *s = gs_track_find(t, key, kinds);
     if (s == NULL) return 0;
+    GS_TRACK_AFTER_FIND(s);
     entry_lock(s);
     int ok = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE) == key && (s->kind & kinds) != 0;
     if (ok) {
@@ -138,6 +149,7 @@ int gs_track_take(struct gs_table *t, uint64_t key, uint32_t kinds, struct gs_en
 {
     struct gs_entry *s = gs_track_find(t, key, kinds);
     if (s == NULL) return 0;
+    GS_TRACK_AFTER_FIND(s);
     entry_lock(s);
     struct gs_entry copy = *s;
     uint64_t k = key;
