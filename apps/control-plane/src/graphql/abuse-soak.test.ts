@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { DEFAULT_API_LIMITS } from '../config/api-limits.js';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { assertOk, createTestTeam } from '../testing/fleet-fixtures.js';
 
@@ -10,13 +11,17 @@ import { assertOk, createTestTeam } from '../testing/fleet-fixtures.js';
  * Soak (issue 15): for SOAK_SECONDS, 20 abusive requests a second (deep, aliased, costly, a
  * body of too many tokens) from several tokens beside normal traffic (a portal's shards page
  * and /healthz), all on loopback. Every abusive request gets QUERY_TOO_COMPLEX, every normal
- * one succeeds, the server stays up and its memory stays bounded. Latencies are reported (not
- * asserted: timings belong to bench/control-plane/abuse.mjs and bench/README.md).
+ * one succeeds, the server stays up and its memory stays bounded. Latencies are reported
+ * against the budget docs/api.md documents (NORMAL_P99_BUDGET_MS on a quiet 2-core box) but
+ * only a correctness bound is asserted: no normal request waits anywhere near the request
+ * time budget (that would be starvation). Timings belong to bench/control-plane/abuse.mjs.
  */
-const SOAK_SECONDS = 30;
+const SOAK_SECONDS = 60;
 const ABUSIVE_PER_SECOND = 20;
 const NORMAL_PER_SECOND = 10;
 const ABUSERS = 4;
+/** docs/api.md "Limits": normal requests' p99 under this abuse on a quiet 2-core box. */
+const NORMAL_P99_BUDGET_MS = 250;
 /** Loose: what the heap of this process (server and load generator) may keep after it. */
 const MAX_RETAINED_BYTES = 64 * 2 ** 20;
 
@@ -119,8 +124,13 @@ describe('abusive traffic beside normal traffic', () => {
       retained < MAX_RETAINED_BYTES,
       `the heap kept ${(retained / 2 ** 20).toFixed(0)} MiB`,
     );
+    const slowest = Math.max(...latencies);
+    assert.ok(
+      slowest < DEFAULT_API_LIMITS.requestTimeoutMs / 2,
+      `a normal request waited ${slowest.toFixed(0)} ms: starved, not just slow`,
+    );
     t.diagnostic(
-      `normal shards + /healthz pairs: ${latencies.length}, p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${percentile(latencies, 99).toFixed(1)} ms; heap kept +${(retained / 2 ** 20).toFixed(0)} MiB; RSS at most ${(rssMax / 2 ** 20).toFixed(0)} MiB`,
+      `normal shards + /healthz pairs: ${latencies.length}, p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${percentile(latencies, 99).toFixed(1)} ms (budget ${NORMAL_P99_BUDGET_MS} ms on a quiet box), max ${slowest.toFixed(0)} ms; heap kept +${(retained / 2 ** 20).toFixed(0)} MiB; RSS at most ${(rssMax / 2 ** 20).toFixed(0)} MiB`,
     );
   });
 });

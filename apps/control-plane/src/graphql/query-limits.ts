@@ -12,6 +12,7 @@ import {
   type GraphQLOutputType,
   type GraphQLSchema,
   type ValidationContext,
+  visit,
 } from 'graphql';
 import { getComplexity, type ComplexityEstimator } from 'graphql-query-complexity';
 import type { ApiLimits } from '../config/api-limits.js';
@@ -103,7 +104,8 @@ const pageEstimator: ComplexityEstimator = ({ field, args, childComplexity }) =>
 
 /**
  * The operation's cost (throws QUERY_TOO_COMPLEX past `maxNodes` fields visited). Variables
- * that do not coerce count as cost 0 here: execution answers them with its own error.
+ * that do not coerce count as cost 0 here (`onUncounted` is told): execution answers them
+ * with its own error.
  */
 export function queryCost(
   schema: GraphQLSchema,
@@ -111,6 +113,7 @@ export function queryCost(
   variables: Readonly<Record<string, unknown>>,
   operationName: string | undefined,
   maxNodes: number,
+  onUncounted: () => void = () => {},
 ): number {
   try {
     return getComplexity({
@@ -130,8 +133,71 @@ export function queryCost(
         'fields visited, counting each alias and fragment spread',
       );
     }
+    onUncounted();
     return 0;
   }
+}
+
+interface DocumentCosts {
+  /** The variables the cost depends on: those in `first` and in directives (@skip, @include). */
+  readonly costVariables: readonly string[];
+  /** Cost by operation name and those variables' values. */
+  readonly byKey: Map<string, number>;
+}
+
+/** Costs remembered per document, at most (a document asked with many page sizes). */
+const COSTS_PER_DOCUMENT = 64;
+
+/**
+ * queryCost, remembered per document (Apollo hands the same DocumentNode for a query text it
+ * has parsed before) and per value of the variables the cost depends on: createShard's input
+ * changes every call, its cost does not. Only costs that were computed are remembered (not
+ * a refusal, not variables that failed to coerce).
+ */
+export class QueryCostCache {
+  private readonly documents = new WeakMap<DocumentNode, DocumentCosts>();
+
+  constructor(private readonly maxNodes: number) {}
+
+  cost(
+    schema: GraphQLSchema,
+    document: DocumentNode,
+    variables: Readonly<Record<string, unknown>>,
+    operationName: string | undefined,
+  ): number {
+    let costs = this.documents.get(document);
+    if (costs === undefined) {
+      costs = { costVariables: costVariablesOf(document), byKey: new Map() };
+      this.documents.set(document, costs);
+    }
+    const key = JSON.stringify([
+      operationName ?? null,
+      ...costs.costVariables.map((name) => variables[name] ?? null),
+    ]);
+    const known = costs.byKey.get(key);
+    if (known !== undefined) return known;
+    let computed = true;
+    const cost = queryCost(schema, document, variables, operationName, this.maxNodes, () => {
+      computed = false;
+    });
+    if (computed && costs.byKey.size < COSTS_PER_DOCUMENT) costs.byKey.set(key, cost);
+    return cost;
+  }
+}
+
+function costVariablesOf(document: DocumentNode): string[] {
+  const names = new Set<string>();
+  const collect = (node: Parameters<typeof visit>[0]) =>
+    visit(node, { Variable: (variable) => void names.add(variable.name.value) });
+  visit(document, {
+    Argument(argument) {
+      if (argument.name.value === 'first') collect(argument.value);
+    },
+    Directive(directive) {
+      collect(directive);
+    },
+  });
+  return [...names].sort();
 }
 
 /** Throws QUERY_TOO_COMPLEX when `cost` is over `budget`. */

@@ -74,19 +74,55 @@ export function precheckQuery(query: string, limits: Limits): QueryTooComplexErr
   return undefined;
 }
 
+/** Query texts remembered at most, and the longest remembered (a 64 KiB text is a big query). */
+const CACHED_TEXTS = 512;
+const CACHED_TEXT_LENGTH = 64 * 1024;
+
+/**
+ * precheckQuery's answers by query text, least recently used forgotten first: clients send the
+ * same few texts again and again (the portal's pages, a bench's createShard, an abuser's
+ * loop), and the answer depends on the text and the limits only. Texts over
+ * CACHED_TEXT_LENGTH are checked every time (parse stops at maxTokens anyway).
+ */
+export class PrecheckCache {
+  private readonly answers = new Map<string, QueryTooComplexError | null>();
+
+  constructor(
+    private readonly limits: Limits,
+    private readonly capacity = CACHED_TEXTS,
+  ) {}
+
+  check(query: string): QueryTooComplexError | undefined {
+    if (query.length > CACHED_TEXT_LENGTH) return precheckQuery(query, this.limits);
+    let answer = this.answers.get(query);
+    if (answer !== undefined) {
+      this.answers.delete(query);
+    } else {
+      answer = precheckQuery(query, this.limits) ?? null;
+      if (this.answers.size >= this.capacity) {
+        this.answers.delete(this.answers.keys().next().value as string);
+      }
+    }
+    this.answers.set(query, answer);
+    return answer ?? undefined;
+  }
+}
+
 /**
  * A Fastify preHandler on POST /graphql that answers, as Apollo would (HTTP 400, `errors` with
  * extensions.code QUERY_TOO_COMPLEX), a query over the tokens, depth or aliases limits
- * before Apollo and Nest run at all: the refusal costs a parse.
+ * before Apollo and Nest run at all: the refusal costs a parse, or a lookup for a text seen
+ * before (PrecheckCache).
  */
 export function useQueryPrecheck(fastify: FastifyInstance, limits: Limits, path: string): void {
+  const cache = new PrecheckCache(limits);
   fastify.addHook('preHandler', (request, reply, done) => {
     if (request.method !== 'POST' || request.routeOptions.url !== path) {
       done();
       return;
     }
     const query = (request.body as { query?: unknown } | null | undefined)?.query;
-    const refusal = typeof query === 'string' ? precheckQuery(query, limits) : undefined;
+    const refusal = typeof query === 'string' ? cache.check(query) : undefined;
     if (refusal === undefined) {
       done();
       return;

@@ -5,7 +5,7 @@ import { Role } from '../auth/caller.js';
 import type { RequestContext } from '../auth/request-context.js';
 import type { SecurityConfig } from '../config/api-limits.js';
 import { TimeoutError, UnauthenticatedError } from '../errors/domain-errors.js';
-import { checkCost, queryCost } from './query-limits.js';
+import { checkCost, QueryCostCache } from './query-limits.js';
 import { TokenRateLimiter } from './token-rate-limiter.js';
 
 /** Whether the document asks for `__schema` or `__type` (`__typename` is not introspection). */
@@ -34,6 +34,7 @@ export function requestGuardPlugin(
   limiter: TokenRateLimiter = new TokenRateLimiter(security.limits),
 ): ApolloServerPlugin<RequestContext> {
   const { limits } = security;
+  const costs = new QueryCostCache(limits.maxNodes);
   return {
     async requestDidStart(): Promise<GraphQLRequestListener<RequestContext>> {
       let release: (() => void) | undefined;
@@ -64,12 +65,11 @@ export function requestGuardPlugin(
           }
           if (caller !== undefined) release = limiter.admit(caller.tokenId);
           const role = caller?.role ?? Role.VIEWER;
-          const cost = queryCost(
+          const cost = costs.cost(
             schema,
             document,
             request.variables ?? {},
             operationName ?? undefined,
-            limits.maxNodes,
           );
           checkCost(cost, limits.costBudget[role], role);
           if (operation?.operation === 'query') {
