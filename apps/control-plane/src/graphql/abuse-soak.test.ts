@@ -38,6 +38,12 @@ function nested(levels: number): string {
   return `{ me { ${inner} } }`;
 }
 
+/** fetch's TypeError says "fetch failed"; its cause says why (a reset, a refused connection). */
+function describeFailure(error: Error): string {
+  const cause = error.cause as { code?: string; message?: string } | undefined;
+  return `${error.message}: ${cause?.code ?? ''} ${cause?.message ?? ''}`;
+}
+
 function percentile(samples: number[], p: number): number {
   const sorted = [...samples].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
@@ -92,11 +98,14 @@ describe('abusive traffic beside normal traffic', () => {
       rssMax = Math.max(rssMax, process.memoryUsage().rss);
       const query = abusive[i % abusive.length]!;
       pending.push(
-        h.graphql(query, {}, tokens[i % tokens.length]).then((response) => {
-          const code = response.errors?.[0]?.extensions?.code;
-          if (code === 'QUERY_TOO_COMPLEX' && (response.data ?? null) === null) refused++;
-          else wrong.push(`${i % abusive.length}: ${code ?? response.status}`);
-        }),
+        h.graphql(query, {}, tokens[i % tokens.length]).then(
+          (response) => {
+            const code = response.errors?.[0]?.extensions?.code;
+            if (code === 'QUERY_TOO_COMPLEX' && (response.data ?? null) === null) refused++;
+            else wrong.push(`${i % abusive.length}: ${code ?? response.status}`);
+          },
+          (error: Error) => void wrong.push(`${i % abusive.length}: ${describeFailure(error)}`),
+        ),
       );
       if (i % (ABUSIVE_PER_SECOND / NORMAL_PER_SECOND) === 0) {
         const t0 = performance.now();
@@ -104,12 +113,15 @@ describe('abusive traffic beside normal traffic', () => {
           Promise.all([
             h.graphql(normal, {}, team.viewer),
             fetch(`${h.controlPlane.url}/healthz`).then((r) => r.status),
-          ]).then(([response, health]) => {
-            latencies.push(performance.now() - t0);
-            if (response.errors !== undefined || health !== 200) {
-              failed.push(`${JSON.stringify(response.errors)} ${health}`);
-            }
-          }),
+          ]).then(
+            ([response, health]) => {
+              latencies.push(performance.now() - t0);
+              if (response.errors !== undefined || health !== 200) {
+                failed.push(`${JSON.stringify(response.errors)} ${health}`);
+              }
+            },
+            (error: Error) => void failed.push(describeFailure(error)),
+          ),
         );
       }
     }
