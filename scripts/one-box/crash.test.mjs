@@ -274,6 +274,14 @@ test(`the one-box killed with SIGKILL in ${ROUNDS} bursts converges: nothing stu
   const names = settled.map((s) => s.name);
   assert.equal(new Set(names).size, names.length, 'a create was duplicated');
   assert.deepEqual(new Set(names), new Set(creates.keys()));
+  // Every create resent once more at the end, after later rounds resized some of them: still
+  // the same request (compared with what it first asked for), answered with its shard.
+  for (const [key, id] of creates) {
+    const { createShard } = await graphql(url, member, CREATE, {
+      input: { name: key, image: IMAGE, memoryPerGpu: '256m', idempotencyKey: key },
+    });
+    assert.equal(createShard.id, id, `${key} resent after the rounds`);
+  }
 
   // Containers: at most one per shard; a running one exactly for each RUNNING shard.
   const boxes = containers();
