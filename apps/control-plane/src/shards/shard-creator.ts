@@ -22,6 +22,7 @@ import {
 } from '../database/index.js';
 import {
   ConflictError,
+  ImageNotAllowedError,
   NoCapacityError,
   NotFoundError,
   QuotaExceededError,
@@ -44,6 +45,7 @@ import {
   type PlannedShard,
 } from './create-statements.js';
 import { replayOf } from './idempotency.js';
+import { imageAllowed } from './image-allow-list.js';
 import { launchSpecOf } from './launch-spec.js';
 import { CommitEffects, ShardLifecycle } from './shard-lifecycle.js';
 import type { ShardRequest } from './shard-input.js';
@@ -275,6 +277,14 @@ export class ShardCreator {
           continue;
         }
         firstByKey.set(key, pending);
+      }
+      const images = team.allowedImages ?? [];
+      if (!imageAllowed(request.image, images)) {
+        verdicts.set(pending, {
+          kind: 'failed',
+          error: new ImageNotAllowedError(request.image, images, 'team'),
+        });
+        continue;
       }
       const policy = quotaPolicyOf(team);
       const held = usage.get(teamId) ?? usageOf(team);

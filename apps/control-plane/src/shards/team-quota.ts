@@ -21,6 +21,8 @@ export interface TeamState {
   readonly maxBytesPerShard: bigint | null;
   readonly maxGpusPerShard: number | null;
   readonly allowedGpuModels: string[] | null;
+  /** The team's image prefixes (null: no policy; empty: any image). */
+  readonly allowedImages: string[] | null;
   readonly priority: number | null;
   readonly guaranteeBytes: bigint | null;
   readonly maxPriorityClass: string | null;
@@ -41,7 +43,8 @@ export async function readTeamStates(
            quota.max_total_bytes AS "maxTotalBytes", quota.max_shards AS "maxShards",
            quota.max_bytes_per_shard AS "maxBytesPerShard",
            quota.max_gpus_per_shard AS "maxGpusPerShard",
-           quota.allowed_gpu_models AS "allowedGpuModels", quota.priority,
+           quota.allowed_gpu_models AS "allowedGpuModels",
+           quota.allowed_images AS "allowedImages", quota.priority,
            quota.guarantee_bytes AS "guaranteeBytes",
            quota.max_priority_class AS "maxPriorityClass",
            held.shards AS "shardCount", held.bytes AS "reservedBytes"

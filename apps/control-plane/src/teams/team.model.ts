@@ -36,6 +36,12 @@ export class QuotaPolicy {
   @Field(() => [String], { description: 'GPU models the team may use; empty = every model.' })
   allowedGpuModels!: string[];
 
+  @Field(() => [String], {
+    description:
+      "Image prefixes the team's shards may use (as GPUSHARDS_IMAGE_ALLOW_LIST: registry, repository or path, compared after Docker's normalisation, at a boundary), beside the fleet's list: an image must pass both. Empty = any image.",
+  })
+  allowedImages!: string[];
+
   @Field(() => Int, { description: 'Higher goes first when placement must choose between teams.' })
   priority!: number;
 
@@ -93,6 +99,13 @@ export class QuotaPolicyInput {
 
   @Field(() => [String], { nullable: true, description: 'Left out or empty: every model.' })
   allowedGpuModels?: string[] | null;
+
+  @Field(() => [String], {
+    nullable: true,
+    description:
+      'Image prefixes like "ghcr.io/acme/" or "registry.example.com:5000"; left out or empty: any image (the fleet\'s list still applies).',
+  })
+  allowedImages?: string[] | null;
 
   @Field(() => Int, { nullable: true, description: 'Default 0.' })
   priority?: number | null;

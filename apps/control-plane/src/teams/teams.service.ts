@@ -189,6 +189,7 @@ export class TeamsService {
       maxPerShard: sizeOf(policy.maxBytesPerShard),
       maxGpusPerShard: policy.maxGpusPerShard,
       allowedGpuModels: policy.allowedGpuModels,
+      allowedImages: policy.allowedImages,
       priority: policy.priority,
       guarantee: sizeOf(policy.guaranteeBytes),
       guaranteeGpus: policy.guaranteeGpus,
@@ -262,6 +263,7 @@ export class TeamsService {
         check.name(`input.allowedGpuModels[${i}]`, model, GPU_MODEL_NAME),
       );
     }
+    const images = checkAllowedImages(check, input.allowedImages ?? []);
     const guaranteeBytes =
       input.guarantee === undefined || input.guarantee === null
         ? 0
@@ -301,6 +303,7 @@ export class TeamsService {
       maxBytesPerShard: BigInt(maxBytesPerShard),
       maxGpusPerShard: input.maxGpusPerShard ?? null,
       allowedGpuModels: [...new Set(models)],
+      allowedImages: images,
       priority,
       guaranteeBytes: BigInt(guaranteeBytes),
       guaranteeGpus: input.guaranteeGpus ?? null,
@@ -336,4 +339,27 @@ export class TeamsService {
     this.logger.info({ teamId: id, actorTokenId: caller.tokenId }, 'quota policy set');
     return team;
   }
+}
+
+/** At most this many image prefixes per team. */
+export const MAX_ALLOWED_IMAGES = 64;
+const IMAGE_PREFIX = /^[A-Za-z0-9[][A-Za-z0-9._:/@[\]-]{0,254}$/;
+
+function checkAllowedImages(check: InputCheck, prefixes: readonly string[]): string[] {
+  if (prefixes.length > MAX_ALLOWED_IMAGES) {
+    check.problem(
+      'input.allowedImages',
+      `at most ${MAX_ALLOWED_IMAGES} prefixes, got ${prefixes.length}`,
+    );
+    return [];
+  }
+  prefixes.forEach((prefix, i) => {
+    if (!IMAGE_PREFIX.test(prefix)) {
+      check.problem(
+        `input.allowedImages[${i}]`,
+        'must be an image prefix like "ghcr.io/acme/" or "registry.example.com:5000" (1 to 255 characters, no spaces)',
+      );
+    }
+  });
+  return [...new Set(prefixes)];
 }
