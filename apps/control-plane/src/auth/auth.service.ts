@@ -10,9 +10,11 @@ const LAST_USED_RESOLUTION_MS = 60_000;
 
 /**
  * How long a looked-up token is believed without reading its row again. Revoking through this
- * process drops it at once; another control plane on the same database notices within this.
+ * process drops it at once; another control plane on the same PostgreSQL database drops it
+ * when the revocation's NOTIFY arrives (TokenRevocationListener), and within this at the
+ * latest (its listening connection down).
  */
-export const TOKEN_CACHE_TTL_MS = 5_000;
+export const TOKEN_CACHE_TTL_MS = 1_000;
 
 /**
  * How long stillCurrent believes a token's row: open subscriptions check every
@@ -96,7 +98,7 @@ export class AuthService {
 
   /**
    * Forgets a token at once (call after the transaction that revoked it committed): this
-   * process refuses it from the next request on; other processes within TOKEN_CACHE_TTL_MS.
+   * process refuses it from the next request on; others on the revocation's NOTIFY.
    */
   forgetToken(tokenId: string): void {
     this.generation++;

@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { AuditService } from '../audit/audit.service.js';
 import { ADMIN_TOKENS_LOCK_KEY } from '../auth/admin-token.bootstrap.js';
 import { generateTokenSecret } from '../auth/api-token-secret.js';
+import { TOKEN_REVOKED_CHANNEL } from '../auth/token-revocation-listener.js';
 import { AuthService } from '../auth/auth.service.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible } from '../auth/team-scope.js';
@@ -158,9 +159,12 @@ export class ApiTokensService {
         teamId: token.teamId,
         details: { name: token.name, role: token.role, prefix: token.prefix },
       });
+      // Delivered at commit to every control plane on this database (TokenRevocationListener).
+      await tx.$executeRaw`SELECT pg_notify(${TOKEN_REVOKED_CHANNEL}, ${tokenId})`;
       return { token: revoked, changed: true };
     });
-    // Committed: this process refuses the token from now on (others within the cache's TTL).
+    // Committed: this process refuses the token from now on; the others when the notification
+    // arrives (or, without their listening connection, within the token cache's TTL).
     this.auth.forgetToken(tokenId);
     if (result.changed) {
       this.logger.info(
