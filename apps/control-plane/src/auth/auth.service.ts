@@ -3,7 +3,7 @@ import { PrismaService } from '../database/index.js';
 import { UnauthenticatedError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { hashTokenSecret, looksLikeTokenSecret } from './api-token-secret.js';
-import { Role, type Caller } from './caller.js';
+import { Role, type Caller, type TokenLimits } from './caller.js';
 
 /** lastUsedAt is a hint for people, not an audit trail: written at most this often per token. */
 const LAST_USED_RESOLUTION_MS = 60_000;
@@ -77,7 +77,17 @@ export class AuthService {
     const generation = this.generation;
     const token = await this.prisma.apiToken.findUnique({
       where: { tokenHash: hash },
-      select: { id: true, name: true, role: true, teamId: true, revokedAt: true, lastUsedAt: true },
+      select: {
+        id: true,
+        name: true,
+        role: true,
+        teamId: true,
+        revokedAt: true,
+        lastUsedAt: true,
+        ratePerSecond: true,
+        rateBurst: true,
+        maxConcurrent: true,
+      },
     });
     if (token === null || token.revokedAt !== null) {
       this.cache.delete(hash);
@@ -182,11 +192,24 @@ interface TokenRow {
   readonly name: string;
   readonly role: string;
   readonly teamId: string | null;
+  readonly ratePerSecond?: number | null;
+  readonly rateBurst?: number | null;
+  readonly maxConcurrent?: number | null;
+}
+
+function limitsOf(token: TokenRow): { limits?: TokenLimits } {
+  const limits: { -readonly [K in keyof TokenLimits]: TokenLimits[K] } = {};
+  if (token.ratePerSecond !== null && token.ratePerSecond !== undefined)
+    limits.ratePerSecond = token.ratePerSecond;
+  if (token.rateBurst !== null && token.rateBurst !== undefined) limits.rateBurst = token.rateBurst;
+  if (token.maxConcurrent !== null && token.maxConcurrent !== undefined)
+    limits.maxConcurrent = token.maxConcurrent;
+  return Object.keys(limits).length === 0 ? {} : { limits };
 }
 
 /** Undefined for rows no caller can stand for (a team role without a team). */
 function toCaller(token: TokenRow): Caller | undefined {
-  const base = { tokenId: token.id, tokenName: token.name };
+  const base = { tokenId: token.id, tokenName: token.name, ...limitsOf(token) };
   switch (token.role) {
     case Role.ADMIN:
       return { ...base, role: Role.ADMIN, teamId: null };

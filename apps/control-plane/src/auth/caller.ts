@@ -27,8 +27,15 @@ export function roleAtLeast(role: Role, minimum: Role): boolean {
   return RANK[role] >= RANK[minimum];
 }
 
+/** An admin's overrides of the fleet's per-token rate and concurrency limits. */
+export interface TokenLimits {
+  readonly ratePerSecond?: number;
+  readonly rateBurst?: number;
+  readonly maxConcurrent?: number;
+}
+
 /** The authenticated token behind a request. */
-export type Caller =
+export type Caller = (
   | {
       readonly tokenId: string;
       readonly tokenName: string;
@@ -41,4 +48,8 @@ export type Caller =
       readonly tokenName: string;
       readonly role: typeof Role.MEMBER | typeof Role.VIEWER;
       readonly teamId: string;
-    };
+    }
+) & {
+  /** Set only when an admin gave the token limits of its own. */
+  readonly limits?: TokenLimits;
+};

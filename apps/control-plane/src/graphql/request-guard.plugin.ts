@@ -63,7 +63,7 @@ export function requestGuardPlugin(
               'introspection needs a token (send "Authorization: Bearer gps_..."); the operator may open it with GPUSHARDS_PUBLIC_INTROSPECTION=true',
             );
           }
-          if (caller !== undefined) release = limiter.admit(caller.tokenId);
+          if (caller !== undefined) release = limiter.admit(caller.tokenId, caller.limits);
           const role = caller?.role ?? Role.VIEWER;
           const cost = costs.cost(
             schema,

@@ -1,10 +1,13 @@
 import { fullBucket, takeToken, type BucketRule, type TokenBucket } from '@gpushards/limits';
+import type { TokenLimits } from '../auth/caller.js';
 import type { ApiLimits } from '../config/api-limits.js';
 import { RateLimitedError } from '../errors/domain-errors.js';
 
 interface TokenState {
   bucket: TokenBucket;
   running: number;
+  rule: BucketRule;
+  maxConcurrent: number;
 }
 
 /** Tokens tracked at most; past it, idle tokens with a full bucket are forgotten. */
@@ -26,25 +29,36 @@ export class TokenRateLimiter {
     this.rule = { ratePerSecond: limits.ratePerSecond, burst: limits.rateBurst };
   }
 
-  admit(tokenId: string): () => void {
+  /** `own`: the token's limits set by an admin (ApiToken.ratePerSecond, ...), over the fleet's. */
+  admit(tokenId: string, own?: TokenLimits): () => void {
     const now = this.now();
+    const rule: BucketRule = {
+      ratePerSecond: own?.ratePerSecond ?? this.rule.ratePerSecond,
+      burst: own?.rateBurst ?? this.rule.burst,
+    };
+    const maxConcurrent = own?.maxConcurrent ?? this.limits.maxConcurrent;
     let state = this.tokens.get(tokenId);
     if (state === undefined) {
       if (this.tokens.size >= MAX_TRACKED_TOKENS) this.forgetIdle(now);
-      state = { bucket: fullBucket(this.rule, now), running: 0 };
+      state = { bucket: fullBucket(rule, now), running: 0, rule, maxConcurrent };
       this.tokens.set(tokenId, state);
+    } else if (state.rule.ratePerSecond !== rule.ratePerSecond || state.rule.burst !== rule.burst) {
+      // An admin changed the token's limits: what it has left carries over, within the new burst.
+      state.bucket = { ...state.bucket, tokens: Math.min(state.bucket.tokens, rule.burst) };
+      state.rule = rule;
     }
-    if (state.running >= this.limits.maxConcurrent) {
+    state.maxConcurrent = maxConcurrent;
+    if (state.running >= maxConcurrent) {
       throw new RateLimitedError(
-        `this token already has ${state.running} requests running, the most it may have at once is ${this.limits.maxConcurrent}`,
+        `this token already has ${state.running} requests running, the most it may have at once is ${maxConcurrent}`,
         1,
       );
     }
-    const taken = takeToken(state.bucket, this.rule, now);
+    const taken = takeToken(state.bucket, rule, now);
     state.bucket = taken.bucket;
     if (!taken.allowed) {
       throw new RateLimitedError(
-        `this token sent more than ${this.limits.ratePerSecond} requests per second (bursts up to ${this.limits.rateBurst}); retry in ${taken.retryAfterMs} ms`,
+        `this token sent more than ${rule.ratePerSecond} requests per second (bursts up to ${rule.burst}); retry in ${taken.retryAfterMs} ms`,
         Math.ceil(taken.retryAfterMs / 1000),
       );
     }
@@ -61,8 +75,8 @@ export class TokenRateLimiter {
   private forgetIdle(now: number): void {
     for (const [tokenId, state] of this.tokens) {
       const full =
-        state.bucket.tokens + ((now - state.bucket.at) * this.rule.ratePerSecond) / 1000 >=
-        this.rule.burst;
+        state.bucket.tokens + ((now - state.bucket.at) * state.rule.ratePerSecond) / 1000 >=
+        state.rule.burst;
       if (state.running === 0 && full) this.tokens.delete(tokenId);
     }
   }

@@ -1,4 +1,4 @@
-import { Field, ID, ObjectType } from '@nestjs/graphql';
+import { Field, ID, Int, ObjectType } from '@nestjs/graphql';
 import { Role } from '../auth/caller.js';
 import { Connection } from '../graphql/connection.js';
 
@@ -29,6 +29,27 @@ export class ApiToken {
 
   @Field(() => Date, { nullable: true })
   revokedAt!: Date | null;
+
+  @Field(() => Int, {
+    nullable: true,
+    description:
+      "Requests per second it may send (its bucket's refill); null: the fleet's GPUSHARDS_RATE_LIMIT_PER_SECOND.",
+  })
+  ratePerSecond!: number | null;
+
+  @Field(() => Int, {
+    nullable: true,
+    description:
+      "Requests it may send at once in a burst; null: the fleet's GPUSHARDS_RATE_LIMIT_BURST.",
+  })
+  rateBurst!: number | null;
+
+  @Field(() => Int, {
+    nullable: true,
+    description:
+      "Requests it may have running at once; null: the fleet's GPUSHARDS_MAX_CONCURRENT_REQUESTS.",
+  })
+  maxConcurrent!: number | null;
 }
 
 @ObjectType()

@@ -1,4 +1,4 @@
-import { Args, ID, Mutation, Parent, Query, ResolveField, Resolver } from '@nestjs/graphql';
+import { Args, ID, Int, Mutation, Parent, Query, ResolveField, Resolver } from '@nestjs/graphql';
 import { Role, type Caller } from '../auth/caller.js';
 import { CurrentCaller, MinRole } from '../auth/decorators.js';
 import { Loaders, type RequestLoaders } from '../graphql/request-loaders.js';
@@ -47,6 +47,24 @@ export class ApiTokensResolver {
   })
   revokeApiToken(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
     return this.tokens.revoke(caller, id);
+  }
+
+  @MinRole(Role.ADMIN)
+  @Mutation(() => ApiToken, {
+    description:
+      "Admins: the token's own rate and concurrency limits (null or left out: the fleet's default). Takes effect on its next request on every control plane.",
+  })
+  setApiTokenLimits(
+    @Args('id', { type: () => ID }) id: string,
+    @Args('ratePerSecond', { type: () => Int, nullable: true }) ratePerSecond?: number | null,
+    @Args('rateBurst', { type: () => Int, nullable: true }) rateBurst?: number | null,
+    @Args('maxConcurrent', { type: () => Int, nullable: true }) maxConcurrent?: number | null,
+  ) {
+    return this.tokens.setLimits(id, {
+      ratePerSecond: ratePerSecond ?? null,
+      rateBurst: rateBurst ?? null,
+      maxConcurrent: maxConcurrent ?? null,
+    });
   }
 
   @ResolveField(() => Team, { nullable: true, description: 'Null for fleet-wide admin tokens.' })

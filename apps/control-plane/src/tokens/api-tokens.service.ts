@@ -174,4 +174,44 @@ export class ApiTokensService {
     }
     return result.token;
   }
+
+  /**
+   * Sets (or, with null, clears) a token's own rate and concurrency limits. Every control
+   * plane reads them on the token's next request: this one forgets its cached caller, the
+   * others hear the same notification as a revocation.
+   */
+  async setLimits(
+    id: string,
+    limits: {
+      ratePerSecond: number | null;
+      rateBurst: number | null;
+      maxConcurrent: number | null;
+    },
+  ): Promise<ApiToken> {
+    const tokenId = checkId('id', id);
+    const check = new InputCheck();
+    if (limits.ratePerSecond !== null) {
+      check.integer('ratePerSecond', limits.ratePerSecond, 1, MAX_RATE_PER_SECOND);
+    }
+    if (limits.rateBurst !== null) check.integer('rateBurst', limits.rateBurst, 1, MAX_RATE_BURST);
+    if (limits.maxConcurrent !== null) {
+      check.integer('maxConcurrent', limits.maxConcurrent, 1, MAX_CONCURRENT);
+    }
+    check.done();
+    const token = await this.prisma.$transaction(async (tx) => {
+      const found = await tx.apiToken.findUnique({ where: { id: tokenId }, select: { id: true } });
+      if (found === null) throw new NotFoundError('token', id);
+      const updated = await tx.apiToken.update({ where: { id: tokenId }, data: limits });
+      await tx.$executeRaw`SELECT pg_notify(${TOKEN_REVOKED_CHANNEL}, ${tokenId})`;
+      return updated;
+    });
+    this.auth.forgetToken(tokenId);
+    this.logger.info({ tokenId, ...limits }, 'api token limits set');
+    return token;
+  }
 }
+
+/** The same bounds as the fleet's variables (config/security-env.ts). */
+const MAX_RATE_PER_SECOND = 1_000_000;
+const MAX_RATE_BURST = 1_000_000;
+const MAX_CONCURRENT = 10_000;
