@@ -137,7 +137,15 @@ for (const kind of TEST_DATABASE_KINDS) {
           JSON.stringify(problems),
         );
       }
+      // A policy change that leaves the list out (the portal's form) keeps it.
+      assertOk(
+        await h.graphql(SET_POLICY, {
+          teamId: strict.id,
+          input: { ...POLICY, maxShards: 999 },
+        }),
+      );
       const policy = await h.prisma.quotaPolicy.findUniqueOrThrow({ where: { teamId: strict.id } });
+      assert.equal(policy.maxShards, 999);
       assert.deepEqual(policy.allowedImages, ['ghcr.io/acme/', 'registry.example.com:5000']);
     });
   });

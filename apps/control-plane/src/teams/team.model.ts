@@ -103,7 +103,7 @@ export class QuotaPolicyInput {
   @Field(() => [String], {
     nullable: true,
     description:
-      'Image prefixes like "ghcr.io/acme/" or "registry.example.com:5000"; left out or empty: any image (the fleet\'s list still applies).',
+      'Image prefixes like "ghcr.io/acme/" or "registry.example.com:5000"; empty: any image (the fleet\'s list still applies); left out or null: the team keeps its list (none for a new policy: any image).',
   })
   allowedImages?: string[] | null;
 

@@ -263,7 +263,11 @@ export class TeamsService {
         check.name(`input.allowedGpuModels[${i}]`, model, GPU_MODEL_NAME),
       );
     }
-    const images = checkAllowedImages(check, input.allowedImages ?? []);
+    // Left out: the team keeps its list (forms that predate the field must not clear it).
+    const images =
+      input.allowedImages === undefined || input.allowedImages === null
+        ? undefined
+        : checkAllowedImages(check, input.allowedImages);
     const guaranteeBytes =
       input.guarantee === undefined || input.guarantee === null
         ? 0
@@ -303,7 +307,7 @@ export class TeamsService {
       maxBytesPerShard: BigInt(maxBytesPerShard),
       maxGpusPerShard: input.maxGpusPerShard ?? null,
       allowedGpuModels: [...new Set(models)],
-      allowedImages: images,
+      ...(images === undefined ? {} : { allowedImages: images }),
       priority,
       guaranteeBytes: BigInt(guaranteeBytes),
       guaranteeGpus: input.guaranteeGpus ?? null,
