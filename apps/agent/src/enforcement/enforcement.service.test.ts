@@ -82,6 +82,23 @@ function setUp(stateDir: string) {
 }
 
 describe('EnforcementService', () => {
+  it('a shard adopted through setLimits shows its caps from the moment it is visible, never a cap of 0', async () => {
+    const { enforcement, limits, setSamples } = setUp(join(work, 'adopt'));
+    const holder = processIn(CONTAINER_B);
+    setSamples([{ gpuUuid: GPU0, pid: holder.pid!, bytes: 256 * MiB }]);
+    const adopting = limits.setLimits('b', [{ uuid: GPU0, limitBytes: 500 * MiB }], 'kill');
+    // The fence reads every entry at each sample: look as it would while the file opens.
+    let seen = limits.get('b');
+    for (let turn = 0; seen === undefined && turn < 10; turn++) {
+      await Promise.resolve();
+      seen = limits.get('b');
+    }
+    assert.deepEqual(seen?.capBytes, new Map([[GPU0, 500 * MiB]]));
+    await adopting;
+    assert.deepEqual(await enforcement.sampleNow(), [], 'a shard within its cap is left alone');
+    assert.equal(holder.exitCode, null);
+  });
+
   it('kills the largest process of the shard past its cap on GPU 1 only; the neighbour keeps its memory', async () => {
     const { enforcement, limits, setSamples } = setUp(join(work, 'kill'));
     await limits.prepare(

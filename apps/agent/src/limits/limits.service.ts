@@ -93,15 +93,22 @@ export class LimitsService implements OnModuleDestroy {
     policy: CapPolicy | undefined,
   ): Promise<void> {
     return this.mutex.run(shardId, async () => {
-      const entry: Entry = this.entries.get(shardId) ?? {
+      const known = this.entries.get(shardId);
+      const entry: Entry = known ?? {
         policy: DEFAULT_CAP_POLICY,
-        capBytes: new Map<string, number>(),
+        capBytes: new Map(gpus.map((gpu) => [gpu.uuid, gpu.limitBytes])),
         real: new Map<string, number>(),
         stampedAt: 0,
       };
       entry.policy = policy ?? entry.policy;
+      // Published with its caps: the fence reads every entry at each sample, and one seen
+      // without a GPU's cap while its file opens would be judged against a cap of 0.
       this.entries.set(shardId, entry);
       const file = await this.openFile(shardId, entry);
+      if (known === undefined && file !== undefined) {
+        for (const gpu of gpus) await file.set(gpu.uuid, 'limit_bytes', gpu.limitBytes);
+        return;
+      }
       for (const gpu of gpus) {
         if (entry.capBytes.get(gpu.uuid) === gpu.limitBytes && file !== undefined) continue;
         entry.capBytes.set(gpu.uuid, gpu.limitBytes);
