@@ -29,7 +29,7 @@ export type GpuSourceOptions =
 
 /** The host's fence: sampling real GPU memory and acting on shards past their caps. */
 export interface EnforcementOptions {
-  /** Milliseconds between samples; 0 turns sampling (and enforcement) off. Default 50. */
+  /** Milliseconds between samples; 0 turns sampling (and enforcement) off. Default 250. */
   readonly intervalMs?: number;
   /** Real usage may pass a cap by this much before the policy acts; default 160 MiB. */
   readonly toleranceBytes?: number;
@@ -115,7 +115,7 @@ export const DEFAULTS = {
   natsUrl: 'nats://127.0.0.1:4222',
   nvmlLibrary: 'libnvidia-ml.so.1',
   cudaLibrary: 'libcuda.so.1',
-  enforcementIntervalMs: 50,
+  enforcementIntervalMs: 250,
   capToleranceBytes: 160 * 1024 * 1024,
   pidsLimit: 4096,
 } as const;
