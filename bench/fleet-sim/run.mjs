@@ -182,6 +182,7 @@ async function startControlPlane(index) {
       // One token creates every shard here: the API's rate limits are not what is measured.
       GPUSHARDS_RATE_LIMIT_PER_SECOND: '1000000',
       GPUSHARDS_RATE_LIMIT_BURST: '1000000',
+      GPUSHARDS_MAX_CONCURRENT_REQUESTS: '10000',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

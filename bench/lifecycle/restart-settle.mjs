@@ -6,8 +6,9 @@
 // containers were created and never started (the kill between docker create and docker
 // start), and 300 STOPPING whose containers exited. The restarted agent is simulated against
 // the real AgentReportsService and the agent's own planReconcile: register (the reply says
-// what should run), the plan (which launches the 300 created ones afresh; their RUNNING events
-// are sent as the agent would, 16 at a time), then the immediate reconcile with every
+// what should run), the plan (which launches the 300 created ones afresh; their STARTING and
+// RUNNING events go through the agent link's handler as the agent's would, 16 shards at a
+// time), then the immediate reconcile with every
 // container's Docker status. Settled: no shard of the host left PLACED, STARTING or STOPPING.
 // Docker's own time to create and start containers is not in it.
 //
@@ -35,6 +36,12 @@ const dist = resolve('apps/control-plane/dist');
 const { startPostgres, createTestDatabase } = await import(`${dist}/testing/index.js`);
 const { createControlPlane } = await import(`${dist}/control-plane.js`);
 const { AgentReportsService } = await import(`${dist}/fleet/agent-reports.service.js`);
+const { AgentMessagesService } = await import(`${dist}/agent-link/agent-messages.service.js`);
+const { FenceService } = await import(`${dist}/fence/fence.service.js`);
+const { CapPolicies } = await import(`${dist}/fence/cap-policies.js`);
+const { LOGGER } = await import(`${dist}/logging/logger.js`);
+const { agentSubjects } = await import('@gpushards/protocol');
+const { Registry } = await import('prom-client');
 const { PrismaService } = await import(`${dist}/database/index.js`);
 const { FakeShardCommands } = await import(`${dist}/testing/fake-shard-commands.js`);
 const { planReconcile } = await import(resolve('apps/agent/dist/reconcile/plan.js'));
@@ -109,6 +116,14 @@ async function round(kind, server, n) {
   try {
     const fleet = cp.app.get(AgentReportsService);
     const prisma = cp.app.get(PrismaService);
+    // The agent link's handler, as a control plane with agents has it (this one has none).
+    const messages = new AgentMessagesService(
+      fleet,
+      cp.app.get(FenceService),
+      cp.app.get(CapPolicies),
+      new Registry(),
+      cp.app.get(LOGGER),
+    );
     const hostId = `restart-${n}`;
     await fleet.registerHost(registerRequest(hostId, []));
     const admin = (await readFile(join(dataDir, 'admin-token'), 'utf8')).trim();
@@ -220,12 +235,12 @@ async function round(kind, server, n) {
       throw new Error(`planned ${plan.launch.length} launches, expected ${created.length}`);
     }
     const observedAt = at();
+    // As the agent link delivers them: encoded, on the host's state subject.
+    const send = (message) =>
+      messages.handle({ subject: agentSubjects(hostId).state, data: JSON.stringify(message) });
     await inBatches(plan.launch, 16, async (spec) => {
-      await fleet.applyShardStateEvent(hostId, event(spec.shardId, 'STARTING'));
-      await fleet.applyShardStateEvent(
-        hostId,
-        event(spec.shardId, 'RUNNING', { containerId: `n-${container(spec.shardId)}` }),
-      );
+      await send(event(spec.shardId, 'STARTING'));
+      await send(event(spec.shardId, 'RUNNING', { containerId: `n-${container(spec.shardId)}` }));
     });
     const launchedMs = performance.now() - started;
     await fleet.reconcile(hostId, {

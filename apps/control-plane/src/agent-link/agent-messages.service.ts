@@ -22,10 +22,14 @@ import type { z } from 'zod';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { CapPolicies } from '../fence/cap-policies.js';
 import { FenceService } from '../fence/fence.service.js';
-import { AgentReportsService, type HeartbeatOutcome } from '../fleet/agent-reports.service.js';
+import {
+  AgentReportsService,
+  type HeartbeatOutcome,
+  type StateEventOutcome,
+} from '../fleet/agent-reports.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import type { AgentMessage } from './agent-transport.js';
-import { HeartbeatBatcher } from './heartbeat-batcher.js';
+import { WriteBatcher } from './write-batcher.js';
 
 /** How the handling of one agent message ended: the `outcome` label of the counter. */
 export type AgentMessageOutcome =
@@ -58,7 +62,18 @@ export class AgentMessagesService {
   private readonly messages: Counter<'kind' | 'outcome'>;
 
   /** Heartbeats arriving close together are written together. */
-  private readonly heartbeats: HeartbeatBatcher<HeartbeatOutcome>;
+  private readonly heartbeats: WriteBatcher<
+    { hostId: string; heartbeat: Heartbeat },
+    HeartbeatOutcome
+  >;
+  /**
+   * State events too, but none waits for company: what arrives while a batch is written goes
+   * in the next (group commit), so a lone event is applied as soon as it comes.
+   */
+  private readonly stateEvents: WriteBatcher<
+    { hostId: string; event: ShardStateEvent },
+    StateEventOutcome
+  >;
 
   constructor(
     private readonly fleet: AgentReportsService,
@@ -68,7 +83,11 @@ export class AgentMessagesService {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'agent-link' });
-    this.heartbeats = new HeartbeatBatcher((beats) => fleet.recordHeartbeats(beats));
+    this.heartbeats = new WriteBatcher((beats) => fleet.recordHeartbeats(beats));
+    this.stateEvents = new WriteBatcher((events) => fleet.applyShardStateEvents(events), {
+      maxBatch: 256,
+      maxWaitMs: 0,
+    });
     this.messages = new Counter({
       name: 'gpushards_agent_messages_total',
       help:
@@ -145,7 +164,7 @@ export class AgentMessagesService {
   }
 
   private async heartbeat(hostId: string, heartbeat: Heartbeat): Promise<AgentMessageOutcome> {
-    const outcome = await this.heartbeats.record(hostId, heartbeat);
+    const outcome = await this.heartbeats.record({ hostId, heartbeat });
     if (!outcome.known) {
       // Its agent registers again when its link comes back; until then nothing is recorded.
       this.logger.warn({ hostId }, 'heartbeat from a host that never registered; ignored');
@@ -160,7 +179,7 @@ export class AgentMessagesService {
   }
 
   private async state(hostId: string, event: ShardStateEvent): Promise<void> {
-    const outcome = await this.fleet.applyShardStateEvent(hostId, event);
+    const outcome = await this.stateEvents.record({ hostId, event });
     const fields = {
       hostId,
       shardId: event.shardId,

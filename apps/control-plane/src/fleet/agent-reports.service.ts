@@ -17,12 +17,17 @@ import {
   type ContainerObservation,
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
-import { PrismaService, type ShardState } from '../database/index.js';
+import { PrismaService, type Prisma, type ShardState } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
 import { launchSpecOf } from '../shards/launch-spec.js';
-import { CommitEffects, ShardLifecycle, type TransitionFields } from '../shards/shard-lifecycle.js';
+import {
+  CommitEffects,
+  ShardLifecycle,
+  type ShardMove,
+  type TransitionFields,
+} from '../shards/shard-lifecycle.js';
 import { InjectClock, type Clock } from './clock.js';
 import {
   insertUsageSamples,
@@ -212,48 +217,104 @@ export class AgentReportsService {
    * libs/limits nextOnReport). EXITED, FAILED, STOPPED and VANISHED release the reservation.
    */
   async applyShardStateEvent(hostId: string, event: ShardStateEvent): Promise<StateEventOutcome> {
-    if (!UUID.test(event.shardId)) return { applied: false, reason: 'unknown-shard' };
+    const [outcome] = await this.applyShardStateEvents([{ hostId, event }]);
+    return outcome!;
+  }
+
+  /**
+   * Applies many hosts' state events in one transaction (the agent link's WriteBatcher
+   * gathers them: an agent relaunching its shards after a restart sends two per shard, and on
+   * the embedded database each transaction is a durable commit of its own), each exactly as
+   * applyShardStateEvent would, in arrival order for each shard. Shards are locked in id order
+   * so that two batches cannot wait on each other; if the batch fails anyway (a deadlock with
+   * placement, a serialisation failure), its events are applied again one transaction each.
+   */
+  async applyShardStateEvents(
+    events: readonly { hostId: string; event: ShardStateEvent }[],
+  ): Promise<StateEventOutcome[]> {
+    const outcomes: (StateEventOutcome | undefined)[] = events.map(({ event }) =>
+      UUID.test(event.shardId) ? undefined : { applied: false, reason: 'unknown-shard' },
+    );
+    const pending = events
+      .map((report, index) => ({ ...report, index }))
+      .filter(({ index }) => outcomes[index] === undefined)
+      .sort((a, b) =>
+        a.event.shardId < b.event.shardId
+          ? -1
+          : a.event.shardId > b.event.shardId
+            ? 1
+            : a.index - b.index,
+      );
+    const applyAll = async (batch: typeof pending): Promise<void> => {
+      const effects = new CommitEffects();
+      const applied = await this.prisma.$transaction(async (tx) => {
+        const results: StateEventOutcome[] = [];
+        for (const { hostId, event } of batch) {
+          results.push(await this.applyInTransaction(tx, hostId, event, effects));
+        }
+        return results;
+      }, RECONCILE_TRANSACTION);
+      this.lifecycle.afterCommit(effects);
+      batch.forEach(({ index }, i) => (outcomes[index] = applied[i]));
+    };
+    if (pending.length > 1) {
+      try {
+        await applyAll(pending);
+      } catch (error) {
+        this.logger.warn(
+          { err: error, events: pending.length },
+          'a batch of shard state events failed; applying them one at a time',
+        );
+        for (const one of pending) await applyAll([one]);
+      }
+    } else if (pending.length === 1) {
+      await applyAll(pending);
+    }
+    return outcomes.map((outcome) => outcome!);
+  }
+
+  private async applyInTransaction(
+    tx: Prisma.TransactionClient,
+    hostId: string,
+    event: ShardStateEvent,
+    effects: CommitEffects,
+  ): Promise<StateEventOutcome> {
     const at = new Date(event.at);
-    const effects = new CommitEffects();
-    const outcome = await this.prisma.$transaction(async (tx): Promise<StateEventOutcome> => {
-      const shard = await this.lifecycle.lock(tx, event.shardId);
-      if (shard === undefined) return { applied: false, reason: 'unknown-shard' };
-      if (shard.hostId !== hostId) return { applied: false, reason: 'other-host' };
-      if (shard.lastEventAt !== null && at.getTime() <= shard.lastEventAt.getTime()) {
-        return { applied: false, reason: 'stale' };
-      }
-      const report = nextOnReport(shard.state, event.state);
-      if (report === undefined) return { applied: false, reason: 'not-applicable' };
-      let next: ShardState = report.state;
-      let cause = report.cause;
-      const fields: TransitionFields = {
-        lastEventAt: at,
-        ...(event.containerId === undefined ? {} : { containerId: event.containerId }),
-        ...(event.exitCode === undefined ? {} : { exitCode: event.exitCode }),
-        ...(next === 'RUNNING' ? { startedAt: at } : {}),
-        ...(event.state === 'FAILED' || event.state === 'VANISHED'
-          ? { failureReason: failureReasonOf(event) }
-          : {}),
-      };
-      if (next === shard.state) {
-        await noteShardEvent(tx, shard.id, at, event.containerId);
-        return { applied: true, state: next };
-      }
-      let extra: TransitionFields = {};
-      if (
-        shard.state === 'LOST' &&
-        next === 'RUNNING' &&
-        !(await this.lifecycle.reacquire(tx, shard, effects))
-      ) {
-        next = 'FAILED';
-        cause = 'failed';
-        extra = { failureReason: 'its GPUs were given to other shards while its host was offline' };
-      }
-      await this.lifecycle.moveTo(tx, shard, next, cause, { ...fields, ...extra }, effects, at);
+    const shard = await this.lifecycle.lock(tx, event.shardId);
+    if (shard === undefined) return { applied: false, reason: 'unknown-shard' };
+    if (shard.hostId !== hostId) return { applied: false, reason: 'other-host' };
+    if (shard.lastEventAt !== null && at.getTime() <= shard.lastEventAt.getTime()) {
+      return { applied: false, reason: 'stale' };
+    }
+    const report = nextOnReport(shard.state, event.state);
+    if (report === undefined) return { applied: false, reason: 'not-applicable' };
+    let next: ShardState = report.state;
+    let cause = report.cause;
+    const fields: TransitionFields = {
+      lastEventAt: at,
+      ...(event.containerId === undefined ? {} : { containerId: event.containerId }),
+      ...(event.exitCode === undefined ? {} : { exitCode: event.exitCode }),
+      ...(next === 'RUNNING' ? { startedAt: at } : {}),
+      ...(event.state === 'FAILED' || event.state === 'VANISHED'
+        ? { failureReason: failureReasonOf(event) }
+        : {}),
+    };
+    if (next === shard.state) {
+      await noteShardEvent(tx, shard.id, at, event.containerId);
       return { applied: true, state: next };
-    });
-    this.lifecycle.afterCommit(effects);
-    return outcome;
+    }
+    let extra: TransitionFields = {};
+    if (
+      shard.state === 'LOST' &&
+      next === 'RUNNING' &&
+      !(await this.lifecycle.reacquire(tx, shard, effects))
+    ) {
+      next = 'FAILED';
+      cause = 'failed';
+      extra = { failureReason: 'its GPUs were given to other shards while its host was offline' };
+    }
+    await this.lifecycle.moveTo(tx, shard, next, cause, { ...fields, ...extra }, effects, at);
+    return { applied: true, state: next };
   }
 
   /**
@@ -285,6 +346,7 @@ export class AgentReportsService {
         'RUNNING',
         'STOPPING',
       ]);
+      const moves: ShardMove[] = [];
       for (const shard of shards) {
         const container = reported.get(shard.id);
         if (container?.busy === true) continue;
@@ -306,8 +368,9 @@ export class AgentReportsService {
           ...(container === undefined ? {} : { containerId: container.containerId }),
           ...(next.state === 'RUNNING' ? { startedAt: now } : {}),
         };
-        await this.lifecycle.moveTo(tx, shard, next.state, next.cause, fields, effects, now);
+        moves.push({ shard, state: next.state, cause: next.cause, fields });
       }
+      await this.lifecycle.moveMany(tx, moves, effects, now);
     }, RECONCILE_TRANSACTION);
     this.lifecycle.afterCommit(effects);
     return { protocolVersion: PROTOCOL_VERSION, hostId, ...(await this.desiredShardsFor(hostId)) };

@@ -452,6 +452,53 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.equal(await reservedOn(h, gpu), 0);
     });
 
+    it('applyShardStateEvents: a batch applies each event as alone would, in order per shard, in one transaction', async () => {
+      await fleet.registerHost(registerRequest('events-b', { gpus: 1, labels: { pool: 'evb' } }));
+      const gpu = gpuUuidOf('events-b', 0);
+      const first = assertOk(await place('evb', '10g')).createShard;
+      const second = assertOk(await place('evb', '10g')).createShard;
+      const t0 = clock.now().getTime();
+      const at = (seconds: number) => new Date(t0 + seconds * 1000);
+      const on = (
+        shardId: string,
+        state: Parameters<typeof stateEvent>[2],
+        seconds: number,
+        extra: Parameters<typeof stateEvent>[4] = {},
+      ) => ({
+        hostId: 'events-b',
+        event: stateEvent('events-b', shardId, state, at(seconds), extra),
+      });
+      const outcomes = await fleet.applyShardStateEvents([
+        on(first.id, 'STARTING', 1),
+        on(second.id, 'STARTING', 1),
+        on(first.id, 'RUNNING', 2, { containerId: 'c-first' }),
+        // Older than the one before it for the same shard: stale within the batch.
+        on(first.id, 'STARTING', 1.5),
+        { hostId: 'other', event: stateEvent('other', second.id, 'EXITED', at(2)) },
+        on('not-a-uuid', 'RUNNING', 2),
+        on(second.id, 'EXITED', 3, { exitCode: 7 }),
+      ]);
+      assert.deepEqual(outcomes, [
+        { applied: true, state: 'STARTING' },
+        { applied: true, state: 'STARTING' },
+        { applied: true, state: 'RUNNING' },
+        { applied: false, reason: 'stale' },
+        { applied: false, reason: 'other-host' },
+        { applied: false, reason: 'unknown-shard' },
+        { applied: true, state: 'EXITED' },
+      ]);
+      const rows = await h.prisma.shard.findMany({
+        where: { id: { in: [first.id, second.id] } },
+        select: { id: true, state: true, containerId: true, exitCode: true },
+      });
+      assert.deepEqual(Object.fromEntries(rows.map(({ id, ...rest }) => [id, rest])), {
+        [first.id]: { state: 'RUNNING', containerId: 'c-first', exitCode: null },
+        [second.id]: { state: 'EXITED', containerId: null, exitCode: 7 },
+      });
+      // Only the exited shard's reservation was given back.
+      assert.equal(await reservedOn(h, gpu), 10 * GiB + 512 * MiB);
+    });
+
     it('reconcile settles missed events and replies with what should run and what stays stopped', async () => {
       await fleet.registerHost(registerRequest('rec-1', { gpus: 2, labels: { pool: 'rec' } }));
       const running = assertOk(await place('rec', '10g')).createShard;
