@@ -11,9 +11,13 @@ import { GRAPHQL_PATH } from '../graphql/graphql-api.module.js';
 
 /**
  * Request bodies up to this size are parsed, so that oversized fields reach input validation
- * and get a BAD_USER_INPUT naming the field rather than a bare 413. Larger ones get a 413.
+ * and get a BAD_USER_INPUT naming the field rather than a bare 413. Larger ones get a 413 from
+ * their length alone, before a byte is parsed: JSON.parse of a 663 KiB body of 5,000 aliases
+ * took 4 ms of the one event loop, and 20 such requests a second from a hostile client set the
+ * p99 of everyone else's requests (bench/README.md, "API limits under abuse"). 256 KiB is eight
+ * times the largest valid launch spec (32 KiB of env) and far above any query the portal sends.
  */
-export const JSON_BODY_LIMIT_BYTES = 2 * 1024 * 1024;
+export const JSON_BODY_LIMIT_BYTES = 256 * 1024;
 
 /** Node's defaults, which express kept (Fastify's own are 72 s and none). */
 const KEEP_ALIVE_TIMEOUT_MS = 5_000;
