@@ -196,7 +196,7 @@ export async function noteShardEvent(
      WHERE id = ${shardId}::uuid`;
 }
 
-/** The host's shards in `states`, row-locked, by id. */
+/** The host's shards in `states`, row-locked by id as ShardLifecycle.lock locks one. */
 export function lockHostShards(
   tx: Sql,
   hostId: string,
@@ -205,7 +205,7 @@ export function lockHostShards(
   return tx.$queryRaw<ShardRecord[]>`
     SELECT ${SHARD_COLUMNS} FROM shard
      WHERE host_id = ${hostId} AND state = ANY(${[...states]}::shard_state[])
-     ORDER BY id FOR UPDATE`;
+     ORDER BY id FOR NO KEY UPDATE`;
 }
 
 /** The host's shards in `states` with the GPUs they hold, oldest first, bounded by the protocol. */

@@ -70,10 +70,16 @@ export class ShardLifecycle {
     this.logger = logger.child({ module: 'shards' });
   }
 
-  /** The shard, row-locked until the transaction ends; undefined if it does not exist. */
+  /**
+   * The shard, row-locked until the transaction ends; undefined if it does not exist. The lock
+   * is FOR NO KEY UPDATE (what an UPDATE of its non-key columns takes): it serialises state
+   * changes but not the rows that merely reference the shard (usage samples, reservations),
+   * whose foreign-key checks would otherwise wait on it and deadlock a heartbeat batch against
+   * a batch of state events.
+   */
   async lock(tx: Prisma.TransactionClient, shardId: string): Promise<ShardRecord | undefined> {
     const rows = await tx.$queryRaw<ShardRecord[]>`
-      SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ${shardId}::uuid FOR UPDATE`;
+      SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ${shardId}::uuid FOR NO KEY UPDATE`;
     return rows[0];
   }
 
