@@ -13,7 +13,7 @@
 //     [--dist apps/control-plane/dist]  (another build of the control plane, to compare)
 import { fork, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -193,7 +193,7 @@ async function startControlPlane(index) {
   });
   lines.on('line', (line) => {
     if (line.includes('"level":50') || line.includes('"level":40'))
-      warnings.push(line.slice(0, 300));
+      warnings.push(line);
   });
   let exited = false;
   child.once('exit', () => (exited = true));
@@ -293,7 +293,10 @@ function cleanUp() {
   cleaning ??= (async () => {
     if (warnings.length > 0) {
       log(`${warnings.length} warning/error log lines from the control planes; first ones:`);
-      for (const line of warnings.slice(0, 5)) console.log(`  ${line}`);
+      for (const line of warnings.slice(0, 5)) console.log(`  ${line.slice(0, 300)}`);
+      const file = join(os.tmpdir(), `fleet-sim-warnings-${process.pid}.log`);
+      await writeFile(file, warnings.join('\n') + '\n');
+      log(`all of them in ${file}`);
     }
     for (const worker of workers) {
       if (worker.child.exitCode === null) {
