@@ -227,12 +227,8 @@ static uint64_t my_ns_inode(void)
     return v;
 }
 
-/* 1 when this process is in the outermost PID namespace its /proc shows. */
-static int in_root_ns(void)
-{
-    int depth = 0, inner = 0;
-    return nspid_of("/proc/self", &depth, &inner) == 0 && depth == 1;
-}
+/* The inode the kernel gives the initial PID namespace (PROC_PID_INIT_INO). */
+#define INIT_PID_NS_INODE 0xEFFFFFFCull
 
 static int same_ns(const struct fake_proc *p)
 {
@@ -248,14 +244,17 @@ static struct fake_proc *proc(void)
     if (my_proc >= 0) return &state->procs[my_proc];
     int me = (int)getpid();
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
-        /* Claimed as CLAIMING (no reader looks at it), described, then published
-         * with the pid: a reader never judges a half-written entry (a stale
-         * namespace or start time would make it look dead and be reaped). */
+        /* Claimed as CLAIMING (no reader looks at it), described, given a new
+         * generation, then published with the pid: a reader never judges a
+         * half-written entry (a stale namespace or start time would make it
+         * look dead and be reaped), and a reaper can tell this claim from the
+         * one it judged (pass). */
         int32_t zero = 0;
         if (__atomic_compare_exchange_n(&state->procs[i].pid, &zero, CLAIMING, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             struct fake_proc *p = &state->procs[i];
             p->start_time = start_time_of("/proc/self");
             __atomic_store_n(&p->ns_inode, my_ns_inode(), __ATOMIC_RELEASE);
+            __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&p->pid, me, __ATOMIC_RELEASE);
             my_proc = i;
             return p;
@@ -264,15 +263,43 @@ static struct fake_proc *proc(void)
     return NULL;
 }
 
-/* Pids, in this process's namespace, of the entries of other namespaces:
+/* What an entry stood for when a pass began: which claim (gen) and its pid. */
+struct seen {
+    int32_t pid;
+    uint32_t gen;
+};
+
+/* Every entry's claim as it stands; pid 0 for one free, being claimed or reaped, or changing
+ * hands while it was read. */
+static void look(struct seen seen[FAKE_MAX_PROCS])
+{
+    for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+        struct fake_proc *p = &state->procs[i];
+        uint32_t gen = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE);
+        int32_t pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
+        int stable = pid > 0 && __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) == gen;
+        seen[i] = stable ? (struct seen){.pid = pid, .gen = gen} : (struct seen){0};
+    }
+}
+
+/* 1 while the entry still stands for the claim seen. */
+static int unchanged(const struct fake_proc *p, struct seen s)
+{
+    return __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) == s.pid && __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) == s.gen;
+}
+
+/* Pids, in this process's namespace, of the entries of other namespaces seen:
  * one pass over /proc matching each process's innermost NSpid and start
- * time (and its namespace inode when readable).  host[i] = 0: not seen. */
-static void translate_foreign(int host[FAKE_MAX_PROCS])
+ * time (and its namespace inode when readable).  host[i] = 0: not found.
+ * *nested: this /proc shows processes of PID namespaces below this
+ * process's own, so it sees every process of theirs (the host, not a
+ * container: inside one, its own /proc shows its processes at depth 1). */
+static void translate_foreign(const struct seen seen[FAKE_MAX_PROCS], int host[FAKE_MAX_PROCS], int *nested)
 {
     memset(host, 0, sizeof(int) * FAKE_MAX_PROCS);
+    *nested = 0;
     int any = 0;
-    for (int i = 0; i < FAKE_MAX_PROCS && !any; i++)
-        any = __atomic_load_n(&state->procs[i].pid, __ATOMIC_ACQUIRE) > 0 && !same_ns(&state->procs[i]);
+    for (int i = 0; i < FAKE_MAX_PROCS && !any; i++) any = seen[i].pid > 0 && !same_ns(&state->procs[i]);
     if (!any) return;
     DIR *d = opendir("/proc");
     if (d == NULL) return;
@@ -283,11 +310,12 @@ static void translate_foreign(int host[FAKE_MAX_PROCS])
         snprintf(dir, sizeof dir, "/proc/%s", e->d_name);
         int depth, inner;
         if (nspid_of(dir, &depth, &inner) != 0 || depth < 2) continue;
+        *nested = 1;
         uint64_t st = 0, ns = 0;
         int have_st = 0, have_ns = 0;
         for (int i = 0; i < FAKE_MAX_PROCS; i++) {
             struct fake_proc *p = &state->procs[i];
-            if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != inner || same_ns(p)) continue;
+            if (seen[i].pid != inner || same_ns(p)) continue;
             if (!have_st) st = start_time_of(dir), have_st = 1;
             if (p->start_time != 0 && st != 0 && p->start_time != st) continue;
             if (!have_ns) ns = ns_inode_of(dir), have_ns = 1;
@@ -321,8 +349,18 @@ static int alive_here(const struct fake_proc *p, int pid)
     return p->start_time == 0 || st == 0 || st == p->start_time;
 }
 
-static void reap(struct fake_proc *p)
+/* Frees the entry of a process found dead, if it still stands for the claim
+ * that was judged: taken as CLAIMING first, so that no other reaper frees it
+ * twice and no new owner's memory is taken with it. */
+static void reap(struct fake_proc *p, struct seen s)
 {
+    int32_t expected = s.pid;
+    if (!__atomic_compare_exchange_n(&p->pid, &expected, CLAIMING, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return;
+    if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != s.gen) {
+        /* Claimed again meanwhile, by a process of the same pid: not dead. */
+        __atomic_store_n(&p->pid, s.pid, __ATOMIC_RELEASE);
+        return;
+    }
     for (int g = 0; g < FAKE_MAX_GPUS; g++) {
         uint64_t v = __atomic_exchange_n(&p->used[g], 0, __ATOMIC_ACQ_REL);
         if (v) __atomic_sub_fetch(&state->used[g], v, __ATOMIC_ACQ_REL);
@@ -330,24 +368,41 @@ static void reap(struct fake_proc *p)
     __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
 }
 
-/* A real driver frees everything a process held when it dies.  A process of
- * this namespace is checked directly; one of another namespace only from
- * the outermost namespace, which sees every process (else it is left to
- * someone who can tell). */
-static void reap_dead(const int *host)
+#ifdef FAKE_REAP_TEST_SEAM
+/* Tests only (native/tests/reap_race.c): runs between reading /proc and reaping. */
+void fake_test_after_scan(void);
+#define FAKE_AFTER_SCAN() fake_test_after_scan()
+#else
+#define FAKE_AFTER_SCAN() ((void)0)
+#endif
+
+/* A real driver frees everything a process held when it dies.  One look at
+ * every entry: those of dead processes freed, the host pids of the others
+ * found.  An entry is judged by the claim seen before /proc was read: one
+ * claimed while /proc was being read may have been missed by the reading,
+ * and is left for the next pass.  A process of this namespace is checked
+ * directly; one of another namespace only by a process that sees every
+ * process of it: in the initial PID namespace, or one whose /proc shows
+ * namespaces below its own.  A process in a container sees neither, and
+ * leaves the others' memory alone. */
+static void pass(struct seen seen[FAKE_MAX_PROCS], int host[FAKE_MAX_PROCS])
 {
-    int root = -1;
+    look(seen);
+    int nested;
+    translate_foreign(seen, host, &nested);
+    FAKE_AFTER_SCAN();
+    int outer = -1;
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         struct fake_proc *p = &state->procs[i];
-        int pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
-        if (pid <= 0 || i == my_proc) continue;
+        struct seen s = seen[i];
+        if (s.pid <= 0 || i == my_proc) continue;
         if (same_ns(p)) {
-            if (!alive_here(p, pid)) reap(p);
+            if (!alive_here(p, s.pid)) reap(p, s);
             continue;
         }
-        if (host == NULL) continue;
-        if (root < 0) root = in_root_ns();
-        if (root && host[i] == 0) reap(p);
+        if (host[i] != 0) continue;
+        if (outer < 0) outer = nested || my_ns_inode() == INIT_PID_NS_INODE;
+        if (outer) reap(p, s);
     }
 }
 
@@ -365,9 +420,9 @@ int fake_phys_take(int g, uint64_t bytes)
     struct fake_proc *p = proc();
     if (p == NULL) return -1;
     if (try_take(g, bytes) != 0) {
+        struct seen seen[FAKE_MAX_PROCS];
         int host[FAKE_MAX_PROCS];
-        translate_foreign(host);
-        reap_dead(host);
+        pass(seen, host);
         if (try_take(g, bytes) != 0) return -1;
     }
     __atomic_add_fetch(&p->used[g], bytes, __ATOMIC_ACQ_REL);
@@ -390,26 +445,27 @@ void fake_phys_give(int g, uint64_t bytes)
 uint64_t fake_phys_used(int g)
 {
     if (state == NULL) return 0;
+    struct seen seen[FAKE_MAX_PROCS];
     int host[FAKE_MAX_PROCS];
-    translate_foreign(host);
-    reap_dead(host);
+    pass(seen, host);
     return __atomic_load_n(&state->used[g], __ATOMIC_ACQUIRE);
 }
 
 int fake_procs_on(int g, struct fake_proc_usage *out, int max)
 {
     if (state == NULL || g < 0 || g >= FAKE_MAX_GPUS) return 0;
+    struct seen seen[FAKE_MAX_PROCS];
     int host[FAKE_MAX_PROCS];
-    translate_foreign(host);
-    reap_dead(host);
+    pass(seen, host);
     int n = 0;
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         struct fake_proc *p = &state->procs[i];
-        int pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
+        struct seen s = seen[i];
+        if (s.pid <= 0) continue;
+        int visible_pid = same_ns(p) ? s.pid : host[i];
         uint64_t used = __atomic_load_n(&p->used[g], __ATOMIC_ACQUIRE);
-        if (pid <= 0 || used == 0) continue;
-        int visible_pid = same_ns(p) ? pid : host[i];
-        if (visible_pid == 0) continue;
+        /* Reaped or claimed again since: its host pid is another process's. */
+        if (visible_pid == 0 || used == 0 || !unchanged(p, s)) continue;
         if (n < max) out[n] = (struct fake_proc_usage){.host_pid = (unsigned int)visible_pid, .used = used};
         n++;
     }

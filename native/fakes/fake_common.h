@@ -22,7 +22,7 @@ struct fake_gpu {
  * driver gives back a dead process's memory. */
 struct fake_proc {
     int32_t pid;          /* as the process sees itself (its own PID namespace) */
-    uint32_t pad;
+    uint32_t gen;         /* bumped at each claim: which process an entry stood for */
     uint64_t ns_inode;    /* inode of its /proc/self/ns/pid; 0 = unknown */
     uint64_t start_time;  /* /proc/self/stat field 22 (the same in every namespace) */
     uint64_t used[FAKE_MAX_GPUS];

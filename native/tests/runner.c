@@ -652,6 +652,7 @@ static int t_track_race(const void *arg)
 
 #include "runner_limits.c"
 #include "runner_compute.c"
+#include "runner_fake.c"
 
 int main(int argc, char **argv)
 {
@@ -799,6 +800,7 @@ int main(int argc, char **argv)
     ADD("startup cost of the interposer", t_startup, NULL);
     add_limits_tests(tests, &n);
     add_compute_tests(tests, &n);
+    add_fake_tests(tests, &n);
 
     for (int i = 0; i < n; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
