@@ -6,7 +6,9 @@
  *   procs ORDINAL  as the agent on the host (run without the interposer):
  *                  prints "card USED", then "pid PID USED" per process from
  *                  nvmlDeviceGetComputeRunningProcesses_v3, checked against
- *                  _v2 and the v1 call */
+ *                  _v2 and the v1 call
+ *   missing        hooks whose driver function the driver lacks answer
+ *                  CUDA_ERROR_NOT_FOUND and charge nothing; prints "ok" */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -219,6 +221,65 @@ static int s_ctx_limits(const struct api *A)
     return 0;
 }
 
+/* Hooks whose driver function this driver lacks (the fake has no legacy
+ * cuArrayCreate or cuArray3DCreate, no cuGraphInstantiate_v2,
+ * cuStreamBeginCaptureToGraph or cuCtxSynchronize_v2, as an older driver
+ * lacks newer ones): each answers CUDA_ERROR_NOT_FOUND, as the driver's
+ * cuGetProcAddress would for the name, charges nothing, and the process goes
+ * on.  They are reached as a program linked against a newer driver reaches
+ * them: by name, where libvgpu.so's export is the only definition. */
+static int s_missing(const struct api *A)
+{
+    OK(A->cuInit(0));
+    CUcontext c;
+    OK(A->cuDevicePrimaryCtxRetain(&c, 0));
+    OK(A->cuCtxSetCurrent(c));
+    uint64_t base = shard_used(A);
+    typedef CUresult (*array_fn)(CUarray *, const void *);
+    typedef CUresult (*instantiate_fn)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+    typedef CUresult (*capture_fn)(CUstream, CUgraph, const CUgraphNode *, const void *, size_t,
+                                   CUstreamCaptureMode);
+    typedef CUresult (*sync_fn)(CUcontext);
+    array_fn array = (array_fn)dlsym(RTLD_DEFAULT, "cuArrayCreate");
+    array_fn array3d = (array_fn)dlsym(RTLD_DEFAULT, "cuArray3DCreate");
+    instantiate_fn instantiate = (instantiate_fn)dlsym(RTLD_DEFAULT, "cuGraphInstantiate_v2");
+    capture_fn capture = (capture_fn)dlsym(RTLD_DEFAULT, "cuStreamBeginCaptureToGraph");
+    sync_fn sync = (sync_fn)dlsym(RTLD_DEFAULT, "cuCtxSynchronize_v2");
+    SYM(cuGraphCreate);
+    SYM(cuGraphDestroy);
+    SYM(cuStreamDestroy_v2);
+    CHECK(array && array3d && instantiate && capture && sync, "a hook was not found by name");
+    CHECK(f_cuGraphCreate && f_cuGraphDestroy && f_cuStreamDestroy_v2, "the driver lacks graphs or streams");
+    struct { unsigned int w, h; CUarray_format f; unsigned int ch; } d2 = {4096, 4096, CU_AD_FORMAT_FLOAT, 4};
+    struct { unsigned int w, h, d; CUarray_format f; unsigned int ch, flags; } d3 = {256, 256, 256, CU_AD_FORMAT_FLOAT, 4, 0};
+    CUarray arr = NULL;
+    CUresult r = array(&arr, &d2);
+    CHECK(r == CUDA_ERROR_NOT_FOUND, "cuArrayCreate: %d", (int)r);
+    r = array3d(&arr, &d3);
+    CHECK(r == CUDA_ERROR_NOT_FOUND, "cuArray3DCreate: %d", (int)r);
+    CUgraph g;
+    OK(f_cuGraphCreate(&g, 0));
+    CUgraphExec exec = NULL;
+    r = instantiate(&exec, g, NULL, NULL, 0);
+    CHECK(r == CUDA_ERROR_NOT_FOUND, "cuGraphInstantiate_v2: %d", (int)r);
+    CUstream s;
+    OK(A->cuStreamCreate(&s, 0));
+    r = capture(s, g, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CHECK(r == CUDA_ERROR_NOT_FOUND, "cuStreamBeginCaptureToGraph: %d", (int)r);
+    r = sync(c);
+    CHECK(r == CUDA_ERROR_NOT_FOUND, "cuCtxSynchronize_v2: %d", (int)r);
+    CHECK(shard_used(A) == base, "%llu bytes charged by refused calls", (unsigned long long)(shard_used(A) - base));
+    /* The process goes on. */
+    CUdeviceptr p;
+    OK(A->cuMemAlloc(&p, 64ull << 20));
+    CHECK(shard_used(A) == base + (64ull << 20), "64 MiB after: %llu", (unsigned long long)(shard_used(A) - base));
+    OK(A->cuMemFree(p));
+    OK(f_cuStreamDestroy_v2(s));
+    OK(f_cuGraphDestroy(g));
+    printf("ok\n");
+    return 0;
+}
+
 int cap_scenario(const struct api *A, const char *s, int argc, char **argv)
 {
     if (!strcmp(s, "try") && argc > 3) return s_try(A, argv[3]);
@@ -226,5 +287,6 @@ int cap_scenario(const struct api *A, const char *s, int argc, char **argv)
     if (!strcmp(s, "pitch-legacy")) return s_pitch_legacy(A);
     if (!strcmp(s, "capture")) return s_capture(A);
     if (!strcmp(s, "ctx-limits")) return s_ctx_limits(A);
+    if (!strcmp(s, "missing")) return s_missing(A);
     return -1;
 }

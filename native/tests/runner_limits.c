@@ -349,6 +349,12 @@ static int t_dlmopen(const void *arg)
     return 0;
 }
 
+static int t_missing(const void *arg)
+{
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
+    return run(env, "link", "missing", NULL, NULL);
+}
+
 static void add_limits_tests(struct t *tests, int *n)
 {
 #define ADDL(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -373,5 +379,7 @@ static void add_limits_tests(struct t *tests, int *n)
     ADDL("stream capture with stream-ordered allocations is not invalidated; graph memory charged at launch, refused past the cap, released on destroy + trim", t_capture, NULL);
     ADDL("cuCtxSetLimit: heap, stack and printf FIFO charged, refused past the cap, given back", t_ctx_limits, NULL);
     ADDL("a dlmopen program works under the interposer as without it", t_dlmopen, NULL);
+    ADDL("hooks whose driver function is missing answer CUDA_ERROR_NOT_FOUND and charge nothing (no crash)",
+         t_missing, NULL);
 #undef ADDL
 }

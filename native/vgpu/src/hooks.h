@@ -149,11 +149,14 @@ GS_CUDA_REAL(GS_DECLARE_REAL)
 #define GS_CALL(fn, ...) ((fn) != NULL ? (fn)(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
 
 /* Every hook first makes sure the real driver is resolved and the process
- * initialised: two acquire loads once both are done. */
+ * initialised: two acquire loads once both are done.  A driver without the
+ * hooked function (older than the program's headers) answers
+ * CUDA_ERROR_NOT_FOUND, as its cuGetProcAddress does for the name. */
 int gs_hooks_ready(void);
 #define ENTER(real)                                                                                      \
     do {                                                                                                 \
-        if (GS_UNLIKELY(!gs_hooks_ready() || (real) == NULL)) return CUDA_ERROR_NOT_INITIALIZED;         \
+        if (GS_UNLIKELY(!gs_hooks_ready())) return CUDA_ERROR_NOT_INITIALIZED;                           \
+        if (GS_UNLIKELY((real) == NULL)) return CUDA_ERROR_NOT_FOUND;                                    \
     } while (0)
 
 static inline int gs_counting(void)

@@ -26,7 +26,8 @@ REAL(CUresult, cuStreamSynchronize_ptsz, (CUstream));
 
 #define ENTER(real)                                                                                      \
     do {                                                                                                 \
-        if (GS_UNLIKELY(gs_resolve_cuda() != 0 || (real) == NULL)) return CUDA_ERROR_NOT_INITIALIZED;    \
+        if (GS_UNLIKELY(gs_resolve_cuda() != 0)) return CUDA_ERROR_NOT_INITIALIZED;                      \
+        if (GS_UNLIKELY((real) == NULL)) return CUDA_ERROR_NOT_FOUND; /* as hooks.h's ENTER */           \
     } while (0)
 
 static inline CUstream pt(CUstream s)
