@@ -10,3 +10,4 @@ export * from './queue/index.js';
 export * from './enforcement/enforcement.js';
 export * from './rate/token-bucket.js';
 export * from './compute-share.js';
+export * from './idle-policy.js';

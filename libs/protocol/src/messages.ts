@@ -90,6 +90,19 @@ export const CAP_POLICY_VALUES = ['kill', 'stop', 'report'] as const;
 export const capPolicySchema = z.enum(CAP_POLICY_VALUES);
 export type CapPolicyValue = z.infer<typeof capPolicySchema>;
 
+/**
+ * A shard's compute share on each of its GPUs (docs/compute.md): permille of the GPU's time,
+ * 0 = none asked (an equal split of what the shares leave); guaranteed (at least its share,
+ * and idle time beyond it) or capped (never more). The agent writes it into the shard's limits
+ * file, where libvgpu.so reads it at the shard's next turn.
+ */
+export const COMPUTE_MODE_VALUES = ['guaranteed', 'capped'] as const;
+export const computeShareSchema = z.object({
+  sharePermille: z.int().min(0).max(1000),
+  mode: z.enum(COMPUTE_MODE_VALUES),
+});
+export type ComputeShareSpec = z.infer<typeof computeShareSchema>;
+
 export const shardLaunchSpecSchema = z.object({
   shardId: shardIdSchema,
   teamId: teamIdSchema,
@@ -104,6 +117,8 @@ export const shardLaunchSpecSchema = z.object({
   contextOverheadBytes: bytesSchema.optional(),
   /** The shard's cap policy (its team's, else the fleet's); absent = kill. */
   capPolicy: capPolicySchema.optional(),
+  /** Its compute share on every GPU; absent = none asked (as sharePermille 0). */
+  compute: computeShareSchema.optional(),
 });
 export type ShardLaunchSpec = z.infer<typeof shardLaunchSpecSchema>;
 
@@ -378,6 +393,8 @@ export const resizeCommandSchema = z.object({
   shardId: shardIdSchema,
   /** The new caps, one per GPU of the shard. */
   gpus: gpuLimitsSchema,
+  /** A new compute share on every GPU of the shard; absent = unchanged. */
+  compute: computeShareSchema.optional(),
 });
 
 /**

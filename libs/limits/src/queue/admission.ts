@@ -129,6 +129,13 @@ class View {
     gpu.reservedBytes = bytes(reserved);
     this.index.changed(hostId);
   }
+  /** A compute share guaranteed on the GPU by a shard placed in this pass. */
+  addCompute(hostId: string, uuid: string, permille: number): void {
+    const gpu = this.gpus.get(uuid);
+    if (gpu === undefined) return;
+    gpu.guaranteedComputePermille = (gpu.guaranteedComputePermille ?? 0) + permille;
+    this.index.changed(hostId);
+  }
 }
 
 export function admit(input: AdmissionInput): AdmissionPlan {
@@ -275,6 +282,12 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     const placed = full ? undefined : both.index.tryPlace(request);
     if (placed !== undefined) {
       add(inPass, placed);
+      const permille = shard.request.computeSharePermille ?? 0;
+      if (permille > 0) {
+        for (const uuid of placed.gpuUuids) {
+          for (const view of [now_, shadow, both]) view.addCompute(placed.hostId, uuid, permille);
+        }
+      }
       largestFree = undefined;
       holding.bytes += need;
       holding.shards += 1;
