@@ -4,6 +4,7 @@ import { AgentLinkModule } from './agent-link/agent-link.module.js';
 import type { AgentTransport } from './agent-link/agent-transport.js';
 import { AuditModule } from './audit/audit.module.js';
 import { AuthModule } from './auth/auth.module.js';
+import { ComputeModule } from './compute/compute.module.js';
 import { ConfigModule } from './config/config.module.js';
 import type { ControlPlaneConfig } from './config/control-plane-config.js';
 import { DatabaseModule } from './database/index.js';
@@ -70,6 +71,7 @@ export class AppModule {
         ShardCommandsModule.forRoot(shardCommands),
         EventsModule,
         ShardsModule,
+        ComputeModule,
         QueueModule,
         FleetModule,
         ...(agentTransport ? [AgentLinkModule.forRoot(agentTransport)] : []),

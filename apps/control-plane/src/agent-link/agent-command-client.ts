@@ -7,6 +7,7 @@ import {
   encodeMessage,
   type Command,
   type CommandResult,
+  type ComputeShareSpec,
   type GpuLimit,
   type ShardLaunchSpec,
 } from '@gpushards/protocol';
@@ -89,8 +90,18 @@ export class AgentCommandClient implements ShardCommands {
     await this.send(hostId, { type: 'delete', shardId });
   }
 
-  async resize(hostId: string, shardId: string, gpus: readonly GpuLimit[]): Promise<void> {
-    await this.send(hostId, { type: 'resize', shardId, gpus: [...gpus] });
+  async resize(
+    hostId: string,
+    shardId: string,
+    gpus: readonly GpuLimit[],
+    compute?: ComputeShareSpec,
+  ): Promise<void> {
+    await this.send(hostId, {
+      type: 'resize',
+      shardId,
+      gpus: [...gpus],
+      ...(compute === undefined ? {} : { compute }),
+    });
   }
 
   async reconcile(hostId: string): Promise<void> {

@@ -1,4 +1,5 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
+import type { IdleNotice } from '../compute/idle.model.js';
 import type { CapViolation } from '../fence/cap-policy.model.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 
@@ -15,6 +16,8 @@ export interface ShardStateChange {
    * (state and previousState are then its state as the control plane has it).
    */
   readonly violation?: CapViolation;
+  /** Set on an IDLE or IDLE_STOP event: the team's idle policy reported or stopped the shard. */
+  readonly idle?: IdleNotice;
 }
 
 /**

@@ -7,6 +7,7 @@ import {
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { z } from 'zod';
+import type { IdleActionKind } from '../compute/idle.model.js';
 import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
 import { CapPolicy, PrismaService } from '../database/index.js';
 import type { CapViolation } from '../fence/cap-policy.model.js';
@@ -41,6 +42,13 @@ const relayedChangeSchema = z.object({
   state: z.string().max(16),
   at: z.iso.datetime(),
   violation: relayedViolationSchema.optional(),
+  idle: z
+    .object({
+      action: z.enum(['REPORT', 'STOP']),
+      idleSince: z.iso.datetime(),
+      idleSeconds: z.number().min(0),
+    })
+    .optional(),
 });
 
 const relayedMessageSchema = z.object({
@@ -151,6 +159,15 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
       state: change.state,
       at: change.at.toISOString(),
       ...(change.violation ? { violation: relayedViolationOf(change.violation) } : {}),
+      ...(change.idle
+        ? {
+            idle: {
+              action: change.idle.action,
+              idleSince: change.idle.idleSince.toISOString(),
+              idleSeconds: change.idle.idleSeconds,
+            },
+          }
+        : {}),
     });
     if (this.sending !== undefined) return;
     this.sending = new Promise<void>((resolve) => setImmediate(resolve))
@@ -203,6 +220,15 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
           state: change.state,
           at: new Date(change.at),
           ...(change.violation ? { violation: violationOf(change.violation) } : {}),
+          ...(change.idle
+            ? {
+                idle: {
+                  action: change.idle.action as IdleActionKind,
+                  idleSince: new Date(change.idle.idleSince),
+                  idleSeconds: change.idle.idleSeconds,
+                },
+              }
+            : {}),
         });
       }
     } catch (error) {

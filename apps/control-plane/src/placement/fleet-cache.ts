@@ -48,6 +48,10 @@ interface CachedGpu {
   committedBytes: number;
   /** Picked by this process's transactions that have not ended yet. */
   heldBytes: number;
+  /** What placement sees of the compute shares guaranteed on it: committed + held, permille. */
+  guaranteedComputePermille: number;
+  committedPermille: number;
+  heldPermille: number;
 }
 
 interface CachedHost {
@@ -75,6 +79,7 @@ interface GpuRow {
   totalBytes: bigint | number;
   reservedBytes: bigint | number;
   overcommitRatio: number;
+  guaranteedComputePermille: number;
 }
 
 /** A change of one GPU's reserved bytes that a transaction committed. */
@@ -82,6 +87,8 @@ export interface GpuDelta {
   readonly uuid: string;
   /** Positive: reserved more; negative: released. */
   readonly bytes: number;
+  /** The change of its guaranteed compute share, permille; absent: none. */
+  readonly permille?: number;
 }
 
 /**
@@ -184,21 +191,30 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   async refreshReservations(): Promise<void> {
     if (this.reading !== undefined) return;
     const [row] = await this.prisma.$queryRaw<
-      { hosts: number; changedAt: string | null; reserved: Record<string, number> | null }[]
+      {
+        hosts: number;
+        changedAt: string | null;
+        reserved: Record<string, number> | null;
+        compute: Record<string, number> | null;
+      }[]
     >`
       SELECT (SELECT count(*) FROM host)::int AS hosts,
              (SELECT max(updated_at) FROM host)::text AS "changedAt",
              (SELECT json_object_agg(uuid, reserved_bytes) FROM gpu
-               WHERE missing_since IS NULL) AS reserved`;
+               WHERE missing_since IS NULL) AS reserved,
+             (SELECT json_object_agg(uuid, guaranteed_compute_permille) FROM gpu
+               WHERE missing_since IS NULL AND guaranteed_compute_permille > 0) AS compute`;
     if (row === undefined) return;
     if (row.hosts !== this.seenHosts.count || (row.changedAt ?? '') !== this.seenHosts.changedAt) {
       await this.refreshedSince(performance.now());
       return;
     }
+    const compute = row.compute ?? {};
     for (const [uuid, reserved] of Object.entries(row.reserved ?? {})) {
       const gpu = this.gpusByUuid.get(uuid);
       if (gpu === undefined) continue;
       gpu.committedBytes = reserved;
+      gpu.committedPermille = compute[uuid] ?? 0;
       this.recount(gpu);
     }
   }
@@ -220,6 +236,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     reader: DatabaseReader,
     ids: readonly string[],
     uncommitted: ReadonlyMap<string, number> = new Map(),
+    uncommittedPermille: ReadonlyMap<string, number> = new Map(),
   ): Promise<void> {
     if (ids.length === 0) return;
     const hosts = await reader.$queryRaw<HostRow[]>`
@@ -228,11 +245,14 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
         FROM host WHERE id = ANY(${[...ids]}::text[])`;
     const gpus = await reader.$queryRaw<GpuRow[]>`
       SELECT uuid, host_id AS "hostId", index, model, total_bytes AS "totalBytes",
-             reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio"
+             reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio",
+             guaranteed_compute_permille AS "guaranteedComputePermille"
         FROM gpu WHERE host_id = ANY(${[...ids]}::text[]) AND missing_since IS NULL`;
     const committed = (gpu: GpuRow): GpuRow => ({
       ...gpu,
       reservedBytes: Number(gpu.reservedBytes) - (uncommitted.get(gpu.uuid) ?? 0),
+      guaranteedComputePermille:
+        gpu.guaranteedComputePermille - (uncommittedPermille.get(gpu.uuid) ?? 0),
     });
     let replaced = this.hostList;
     for (const id of ids) {
@@ -270,28 +290,37 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     for (const gpu of gpus) {
       const cached = this.gpusByUuid.get(gpu.uuid)!;
       cached.committedBytes = Number(gpu.reservedBytes);
+      cached.committedPermille = gpu.guaranteedComputePermille;
       this.recount(cached);
     }
     return true;
   }
 
-  /** Counts `size` more reserved on each GPU for this process's placements until `release`. */
-  hold(uuids: readonly string[], size: number): void {
+  /**
+   * Counts `size` more reserved (and `permille` more compute guaranteed) on each GPU for this
+   * process's placements until `release`.
+   */
+  hold(uuids: readonly string[], size: number, permille = 0): void {
     for (const uuid of uuids) {
       const gpu = this.gpusByUuid.get(uuid);
       if (gpu === undefined) continue;
       gpu.heldBytes += size;
+      gpu.heldPermille += permille;
       this.recount(gpu);
     }
   }
 
   /** Ends a hold; `committed` when its transaction committed the reservation. */
-  release(uuids: readonly string[], size: number, committed: boolean): void {
+  release(uuids: readonly string[], size: number, committed: boolean, permille = 0): void {
     for (const uuid of uuids) {
       const gpu = this.gpusByUuid.get(uuid);
       if (gpu === undefined) continue;
       gpu.heldBytes = Math.max(0, gpu.heldBytes - size);
-      if (committed) gpu.committedBytes += size;
+      gpu.heldPermille = Math.max(0, gpu.heldPermille - permille);
+      if (committed) {
+        gpu.committedBytes += size;
+        gpu.committedPermille += permille;
+      }
       this.recount(gpu);
     }
   }
@@ -302,6 +331,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       const gpu = this.gpusByUuid.get(delta.uuid);
       if (gpu === undefined) continue;
       gpu.committedBytes = Math.max(0, gpu.committedBytes + delta.bytes);
+      gpu.committedPermille = Math.max(0, gpu.committedPermille + (delta.permille ?? 0));
       this.recount(gpu);
     }
   }
@@ -316,8 +346,10 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
 
   private recount(gpu: CachedGpu): void {
     const reserved = gpu.committedBytes + gpu.heldBytes;
-    if (reserved === gpu.reservedBytes) return;
+    const permille = gpu.committedPermille + gpu.heldPermille;
+    if (reserved === gpu.reservedBytes && permille === gpu.guaranteedComputePermille) return;
     gpu.reservedBytes = bytes(reserved);
+    gpu.guaranteedComputePermille = permille;
     this.index.changed(gpu.hostId);
   }
 
@@ -336,10 +368,10 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
              count(*)::int AS count, max(updated_at)::text AS "changedAt"
         FROM host`;
     const [gpus] = await this.prisma.$queryRaw<
-      { rows: [string, string, number, string, number, number, number][] | null }[]
+      { rows: [string, string, number, string, number, number, number, number][] | null }[]
     >`
       SELECT json_agg(json_build_array(uuid, host_id, index, model, total_bytes, reserved_bytes,
-                                       overcommit_ratio)) AS rows
+                                       overcommit_ratio, guaranteed_compute_permille)) AS rows
         FROM gpu WHERE missing_since IS NULL`;
     const gpusByHost = new Map<string, GpuRow[]>();
     for (const [
@@ -350,8 +382,18 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       totalBytes,
       reservedBytes,
       overcommitRatio,
+      guaranteedComputePermille,
     ] of gpus?.rows ?? []) {
-      const gpu = { uuid, hostId, index, model, totalBytes, reservedBytes, overcommitRatio };
+      const gpu = {
+        uuid,
+        hostId,
+        index,
+        model,
+        totalBytes,
+        reservedBytes,
+        overcommitRatio,
+        guaranteedComputePermille,
+      };
       const list = gpusByHost.get(hostId);
       if (list === undefined) gpusByHost.set(hostId, [gpu]);
       else list.push(gpu);
@@ -377,6 +419,8 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       gpus: gpus.map((gpu) => {
         const committedBytes = Number(gpu.reservedBytes);
         const heldBytes = this.gpusByUuid.get(gpu.uuid)?.heldBytes ?? 0;
+        const committedPermille = gpu.guaranteedComputePermille;
+        const heldPermille = this.gpusByUuid.get(gpu.uuid)?.heldPermille ?? 0;
         return {
           uuid: gpuUuid(gpu.uuid),
           hostId: id,
@@ -387,6 +431,9 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
           committedBytes,
           heldBytes,
           reservedBytes: bytes(committedBytes + heldBytes),
+          committedPermille,
+          heldPermille,
+          guaranteedComputePermille: committedPermille + heldPermille,
         };
       }),
     };

@@ -13,18 +13,19 @@ import { FleetCache } from './fleet-cache.js';
  * the transaction committed or rolled back.
  */
 export class PlacementHolds {
-  private readonly held: { uuids: readonly string[]; size: number }[] = [];
+  private readonly held: { uuids: readonly string[]; size: number; permille: number }[] = [];
 
   constructor(private readonly cache: FleetCache) {}
 
-  hold(uuids: readonly string[], size: number): void {
-    this.cache.hold(uuids, size);
-    this.held.push({ uuids, size });
+  /** `size` bytes and `permille` of guaranteed compute on each GPU. */
+  hold(uuids: readonly string[], size: number, permille = 0): void {
+    this.cache.hold(uuids, size, permille);
+    this.held.push({ uuids, size, permille });
   }
 
   settle(committed: boolean): void {
-    for (const { uuids, size } of this.held.splice(0)) {
-      this.cache.release(uuids, size, committed);
+    for (const { uuids, size, permille } of this.held.splice(0)) {
+      this.cache.release(uuids, size, committed, permille);
     }
   }
 }
@@ -32,7 +33,8 @@ export class PlacementHolds {
 /**
  * Placement against the in-memory fleet, made true by a conditional update in the caller's
  * transaction (ShardCreator's batch statement): reserved bytes rise only where
- * `reserved_bytes + n <= floor(total_bytes * overcommit_ratio)` on a host that is still ONLINE.
+ * `reserved_bytes + n <= floor(total_bytes * overcommit_ratio)` (and, for a compute share,
+ * `guaranteed_compute_permille + share <= 1000`) on a host that is still ONLINE.
  */
 @Injectable()
 export class PlacementService {

@@ -31,6 +31,7 @@ interface PendingRow {
   arrivedAt: Date;
   expiresAt: Date | null;
   inFlight: boolean;
+  computeSharePermille: number;
   allowedGpuModels: string[] | null;
 }
 
@@ -48,6 +49,7 @@ export async function readPending(
            shard.priority_class AS "priorityClass",
            coalesce(shard.queued_at, shard.created_at) AS "arrivedAt",
            shard.expires_at AS "expiresAt",
+           shard.compute_share_permille AS "computeSharePermille",
            EXISTS (SELECT 1 FROM shard victim
                     WHERE victim.reclaim_for = shard.id AND victim.state = 'STOPPING') AS "inFlight",
            quota.allowed_gpu_models AS "allowedGpuModels"
@@ -70,6 +72,7 @@ export async function readPending(
         gpuModel: effective?.ok ? effective.filter : requested,
         hostSelector: stringRecord(row.hostSelector),
         policy: row.placementPolicy === 'SPREAD' ? 'spread' : 'binpack',
+        ...(row.computeSharePermille > 0 ? { computeSharePermille: row.computeSharePermille } : {}),
       },
       priorityRank: cls.rank,
       preemptible: cls.preemptible,

@@ -328,18 +328,21 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       const shard = await this.lifecycle.lock(tx, shardId);
       if (shard?.state !== 'PENDING') continue;
       const size = BigInt(placed.reservedBytesPerGpu);
+      const permille = shard.computeSharePermille;
       const uuids = [...placed.gpuUuids];
       const taken = await tx.$queryRaw<{ uuid: string }[]>`
-        UPDATE gpu SET reserved_bytes = reserved_bytes + ${size}
+        UPDATE gpu SET reserved_bytes = reserved_bytes + ${size},
+                       guaranteed_compute_permille = guaranteed_compute_permille + ${permille}::int
          WHERE uuid = ANY(${uuids}::text[])
            AND host_id = ${placed.hostId}
            AND host_id IN (SELECT id FROM host WHERE id = ${placed.hostId} AND state = 'ONLINE' FOR SHARE)
            AND missing_since IS NULL
            AND reserved_bytes + ${size} <= floor(total_bytes * overcommit_ratio)
+           AND guaranteed_compute_permille + ${permille}::int <= 1000
         RETURNING uuid`;
       if (taken.length !== uuids.length) throw new StalePlan([placed.hostId]);
       await this.lifecycle.openReservations(tx, shardId, uuids, size);
-      for (const uuid of uuids) effects.gpuDeltas.push({ uuid, bytes: Number(size) });
+      for (const uuid of uuids) effects.gpuDeltas.push({ uuid, bytes: Number(size), permille });
       await tx.$executeRaw`
         UPDATE shard SET host_id = ${placed.hostId}, limit_bytes_per_gpu = ${size},
                          failure_reason = NULL

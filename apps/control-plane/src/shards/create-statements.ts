@@ -74,11 +74,12 @@ export async function writeBatch(
         host_id text, idempotency_key text, request_fingerprint text, gpu_uuids text[],
         audit_id uuid,
         actor_token_id uuid, actor_role token_role, details jsonb, priority_class text,
-        requeue boolean)
+        requeue boolean, compute_share_permille int, compute_mode compute_mode)
     ), wanted AS (
       SELECT * FROM unnest(${uuids}::text[], ${wanted.map((gpu) => gpu.hostId)}::text[],
-                           ${wanted.map((gpu) => String(gpu.bytes))}::bigint[])
-                    AS w(uuid, host_id, bytes)
+                           ${wanted.map((gpu) => String(gpu.bytes))}::bigint[],
+                           ${wanted.map((gpu) => gpu.permille)}::int[])
+                    AS w(uuid, host_id, bytes, permille)
     ), schedulable AS (
       SELECT id FROM host
        WHERE id = ANY(${hostIds}::text[]) AND state = 'ONLINE'
@@ -86,7 +87,8 @@ export async function writeBatch(
     ), locked AS (
       SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[]) ORDER BY uuid FOR UPDATE
     ), taken AS (
-      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + wanted.bytes
+      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + wanted.bytes,
+                     guaranteed_compute_permille = gpu.guaranteed_compute_permille + wanted.permille
         FROM wanted
        WHERE gpu.uuid = wanted.uuid
          AND gpu.uuid = ANY(${uuids}::text[])
@@ -95,6 +97,7 @@ export async function writeBatch(
          AND gpu.host_id IN (SELECT id FROM schedulable)
          AND gpu.missing_since IS NULL
          AND gpu.reserved_bytes + wanted.bytes <= floor(gpu.total_bytes * gpu.overcommit_ratio)
+         AND gpu.guaranteed_compute_permille + wanted.permille <= 1000
       RETURNING gpu.uuid
     ), complete AS (
       SELECT batch.* FROM batch
@@ -104,16 +107,20 @@ export async function writeBatch(
       INSERT INTO shard (id, team_id, name, image, command, env, secret_env, bytes_per_gpu,
                          gpu_count, limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
                          host_selector, placement_policy, state, host_id, idempotency_key,
-                         request_fingerprint, updated_at, priority_class, requeue)
+                         request_fingerprint, updated_at, priority_class, requeue,
+                         compute_share_permille, compute_mode)
       SELECT id, team_id, name, image, command, env, secret_env, bytes_per_gpu, gpu_count,
              limit_bytes,
              gpu_model_include, gpu_model_exclude, host_selector, placement_policy, 'PLACED',
-             host_id, idempotency_key, request_fingerprint, now(), priority_class, requeue
+             host_id, idempotency_key, request_fingerprint, now(), priority_class, requeue,
+             compute_share_permille, compute_mode
         FROM complete
       RETURNING *
     ), reservations AS (
-      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
-      SELECT complete.id, chosen.uuid, complete.limit_bytes, now()
+      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, compute_share_permille,
+                             reserved_at)
+      SELECT complete.id, chosen.uuid, complete.limit_bytes, complete.compute_share_permille,
+             now()
         FROM complete CROSS JOIN LATERAL unnest(complete.gpu_uuids) AS chosen(uuid)
     ), audit AS (
       INSERT INTO audit_event (id, actor_token_id, actor_role, team_id, action, target_type,
@@ -131,33 +138,46 @@ export async function writeBatch(
   return { takenUuids: new Set(rows[0]?.takenUuids ?? []), shards };
 }
 
-/** What the batch adds to each GPU (the sum of its shards' caps there), in UUID order. */
+/**
+ * What the batch adds to each GPU (the sum of its shards' caps and compute shares there), in
+ * UUID order.
+ */
 function wantedPerGpu(
   planned: readonly PlannedShard[],
-): { uuid: string; hostId: string; bytes: bigint }[] {
-  const wanted = new Map<string, { uuid: string; hostId: string; bytes: bigint }>();
-  for (const { placed } of planned) {
+): { uuid: string; hostId: string; bytes: bigint; permille: number }[] {
+  const wanted = new Map<
+    string,
+    { uuid: string; hostId: string; bytes: bigint; permille: number }
+  >();
+  for (const { placed, request } of planned) {
+    const permille = request.compute.sharePermille;
     for (const uuid of placed.gpuUuids) {
       const gpu = wanted.get(uuid);
       const cap = BigInt(placed.reservedBytesPerGpu);
-      if (gpu === undefined) wanted.set(uuid, { uuid, hostId: placed.hostId, bytes: cap });
-      else gpu.bytes += cap;
+      if (gpu === undefined)
+        wanted.set(uuid, { uuid, hostId: placed.hostId, bytes: cap, permille });
+      else {
+        gpu.bytes += cap;
+        gpu.permille += permille;
+      }
     }
   }
   return [...wanted.values()].sort((a, b) => (a.uuid < b.uuid ? -1 : 1));
 }
 
-/** Lowers GPUs' reserved bytes again: what left-out shards of a batch took on them. */
+/** Lowers GPUs' reserved bytes and compute again: what left-out shards of a batch took on them. */
 export async function giveBack(
   tx: Prisma.TransactionClient,
-  taken: ReadonlyMap<string, bigint>,
+  taken: ReadonlyMap<string, { readonly bytes: bigint; readonly permille: number }>,
 ): Promise<void> {
   if (taken.size === 0) return;
   const uuids = [...taken.keys()].sort();
   await tx.$executeRaw`
-    UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - back.bytes
-      FROM unnest(${uuids}::text[], ${uuids.map((uuid) => taken.get(uuid)!)}::bigint[])
-           AS back(uuid, bytes)
+    UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - back.bytes,
+                   guaranteed_compute_permille = gpu.guaranteed_compute_permille - back.permille
+      FROM unnest(${uuids}::text[], ${uuids.map((uuid) => taken.get(uuid)!.bytes)}::bigint[],
+                  ${uuids.map((uuid) => taken.get(uuid)!.permille)}::int[])
+           AS back(uuid, bytes, permille)
      WHERE gpu.uuid = back.uuid`;
 }
 
@@ -188,6 +208,8 @@ function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: Plann
     actor_role: caller.role,
     priority_class: request.priorityClass,
     requeue: request.requeue,
+    compute_share_permille: request.compute.sharePermille,
+    compute_mode: request.compute.mode,
     details: {
       name: request.name,
       image: request.image,
@@ -197,8 +219,16 @@ function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: Plann
       limitBytesPerGpu: limit,
       gpuCount: request.gpuCount,
       idempotencyKey: request.idempotencyKey,
+      ...computeDetails(request),
     },
   };
+}
+
+/** The compute share in an audit event's details, when one was asked. */
+function computeDetails(request: ShardRequest): Record<string, unknown> {
+  return request.compute.sharePermille === 0 && request.compute.mode === 'GUARANTEED'
+    ? {}
+    : { computeSharePermille: request.compute.sharePermille, computeMode: request.compute.mode };
 }
 
 /** A shard that fits nowhere now, written PENDING (no host, no reservation) with its audit event. */
@@ -218,7 +248,8 @@ export async function writePending(
     INSERT INTO shard (id, team_id, name, image, command, env, secret_env, bytes_per_gpu,
                        gpu_count, limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude, host_selector,
                        placement_policy, state, idempotency_key, request_fingerprint,
-                       updated_at, priority_class, queued_at, expires_at, requeue)
+                       updated_at, priority_class, queued_at, expires_at, requeue,
+                       compute_share_permille, compute_mode)
     VALUES (${shardId}::uuid, ${teamId}::uuid, ${request.name}, ${request.image},
             ${request.command}::text[], ${JSON.stringify(request.env)}::jsonb,
             ${JSON.stringify(request.secretEnv)}::jsonb,
@@ -230,7 +261,8 @@ export async function writePending(
             ${request.priorityClass}, now(),
             CASE WHEN ${request.maxWaitSeconds}::int IS NULL THEN NULL
                  ELSE now() + make_interval(secs => ${request.maxWaitSeconds}::int) END,
-            ${request.requeue})
+            ${request.requeue}, ${request.compute.sharePermille}::int,
+            ${request.compute.mode}::compute_mode)
     RETURNING ${SHARD_COLUMNS}`;
   await tx.$executeRaw`
     INSERT INTO audit_event (id, actor_token_id, actor_role, team_id, action, target_type,
@@ -247,6 +279,7 @@ export async function writePending(
               priorityClass: request.priorityClass,
               maxWaitSeconds: request.maxWaitSeconds,
               idempotencyKey: request.idempotencyKey,
+              ...computeDetails(request),
             })}::jsonb)`;
   return rows[0]!;
 }

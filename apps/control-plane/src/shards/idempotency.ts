@@ -52,7 +52,13 @@ export function requestFingerprint(request: ShardRequest): string {
     request.gpuModel.exclude,
     sortedRecord(request.hostSelector),
     request.policy,
+    ...computeOf(request.compute.sharePermille, request.compute.mode),
   ]);
+}
+
+/** A compute share takes part when one was asked (none: the digest is as before shares existed). */
+function computeOf(sharePermille: number, mode: string): unknown[] {
+  return sharePermille === 0 && mode === 'GUARANTEED' ? [] : [{ compute: [sharePermille, mode] }];
 }
 
 function fingerprintOfRecord(shard: ShardRecord): string {
@@ -68,5 +74,6 @@ function fingerprintOfRecord(shard: ShardRecord): string {
     shard.gpuModelExclude,
     sortedRecord(stringRecord(shard.hostSelector)),
     shard.placementPolicy,
+    ...computeOf(shard.computeSharePermille, shard.computeMode),
   ]);
 }

@@ -1,11 +1,13 @@
 import type { ShardLaunchSpec } from '@gpushards/protocol';
+import { computeSpecOf } from '../compute/compute-input.js';
 import { openSealedEnv } from '../secrets/secret-box.js';
 import { stringRecord, type ShardRecord } from './shard-record.js';
 
 /**
  * What the agent needs to run the shard: each GPU capped at limitBytesPerGpu (the request
- * plus the host's context overhead, what the GPU reserves), and its environment with the
- * secret values opened (the one place they are: the agent link carries them).
+ * plus the host's context overhead, what the GPU reserves), its compute share, and its
+ * environment with the secret values opened (the one place they are: the agent link carries
+ * them).
  */
 export function launchSpecOf(shard: ShardRecord, gpuUuids: readonly string[]): ShardLaunchSpec {
   const limitBytes = Number(shard.limitBytesPerGpu);
@@ -18,5 +20,7 @@ export function launchSpecOf(shard: ShardRecord, gpuUuids: readonly string[]): S
     env: { ...stringRecord(shard.env), ...openSealedEnv(stringRecord(shard.secretEnv)) },
     gpus: gpuUuids.map((uuid) => ({ uuid, limitBytes })),
     contextOverheadBytes: Number(shard.limitBytesPerGpu - shard.bytesPerGpu),
+    // Always sent, 0 included: a share taken away must reach the agent's limits file too.
+    compute: computeSpecOf({ sharePermille: shard.computeSharePermille, mode: shard.computeMode }),
   };
 }

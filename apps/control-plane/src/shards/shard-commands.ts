@@ -1,5 +1,5 @@
 import { Global, Inject, Module, type DynamicModule } from '@nestjs/common';
-import type { GpuLimit, ShardLaunchSpec } from '@gpushards/protocol';
+import type { ComputeShareSpec, GpuLimit, ShardLaunchSpec } from '@gpushards/protocol';
 import { CapPolicies } from '../fence/cap-policies.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 
@@ -15,8 +15,16 @@ export interface ShardCommands {
   launch(hostId: string, spec: ShardLaunchSpec): Promise<void>;
   stop(hostId: string, shardId: string, graceSeconds: number): Promise<void>;
   delete(hostId: string, shardId: string): Promise<void>;
-  /** The shard's new caps, one per GPU (limitBytes = requested + context overhead). */
-  resize(hostId: string, shardId: string, gpus: readonly GpuLimit[]): Promise<void>;
+  /**
+   * The shard's new caps, one per GPU (limitBytes = requested + context overhead), and its
+   * compute share when that changed.
+   */
+  resize(
+    hostId: string,
+    shardId: string,
+    gpus: readonly GpuLimit[],
+    compute?: ComputeShareSpec,
+  ): Promise<void>;
   /**
    * Reconcile now rather than at the next period (a control plane that starts asks every host
    * that is not OFFLINE: state events sent while none listened went to no one).
@@ -95,7 +103,7 @@ function withCapPolicies(commands: ShardCommands, policies: CapPolicies): ShardC
     launch: (hostId, spec) => commands.launch(hostId, policies.withPolicy(spec)),
     stop: (hostId, shardId, graceSeconds) => commands.stop(hostId, shardId, graceSeconds),
     delete: (hostId, shardId) => commands.delete(hostId, shardId),
-    resize: (hostId, shardId, gpus) => commands.resize(hostId, shardId, gpus),
+    resize: (hostId, shardId, gpus, compute) => commands.resize(hostId, shardId, gpus, compute),
     reconcile: (hostId) => commands.reconcile(hostId),
   };
 }

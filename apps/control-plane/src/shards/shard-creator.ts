@@ -27,6 +27,7 @@ import {
   NotFoundError,
   QuotaExceededError,
 } from '../errors/domain-errors.js';
+import { teamComputeRefusal } from '../compute/compute-input.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
 import { QueueSignal } from '../placement/queue-signal.js';
@@ -293,6 +294,11 @@ export class ShardCreator {
         verdicts.set(pending, { kind: 'refused', error: quotaError(decision) });
         continue;
       }
+      const computeRefusal = teamComputeRefusal(request.compute, team.maxComputeSharePercent);
+      if (computeRefusal !== undefined) {
+        verdicts.set(pending, { kind: 'refused', error: computeRefusal });
+        continue;
+      }
       const cls = checkPriorityClass(
         CLASSES,
         request.priorityClass,
@@ -351,7 +357,7 @@ export class ShardCreator {
       return { kind: 'refused', error: noCapacityError(placed) };
     }
     const holds = this.placement.holds();
-    holds.hold(placed.gpuUuids, placed.reservedBytesPerGpu);
+    holds.hold(placed.gpuUuids, placed.reservedBytesPerGpu, pending.request.compute.sharePermille);
     return {
       kind: 'planned',
       placementRequest,
@@ -378,8 +384,9 @@ export class ShardCreator {
     verdicts: Map<Pending, Verdict>,
     effects: CommitEffects,
   ): Promise<boolean> {
-    /** What this transaction added to each GPU's reserved bytes so far. */
+    /** What this transaction added to each GPU's reserved bytes (and guaranteed compute) so far. */
     const added = new Map<string, number>();
+    const addedPermille = new Map<string, number>();
     let toWrite = [...plans.keys()];
     let lostRaces = false;
     for (let writes = 1; toWrite.length > 0; writes++) {
@@ -388,24 +395,26 @@ export class ShardCreator {
         toWrite.map((pending) => plans.get(pending)!.shard),
       );
       const losers: Pending[] = [];
-      const takenByLosers = new Map<string, bigint>();
+      const takenByLosers = new Map<string, { bytes: bigint; permille: number }>();
       for (const pending of toWrite) {
         const { placed, shardId } = plans.get(pending)!.shard;
+        const permille = pending.request.compute.sharePermille;
         const shard = written.shards.get(shardId);
         if (shard === undefined) {
           losers.push(pending);
           for (const uuid of placed.gpuUuids) {
             if (!written.takenUuids.has(uuid)) continue;
-            takenByLosers.set(
-              uuid,
-              (takenByLosers.get(uuid) ?? 0n) + BigInt(placed.reservedBytesPerGpu),
-            );
+            const taken = takenByLosers.get(uuid) ?? { bytes: 0n, permille: 0 };
+            taken.bytes += BigInt(placed.reservedBytesPerGpu);
+            taken.permille += permille;
+            takenByLosers.set(uuid, taken);
           }
           continue;
         }
         verdicts.set(pending, { kind: 'placed', shard });
         for (const uuid of placed.gpuUuids) {
           added.set(uuid, (added.get(uuid) ?? 0) + placed.reservedBytesPerGpu);
+          addedPermille.set(uuid, (addedPermille.get(uuid) ?? 0) + permille);
         }
         effects.changes.push({ shard, previousState: null, state: 'PLACED', at: shard.createdAt });
         const spec = launchSpecOf(shard, placed.gpuUuids);
@@ -428,7 +437,7 @@ export class ShardCreator {
         }
         break;
       }
-      await this.cache.reloadHosts(tx, lostHosts, added);
+      await this.cache.reloadHosts(tx, lostHosts, added, addedPermille);
       toWrite = [];
       for (const { pending, plan } of again) {
         const planned = this.plan(pending, plan.placementRequest);

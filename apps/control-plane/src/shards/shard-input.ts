@@ -1,10 +1,17 @@
-import { bytes, type Bytes, DEFAULT_PRIORITY_CLASS, priorityClasses } from '@gpushards/limits';
+import {
+  bytes,
+  type Bytes,
+  type ComputeShare,
+  DEFAULT_PRIORITY_CLASS,
+  priorityClasses,
+} from '@gpushards/limits';
 import {
   findReservedEnvKeys,
   MAX_GPUS_PER_HOST,
   shardLaunchSpecSchema,
   userEnvSchema,
 } from '@gpushards/protocol';
+import { checkComputeInput } from '../compute/compute-input.js';
 import type { PlacementPolicy } from '../database/index.js';
 import { GPU_MODEL_NAME, InputCheck, type NameRule } from '../validation/input.js';
 import type { CreateShardInput, EnvVarInput, PlacementInput } from './shard.model.js';
@@ -16,6 +23,8 @@ export interface PlacementRequestInput {
   readonly gpuModel: { readonly include: string[]; readonly exclude: string[] };
   readonly hostSelector: Readonly<Record<string, string>>;
   readonly policy: PlacementPolicy;
+  /** Its compute share per GPU (0 permille: none asked) and mode; the team's bound is checked later. */
+  readonly compute: ComputeShare;
 }
 
 /** A createShard input, checked. */
@@ -241,6 +250,7 @@ function checkPlacement(check: InputCheck, input: PlacementInput): PlacementRequ
     },
     hostSelector: checkSelector(check, 'input.hostSelector', input.hostSelector ?? []),
     policy: input.placementPolicy ?? 'BINPACK',
+    compute: checkComputeInput(check, 'input', input.computeSharePercent, input.computeMode),
   };
 }
 

@@ -177,22 +177,29 @@ export class ShardLifecycle {
     effects: CommitEffects,
   ): Promise<void> {
     if (shardIds.length === 0) return;
-    const released = await tx.$queryRaw<{ uuid: string; bytes: bigint }[]>`
+    const released = await tx.$queryRaw<{ uuid: string; bytes: bigint; permille: number }[]>`
       WITH released AS (
         UPDATE shard_gpu SET released_at = now()
          WHERE shard_id = ANY(${[...shardIds]}::uuid[]) AND released_at IS NULL
-        RETURNING gpu_uuid, reserved_bytes
+        RETURNING gpu_uuid, reserved_bytes, compute_share_permille
       )
-      SELECT gpu_uuid AS uuid, sum(reserved_bytes)::bigint AS bytes
+      SELECT gpu_uuid AS uuid, sum(reserved_bytes)::bigint AS bytes,
+             sum(compute_share_permille)::int AS permille
         FROM released GROUP BY gpu_uuid ORDER BY gpu_uuid`;
     if (released.length === 0) return;
     await tx.$executeRaw`
-      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - freed.bytes
-        FROM unnest(${released.map((r) => r.uuid)}::text[], ${released.map((r) => r.bytes)}::bigint[])
-             AS freed(uuid, bytes)
+      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - freed.bytes,
+                     guaranteed_compute_permille = gpu.guaranteed_compute_permille - freed.permille
+        FROM unnest(${released.map((r) => r.uuid)}::text[], ${released.map((r) => r.bytes)}::bigint[],
+                    ${released.map((r) => r.permille)}::int[])
+             AS freed(uuid, bytes, permille)
        WHERE gpu.uuid = freed.uuid`;
     for (const gpu of released)
-      effects.gpuDeltas.push({ uuid: gpu.uuid, bytes: -Number(gpu.bytes) });
+      effects.gpuDeltas.push({
+        uuid: gpu.uuid,
+        bytes: -Number(gpu.bytes),
+        permille: -gpu.permille,
+      });
   }
 
   /**
@@ -205,19 +212,23 @@ export class ShardLifecycle {
     effects: CommitEffects,
   ): Promise<boolean> {
     const size = shard.limitBytesPerGpu;
+    const permille = shard.computeSharePermille;
     const taken = await tx.$queryRaw<{ uuid: string }[]>`
-      UPDATE gpu SET reserved_bytes = reserved_bytes + ${size}
+      UPDATE gpu SET reserved_bytes = reserved_bytes + ${size},
+                     guaranteed_compute_permille = guaranteed_compute_permille + ${permille}::int
        WHERE uuid IN (SELECT gpu_uuid FROM shard_gpu
                        WHERE shard_id = ${shard.id}::uuid
                          AND released_at = (SELECT max(released_at) FROM shard_gpu
                                              WHERE shard_id = ${shard.id}::uuid))
          AND missing_since IS NULL
          AND reserved_bytes + ${size} <= floor(total_bytes * overcommit_ratio)
+         AND guaranteed_compute_permille + ${permille}::int <= 1000
       RETURNING uuid`;
     if (taken.length !== shard.gpuCount) {
       if (taken.length > 0) {
         await tx.$executeRaw`
-          UPDATE gpu SET reserved_bytes = reserved_bytes - ${size}
+          UPDATE gpu SET reserved_bytes = reserved_bytes - ${size},
+                         guaranteed_compute_permille = guaranteed_compute_permille - ${permille}::int
            WHERE uuid = ANY(${taken.map((gpu) => gpu.uuid)}::text[])`;
       }
       return false;
@@ -228,13 +239,16 @@ export class ShardLifecycle {
       taken.map((gpu) => gpu.uuid),
       size,
     );
-    for (const gpu of taken) effects.gpuDeltas.push({ uuid: gpu.uuid, bytes: Number(size) });
+    for (const gpu of taken) {
+      effects.gpuDeltas.push({ uuid: gpu.uuid, bytes: Number(size), permille });
+    }
     return true;
   }
 
   /**
    * New live reservation rows, starting after every earlier row of the shard (the key holds
-   * the start, at millisecond precision).
+   * the start, at millisecond precision), each guaranteeing the shard's compute share as its
+   * row holds it now (the caller raised the GPUs' guaranteed_compute_permille for it).
    */
   async openReservations(
     tx: Prisma.TransactionClient,
@@ -245,8 +259,10 @@ export class ShardLifecycle {
   ): Promise<void> {
     const used = gpuUuids.map((_, i) => usedBytes[i] ?? 0n);
     await tx.$executeRaw`
-      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, used_bytes, reserved_at)
+      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, used_bytes,
+                             compute_share_permille, reserved_at)
       SELECT ${shardId}::uuid, opened.uuid, ${size}, opened.used,
+             (SELECT compute_share_permille FROM shard WHERE id = ${shardId}::uuid),
              greatest(now(), (SELECT max(reserved_at) + interval '1 millisecond'
                                 FROM shard_gpu WHERE shard_id = ${shardId}::uuid))
         FROM unnest(${[...gpuUuids]}::text[], ${used}::bigint[]) AS opened(uuid, used)`;
@@ -259,7 +275,7 @@ export class ShardLifecycle {
     if (queued > 0) this.queue.queued(queued);
     if (
       queued > 0 ||
-      effects.gpuDeltas.some((delta) => delta.bytes < 0) ||
+      effects.gpuDeltas.some((delta) => delta.bytes < 0 || (delta.permille ?? 0) < 0) ||
       effects.hostStates.some((host) => host.state === 'ONLINE')
     ) {
       this.queue.freed();

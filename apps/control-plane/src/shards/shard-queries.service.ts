@@ -49,6 +49,8 @@ export class ShardQueriesService {
         ...(teamId === undefined ? {} : { teamId }),
         ...(args.states && args.states.length > 0 ? { state: { in: args.states } } : {}),
         ...(typeof args.hostId === 'string' ? { hostId: args.hostId } : {}),
+        ...(args.idle === true ? { idleSince: { not: null }, state: 'RUNNING' } : {}),
+        ...(args.idle === false ? { idleSince: null } : {}),
         ...(after === undefined
           ? {}
           : {

@@ -42,6 +42,9 @@ export const SHARD_COLUMNS = Prisma.raw(
     'shard.requeue',
     'shard.stop_intent AS "stopIntent"',
     'shard.reclaim_for::text AS "reclaimFor"',
+    'shard.compute_share_permille AS "computeSharePermille"',
+    'shard.compute_mode::text AS "computeMode"',
+    'shard.idle_since AS "idleSince"',
   ].join(', '),
 );
 

@@ -51,8 +51,15 @@ export class ShardSubscriptionService {
             previousState: event.previousState as ShardState | null,
             state: event.state as ShardState,
             at: event.at,
-            kind: event.violation ? ShardEventKind.VIOLATION : ShardEventKind.STATE,
+            kind: event.violation
+              ? ShardEventKind.VIOLATION
+              : event.idle
+                ? event.idle.action === 'STOP'
+                  ? ShardEventKind.IDLE_STOP
+                  : ShardEventKind.IDLE
+                : ShardEventKind.STATE,
             violation: event.violation ?? null,
+            idle: event.idle ?? null,
           },
           done: false,
         };

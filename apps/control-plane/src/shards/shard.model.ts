@@ -8,7 +8,8 @@ import {
   ObjectType,
   registerEnumType,
 } from '@nestjs/graphql';
-import { ShardState, PlacementPolicy } from '../database/index.js';
+import { ComputeMode, ShardState, PlacementPolicy } from '../database/index.js';
+import { IdleNotice } from '../compute/idle.model.js';
 import { CapViolation } from '../fence/cap-policy.model.js';
 import { Label, LabelInput, labelsOf } from '../fleet/label.model.js';
 import { Connection, ConnectionArgs } from '../graphql/connection.js';
@@ -40,6 +41,18 @@ registerEnumType(ShardState, {
     },
     EXPIRED: { description: 'Waited in the queue past its maximum wait; never ran.' },
     DELETED: { description: 'Deleted; kept for the record.' },
+  },
+});
+
+registerEnumType(ComputeMode, {
+  name: 'ComputeMode',
+  description: "How a shard's compute share holds (docs/compute.md).",
+  valuesMap: {
+    GUARANTEED: {
+      description:
+        'At least its share of each GPU while the GPU is contended, and any time nobody else wants (work-conserving). The default.',
+    },
+    CAPPED: { description: 'Never more than its share, even alone (predictable cost or latency).' },
   },
 });
 
@@ -168,6 +181,23 @@ export class Shard {
 
   @Field({ description: 'Whether a reclaim puts it back in the queue (else PREEMPTED).' })
   requeue!: boolean;
+
+  @Field(() => Int, {
+    nullable: true,
+    description:
+      'Its compute share of each of its GPUs, percent; null: none asked (it gets an equal split of what the shares on the GPU leave, at least 5%).',
+  })
+  computeSharePercent!: number | null;
+
+  @Field(() => ComputeMode)
+  computeMode!: ComputeMode;
+
+  @Field(() => Date, {
+    nullable: true,
+    description:
+      "Set while its team's idle policy reports it idle: since when it has launched no kernel on any GPU (its start, if it never did). Null otherwise.",
+  })
+  idleSince!: Date | null;
 }
 
 export function shardView(record: ShardRecord): Shard {
@@ -207,6 +237,9 @@ export function shardView(record: ShardRecord): Shard {
     queuedAt: record.queuedAt,
     expiresAt: record.expiresAt,
     requeue: record.requeue,
+    computeSharePercent: record.computeSharePermille > 0 ? record.computeSharePermille / 10 : null,
+    computeMode: record.computeMode,
+    idleSince: record.idleSince,
   };
 }
 
@@ -276,7 +309,8 @@ export class ShardEvent {
   at!: Date;
 
   @Field(() => ShardEventKind, {
-    description: 'STATE: the shard changed state. VIOLATION: see `violation`.',
+    description:
+      "STATE: the shard changed state. VIOLATION: see `violation`. IDLE: its team's idle policy found it idle (the warning); IDLE_STOP: the policy stops it (a STATE event to STOPPING follows); see `idle`.",
   })
   kind!: ShardEventKind;
 
@@ -286,11 +320,16 @@ export class ShardEvent {
       "Set for kind VIOLATION: the shard's real GPU memory passed its cap plus the host's tolerance and its cap policy was applied (state and previousState are then its current state).",
   })
   violation!: CapViolation | null;
+
+  @Field(() => IdleNotice, { nullable: true, description: 'Set for kinds IDLE and IDLE_STOP.' })
+  idle!: IdleNotice | null;
 }
 
 export enum ShardEventKind {
   STATE = 'STATE',
   VIOLATION = 'VIOLATION',
+  IDLE = 'IDLE',
+  IDLE_STOP = 'IDLE_STOP',
 }
 
 registerEnumType(ShardEventKind, { name: 'ShardEventKind' });
@@ -324,6 +363,19 @@ export class PlacementInput {
 
   @Field(() => PlacementPolicy, { nullable: true, description: 'Default BINPACK.' })
   placementPolicy?: PlacementPolicy | null;
+
+  @Field(() => Int, {
+    nullable: true,
+    description:
+      "Compute share of each GPU, whole percent 1-100, within the team's maxComputeSharePercent; placement keeps the shares guaranteed on one GPU at most 100%. Left out: none (an equal split of what the shares leave, at least 5%; guarantees nothing).",
+  })
+  computeSharePercent?: number | null;
+
+  @Field(() => ComputeMode, {
+    nullable: true,
+    description: 'Default GUARANTEED. CAPPED needs computeSharePercent.',
+  })
+  computeMode?: ComputeMode | null;
 
   @Field(() => ID, {
     nullable: true,
@@ -481,4 +533,10 @@ export class ShardsArgs extends ConnectionArgs {
 
   @Field(() => ID, { nullable: true })
   hostId?: string | null;
+
+  @Field(() => Boolean, {
+    nullable: true,
+    description: "true: only shards its team's idle policy reports idle (idleSince set).",
+  })
+  idle?: boolean | null;
 }

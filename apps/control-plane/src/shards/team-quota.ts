@@ -26,6 +26,8 @@ export interface TeamState {
   readonly priority: number | null;
   readonly guaranteeBytes: bigint | null;
   readonly maxPriorityClass: string | null;
+  /** The largest compute share per GPU, percent (null: up to 100; 0: none). */
+  readonly maxComputeSharePercent: number | null;
   readonly shardCount: number;
   readonly reservedBytes: bigint;
 }
@@ -47,6 +49,7 @@ export async function readTeamStates(
            quota.allowed_images AS "allowedImages", quota.priority,
            quota.guarantee_bytes AS "guaranteeBytes",
            quota.max_priority_class AS "maxPriorityClass",
+           quota.max_compute_share_percent AS "maxComputeSharePercent",
            held.shards AS "shardCount", held.bytes AS "reservedBytes"
       FROM team
       LEFT JOIN quota_policy quota ON quota.team_id = team.id
@@ -113,5 +116,8 @@ export function placementRequestOf(
     gpuModel,
     hostSelector: request.hostSelector,
     policy: request.policy === 'SPREAD' ? 'spread' : 'binpack',
+    ...(request.compute.sharePermille > 0
+      ? { computeSharePermille: request.compute.sharePermille }
+      : {}),
   };
 }

@@ -66,6 +66,13 @@ export class QuotaPolicy {
   })
   maxPriorityClass!: string | null;
 
+  @Field(() => Int, {
+    nullable: true,
+    description:
+      'The largest compute share per GPU one shard may ask for, percent; 0: none (its shards get the default split only); null: up to 100.',
+  })
+  maxComputeSharePercent!: number | null;
+
   @Field()
   updatedAt!: Date;
 }
@@ -131,4 +138,11 @@ export class QuotaPolicyInput {
     description: 'The highest priority class the team may use ("build"); left out: any.',
   })
   maxPriorityClass?: string | null;
+
+  @Field(() => Int, {
+    nullable: true,
+    description:
+      'The largest compute share per GPU one shard may ask for, 0 to 100 percent (0: no shares); left out: up to 100.',
+  })
+  maxComputeSharePercent?: number | null;
 }

@@ -195,6 +195,7 @@ export class TeamsService {
       guaranteeGpus: policy.guaranteeGpus,
       guaranteeGpuModel: policy.guaranteeGpuModel,
       maxPriorityClass: policy.maxPriorityClass,
+      maxComputeSharePercent: policy.maxComputeSharePercent,
       updatedAt: policy.updatedAt,
     };
   }
@@ -292,6 +293,10 @@ export class TeamsService {
         `must be one of ${CLASSES.list.map((c) => `"${c.name}"`).join(', ')}, got "${maxPriorityClass}"`,
       );
     }
+    const maxComputeSharePercent = input.maxComputeSharePercent ?? null;
+    if (maxComputeSharePercent !== null) {
+      check.integer('input.maxComputeSharePercent', maxComputeSharePercent, 0, 100);
+    }
     if (maxBytesPerShard > maxTotalBytes) {
       check.problem(
         'input.maxPerShard',
@@ -313,6 +318,7 @@ export class TeamsService {
       guaranteeGpus: input.guaranteeGpus ?? null,
       guaranteeGpuModel,
       maxPriorityClass,
+      maxComputeSharePercent,
     };
     await this.prisma.$transaction(async (tx) => {
       // Guarantee changes one at a time, so that two of them cannot each fit alone.

@@ -1,4 +1,4 @@
-import type { GpuLimit, ShardLaunchSpec } from '@gpushards/protocol';
+import type { ComputeShareSpec, GpuLimit, ShardLaunchSpec } from '@gpushards/protocol';
 import type { ShardCommands } from '../shards/shard-commands.js';
 
 export type RecordedShardCommand =
@@ -15,6 +15,7 @@ export type RecordedShardCommand =
       readonly hostId: string;
       readonly shardId: string;
       readonly gpus: readonly GpuLimit[];
+      readonly compute?: ComputeShareSpec;
     }
   | { readonly type: 'reconcile'; readonly hostId: string };
 
@@ -42,8 +43,19 @@ export class FakeShardCommands implements ShardCommands {
     return this.record({ type: 'delete', hostId, shardId });
   }
 
-  resize(hostId: string, shardId: string, gpus: readonly GpuLimit[]): Promise<void> {
-    return this.record({ type: 'resize', hostId, shardId, gpus });
+  resize(
+    hostId: string,
+    shardId: string,
+    gpus: readonly GpuLimit[],
+    compute?: ComputeShareSpec,
+  ): Promise<void> {
+    return this.record({
+      type: 'resize',
+      hostId,
+      shardId,
+      gpus,
+      ...(compute === undefined ? {} : { compute }),
+    });
   }
 
   reconcile(hostId: string): Promise<void> {

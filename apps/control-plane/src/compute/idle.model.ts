@@ -1,0 +1,43 @@
+import { Field, Float, Int, ObjectType, registerEnumType } from '@nestjs/graphql';
+
+export enum IdleActionKind {
+  REPORT = 'REPORT',
+  STOP = 'STOP',
+}
+
+registerEnumType(IdleActionKind, {
+  name: 'IdleActionKind',
+  valuesMap: {
+    REPORT: { description: 'Reported idle (the warning before any action).' },
+    STOP: { description: "Stopped by its team's idle policy." },
+  },
+});
+
+@ObjectType({
+  description:
+    'What a team does with its running shards that launch no kernel (docs/compute.md, "Idle policy").',
+})
+export class IdlePolicy {
+  @Field(() => Int, {
+    description: 'Seconds without a kernel on any of its GPUs before a shard is reported idle.',
+  })
+  idleAfterSeconds!: number;
+
+  @Field(() => Int, {
+    nullable: true,
+    description: 'Seconds without a kernel before it is stopped; null: reported only.',
+  })
+  stopAfterSeconds!: number | null;
+}
+
+@ObjectType({ description: "A shard found idle by its team's idle policy, and what was done." })
+export class IdleNotice {
+  @Field(() => IdleActionKind)
+  action!: IdleActionKind;
+
+  @Field({ description: 'Its last kernel on any GPU (its start, if it never launched one).' })
+  idleSince!: Date;
+
+  @Field(() => Float)
+  idleSeconds!: number;
+}
