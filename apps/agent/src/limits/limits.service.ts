@@ -3,7 +3,7 @@ import { join } from 'node:path';
 
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { DEFAULT_CAP_POLICY, type CapPolicy } from '@gpushards/limits';
-import type { GpuLimit } from '@gpushards/protocol';
+import type { ComputeShareSpec, GpuLimit } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { KeyedMutex } from '../common/keyed-mutex.js';
@@ -25,6 +25,8 @@ interface Entry {
   /** What real_bytes holds now per GPU, and when real_sampled_at_ms was last written. */
   real: Map<string, number>;
   stampedAt: number;
+  /** The compute share its file holds on every GPU; undefined: none written. */
+  compute?: ComputeShareSpec;
 }
 
 /** real_sampled_at_ms is rewritten at least this often while real_bytes stays the same. */
@@ -63,6 +65,7 @@ export class LimitsService implements OnModuleDestroy {
     gpus: readonly GpuLimit[],
     contextBytes: number,
     policy: CapPolicy | undefined,
+    compute?: ComputeShareSpec,
   ): Promise<string> {
     return this.mutex.run(shardId, async () => {
       await this.closeFile(shardId);
@@ -70,6 +73,10 @@ export class LimitsService implements OnModuleDestroy {
         uuid: gpu.uuid,
         limitBytes: gpu.limitBytes,
         contextBytes,
+        // The shard's compute share on every GPU: libvgpu.so reads it at each turn.
+        ...(compute === undefined
+          ? {}
+          : { computeSharePermille: compute.sharePermille, computeMode: compute.mode }),
       }));
       await fs.mkdir(this.folder(), { recursive: true, mode: 0o755 });
       await writeLimitsFile(this.file(shardId), devices);
@@ -78,6 +85,7 @@ export class LimitsService implements OnModuleDestroy {
         capBytes: new Map(gpus.map((gpu) => [gpu.uuid, gpu.limitBytes])),
         real: new Map(),
         stampedAt: 0,
+        ...(compute === undefined ? {} : { compute }),
       });
       return this.file(shardId);
     });
@@ -85,12 +93,14 @@ export class LimitsService implements OnModuleDestroy {
 
   /**
    * New caps (resize, reconcile, a shard adopted after a restart): written in place when the
-   * file exists, and kept for enforcement either way.
+   * file exists, and kept for enforcement either way. A compute share, when given and not what
+   * the file holds, is written too (share and mode in one 8-byte write per GPU).
    */
   setLimits(
     shardId: string,
     gpus: readonly GpuLimit[],
     policy: CapPolicy | undefined,
+    compute?: ComputeShareSpec,
   ): Promise<void> {
     return this.mutex.run(shardId, async () => {
       const known = this.entries.get(shardId);
@@ -105,6 +115,7 @@ export class LimitsService implements OnModuleDestroy {
       // without a GPU's cap while its file opens would be judged against a cap of 0.
       this.entries.set(shardId, entry);
       const file = await this.openFile(shardId, entry);
+      if (file !== undefined) await this.writeCompute(shardId, entry, file, gpus, compute);
       if (known === undefined && file !== undefined) {
         for (const gpu of gpus) await file.set(gpu.uuid, 'limit_bytes', gpu.limitBytes);
         return;
@@ -117,6 +128,23 @@ export class LimitsService implements OnModuleDestroy {
         }
       }
     });
+  }
+
+  /** Writes the compute share into the open file when it is given and differs from what it holds. */
+  private async writeCompute(
+    shardId: string,
+    entry: Entry,
+    file: LimitsFile,
+    gpus: readonly GpuLimit[],
+    compute: ComputeShareSpec | undefined,
+  ): Promise<void> {
+    if (compute === undefined) return;
+    const same =
+      entry.compute?.sharePermille === compute.sharePermille && entry.compute.mode === compute.mode;
+    if (same) return;
+    for (const gpu of gpus) await file.setCompute(gpu.uuid, compute.sharePermille, compute.mode);
+    entry.compute = compute;
+    this.logger.info({ shardId, compute }, 'compute share written');
   }
 
   /**

@@ -68,14 +68,19 @@ export class HeartbeatService {
     } catch (error) {
       this.logger.warn({ err: error }, 'cannot read the compute ledger');
     }
-    const activityOf = (shardId: string, gpuUuids: readonly string[]) =>
-      activity === undefined
-        ? {}
-        : {
-            activityPerGpu: (activity.get(shardId) ?? [])
-              .map((a) => ({ ...a, gpuUuid: this.gpus.canonicalUuid(a.gpuUuid) }))
-              .filter((a) => gpuUuids.includes(a.gpuUuid)),
-          };
+    const activityOf = (shardId: string, gpuUuids: readonly string[]) => {
+      if (activity === undefined) return {};
+      const reported = (activity.get(shardId) ?? [])
+        .map((a) => ({ ...a, gpuUuid: this.gpus.canonicalUuid(a.gpuUuid) }))
+        .filter((a) => gpuUuids.includes(a.gpuUuid));
+      // A GPU on which the shard has no ledger entry: it never launched there, so it held
+      // none of its time. Said, so that the control plane knows its activity is watched
+      // (the idle policy judges only shards whose host reports activity).
+      const silent = gpuUuids
+        .filter((uuid) => !reported.some((a) => a.gpuUuid === uuid))
+        .map((gpuUuid) => ({ gpuUuid, busyRatio: 0 }));
+      return { activityPerGpu: [...reported, ...silent] };
+    };
     const violations = this.violations.splice(0).map((v) => ({
       shardId: v.shardId,
       gpuUuid: v.gpuUuid,

@@ -90,7 +90,7 @@ export class CommandsService {
       case 'delete':
         return { type: 'delete', ...(await this.shards.delete(command.shardId)) };
       case 'resize':
-        await this.shards.resize(command.shardId, command.gpus);
+        await this.shards.resize(command.shardId, command.gpus, command.compute);
         return { type: 'resize', gpus: command.gpus };
       case 'reconcile':
         this.reconcileRequests.request();

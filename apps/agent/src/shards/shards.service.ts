@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { observationOf, type ContainerKind } from '@gpushards/limits';
 import {
   stripReservedEnvKeys,
+  type ComputeShareSpec,
   type GpuLimit,
   type ShardLaunchSpec,
   type ShardState,
@@ -142,7 +143,7 @@ export class ShardsService {
         };
       }
       if (record?.state === 'RUNNING' && record.containerId !== undefined) {
-        await this.limits.setLimits(spec.shardId, spec.gpus, spec.capPolicy);
+        await this.limits.setLimits(spec.shardId, spec.gpus, spec.capPolicy, spec.compute);
         await this.regions.setLimits(spec.shardId, spec.gpus, false);
         // Told again: a launch sent again (a control plane that restarted resends those in
         // flight) may be for a shard whose RUNNING event went to no one. Settled now, not at
@@ -225,8 +226,11 @@ export class ShardsService {
     });
   }
 
-  /** New caps for a shard's GPUs, live: throws UnknownShardError, UnknownGpuError, BelowUsageError. */
-  resize(shardId: string, gpus: readonly GpuLimit[]): Promise<void> {
+  /**
+   * New caps (and compute share, when given) for a shard's GPUs, live: throws
+   * UnknownShardError, UnknownGpuError, BelowUsageError.
+   */
+  resize(shardId: string, gpus: readonly GpuLimit[], compute?: ComputeShareSpec): Promise<void> {
     return this.mutex.run(shardId, async () => {
       const record = this.records.get(shardId);
       if (record === undefined)
@@ -238,8 +242,8 @@ export class ShardsService {
         );
       }
       await this.regions.setLimits(shardId, gpus, true);
-      await this.limits.setLimits(shardId, gpus, undefined);
-      this.logger.info({ shardId, teamId: record.teamId, gpus }, 'shard resized');
+      await this.limits.setLimits(shardId, gpus, undefined, compute);
+      this.logger.info({ shardId, teamId: record.teamId, gpus, compute }, 'shard resized');
     });
   }
 
@@ -335,7 +339,7 @@ export class ShardsService {
   applyLimits(spec: ShardLaunchSpec): Promise<void> {
     return this.mutex.run(spec.shardId, async () => {
       if (this.records.get(spec.shardId)?.state !== 'RUNNING') return;
-      await this.limits.setLimits(spec.shardId, spec.gpus, spec.capPolicy);
+      await this.limits.setLimits(spec.shardId, spec.gpus, spec.capPolicy, spec.compute);
       await this.regions.setLimits(spec.shardId, spec.gpus, false);
     });
   }
@@ -453,6 +457,7 @@ export class ShardsService {
         orderGpus(gpus).map((gpu) => ({ uuid: gpu.uuid, limitBytes: gpu.limitBytes })),
         contextBytes,
         spec.capPolicy,
+        spec.compute,
       );
       await this.docker.removeContainer(containerName(this.config.hostId, spec.shardId));
       if (this.config.computeLedgerDir !== undefined)

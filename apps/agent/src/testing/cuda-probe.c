@@ -2,6 +2,9 @@
  *   cuda-probe hold <bytes> [ordinal]   allocates on GPU <ordinal> (default 0), prints
  *                                       {"result":N}, waits for SIGTERM
  *   cuda-probe alloc <bytes> [ordinal]  allocates, prints {"result":N}, exits
+ *   cuda-probe launch <n> [hold]        launches n kernels on GPU 0 (the compute share's
+ *                                       admission decides when each runs), prints
+ *                                       {"launched":n,"result":N}; with hold, waits for SIGTERM
  *   cuda-probe tamper <path>            tries what a root tenant would to raise its limit:
  *                                       write the limits file, remount it read-write, unmount
  *                                       it; prints {"write":E,"remount":E,"umount":E} (errno,
@@ -54,9 +57,32 @@ static int tamper(const char *path)
     return 0;
 }
 
+static int launch(long n, int hold)
+{
+    CUdevice device;
+    CUcontext context;
+    long done = 0;
+    CUresult r = cuInit(0);
+    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
+    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
+    for (; r == CUDA_SUCCESS && done < n; done++)
+        r = cuLaunchKernel((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+    if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
+    printf("{\"launched\":%ld,\"result\":%d}\n", done, (int)r);
+    fflush(stdout);
+    if (hold)
+        for (;;) pause();
+    return r == CUDA_SUCCESS ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "tamper") == 0) return tamper(argv[2]);
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "launch") == 0) {
+        signal(SIGTERM, on_term);
+        return launch(strtol(argv[2], NULL, 10), argc == 4 && strcmp(argv[3], "hold") == 0);
+    }
     if (argc != 3 && argc != 4) {
         fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | tamper <path>\n");
         return 2;

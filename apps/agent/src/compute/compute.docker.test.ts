@@ -1,0 +1,175 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import type { Heartbeat, ShardLaunchSpec } from '@gpushards/protocol';
+import { pino } from 'pino';
+
+import { createAgent, type Agent } from '../create-agent.js';
+import { parseSimulatedGpus } from '../gpus/simulated-gpus.js';
+import { decodeLimits } from '../limits/limits-file.js';
+import { ScriptedControlPlane } from '../testing/control-plane-peer.js';
+import { cleanUpDocker, docker, importCudaProbeImage } from '../testing/docker.js';
+import { startNatsServer, type TestNatsServer } from '../testing/nats-server.js';
+import { fakeLibraries, nativeArtifacts } from '../testing/native.js';
+import { waitFor } from '../testing/processes.js';
+import {
+  decodeLedger,
+  LEDGER_HEADER_SIZE,
+  LEDGER_MEMBER_FIELDS,
+  LEDGER_MEMBER_SIZE,
+  LEDGER_MEMBERS,
+} from './ledger-activity.js';
+
+const GiB = 1024 ** 3;
+const HOST = `compute-test-${process.pid}`;
+const IMAGE = `gpushards-test/compute-probe:${process.pid}`;
+/** Conditions, not sleeps: generous for a loaded CI machine. */
+const WAIT_MS = 30_000;
+
+/**
+ * A shard's compute share from the launch spec to libvgpu.so, in the real Docker engine with
+ * the fake driver (its launches take simulated kernel time): the agent writes the share into
+ * the shard's limits file, libvgpu.so in the container takes its turns on the GPU's ledger
+ * with it, a resize changes it live, and the heartbeat carries each shard's activity.
+ */
+describe('compute share through the agent (Docker)', () => {
+  let nats: TestNatsServer;
+  let controlPlane: ScriptedControlPlane;
+  let agent: Agent | undefined;
+  const stateDir = mkdtempSync(join(tmpdir(), 'gpushards-compute-'));
+  const ledgerDir = join(stateDir, 'ledger');
+  let gpu0 = '';
+
+  before(async () => {
+    importCudaProbeImage(IMAGE, fakeLibraries().cuda, nativeArtifacts().interposer);
+    nats = await startNatsServer([HOST]);
+    controlPlane = await ScriptedControlPlane.connect(nats.url, nats.controlPlane);
+    agent = await createAgent({
+      hostId: HOST,
+      link: { nats: { servers: [nats.url], auth: nats.agent(HOST), requestTimeoutMs: 5000 } },
+      gpus: {
+        kind: 'simulated',
+        gpus: parseSimulatedGpus('1xTest GPU:24g'),
+        fakeLibraryDir: fakeLibraries().dir,
+      },
+      interposerPath: nativeArtifacts().interposer,
+      stateDir,
+      computeLedgerDir: ledgerDir,
+      heartbeatSeconds: 1,
+      reconcileSeconds: 3600,
+      stopGraceSeconds: 1,
+      logLevel: (process.env.GPUSHARDS_TEST_LOG as 'debug' | undefined) ?? 'silent',
+      logDestination: pino.destination(2),
+    });
+    [gpu0 = ''] = agent.inventory.gpus.map((gpu) => gpu.uuid);
+    await waitFor('the reconcile at start', () =>
+      controlPlane.reconciles.length > 0 ? true : undefined,
+    );
+  });
+
+  after(async () => {
+    await agent?.stop();
+    await controlPlane?.close();
+    await nats?.stop();
+    cleanUpDocker([HOST], [IMAGE]);
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  const spec = (shardId: string, extra: Partial<ShardLaunchSpec> = {}): ShardLaunchSpec => ({
+    shardId,
+    teamId: 'team-compute',
+    name: shardId,
+    image: IMAGE,
+    env: {},
+    gpus: [{ uuid: gpu0, limitBytes: 2 * GiB }],
+    ...extra,
+  });
+  const limitsOf = (shardId: string) =>
+    decodeLimits(readFileSync(join(stateDir, 'limits', shardId)))[0]!;
+  /** The GPU's ledger member of a shard: its share and mode as libvgpu.so took them. */
+  const memberOf = (shardId: string) => {
+    const file = readdirSync(ledgerDir).find((f) => /^GPU-[0-9a-f-]{36}$/i.test(f));
+    if (file === undefined) return undefined;
+    const buffer = readFileSync(join(ledgerDir, file));
+    const member = decodeLedger(buffer).find((m) => m.shardId === shardId);
+    if (member === undefined) return undefined;
+    let mode: number | undefined;
+    for (let i = 0; i < LEDGER_MEMBERS; i++) {
+      const base = LEDGER_HEADER_SIZE + i * LEDGER_MEMBER_SIZE;
+      const end = buffer.indexOf(0, base);
+      if (buffer.subarray(base, end).toString('utf8') === shardId) {
+        mode = buffer.readUInt32LE(base + LEDGER_MEMBER_FIELDS.mode.offset);
+      }
+    }
+    return { ...member, mode };
+  };
+  const logsOf = (containerId: string, text: string) =>
+    waitFor(
+      `${text} in the logs`,
+      () => (docker('logs', containerId).includes(text) ? true : undefined),
+      WAIT_MS,
+    );
+
+  it('launch writes the share into the limits file; the container takes its turns with it; resize changes it live', async () => {
+    const launched = await controlPlane.command(HOST, {
+      type: 'launch',
+      shard: spec('c-share', {
+        command: ['/cuda-probe', 'launch', '200', 'hold'],
+        compute: { sharePermille: 250, mode: 'capped' },
+      }),
+    });
+    assert.ok(launched.ok && launched.result.type === 'launch', JSON.stringify(launched));
+    const containerId = launched.result.containerId!;
+    await logsOf(containerId, '{"launched":200,"result":0}');
+    const limits = limitsOf('c-share');
+    assert.equal(limits.computeSharePermille, 250);
+    assert.equal(limits.computeMode, 'capped');
+    const member = memberOf('c-share');
+    assert.equal(member?.sharePermille, 250, 'libvgpu.so took the share from the limits file');
+    assert.equal(member?.mode, 2, 'capped');
+    assert.ok(member!.busyNs > 0n, 'its GPU time is charged');
+
+    const resized = await controlPlane.command(HOST, {
+      type: 'resize',
+      shardId: 'c-share',
+      gpus: [{ uuid: gpu0, limitBytes: 2 * GiB }],
+      compute: { sharePermille: 600, mode: 'guaranteed' },
+    });
+    assert.ok(resized.ok, JSON.stringify(resized));
+    assert.equal(limitsOf('c-share').computeSharePermille, 600);
+    assert.equal(limitsOf('c-share').computeMode, 'guaranteed');
+    // The running shard's next turn re-reads it: another process of the shard launches.
+    const out = docker('exec', containerId, '/cuda-probe', 'launch', '50');
+    assert.match(out, /"launched":50,"result":0/);
+    const after = memberOf('c-share');
+    assert.equal(after?.sharePermille, 600);
+    assert.equal(after?.mode, 1, 'guaranteed');
+  });
+
+  it("heartbeats carry each shard's activity: a launching shard's last kernel, 0 busy for one that never launched", async () => {
+    const idle = await controlPlane.command(HOST, {
+      type: 'launch',
+      shard: spec('c-idle', { command: ['/cuda-probe', 'hold', String(GiB / 4)] }),
+    });
+    assert.ok(idle.ok && idle.result.type === 'launch', JSON.stringify(idle));
+    await logsOf(idle.result.containerId!, '{"result":0}');
+    const since = controlPlane.heartbeats.length;
+    const activityOf = (beat: Heartbeat, shardId: string) =>
+      beat.shards.find((s) => s.shardId === shardId)?.activityPerGpu?.[0];
+    const beat = await waitFor(
+      'a heartbeat with both shards',
+      () =>
+        controlPlane.heartbeats
+          .slice(since)
+          .find((b) => activityOf(b, 'c-share') && activityOf(b, 'c-idle')),
+      WAIT_MS,
+    );
+    const busy = activityOf(beat, 'c-share')!;
+    assert.equal(busy.gpuUuid, gpu0);
+    assert.ok(busy.lastKernelSeconds !== undefined && busy.lastKernelSeconds >= 0);
+    assert.deepEqual(activityOf(beat, 'c-idle'), { gpuUuid: gpu0, busyRatio: 0 });
+  });
+});
