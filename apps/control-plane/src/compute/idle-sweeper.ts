@@ -232,7 +232,7 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
          AND coalesce((SELECT max(last_kernel_at) FROM shard_gpu
                         WHERE shard_id = shard.id AND released_at IS NULL),
                       shard.started_at, shard.updated_at) = ${since}
-       FOR UPDATE`;
+       FOR NO KEY UPDATE`;
     return rows[0];
   }
 }
