@@ -158,7 +158,7 @@ export class AgentMessagesService {
     return encodeMessage(
       registerReplySchema,
       reply.accepted
-        ? { ...reply, desired: reply.desired.map((spec) => this.capPolicies.withPolicy(spec)) }
+        ? { ...reply, desired: await this.capPolicies.withCurrentPolicies(reply.desired) }
         : reply,
     );
   }
@@ -201,10 +201,11 @@ export class AgentMessagesService {
   ): Promise<{ outcome: AgentMessageOutcome; reply?: string }> {
     try {
       const answer = await this.fleet.reconcile(hostId, request);
-      // Running shards take their team's cap policy from here (the agent applies it).
+      // Running shards take their team's cap policy from here (the agent applies it), as the
+      // database has it: setTeamCapPolicy asks the team's hosts to reconcile at once.
       const reply = {
         ...answer,
-        desired: answer.desired.map((spec) => this.capPolicies.withPolicy(spec)),
+        desired: await this.capPolicies.withCurrentPolicies(answer.desired),
       };
       return { outcome: 'handled', reply: encodeMessage(reconcileReplySchema, reply) };
     } catch (error) {

@@ -9,7 +9,7 @@ import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control
 import { CapPolicy, PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 
-/** Another replica's change reaches this one within this long (and the next reconcile). */
+/** Another replica's change reaches this one's launches within this long (replies to agents read it afresh). */
 const REFRESH_MS = 10_000;
 
 export function toProtocolPolicy(policy: CapPolicy): CapPolicyValue {
@@ -23,8 +23,8 @@ export function fromProtocolPolicy(policy: CapPolicyValue): CapPolicy {
 /**
  * Which cap policy each team's shards run under: the team's own (Team.capPolicy), else the
  * fleet's (GPUSHARDS_CAP_POLICY, default KILL). Kept in memory so every launch spec and
- * reconcile reply can carry it without a query; refreshed from the database every 10 s for
- * changes made through other replicas.
+ * command can carry it without a query; refreshed from the database every 10 s for changes made
+ * through other replicas, and read afresh for the teams of each register and reconcile reply.
  */
 @Injectable()
 export class CapPolicies implements OnApplicationBootstrap, OnModuleDestroy {
@@ -83,5 +83,22 @@ export class CapPolicies implements OnApplicationBootstrap, OnModuleDestroy {
   /** The spec with its team's effective policy, as agents receive it. */
   withPolicy(spec: ShardLaunchSpec): ShardLaunchSpec {
     return { ...spec, capPolicy: toProtocolPolicy(this.effective(spec.teamId)) };
+  }
+
+  /**
+   * The specs with their teams' policies as the database has them now (one read of those teams;
+   * the cache is brought up to date for them): a register or reconcile reply carries a change
+   * made through any replica, not only after this one's next refresh.
+   */
+  async withCurrentPolicies(specs: readonly ShardLaunchSpec[]): Promise<ShardLaunchSpec[]> {
+    const teamIds = [...new Set(specs.map((spec) => spec.teamId))];
+    if (teamIds.length > 0) {
+      const teams = await this.prisma.team.findMany({
+        where: { id: { in: teamIds } },
+        select: { id: true, capPolicy: true },
+      });
+      for (const team of teams) this.noteOverride(team.id, team.capPolicy);
+    }
+    return specs.map((spec) => this.withPolicy(spec));
   }
 }

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { PROTOCOL_VERSION, type ReconcileRequest } from '@gpushards/protocol';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
 import { ManualClock } from '../fleet/clock.js';
@@ -108,6 +109,48 @@ for (const kind of TEST_DATABASE_KINDS) {
 
       assertOk(await h.graphql(SET_POLICY, { teamId: team.id, policy: null }));
       assert.deepEqual(await read(), { capPolicy: null, effectiveCapPolicy: 'KILL' });
+    });
+
+    it("a team's new cap policy reaches its running shards at once: their hosts reconcile, and any replica's reply carries it", async () => {
+      await fleet.registerHost(
+        registerRequest('fence-3', { gpus: 1, labels: { pool: 'fence-3' } }),
+      );
+      const shard = assertOk(
+        await createShard(h, team.member, {
+          memoryPerGpu: '4g',
+          hostSelector: [{ key: 'pool', value: 'fence-3' }],
+        }),
+      ).createShard;
+      const reconcile: ReconcileRequest = {
+        protocolVersion: PROTOCOL_VERSION,
+        hostId: 'fence-3',
+        containers: [{ shardId: shard.id, containerId: 'c-fence-3', running: true }],
+      };
+      await fleet.reconcile('fence-3', reconcile);
+      assert.equal(
+        (await h.prisma.shard.findUniqueOrThrow({ where: { id: shard.id } })).state,
+        'RUNNING',
+      );
+      const before = commands.recorded.length;
+      assertOk(await h.graphql(SET_POLICY, { teamId: team.id, policy: 'STOP' }));
+      assert.deepEqual(
+        commands.recorded.slice(before).filter((command) => command.type === 'reconcile'),
+        [{ type: 'reconcile', hostId: 'fence-3' }],
+        "the host running the team's shard is told to reconcile now",
+      );
+      // Answered by a replica that has not refreshed its cache yet: the reply (what
+      // AgentMessagesService sends back for a register or reconcile) reads the team.
+      const policies = h.controlPlane.app.get(CapPolicies);
+      policies.noteOverride(team.id, null);
+      const reply = await fleet.reconcile('fence-3', reconcile);
+      const desired = await policies.withCurrentPolicies(reply.desired);
+      assert.deepEqual(
+        desired.map((spec) => [spec.shardId, spec.capPolicy]),
+        [[shard.id, 'stop']],
+      );
+      assert.equal(policies.effective(team.id), 'STOP', 'the cache is brought up to date');
+
+      assertOk(await h.graphql(SET_POLICY, { teamId: team.id, policy: null }));
     });
 
     it('heartbeats: real beside charged per GPU of a shard, memory of no shard per host; a violation is a shard event and a metric', async () => {
