@@ -1,12 +1,14 @@
 """Compute-share benchmarks on a real GPU (docs/compute.md; results in RESULTS.md).
 
-  python3 compute_bench.py LIBVGPU [HAMI_LIBVGPU] [--secs N] [--only a,b] > table
+  python3 compute_bench.py LIBVGPU [HAMI_LIBVGPU] [--secs N] [--only a,b] [--gpu-sample] > table
 
 Every shard is a process (its own CUDA context, as separate containers are).
 Workers import torch, warm up, say "ready", and start together at a time the
 parent gives; each counts finished iterations per second for --secs seconds
 (the first second is dropped). Throughput is reported as a share of the same
-workload's solo throughput (no interposer) measured first.
+workload's solo throughput (no interposer) measured first. With --gpu-sample,
+nvidia-smi is sampled every 100 ms during each case, and the row gets the GPU's
+mean utilization, SM clock and power over the steady window.
 """
 import json, os, subprocess, sys, time, shutil
 
@@ -74,6 +76,30 @@ if lats:
 print(json.dumps(out), flush=True)
 '''
 
+SAMPLE = [False]
+
+def gpu_sampler():
+    # Line-buffered: a pipe would hold nvidia-smi's lines until it exits, and it is terminated.
+    return subprocess.Popen(["stdbuf", "-oL", "nvidia-smi", "--query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw",
+                             "--format=csv,noheader,nounits", "-lms", "100"], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+def gpu_summary(sampler, t0, secs):
+    """Mean utilization %, SM MHz and W over [t0 + 1, t0 + secs) from the sampler's lines."""
+    sampler.terminate(); out, _ = sampler.communicate()
+    rows = []
+    for line in out.splitlines():
+        f = [x.strip() for x in line.split(",")]
+        try:
+            at = time.mktime(time.strptime(f[0].split(".")[0], "%Y/%m/%d %H:%M:%S")) + float("0." + f[0].split(".")[1])
+            rows.append((at, float(f[1]), float(f[2]), float(f[3])))
+        except (ValueError, IndexError):
+            continue
+    steady = [r for r in rows if t0 + 1 <= r[0] < t0 + secs]
+    if not steady: return {"samples": 0, "seen": len(rows), "first": out.splitlines()[:2]}
+    mean = lambda i: round(sum(r[i] for r in steady) / len(steady), 1)
+    return {"util_pct": mean(1), "sm_mhz": mean(2), "power_w": mean(3), "samples": len(steady)}
+
 def run(workers, secs, tag):
     """workers: list of (kind, env-dict or None for native). Returns results."""
     procs = []
@@ -86,6 +112,7 @@ def run(workers, secs, tag):
         line = p.stdout.readline()
         if line.strip() != "ready":
             raise SystemExit(f"{tag}: worker failed: {line} {p.stderr.read()[-2000:]}")
+    sampler = gpu_sampler() if SAMPLE[0] else None
     t0 = time.time() + 0.3
     for p in procs:
         p.stdin.write(f"{t0}\n"); p.stdin.flush()
@@ -99,6 +126,9 @@ def run(workers, secs, tag):
         stats = [l for l in err.splitlines() if l.startswith("gpushards compute")]
         if stats: r["stats"] = stats  # GPUSHARDS_COMPUTE_STATS=1
         res.append(r)
+    if sampler is not None:
+        gpu = gpu_summary(sampler, t0, secs)
+        if gpu: res[0]["gpu"] = gpu
     return res
 
 def ours(lib, ledger, shard, share=None, mode=None, extra=None):
@@ -121,6 +151,7 @@ def main():
         if args[i] == "--secs": secs = float(args[i + 1]); i += 2
         elif args[i] == "--only": only = set(args[i + 1].split(",")); i += 2
         elif args[i] == "--env": k, v = args[i + 1].split("=", 1); extra[k] = v; i += 2
+        elif args[i] == "--gpu-sample": SAMPLE[0] = True; i += 1
         elif args[i] == "--solo":  # reuse solo rates measured earlier: mm=488,train=384.8
             for kv in args[i + 1].split(","): k, v = kv.split("="); given[k] = {"kind": k, "rate": float(v)}
             i += 2
@@ -142,6 +173,7 @@ def main():
                             "target": targets[j] if targets else None,
                             **({"p50_us": round(r["p50_us"]), "p99_us": round(r["p99_us"])} if "p50_us" in r else {}),
                             **({"stats": r["stats"]} if "stats" in r else {})}
+        if res and "gpu" in res[0]: row["gpu"] = res[0]["gpu"]
         print(json.dumps(row), flush=True)
     cases = []
     for k in ("mm", "train"):
