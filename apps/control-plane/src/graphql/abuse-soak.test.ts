@@ -10,7 +10,8 @@ import { assertOk, createTestTeam } from '../testing/fleet-fixtures.js';
 /**
  * Soak (issue 15): for SOAK_SECONDS, 20 abusive requests a second (deep, aliased, costly, a
  * body of too many tokens) from several tokens beside normal traffic (a portal's shards page
- * and /healthz), all on loopback. Every abusive request gets QUERY_TOO_COMPLEX, every normal
+ * and /healthz), all on loopback. Every abusive request gets QUERY_TOO_COMPLEX (a body over
+ * the 256 KiB limit a 413, refused by its length), every normal
  * one succeeds, the server stays up and its memory stays bounded. Latencies are reported
  * against the budget docs/api.md documents (NORMAL_P99_BUDGET_MS on a quiet 2-core box) but
  * only a correctness bound is asserted: no normal request waits anywhere near the request
@@ -74,11 +75,18 @@ describe('abusive traffic beside normal traffic', () => {
     }
     const usage = (i: number) =>
       `u${i}: usage(teamId: "${team.id}", from: "2026-01-01T00:00:00Z", to: "2026-02-01T00:00:00Z") { teamId }`;
-    const abusive = [
-      nested(13),
-      `{ ${Array.from({ length: 5000 }, (_, i) => usage(i)).join(' ')} }`,
-      `{ ${Array.from({ length: 200 }, (_, i) => usage(i)).join(' ')} }`,
-      `{ shards(first: 500) { edges { node { host { shards(first: 500) { edges { node { id } } } } } } } }`,
+    const aliases = (n: number) => `{ ${Array.from({ length: n }, (_, i) => usage(i)).join(' ')} }`;
+    const abusive: { query: string; answer: 'QUERY_TOO_COMPLEX' | 413 }[] = [
+      { query: nested(13), answer: 'QUERY_TOO_COMPLEX' },
+      // The report's 5,000 aliases: 663 KiB, over the body limit.
+      { query: aliases(5000), answer: 413 },
+      // Under the body limit, over the token limit.
+      { query: aliases(1800), answer: 'QUERY_TOO_COMPLEX' },
+      { query: aliases(200), answer: 'QUERY_TOO_COMPLEX' },
+      {
+        query: `{ shards(first: 500) { edges { node { host { shards(first: 500) { edges { node { id } } } } } } } }`,
+        answer: 'QUERY_TOO_COMPLEX',
+      },
     ];
     const normal = `{ shards(first: 50) { edges { node { id name state gpus { index } team { name } } } pageInfo { hasNextPage } } }`;
 
@@ -96,13 +104,13 @@ describe('abusive traffic beside normal traffic', () => {
       const wait = due - performance.now();
       if (wait > 0) await sleep(wait);
       rssMax = Math.max(rssMax, process.memoryUsage().rss);
-      const query = abusive[i % abusive.length]!;
+      const { query, answer } = abusive[i % abusive.length]!;
       pending.push(
         h.graphql(query, {}, tokens[i % tokens.length]).then(
           (response) => {
-            const code = response.errors?.[0]?.extensions?.code;
-            if (code === 'QUERY_TOO_COMPLEX' && (response.data ?? null) === null) refused++;
-            else wrong.push(`${i % abusive.length}: ${code ?? response.status}`);
+            const code = response.errors?.[0]?.extensions?.code ?? response.status;
+            if (code === answer && (response.data ?? null) === null) refused++;
+            else wrong.push(`${i % abusive.length}: ${code}`);
           },
           (error: Error) => void wrong.push(`${i % abusive.length}: ${describeFailure(error)}`),
         ),
@@ -127,7 +135,7 @@ describe('abusive traffic beside normal traffic', () => {
     }
     await Promise.all(pending);
 
-    assert.deepEqual(wrong, [], 'every abusive request is answered QUERY_TOO_COMPLEX');
+    assert.deepEqual(wrong, [], 'every abusive request is answered QUERY_TOO_COMPLEX or 413');
     assert.equal(refused, ticks);
     assert.deepEqual(failed, [], 'every normal request is served');
     assert.equal((await fetch(`${h.controlPlane.url}/healthz`)).status, 200);
