@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
+import { QueueService } from '../queue/queue.service.js';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { FakeShardCommands } from '../testing/fake-shard-commands.js';
 import {
@@ -217,6 +218,29 @@ for (const kind of TEST_DATABASE_KINDS) {
       }
       assert.equal(await guaranteed(), 0);
       assertError(await h.graphql(SET_COMPUTE, { id: a!.id, share: 10 }, team.member), 'CONFLICT');
+    });
+
+    it('a request that fits by memory but not by compute waits as PENDING, and the queue places it once the share is free', async () => {
+      const first = assertOk(await create('q1', { computeSharePercent: 70 })).createShard;
+      const waiting = assertOk(
+        await create('q2', { computeSharePercent: 50, queue: true }),
+      ).createShard;
+      assert.equal(waiting.state, 'PENDING');
+      assert.equal(await guaranteed(), 700);
+      assertOk(
+        await h.graphql(
+          `mutation ($id: ID!) { deleteShard(id: $id) { id } }`,
+          { id: first.id },
+          team.member,
+        ),
+      );
+      await h.controlPlane.app.get(QueueService).admitNow();
+      const placed = await h.prisma.shard.findUniqueOrThrow({ where: { id: waiting.id } });
+      assert.equal(placed.state, 'PLACED');
+      assert.equal(await guaranteed(), 500);
+      const launch = commands.forShard(waiting.id).find((c) => c.type === 'launch');
+      assert.ok(launch?.type === 'launch');
+      assert.deepEqual(launch.spec.compute, { sharePermille: 500, mode: 'guaranteed' });
     });
   });
 }

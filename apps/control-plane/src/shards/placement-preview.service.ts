@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { evaluateQuota, type QuotaPolicy } from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
 import { Role, type Caller } from '../auth/caller.js';
+import { teamComputeRefusal } from '../compute/compute-input.js';
 import { PrismaService } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { sizeOf } from '../graphql/size.model.js';
@@ -42,6 +43,9 @@ export class PlacementPreviewService {
       policy = quotaPolicyOf(team);
       const decision = evaluateQuota(request, usageOf(team), policy);
       if (!decision.allowed) quotaProblem = decision.message;
+      else
+        quotaProblem =
+          teamComputeRefusal(request.compute, team.maxComputeSharePercent)?.message ?? null;
     }
     const placementRequest = placementRequestOf(request, policy);
     const result = this.placement.place(placementRequest);

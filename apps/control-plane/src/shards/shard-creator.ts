@@ -614,15 +614,19 @@ function replayVerdict(existing: ShardRecord, request: ShardRequest): Verdict {
 const CLASSES = priorityClasses();
 
 /**
- * Whether the request fits the fleet once everything held has ended and every host takes
- * shards: a request that cannot (bigger than any GPU, a model or label the fleet lacks) is
+ * Whether the request fits the fleet once everything held (memory and compute shares) has
+ * ended and every host takes shards: a request that cannot (bigger than any GPU, a model or label the fleet lacks) is
  * refused at once instead of waiting forever.
  */
 export function couldEverFit(request: PlacementRequest, fleet: readonly Host[]): boolean {
   const empty = fleet.map((host) => ({
     ...host,
     state: 'ONLINE' as const,
-    gpus: host.gpus.map((gpu) => ({ ...gpu, reservedBytes: bytes(0) })),
+    gpus: host.gpus.map((gpu) => ({
+      ...gpu,
+      reservedBytes: bytes(0),
+      guaranteedComputePermille: 0,
+    })),
   }));
   return place(request, empty).kind === 'placed';
 }

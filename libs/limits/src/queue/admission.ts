@@ -171,7 +171,11 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   const spotOwners = new Map<string, string[]>();
   const emptied = fleet.map((host) => ({
     ...host,
-    gpus: host.gpus.map((gpu) => ({ ...gpu, reservedBytes: bytes(0) })),
+    gpus: host.gpus.map((gpu) => ({
+      ...gpu,
+      reservedBytes: bytes(0),
+      guaranteedComputePermille: 0,
+    })),
   }));
   const now_ = new View(fleet, options); // held + in-pass
   const shadow = new View(emptied, options); // in-pass + spots
