@@ -33,6 +33,7 @@ struct cconf {
     uint32_t env_share; /* permille, 0 = unset */
     uint32_t env_mode;
     uint64_t slice_ns, idle_ns, depth_ns;
+    uint64_t credit_slices; /* how far behind the virtual clock a shard that starts waiting may stay */
     int sync_release; /* a synchronize ends the turn while contended */
     int preempt;      /* a waiter owed more than half a slice takes the turn before the lease ends */
     int stats;
@@ -85,14 +86,16 @@ static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t h
 /* Diagnostics (GPUSHARDS_COMPUTE_STATS=1): counts printed at exit. */
 static struct {
     unsigned long admits, capturing, acquires, syncs, sync_releases, handovers, handover_waits_us, retakes;
+    unsigned long clamps, clamped_us;
 } st;
 
 static void print_stats(void)
 {
     fprintf(stderr, "gpushards compute [%s]: admits %lu, while capturing %lu, turns waited for %lu, synchronizes %lu, "
             "released at a synchronize %lu, turns taken from a busy holder %lu (waited %lu us for its drain), "
-            "turn lost during the in-flight wait %lu\n", cc.shard, st.admits, st.capturing, st.acquires, st.syncs,
-            st.sync_releases, st.handovers, st.handover_waits_us, st.retakes);
+            "turn lost during the in-flight wait %lu, credit clamped %lu times (%lu us of its own time)\n", cc.shard,
+            st.admits, st.capturing, st.acquires, st.syncs, st.sync_releases, st.handovers, st.handover_waits_us,
+            st.retakes, st.clamps, st.clamped_us);
 }
 
 static void load_conf(void)
@@ -114,6 +117,7 @@ static void load_conf(void)
     cc.slice_ns = env_u64("GPUSHARDS_COMPUTE_SLICE_US", 4000, 100, 1000000) * 1000ull;
     cc.idle_ns = env_u64("GPUSHARDS_COMPUTE_IDLE_US", 1000, 20, 1000000) * 1000ull;
     cc.depth_ns = env_u64("GPUSHARDS_COMPUTE_DEPTH_US", 200, 10, 1000000) * 1000ull;
+    cc.credit_slices = env_u64("GPUSHARDS_COMPUTE_CREDIT_SLICES", 1, 1, 1000);
     cc.sync_release = (int)env_u64("GPUSHARDS_COMPUTE_SYNC_RELEASE", 1, 0, 1);
     cc.preempt = (int)env_u64("GPUSHARDS_COMPUTE_PREEMPT", 1, 0, 1);
     cc.stats = (int)env_u64("GPUSHARDS_COMPUTE_STATS", 0, 0, 1);
@@ -433,9 +437,12 @@ static void acquire(struct cdev *c, uint64_t now)
             now = now_ns();
             /* Coming back: no more credit than one slice of our own. */
             uint32_t w = weight(L, m, now);
-            uint64_t lag = cc.slice_ns * 1000u / w, vc = __atomic_load_n(&L->vclock, __ATOMIC_RELAXED);
+            uint64_t lag = cc.credit_slices * cc.slice_ns * 1000u / w, vc = __atomic_load_n(&L->vclock, __ATOMIC_RELAXED);
             uint64_t v = __atomic_load_n(&e->vtime, __ATOMIC_RELAXED);
-            if (vc > lag && v < vc - lag) __atomic_store_n(&e->vtime, vc - lag, __ATOMIC_RELAXED);
+            if (vc > lag && v < vc - lag) {
+                __atomic_store_n(&e->vtime, vc - lag, __ATOMIC_RELAXED);
+                if (cc.stats) { st.clamps++; st.clamped_us += (vc - lag - v) * w / 1000u / 1000u; }
+            }
             waiting = 1;
         }
         __atomic_store_n(&e->wait_hb_ns, now, __ATOMIC_RELAXED);
