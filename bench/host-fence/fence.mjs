@@ -57,7 +57,8 @@ const { LimitsService } = await import(join(agentDist, 'limits/limits.service.js
 const { EnforcementService } = await import(join(agentDist, 'enforcement/enforcement.service.js'));
 const { createLogger } = await import(join(agentDist, 'logging/logger.js'));
 
-const backend = new NvmlBackend(Nvml.open(fakes.nvml), fakes.cuda);
+const nvml = Nvml.open(fakes.nvml);
+const backend = new NvmlBackend(nvml, fakes.cuda);
 const intervalMs = Number(values.interval ?? (mode === 'kill' ? 100 : 250));
 const config = {
   hostId: 'bench',
@@ -72,10 +73,10 @@ const enforcement = new EnforcementService(
   config,
   {
     // The listing's own CPU (the fake NVML here), kept apart from the agent's.
-    processes: () => {
+    processes: (watch) => {
       const before = process.cpuUsage();
       try {
-        return backend.processes();
+        return backend.processes(watch);
       } finally {
         const spent = process.cpuUsage(before);
         listingCpuMs += (spent.user + spent.system) / 1000;
@@ -157,9 +158,10 @@ try {
     }
     const wall = performance.now() - started;
     const used = process.cpuUsage(cpu);
-    // The driver's share: listing the processes through NVML alone (the fake NVML here).
+    // The driver's share: listing every GPU's processes through NVML alone, every time (the
+    // fake NVML here; the gate in NvmlBackend.processes reuses listings, this does not).
     const listCpu = process.cpuUsage();
-    for (let i = 0; i < 20; i++) backend.processes();
+    for (let i = 0; i < 20; i++) for (const gpu of backend.gpus) nvml.processes(gpu.index);
     const listed = process.cpuUsage(listCpu);
     const nvmlMsPerSample = (listed.user + listed.system) / 1000 / 20;
     const cpuMs = (used.user + used.system) / 1000;
@@ -179,6 +181,8 @@ try {
         agentOwnPercentOfOneCore: Math.round(((cpuMs - listingCpuMs) / wall) * 10000) / 100,
         fullPasses: enforcement.counts?.full,
         cutShort: enforcement.counts?.skipped,
+        // GPU listings taken and reused by the gate (absent before it).
+        gpuListings: backend.listingCounts,
         sampleMsP50: Math.round(percentile(sampleTimes, 50) * 100) / 100,
         sampleMsP99: Math.round(percentile(sampleTimes, 99) * 100) / 100,
       }),

@@ -115,7 +115,7 @@ export const DEFAULTS = {
   natsUrl: 'nats://127.0.0.1:4222',
   nvmlLibrary: 'libnvidia-ml.so.1',
   cudaLibrary: 'libcuda.so.1',
-  enforcementIntervalMs: 250,
+  enforcementIntervalMs: 50,
   capToleranceBytes: 160 * 1024 * 1024,
   pidsLimit: 4096,
 } as const;

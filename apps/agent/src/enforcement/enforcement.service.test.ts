@@ -50,7 +50,14 @@ function setUp(stateDir: string) {
   } as unknown as AgentConfig;
   const logger = createLogger('silent', 'box-1');
   let samples: GpuProcessSample[] = [];
-  const gpus = { processes: () => samples } as unknown as GpusService;
+  /** The PIDs each listing was asked to watch (their GPUs listed afresh). */
+  const watched: number[][] = [];
+  const gpus = {
+    processes: (watch?: ReadonlySet<number>) => {
+      watched.push([...(watch ?? [])]);
+      return samples;
+    },
+  } as unknown as GpusService;
   const records: ShardRecord[] = [
     {
       shardId: 'a',
@@ -75,6 +82,7 @@ function setUp(stateDir: string) {
     enforcement,
     limits,
     stopped,
+    watched,
     setSamples: (next: GpuProcessSample[]) => {
       samples = next;
     },
@@ -100,7 +108,7 @@ describe('EnforcementService', () => {
   });
 
   it('kills the largest process of the shard past its cap on GPU 1 only; the neighbour keeps its memory', async () => {
-    const { enforcement, limits, setSamples } = setUp(join(work, 'kill'));
+    const { enforcement, limits, setSamples, watched } = setUp(join(work, 'kill'));
     await limits.prepare(
       'a',
       [
@@ -161,6 +169,9 @@ describe('EnforcementService', () => {
     assert.deepEqual([...real.unattributed], [[GPU1, 64 * MiB]], 'Xorg is on the allow-list');
     // The next sample still lists the killed process (the driver frees a moment later): no second kill.
     assert.deepEqual(await enforcement.sampleNow(), []);
+    // Its GPU is listed afresh while it is listed: its bytes may go to another process within
+    // one interval, leaving the GPU's used bytes the same (gpus/listing-gate.ts).
+    assert.deepEqual(watched.at(-1), [big.pid]);
   });
 
   it('stop stops the whole shard once; report reports once per episode', async () => {

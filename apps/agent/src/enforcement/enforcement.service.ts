@@ -106,7 +106,10 @@ export class EnforcementService implements OnModuleDestroy {
 
   /** One sample and what follows from it; resolves to what was done. */
   async sampleNow(): Promise<readonly ViolationRecord[]> {
-    const processes = this.gpus.processes();
+    // Killed processes still listed: their GPUs are listed afresh until they are gone.
+    const processes = this.gpus.processes(
+      this.dying.size > 0 ? new Set(this.dying.keys()) : undefined,
+    );
     if (processes === undefined) {
       if (!this.warnedUnsupported) {
         this.warnedUnsupported = true;

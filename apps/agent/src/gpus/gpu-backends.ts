@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 
 import { CudaDriver } from './cuda.js';
+import { mustRelist, processAlive, type GpuListing } from './listing-gate.js';
 import { Nvml } from './nvml.js';
 import type { SimulatedGpu } from './simulated-gpus.js';
 
@@ -30,21 +32,38 @@ export interface GpuBackend {
   readonly cudaVersion: string;
   readonly gpus: readonly DiscoveredGpu[];
   sample(): GpuSample[];
-  /** Every process's memory on every GPU; undefined when nothing can tell (no driver). */
-  processes(): GpuProcessSample[] | undefined;
+  /**
+   * Every process's memory on every GPU; undefined when nothing can tell (no driver). `watch`:
+   * PIDs whose GPUs are listed afresh at every call while they are listed (processes the fence
+   * killed), whatever else says nothing changed (listing-gate.ts).
+   */
+  processes(watch?: ReadonlySet<number>): GpuProcessSample[] | undefined;
   /** The memory one CUDA context takes on this host's GPUs (the largest over them). */
   measureContextBytes(): number;
   close(): void;
 }
 
+/** What NvmlBackend's listing gate reads besides NVML (tests replace them). */
+export interface ListingClock {
+  readonly now: () => number;
+  readonly alive: (pid: number) => boolean;
+}
+
+const NO_PIDS: ReadonlySet<number> = new Set();
+
 export class NvmlBackend implements GpuBackend {
   readonly driverVersion: string;
   readonly cudaVersion: string;
   readonly gpus: readonly DiscoveredGpu[];
+  /** Each GPU's last listing (by index), reused while the gate says nothing changed. */
+  private readonly listings = new Map<number, GpuListing<GpuProcessSample>>();
+  /** GPU listings taken and reused, for the benchmark. */
+  readonly listingCounts = { taken: 0, reused: 0 };
 
   constructor(
     private readonly nvml: Nvml,
     private readonly cudaLibrary: string,
+    private readonly clock: ListingClock = { now: () => performance.now(), alive: processAlive },
   ) {
     this.driverVersion = nvml.driverVersion();
     this.cudaVersion = nvml.cudaVersion();
@@ -66,13 +85,26 @@ export class NvmlBackend implements GpuBackend {
     });
   }
 
-  processes(): GpuProcessSample[] | undefined {
+  processes(watch: ReadonlySet<number> = NO_PIDS): GpuProcessSample[] | undefined {
     if (!this.nvml.listsProcesses) return undefined;
     const samples: GpuProcessSample[] = [];
     for (const gpu of this.gpus) {
-      for (const process of this.nvml.processes(gpu.index)) {
-        samples.push({ gpuUuid: gpu.uuid, pid: process.pid, bytes: process.usedBytes });
+      const usedBytes = this.nvml.memory(gpu.index).usedBytes;
+      const now = this.clock.now();
+      let listing = this.listings.get(gpu.index);
+      if (mustRelist(listing, usedBytes, now, watch, this.clock.alive)) {
+        const processes = this.nvml.processes(gpu.index).map((process) => ({
+          gpuUuid: gpu.uuid,
+          pid: process.pid,
+          bytes: process.usedBytes,
+        }));
+        listing = { usedBytes, at: now, processes };
+        this.listings.set(gpu.index, listing);
+        this.listingCounts.taken++;
+      } else {
+        this.listingCounts.reused++;
       }
+      samples.push(...listing!.processes);
     }
     return samples;
   }

@@ -132,9 +132,13 @@ export class GpusService implements OnModuleDestroy {
     return this.backend.sample();
   }
 
-  /** Every process's real memory per GPU (NVML); undefined where no driver can tell. */
-  processes(): GpuProcessSample[] | undefined {
-    return this.backend.processes();
+  /**
+   * Every process's real memory per GPU (NVML); undefined where no driver can tell. A GPU's
+   * last listing is reused while nothing says it changed (gpus/listing-gate.ts); `watch`: PIDs
+   * whose GPUs are listed afresh while they are listed (processes the fence killed).
+   */
+  processes(watch?: ReadonlySet<number>): GpuProcessSample[] | undefined {
+    return this.backend.processes(watch);
   }
 
   onModuleDestroy(): void {
