@@ -29,7 +29,7 @@ export type GpuSourceOptions =
 
 /** The host's fence: sampling real GPU memory and acting on shards past their caps. */
 export interface EnforcementOptions {
-  /** Milliseconds between samples; 0 turns sampling (and enforcement) off. Default 250. */
+  /** Milliseconds between samples; 0 turns sampling (and enforcement) off. Default 50. */
   readonly intervalMs?: number;
   /** Real usage may pass a cap by this much before the policy acts; default 160 MiB. */
   readonly toleranceBytes?: number;
