@@ -77,10 +77,10 @@ let listings = 0;
 const enforcement = new EnforcementService(
   config,
   {
-    processes: () => {
+    processes: (watch) => {
       const t = process.hrtime.bigint();
       try {
-        return backend.processes();
+        return backend.processes(watch);
       } finally {
         listingNs += process.hrtime.bigint() - t;
         listings++;
@@ -204,6 +204,7 @@ try {
     }),
   );
   const counts = { ...enforcement.counts };
+  const listingsBefore = { ...backend.listingCounts };
   samples = 0;
   sampleCpuUs = 0;
   listingNs = 0n;
@@ -228,6 +229,9 @@ try {
     listingMsAvgPerGpu: Math.round(Number(listingNs) / listings / 1e3) / 1000,
     fullPasses: enforcement.counts.full - counts.full,
     cutShort: enforcement.counts.skipped - counts.skipped,
+    // GPU listings taken and reused by the listing gate (gpus/listing-gate.ts) while idle.
+    gpuListingsTaken: backend.listingCounts.taken - listingsBefore.taken,
+    gpuListingsReused: backend.listingCounts.reused - listingsBefore.reused,
     usedBytesDistinct: new Set(usedSeen).size,
     usedBytesSteps: usedSeen.slice(1, 12).map((u, i) => u - usedSeen[i]),
   };
