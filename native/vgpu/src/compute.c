@@ -33,7 +33,6 @@ struct cconf {
     uint32_t env_share; /* permille, 0 = unset */
     uint32_t env_mode;
     uint64_t slice_ns, idle_ns, depth_ns;
-    uint64_t credit_slices; /* how far behind the virtual clock a shard that starts waiting may stay */
     int sync_release; /* a synchronize ends the turn while contended */
     int preempt;      /* a waiter owed more than half a slice takes the turn before the lease ends */
     int stats;
@@ -117,7 +116,6 @@ static void load_conf(void)
     cc.slice_ns = env_u64("GPUSHARDS_COMPUTE_SLICE_US", 4000, 100, 1000000) * 1000ull;
     cc.idle_ns = env_u64("GPUSHARDS_COMPUTE_IDLE_US", 1000, 20, 1000000) * 1000ull;
     cc.depth_ns = env_u64("GPUSHARDS_COMPUTE_DEPTH_US", 200, 10, 1000000) * 1000ull;
-    cc.credit_slices = env_u64("GPUSHARDS_COMPUTE_CREDIT_SLICES", 1, 1, 1000);
     cc.sync_release = (int)env_u64("GPUSHARDS_COMPUTE_SYNC_RELEASE", 1, 0, 1);
     cc.preempt = (int)env_u64("GPUSHARDS_COMPUTE_PREEMPT", 1, 0, 1);
     cc.stats = (int)env_u64("GPUSHARDS_COMPUTE_STATS", 0, 0, 1);
@@ -437,7 +435,7 @@ static void acquire(struct cdev *c, uint64_t now)
             now = now_ns();
             /* Coming back: no more credit than one slice of our own. */
             uint32_t w = weight(L, m, now);
-            uint64_t lag = cc.credit_slices * cc.slice_ns * 1000u / w, vc = __atomic_load_n(&L->vclock, __ATOMIC_RELAXED);
+            uint64_t lag = cc.slice_ns * 1000u / w, vc = __atomic_load_n(&L->vclock, __ATOMIC_RELAXED);
             uint64_t v = __atomic_load_n(&e->vtime, __ATOMIC_RELAXED);
             if (vc > lag && v < vc - lag) {
                 __atomic_store_n(&e->vtime, vc - lag, __ATOMIC_RELAXED);
