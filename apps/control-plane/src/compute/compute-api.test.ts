@@ -125,6 +125,14 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.equal(await guaranteed(), 600);
       assertOk(await create('d', { computeSharePercent: 40, computeMode: 'CAPPED' }));
       assert.equal(await guaranteed(), 1000);
+      const fleet = assertOk(
+        await h.graphql<{ host: { gpus: { computeGuaranteedPercent: number }[] } }>(
+          `{ host(id: "compute-1") { gpus { computeGuaranteedPercent } } }`,
+          {},
+          team.viewer,
+        ),
+      );
+      assert.deepEqual(fleet.host.gpus, [{ computeGuaranteedPercent: 100 }]);
     });
 
     it("the team's maxComputeSharePercent bounds the share: QUOTA_EXCEEDED, nothing written", async () => {

@@ -58,6 +58,12 @@ export class Gpu {
   @Field(() => Float)
   overcommitRatio!: number;
 
+  @Field(() => Float, {
+    description:
+      'The compute shares its live shards are guaranteed, percent (placement keeps it at most 100; docs/compute.md).',
+  })
+  computeGuaranteedPercent!: number;
+
   @Field(() => Date, {
     nullable: true,
     description: "Since when the host's registrations no longer list it; it takes no shards.",
@@ -179,6 +185,7 @@ export function gpuView(gpu: GpuRow): Gpu {
     used: sizeOf(gpu.usedBytes),
     unattributed: sizeOf(gpu.unattributedBytes),
     overcommitRatio: gpu.overcommitRatio,
+    computeGuaranteedPercent: gpu.guaranteedComputePermille / 10,
     missingSince: gpu.missingSince,
   };
 }
