@@ -45,6 +45,15 @@ export interface NatsLinkConnectOptions {
 }
 
 /**
+ * How long one attempt to connect (or reconnect) to a server may take before the next server
+ * or attempt. nats.js waits 20 s by default: after the whole NATS cluster restarted, a
+ * reconnect attempt caught by the restart hung that long, longer than a host may stay silent
+ * before it is marked OFFLINE (e2e "restart nats-server"). A server that answers at all answers
+ * in milliseconds; 5 s leaves room for a loaded machine's nkey handshake.
+ */
+const CONNECT_TIMEOUT_MS = 5_000;
+
+/**
  * Connects to NATS the way both apps do: reconnecting for ever after a loss (to any server of
  * the list), logging disconnects, reconnects and server errors (permission violations arrive
  * as errors). Rejects when no server takes the connection.
@@ -60,6 +69,7 @@ export async function connectNats(
       servers: [...options.servers],
       name: options.name,
       maxReconnectAttempts: -1,
+      timeout: CONNECT_TIMEOUT_MS,
       ...(options.inboxPrefix !== undefined ? { inboxPrefix: options.inboxPrefix } : {}),
       ...(authenticator ? { authenticator } : {}),
       ...options.extra,
