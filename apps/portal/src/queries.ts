@@ -62,6 +62,7 @@ export const ShardFields = graphql(`
     id
     name
     state
+    version
     hostId
     teamId
     image
@@ -394,6 +395,38 @@ export const TokensQuery = graphql(`
       pageInfo {
         hasNextPage
         endCursor
+      }
+    }
+  }
+`);
+
+/** Each team's own tokens (adminApiTokens lists only the fleet-wide ADMIN ones); 100 × 100 costs
+ * about 110,000 of the ADMIN limit (200,000). */
+export const TeamTokensQuery = graphql(`
+  query TeamTokens($first: Int!) {
+    teams(first: $first) {
+      edges {
+        node {
+          id
+          name
+          apiTokens(first: 100) {
+            edges {
+              node {
+                id
+                name
+                prefix
+                role
+                createdAt
+                lastUsedAt
+                revokedAt
+                team {
+                  id
+                  name
+                }
+              }
+            }
+          }
+        }
       }
     }
   }

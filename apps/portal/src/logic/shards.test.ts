@@ -2,19 +2,24 @@ import { describe, expect, it } from 'vitest';
 import { mergeShards, realBytes, usedBytes } from './shards.js';
 
 describe('mergeShards', () => {
-  const a = { id: 'a', state: 'PLACED', createdAt: '2026-01-01T00:00:01Z' };
-  const b = { id: 'b', state: 'RUNNING', createdAt: '2026-01-01T00:00:02Z' };
+  const a = { id: 'a', state: 'PLACED', createdAt: '2026-01-01T00:00:01Z', version: 1 };
+  const b = { id: 'b', state: 'RUNNING', createdAt: '2026-01-01T00:00:02Z', version: 3 };
   it('applies events over the listed page, newest first, without DELETED', () => {
     const rows = mergeShards(
       [a, b],
       [
-        { ...a, state: 'STARTING' },
-        { ...a, state: 'RUNNING' },
-        { id: 'c', state: 'PLACED', createdAt: '2026-01-01T00:00:03Z' },
-        { ...b, state: 'DELETED' },
+        { ...a, state: 'STARTING', version: 2 },
+        { ...a, state: 'RUNNING', version: 3 },
+        { id: 'c', state: 'PLACED', createdAt: '2026-01-01T00:00:03Z', version: 1 },
+        { ...b, state: 'DELETED', version: 4 },
       ],
     );
     expect(rows.map((r) => `${r.id}:${r.state}`)).toEqual(['c:PLACED', 'a:RUNNING']);
+  });
+  it('keeps a listed page refetched after a mutation over older events', () => {
+    const resized = { ...a, state: 'RUNNING', version: 4 };
+    const rows = mergeShards([resized], [{ ...a, state: 'RUNNING', version: 3 }]);
+    expect(rows).toEqual([resized]);
   });
   it('sums what live GPUs use', () => {
     expect(

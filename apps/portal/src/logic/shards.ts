@@ -4,16 +4,21 @@ export interface ShardLike {
   readonly id: string;
   readonly state: string;
   readonly createdAt: string;
+  /** Bumped by every change of the shard (state, resize): the higher one is the newer. */
+  readonly version: number;
 }
 
 /**
- * The rows to show: each shard's newest version (an event's shard replaces the listed one;
- * events for shards not listed add them), DELETED ones left out, newest first.
+ * The rows to show: each shard's newest version (the higher `version`, whether from the listed
+ * page, refetched after a mutation, or from an event; events for shards not listed add them),
+ * DELETED ones left out, newest first.
  */
 export function mergeShards<T extends ShardLike>(listed: readonly T[], events: readonly T[]): T[] {
   const byId = new Map<string, T>();
-  for (const shard of listed) byId.set(shard.id, shard);
-  for (const shard of events) byId.set(shard.id, shard);
+  for (const shard of [...listed, ...events]) {
+    const known = byId.get(shard.id);
+    if (known === undefined || known.version <= shard.version) byId.set(shard.id, shard);
+  }
   return [...byId.values()]
     .filter((s) => s.state !== 'DELETED')
     .sort((a, b) => b.createdAt.localeCompare(a.createdAt) || a.id.localeCompare(b.id));

@@ -3,17 +3,29 @@ import { useMutation, useQuery } from 'urql';
 import {
   CreateTokenMutation,
   RevokeTokenMutation,
-  TeamsQuery,
+  TeamTokensQuery,
   TokensQuery,
 } from '../../queries.js';
 import { age } from '../../logic/format.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 export function Tokens() {
-  const [tokens] = useQuery({ query: TokensQuery, variables: { first: 100 } });
-  const [teams] = useQuery({ query: TeamsQuery, variables: { first: 100 } });
+  // The fleet-wide (ADMIN) tokens and each team's own: two queries, one table.
+  const [admins, refetchAdmins] = useQuery({ query: TokensQuery, variables: { first: 500 } });
+  const [teams, refetchTeams] = useQuery({ query: TeamTokensQuery, variables: { first: 100 } });
   const [created, create] = useMutation(CreateTokenMutation);
   const [revoked, revoke] = useMutation(RevokeTokenMutation);
+  const refetch = () => {
+    refetchAdmins({ requestPolicy: 'network-only' });
+    refetchTeams({ requestPolicy: 'network-only' });
+  };
+  const rows =
+    admins.data && teams.data
+      ? [
+          ...admins.data.adminApiTokens.edges.map((e) => e.node),
+          ...teams.data.teams.edges.flatMap((t) => t.node.apiTokens.edges.map((e) => e.node)),
+        ]
+      : undefined;
   const [name, setName] = useState('');
   const [role, setRole] = useState<'ADMIN' | 'MEMBER' | 'VIEWER'>('MEMBER');
   const [teamId, setTeamId] = useState('');
@@ -33,6 +45,7 @@ export function Tokens() {
                 if (r.data) {
                   setSecret(r.data.createApiToken.secret);
                   setName('');
+                  refetch();
                 }
               },
             );
@@ -83,10 +96,10 @@ export function Tokens() {
         )}
       </Section>
       <Section title="Tokens">
-        {tokens.fetching && !tokens.data && <Loading what="tokens" />}
-        <ErrorBox error={tokens.error ?? revoked.error} />
-        {tokens.data?.adminApiTokens.edges.length === 0 && <Empty>No token.</Empty>}
-        {tokens.data && tokens.data.adminApiTokens.edges.length > 0 && (
+        {!rows && (admins.fetching || teams.fetching) && <Loading what="tokens" />}
+        <ErrorBox error={admins.error ?? teams.error ?? revoked.error} />
+        {rows?.length === 0 && <Empty>No token.</Empty>}
+        {rows && rows.length > 0 && (
           <table>
             <thead>
               <tr>
@@ -100,7 +113,7 @@ export function Tokens() {
               </tr>
             </thead>
             <tbody>
-              {tokens.data.adminApiTokens.edges.map(({ node }) => (
+              {rows.map((node) => (
                 <tr key={node.id} data-token={node.name}>
                   <td>{node.name}</td>
                   <td>
@@ -118,7 +131,7 @@ export function Tokens() {
                         className="danger"
                         onClick={() => {
                           if (window.confirm(`Revoke ${node.name}? Requests with it fail at once.`))
-                            void revoke({ id: node.id });
+                            void revoke({ id: node.id }).then(refetch);
                         }}
                       >
                         Revoke

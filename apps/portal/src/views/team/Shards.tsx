@@ -24,7 +24,13 @@ type Shard = ResultOf<typeof ShardFields>;
 
 /** The team's shards, kept live by shardEvents: no reload needed to see a state change. */
 export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean }) {
-  const [listed] = useQuery({ query: ShardsQuery, variables: { first: 50, teamId } });
+  const [listed, refetchListed] = useQuery({
+    query: ShardsQuery,
+    variables: { first: 50, teamId },
+  });
+  // A resize changes no state, so no event may come: the list is read again (its newer version
+  // wins in mergeShards).
+  const refetch = () => refetchListed({ requestPolicy: 'network-only' });
   const [events] = useSubscription(
     { query: ShardEventsSubscription, variables: { teamId } },
     (previous: Shard[] = [], event) => [
@@ -61,7 +67,7 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
           </thead>
           <tbody>
             {rows.map((shard) => (
-              <ShardRow key={shard.id} shard={shard} canWrite={canWrite} />
+              <ShardRow key={shard.id} shard={shard} canWrite={canWrite} onResized={refetch} />
             ))}
           </tbody>
         </table>
@@ -70,7 +76,8 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
   );
 }
 
-function ShardRow({ shard, canWrite }: { shard: Shard; canWrite: boolean }) {
+function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => void }) {
+  const { shard, canWrite } = props;
   const [stop, doStop] = useMutation(StopShardMutation);
   const [remove, doRemove] = useMutation(DeleteShardMutation);
   const [resize, doResize] = useMutation(ResizeShardMutation);
@@ -88,12 +95,15 @@ function ShardRow({ shard, canWrite }: { shard: Shard; canWrite: boolean }) {
     }
     setSizeProblem(null);
     const result = await doResize({ id: shard.id, memoryPerGpu: size.trim() });
-    if (!result.error) setResizing(false);
+    if (!result.error) {
+      setResizing(false);
+      props.onResized();
+    }
   }
 
   return (
     <>
-      <tr data-shard={shard.name} data-state={shard.state}>
+      <tr data-shard={shard.name} data-state={shard.state} data-memory={shard.memoryPerGpu.human}>
         <td>
           <span title={shard.image}>{shard.name}</span>
         </td>
