@@ -20,8 +20,12 @@ const tiers = [
   },
   { name: 'agent', command: nx(['run', 'agent:test', '--excludeTaskDependencies']) },
   // The team portal's logic (Vitest), then the portal in Chromium and the gpushards CLI as
-  // processes, against one real control plane (PGlite, simulated GPUs, Docker).
-  { name: 'portal', command: nx(['run', 'portal:test', '--excludeTaskDependencies']) },
+  // processes, against one real control plane (PGlite, simulated GPUs, Docker); then gpushards
+  // packed and installed offline into a temporary npm prefix.
+  {
+    name: 'portal',
+    command: nx(['run-many', '-t', 'test', '-p', 'portal,cli', '--excludeTaskDependencies']),
+  },
   {
     name: 'integration',
     command: nx(['run', 'integration-tests:test', '--excludeTaskDependencies']),
