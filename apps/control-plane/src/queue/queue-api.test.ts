@@ -205,6 +205,45 @@ for (const kind of TEST_DATABASE_KINDS) {
       );
     });
 
+    it('a non-preemptible class counts only what its team holds on the models its guarantee covers', async () => {
+      await host('model-m', 'QGPU-M 40GB', 40);
+      await host('model-n', 'QGPU-N 40GB', 40);
+      const team = await createTestTeam(h, 'per-model');
+      assertOk(
+        await h.graphql(SET_POLICY, {
+          teamId: team.id,
+          input: {
+            maxTotal: '200g',
+            maxShards: 10,
+            maxPerShard: '100g',
+            guarantee: '20g',
+            guaranteeGpuModel: 'QGPU-M',
+          },
+        }),
+      );
+      // 30 GiB held on a model the guarantee does not cover does not count against it.
+      const other = await create(team, 'model-n', { name: 'other-model', memoryPerGpu: '30g' });
+      await queue.admitNow();
+      assert.equal((await shard(team, other.id)).state, 'PLACED');
+      const inference = assertOk(
+        await createShard(h, team.member, { priorityClass: 'inference', memoryPerGpu: '10g' }),
+      ).createShard;
+      assert.equal(inference.state, 'PLACED');
+      assert.equal(inference.hostId, 'model-m-1', 'only on the GPUs the guarantee covers');
+      const refused = await createShard(h, team.member, {
+        priorityClass: 'inference',
+        memoryPerGpu: '15g',
+      });
+      assertError(refused, 'QUOTA_EXCEEDED');
+      assert.match(
+        refused.errors![0]!.message,
+        /guarantee on "QGPU-M" GPUs: 10 GiB held there \+ 15 GiB requested > 20 GiB guaranteed/,
+      );
+      for (const id of [other.id, inference.id]) {
+        assertOk(await h.graphql(DELETE, { id }, team.member));
+      }
+    });
+
     it('setQuotaPolicy refuses guarantees the fleet cannot keep, naming the numbers', async () => {
       await host('feasible', 'QGPU-F 40GB', 40);
       const a = await createTestTeam(h, 'guaranteed-a');

@@ -6,6 +6,7 @@ import {
   formatSize,
   place,
   priorityClasses,
+  withinGuaranteeRequest,
   type Host,
   type PlacementRequest,
   type TeamUsage,
@@ -257,6 +258,8 @@ export class ShardCreator {
     plans: Map<Pending, Plan>,
   ): void {
     const usage = new Map<string, TeamUsage>();
+    /** Per team: bytes on the GPUs its guarantee covers, with this batch's non-preemptible plans. */
+    const covered = new Map<string, number>();
     const firstByKey = new Map<string, Pending>();
     for (const pending of batch) {
       const { teamId, request } = pending;
@@ -313,25 +316,35 @@ export class ShardCreator {
       }
       const need = request.bytesPerGpu * request.gpuCount;
       const guarantee = Number(team.guaranteeBytes ?? 0n);
+      const term = team.guaranteeGpuModel ?? undefined;
+      const coveredBytes = covered.get(teamId) ?? Number(team.guaranteedModelBytes);
+      // A non-preemptible shard runs only on GPUs its team's guarantee covers, within it.
+      const narrowed = cls.cls.preemptible
+        ? placementRequestOf(request, policy)
+        : withinGuaranteeRequest(placementRequestOf(request, policy), term);
       let planned: Plan | Verdict;
-      if (!cls.cls.preemptible && Number(held.reservedBytes) + need > guarantee) {
+      if (!cls.cls.preemptible && (narrowed === undefined || coveredBytes + need > guarantee)) {
         // Only guaranteed capacity may hold a class that is never preempted.
+        const on = term === undefined || term.trim() === '' ? '' : ` on "${term}" GPUs`;
         const message =
-          `priority class "${cls.cls.name}" is never preempted, so it runs only within the ` +
-          `team's guarantee: ${formatSize(held.reservedBytes)} held + ` +
-          `${formatSize(bytes(need))} requested > ${formatSize(bytes(guarantee))} guaranteed`;
+          narrowed === undefined
+            ? `priority class "${cls.cls.name}" is never preempted, so it runs only on the ` +
+              `GPUs of its team's guarantee ("${term}"), which the requested models exclude`
+            : `priority class "${cls.cls.name}" is never preempted, so it runs only within the ` +
+              `team's guarantee${on}: ${formatSize(bytes(coveredBytes))} held there + ` +
+              `${formatSize(bytes(need))} requested > ${formatSize(bytes(guarantee))} guaranteed`;
         planned = request.queue
           ? { kind: 'queued', reason: message }
           : { kind: 'refused', error: new QuotaExceededError(message, { limit: 'guarantee' }) };
       } else if (
         request.queue &&
         this.queueSignal.pendingCount() > 0 &&
-        couldEverFit(placementRequestOf(request, policy), this.cache.hosts())
+        couldEverFit(narrowed!, this.cache.hosts())
       ) {
         // Shards already wait: this one queues behind them (admission runs at once after).
         planned = { kind: 'queued', reason: 'shards are waiting ahead of it' };
       } else {
-        planned = this.plan(pending, placementRequestOf(request, policy));
+        planned = this.plan(pending, narrowed!);
       }
       if (planned.kind !== 'planned') {
         verdicts.set(pending, planned);
@@ -343,6 +356,7 @@ export class ShardCreator {
         reservedBytes: bytes(held.reservedBytes + request.bytesPerGpu * request.gpuCount),
         shardCount: held.shardCount + 1,
       });
+      if (!cls.cls.preemptible) covered.set(teamId, coveredBytes + need);
     }
   }
 

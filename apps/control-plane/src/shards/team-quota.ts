@@ -25,6 +25,13 @@ export interface TeamState {
   readonly allowedImages: string[] | null;
   readonly priority: number | null;
   readonly guaranteeBytes: bigint | null;
+  /** The GPU models the guarantee covers (a case-insensitive substring; null: any). */
+  readonly guaranteeGpuModel: string | null;
+  /**
+   * Requested bytes of the team's shards that hold GPUs the guarantee covers (stopping ones
+   * left out): what a non-preemptible shard is checked against, as admission checks it.
+   */
+  readonly guaranteedModelBytes: bigint;
   readonly maxPriorityClass: string | null;
   /** The largest compute share per GPU, percent (null: up to 100; 0: none). */
   readonly maxComputeSharePercent: number | null;
@@ -48,6 +55,8 @@ export async function readTeamStates(
            quota.allowed_gpu_models AS "allowedGpuModels",
            quota.allowed_images AS "allowedImages", quota.priority,
            quota.guarantee_bytes AS "guaranteeBytes",
+           quota.guarantee_gpu_model AS "guaranteeGpuModel",
+           covered.bytes AS "guaranteedModelBytes",
            quota.max_priority_class AS "maxPriorityClass",
            quota.max_compute_share_percent AS "maxComputeSharePercent",
            held.shards AS "shardCount", held.bytes AS "reservedBytes"
@@ -60,6 +69,16 @@ export async function readTeamStates(
          WHERE shard.team_id = team.id
            AND shard.state = ANY(${[...LIVE_SHARD_STATES]}::shard_state[])
       ) held
+      CROSS JOIN LATERAL (
+        SELECT coalesce(sum(shard.bytes_per_gpu * shard.gpu_count), 0)::bigint AS bytes
+          FROM shard
+         WHERE shard.team_id = team.id AND shard.state IN ('PLACED', 'STARTING', 'RUNNING')
+           AND EXISTS (
+             SELECT 1 FROM shard_gpu JOIN gpu ON gpu.uuid = shard_gpu.gpu_uuid
+              WHERE shard_gpu.shard_id = shard.id AND shard_gpu.released_at IS NULL
+                AND strpos(lower(gpu.model),
+                           lower(trim(coalesce(quota.guarantee_gpu_model, '')))) > 0)
+      ) covered
      WHERE team.id = ANY(${[...teamIds]}::uuid[])`;
   return new Map(rows.map((row) => [row.teamId, row]));
 }
