@@ -23,6 +23,7 @@ import { performance } from 'node:perf_hooks';
 import { PrismaService, type Prisma } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { stringRecord } from '../shards/shard-record.js';
+import { QueueSignal } from './queue-signal.js';
 
 /**
  * How often the GPUs' reserved bytes are read again (one small JSON value), besides the reads
@@ -52,6 +53,11 @@ interface CachedGpu {
   guaranteedComputePermille: number;
   committedPermille: number;
   heldPermille: number;
+  /**
+   * performance.now() when this process last applied a commit of its own to it: a read that
+   * started before then may predate that commit and must not overwrite it.
+   */
+  localAt: number;
 }
 
 interface CachedHost {
@@ -122,6 +128,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
 
   constructor(
     private readonly prisma: PrismaService,
+    private readonly signal: QueueSignal,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'placement' });
@@ -190,6 +197,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
    */
   async refreshReservations(): Promise<void> {
     if (this.reading !== undefined) return;
+    const startedAt = performance.now();
     const [row] = await this.prisma.$queryRaw<
       {
         hosts: number;
@@ -207,16 +215,23 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     if (row === undefined) return;
     if (row.hosts !== this.seenHosts.count || (row.changedAt ?? '') !== this.seenHosts.changedAt) {
       await this.refreshedSince(performance.now());
+      // A host of another control plane came online, was uncordoned or joined.
+      this.signal.freed();
       return;
     }
     const compute = row.compute ?? {};
+    let freed = false;
     for (const [uuid, reserved] of Object.entries(row.reserved ?? {})) {
       const gpu = this.gpusByUuid.get(uuid);
-      if (gpu === undefined) continue;
+      if (gpu === undefined || gpu.localAt > startedAt) continue;
+      const permille = compute[uuid] ?? 0;
+      if (reserved < gpu.committedBytes || permille < gpu.committedPermille) freed = true;
       gpu.committedBytes = reserved;
-      gpu.committedPermille = compute[uuid] ?? 0;
+      gpu.committedPermille = permille;
       this.recount(gpu);
     }
+    // Another control plane freed room: this process's queue learns of it here.
+    if (freed) this.signal.freed();
   }
 
   /** Starts a whole read without waiting for it (after a host registered or changed). */
@@ -239,6 +254,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     uncommittedPermille: ReadonlyMap<string, number> = new Map(),
   ): Promise<void> {
     if (ids.length === 0) return;
+    const startedAt = performance.now();
     const hosts = await reader.$queryRaw<HostRow[]>`
       SELECT id, name, state::text AS state, labels,
              context_overhead_bytes AS "contextOverheadBytes"
@@ -260,9 +276,11 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       const old = this.hostsById.get(id);
       if (row === undefined && old === undefined) continue;
       const rows = gpus.filter((gpu) => gpu.hostId === id).map(committed);
-      if (row !== undefined && old !== undefined && this.updateInPlace(old, row, rows)) continue;
+      if (row !== undefined && old !== undefined && this.updateInPlace(old, row, rows, startedAt)) {
+        continue;
+      }
       replaced = replaced.filter((host) => host.id !== id);
-      if (row !== undefined) replaced.push(this.toHost(row, rows));
+      if (row !== undefined) replaced.push(this.toHost(row, rows, startedAt));
     }
     if (replaced !== this.hostList) {
       this.replaceHosts(replaced.sort((a, b) => (a.id < b.id ? -1 : 1)));
@@ -273,7 +291,12 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
    * A host whose GPUs are the ones cached takes its state and reserved bytes from the rows
    * without being replaced; false when it changed otherwise (it must be replaced).
    */
-  private updateInPlace(host: CachedHost, row: HostRow, gpus: readonly GpuRow[]): boolean {
+  private updateInPlace(
+    host: CachedHost,
+    row: HostRow,
+    gpus: readonly GpuRow[],
+    startedAt: number,
+  ): boolean {
     const same =
       host.name === row.name &&
       host.contextOverheadBytes === Number(row.contextOverheadBytes) &&
@@ -289,6 +312,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     this.index.changed(host.id);
     for (const gpu of gpus) {
       const cached = this.gpusByUuid.get(gpu.uuid)!;
+      if (cached.localAt > startedAt) continue;
       cached.committedBytes = Number(gpu.reservedBytes);
       cached.committedPermille = gpu.guaranteedComputePermille;
       this.recount(cached);
@@ -320,6 +344,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       if (committed) {
         gpu.committedBytes += size;
         gpu.committedPermille += permille;
+        gpu.localAt = performance.now();
       }
       this.recount(gpu);
     }
@@ -332,6 +357,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       if (gpu === undefined) continue;
       gpu.committedBytes = Math.max(0, gpu.committedBytes + delta.bytes);
       gpu.committedPermille = Math.max(0, gpu.committedPermille + (delta.permille ?? 0));
+      gpu.localAt = performance.now();
       this.recount(gpu);
     }
   }
@@ -400,7 +426,11 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     }
     this.replaceHosts(
       (hosts?.rows ?? []).map(([id, name, state, labels, contextOverheadBytes]) =>
-        this.toHost({ id, name, state, labels, contextOverheadBytes }, gpusByHost.get(id) ?? []),
+        this.toHost(
+          { id, name, state, labels, contextOverheadBytes },
+          gpusByHost.get(id) ?? [],
+          startedAt,
+        ),
       ),
     );
     this.seenHosts = { count: hosts?.count ?? 0, changedAt: hosts?.changedAt ?? '' };
@@ -408,7 +438,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   /** A host from its rows; GPUs keep what this process holds on them. */
-  private toHost(row: HostRow, gpus: readonly GpuRow[]): CachedHost {
+  private toHost(row: HostRow, gpus: readonly GpuRow[], startedAt: number): CachedHost {
     const id = toHostId(row.id);
     return {
       id,
@@ -417,10 +447,13 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       labels: stringRecord(row.labels),
       contextOverheadBytes: bytes(Number(row.contextOverheadBytes)),
       gpus: gpus.map((gpu) => {
-        const committedBytes = Number(gpu.reservedBytes);
-        const heldBytes = this.gpusByUuid.get(gpu.uuid)?.heldBytes ?? 0;
-        const committedPermille = gpu.guaranteedComputePermille;
-        const heldPermille = this.gpusByUuid.get(gpu.uuid)?.heldPermille ?? 0;
+        const cached = this.gpusByUuid.get(gpu.uuid);
+        // A commit of this process applied after the read started wins over the row.
+        const local = cached !== undefined && cached.localAt > startedAt;
+        const committedBytes = local ? cached.committedBytes : Number(gpu.reservedBytes);
+        const heldBytes = cached?.heldBytes ?? 0;
+        const committedPermille = local ? cached.committedPermille : gpu.guaranteedComputePermille;
+        const heldPermille = cached?.heldPermille ?? 0;
         return {
           uuid: gpuUuid(gpu.uuid),
           hostId: id,
@@ -434,6 +467,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
           committedPermille,
           heldPermille,
           guaranteedComputePermille: committedPermille + heldPermille,
+          localAt: local ? cached.localAt : Number.NEGATIVE_INFINITY,
         };
       }),
     };
