@@ -18,69 +18,95 @@ import { stringRecord } from '../shards/shard-record.js';
 
 type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
 
-interface PendingRow {
-  id: string;
-  teamId: string;
-  bytesPerGpu: bigint;
-  gpuCount: number;
-  gpuModelInclude: string[];
-  gpuModelExclude: string[];
-  hostSelector: Prisma.JsonValue;
-  placementPolicy: string;
-  priorityClass: string;
-  arrivedAt: Date;
-  expiresAt: Date | null;
-  inFlight: boolean;
-  computeSharePermille: number;
-  allowedGpuModels: string[] | null;
-}
+/** One pending shard as readPending's aggregate carries it (a JSON array, see the query). */
+type PendingRow = [
+  id: string,
+  teamId: string,
+  bytesPerGpu: number,
+  gpuCount: number,
+  gpuModelInclude: string[],
+  gpuModelExclude: string[],
+  hostSelector: Prisma.JsonValue,
+  placementPolicy: string,
+  priorityClass: string,
+  arrivedAtMs: number,
+  expiresAtMs: number | null,
+  computeSharePermille: number,
+];
 
+/**
+ * Every PENDING shard. Aggregated to one JSON value (parsing one string costs a fraction of
+ * decoding 10,000 rows of 14 columns); the shards with a reclaim in flight (victims still
+ * STOPPING for them) and the teams' allowed models are read apart, once each.
+ */
 export async function readPending(
   reader: Reader,
   classes: PriorityClasses,
 ): Promise<PendingShard[]> {
-  const rows = await reader.$queryRaw<PendingRow[]>`
-    SELECT shard.id::text AS id, shard.team_id::text AS "teamId",
-           shard.bytes_per_gpu AS "bytesPerGpu", shard.gpu_count AS "gpuCount",
-           shard.gpu_model_include AS "gpuModelInclude",
-           shard.gpu_model_exclude AS "gpuModelExclude",
-           shard.host_selector AS "hostSelector",
-           shard.placement_policy::text AS "placementPolicy",
-           shard.priority_class AS "priorityClass",
-           coalesce(shard.queued_at, shard.created_at) AS "arrivedAt",
-           shard.expires_at AS "expiresAt",
-           shard.compute_share_permille AS "computeSharePermille",
-           EXISTS (SELECT 1 FROM shard victim
-                    WHERE victim.reclaim_for = shard.id AND victim.state = 'STOPPING') AS "inFlight",
-           quota.allowed_gpu_models AS "allowedGpuModels"
-      FROM shard LEFT JOIN quota_policy quota ON quota.team_id = shard.team_id
-     WHERE shard.state = 'PENDING'`;
-  return rows.map((row) => {
-    const cls = classes.get(row.priorityClass) ?? classes.require(DEFAULT_PRIORITY_CLASS);
-    const requested = { include: row.gpuModelInclude, exclude: row.gpuModelExclude };
-    const allowed = row.allowedGpuModels ?? [];
-    const effective =
-      allowed.length === 0
-        ? undefined
-        : effectiveGpuModelFilter(requested, { allowedGpuModels: allowed });
-    return {
-      id: row.id,
-      teamId: row.teamId,
-      request: {
-        bytesPerGpu: bytes(Number(row.bytesPerGpu)),
-        gpuCount: row.gpuCount,
-        gpuModel: effective?.ok ? effective.filter : requested,
-        hostSelector: stringRecord(row.hostSelector),
-        policy: row.placementPolicy === 'SPREAD' ? 'spread' : 'binpack',
-        ...(row.computeSharePermille > 0 ? { computeSharePermille: row.computeSharePermille } : {}),
-      },
-      priorityRank: cls.rank,
-      preemptible: cls.preemptible,
-      arrivedAt: row.arrivedAt.getTime(),
-      ...(row.expiresAt === null ? {} : { expiresAt: row.expiresAt.getTime() }),
-      ...(row.inFlight ? { reclaimInFlight: true } : {}),
-    };
-  });
+  const [aggregate] = await reader.$queryRaw<{ rows: PendingRow[] | null }[]>`
+    SELECT json_agg(json_build_array(
+             id, team_id, bytes_per_gpu, gpu_count, gpu_model_include, gpu_model_exclude,
+             host_selector, placement_policy, priority_class,
+             floor(extract(epoch FROM coalesce(queued_at, created_at)) * 1000)::float8,
+             floor(extract(epoch FROM expires_at) * 1000)::float8, compute_share_permille)) AS rows
+      FROM shard WHERE state = 'PENDING'`;
+  const rows = aggregate?.rows ?? [];
+  if (rows.length === 0) return [];
+  const inFlight = new Set(
+    (
+      await reader.$queryRaw<{ id: string }[]>`
+        SELECT DISTINCT reclaim_for::text AS id FROM shard
+         WHERE reclaim_for IS NOT NULL AND state = 'STOPPING'`
+    ).map((row) => row.id),
+  );
+  const allowedByTeam = new Map(
+    (
+      await reader.$queryRaw<{ teamId: string; allowed: string[] }[]>`
+        SELECT team_id::text AS "teamId", allowed_gpu_models AS allowed FROM quota_policy
+         WHERE cardinality(allowed_gpu_models) > 0`
+    ).map((row) => [row.teamId, row.allowed]),
+  );
+  return rows.map(
+    ([
+      id,
+      teamId,
+      bytesPerGpu,
+      gpuCount,
+      gpuModelInclude,
+      gpuModelExclude,
+      hostSelector,
+      placementPolicy,
+      priorityClass,
+      arrivedAtMs,
+      expiresAtMs,
+      computeSharePermille,
+    ]) => {
+      const cls = classes.get(priorityClass) ?? classes.require(DEFAULT_PRIORITY_CLASS);
+      const requested = { include: gpuModelInclude, exclude: gpuModelExclude };
+      const allowed = allowedByTeam.get(teamId);
+      const effective =
+        allowed === undefined
+          ? undefined
+          : effectiveGpuModelFilter(requested, { allowedGpuModels: allowed });
+      return {
+        id,
+        teamId,
+        request: {
+          bytesPerGpu: bytes(bytesPerGpu),
+          gpuCount,
+          gpuModel: effective?.ok ? effective.filter : requested,
+          hostSelector: stringRecord(hostSelector),
+          policy: placementPolicy === 'SPREAD' ? 'spread' : 'binpack',
+          ...(computeSharePermille > 0 ? { computeSharePermille } : {}),
+        },
+        priorityRank: cls.rank,
+        preemptible: cls.preemptible,
+        arrivedAt: arrivedAtMs,
+        ...(expiresAtMs === null ? {} : { expiresAt: expiresAtMs }),
+        ...(inFlight.has(id) ? { reclaimInFlight: true } : {}),
+      };
+    },
+  );
 }
 
 interface HeldRow {
