@@ -44,7 +44,7 @@ test('compose.yaml runs PostgreSQL, NATS, migrations and the control plane from 
 
 test('the Dockerfile copies files that exist or that the build makes, and .dockerignore lets them in', () => {
   const dockerfile = read('deploy/control-plane/Dockerfile');
-  const ignore = read('deploy/control-plane/Dockerfile.dockerignore')
+  const ignore = read('.dockerignore')
     .split('\n')
     .filter((line) => line.startsWith('!'))
     .map((line) => line.slice(1));
@@ -60,7 +60,7 @@ test('the Dockerfile copies files that exist or that the build makes, and .docke
       existsSync(join(root, source)) || BUILD_OUTPUTS.includes(source),
       `${source} neither exists nor is a build output`,
     );
-    assert.ok(allowed(source), `${source} is excluded by Dockerfile.dockerignore`);
+    assert.ok(allowed(source), `${source} is excluded by .dockerignore`);
   }
   assert.match(dockerfile, /CMD \["node", "apps\/control-plane\/dist\/main\.js"\]/);
   assert.ok(existsSync(join(root, 'apps/control-plane/src/main.ts')));
