@@ -1,7 +1,7 @@
 // What the control-plane image ships (deploy/control-plane/Dockerfile copies the dist folders
-// through Dockerfile.dockerignore): no test code, and every module it ships can load its
+// through the repository's .dockerignore): no test code, and every module it ships can load its
 // relative imports, and the image's files alone start a control plane that serves. Needs a build
-// first (npm run build); the image itself cannot be built here (no registry for its base image).
+// first (npm run build); control-plane-image.test.mjs builds and runs the image itself.
 //   node --test deploy/
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -20,6 +20,8 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
+import { isTestCode } from './test-code.mjs';
+
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SHIPPED_DIST = [
   'libs/limits/dist',
@@ -28,9 +30,9 @@ const SHIPPED_DIST = [
   'apps/control-plane/dist',
 ];
 
-/** Dockerfile.dockerignore's exclusions below the copied dist folders, as predicates. */
+/** .dockerignore's exclusions below the copied dist folders, as predicates. */
 function excludedByDockerignore() {
-  const lines = readFileSync(join(root, 'deploy/control-plane/Dockerfile.dockerignore'), 'utf8')
+  const lines = readFileSync(join(root, '.dockerignore'), 'utf8')
     .split('\n')
     .map((line) => line.trim())
     .filter((line) => line.startsWith('**/'));
@@ -59,13 +61,7 @@ function shippedFiles() {
 test('the image ships no test code', () => {
   const shipped = shippedFiles();
   assert.ok(shipped.some((path) => path === 'apps/control-plane/dist/main.js'));
-  const testCode = shipped.filter(
-    (path) =>
-      /(^|\/)testing\//.test(path) ||
-      /\.test\.(js|d\.ts|js\.map)$/.test(path) ||
-      /(^|\/)(test-|fake-|.*-fixtures\.|.*-harness\.)/.test(path.split('/').pop()),
-  );
-  assert.deepEqual(testCode, []);
+  assert.deepEqual(shipped.filter(isTestCode), []);
 });
 
 test('every shipped module finds its relative imports in the image', () => {
