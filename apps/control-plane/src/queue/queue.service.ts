@@ -13,16 +13,15 @@ import {
   type HeldShard,
   type Host,
   type PendingShard,
-  type Placement,
   type WaitReason,
 } from '@gpushards/limits';
 import { Prisma, PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
 import { QueueSignal } from '../placement/queue-signal.js';
-import { launchSpecOf } from '../shards/launch-spec.js';
 import { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 import { sizeOf } from '../graphql/size.model.js';
+import { applyPlacements, StalePlan } from './apply-placements.js';
 import { QueueMetrics } from './queue-metrics.js';
 import type { TeamShare } from './queue.model.js';
 import { QUEUE_OPTIONS, type QueueOptions } from './queue-options.js';
@@ -60,12 +59,6 @@ export interface PassInput {
   readonly held: readonly HeldShard[];
   readonly teams: readonly TeamRecord[];
   readonly fleet: readonly Host[];
-}
-
-class StalePlan extends Error {
-  constructor(readonly hostIds: readonly string[]) {
-    super('GPUs changed since the admission pass read them');
-  }
 }
 
 /**
@@ -260,7 +253,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       { teamsMs: t1 - t0, heldMs: t2 - t1, decideMs: t3 - t2, pending: pending.length },
       'admission pass decided',
     );
-    await this.applyPlacements(tx, plan.placements, effects);
+    await applyPlacements(tx, this.lifecycle, plan.placements, effects);
     for (const shardId of plan.expired) {
       const shard = await this.lifecycle.lock(tx, shardId);
       if (shard?.state !== 'PENDING') continue;
@@ -309,58 +302,6 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       );
     }
     return { plan, input: { pending, held, teams, fleet } };
-  }
-
-  /**
-   * Takes each placement's GPUs with a conditional update (locked in UUID order first, as every
-   * writer of GPU rows does) and moves the shard PENDING → PLACED. A GPU without room (another
-   * replica or a createShard took it since the fleet was read) fails the whole pass: StalePlan.
-   */
-  private async applyPlacements(
-    tx: Prisma.TransactionClient,
-    placements: readonly Placement[],
-    effects: CommitEffects,
-  ): Promise<void> {
-    if (placements.length === 0) return;
-    const all = [...new Set(placements.flatMap((p) => p.placed.gpuUuids))].sort();
-    await tx.$queryRaw`SELECT uuid FROM gpu WHERE uuid = ANY(${all}::text[]) ORDER BY uuid FOR UPDATE`;
-    for (const { shardId, placed } of placements) {
-      const shard = await this.lifecycle.lock(tx, shardId);
-      if (shard?.state !== 'PENDING') continue;
-      const size = BigInt(placed.reservedBytesPerGpu);
-      const permille = shard.computeSharePermille;
-      const uuids = [...placed.gpuUuids];
-      const taken = await tx.$queryRaw<{ uuid: string }[]>`
-        UPDATE gpu SET reserved_bytes = reserved_bytes + ${size},
-                       guaranteed_compute_permille = guaranteed_compute_permille + ${permille}::int
-         WHERE uuid = ANY(${uuids}::text[])
-           AND host_id = ${placed.hostId}
-           AND host_id IN (SELECT id FROM host WHERE id = ${placed.hostId} AND state = 'ONLINE' FOR SHARE)
-           AND missing_since IS NULL
-           AND reserved_bytes + ${size} <= floor(total_bytes * overcommit_ratio)
-           AND guaranteed_compute_permille + ${permille}::int <= 1000
-        RETURNING uuid`;
-      if (taken.length !== uuids.length) throw new StalePlan([placed.hostId]);
-      await this.lifecycle.openReservations(tx, shardId, uuids, size);
-      for (const uuid of uuids) effects.gpuDeltas.push({ uuid, bytes: Number(size), permille });
-      await tx.$executeRaw`
-        UPDATE shard SET host_id = ${placed.hostId}, limit_bytes_per_gpu = ${size},
-                         failure_reason = NULL
-         WHERE id = ${shardId}::uuid`;
-      const updated = await this.lifecycle.moveTo(
-        tx,
-        { ...shard, hostId: placed.hostId, limitBytesPerGpu: size, failureReason: null },
-        'PLACED',
-        'placed',
-        {},
-        effects,
-      );
-      const spec = launchSpecOf(updated, uuids);
-      const hostId = placed.hostId;
-      effects.command({ shardId, hostId, command: 'launch', from: 'queue' }, (commands) =>
-        commands.launch(hostId, spec),
-      );
-    }
   }
 
   private remember(plan: AdmissionPlan, pending: readonly PendingShard[]): void {

@@ -268,6 +268,26 @@ export class ShardLifecycle {
         FROM unnest(${[...gpuUuids]}::text[], ${used}::bigint[]) AS opened(uuid, used)`;
   }
 
+  /** openReservations for many shards (distinct) in one statement: the queue's placements. */
+  async openReservationsMany(
+    tx: Prisma.TransactionClient,
+    opened: readonly { shardId: string; gpuUuids: readonly string[]; size: bigint }[],
+  ): Promise<void> {
+    const rows = opened.flatMap(({ shardId, gpuUuids, size }) =>
+      gpuUuids.map((uuid) => ({ shardId, uuid, size })),
+    );
+    if (rows.length === 0) return;
+    await tx.$executeRaw`
+      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, used_bytes,
+                             compute_share_permille, reserved_at)
+      SELECT opened.shard_id, opened.uuid, opened.size, 0, shard.compute_share_permille,
+             greatest(now(), (SELECT max(reserved_at) + interval '1 millisecond'
+                                FROM shard_gpu WHERE shard_id = opened.shard_id))
+        FROM unnest(${rows.map((r) => r.shardId)}::uuid[], ${rows.map((r) => r.uuid)}::text[],
+                    ${rows.map((r) => r.size)}::bigint[]) AS opened(shard_id, uuid, size)
+        JOIN shard ON shard.id = opened.shard_id`;
+  }
+
   /** Tells the cache, subscribers and agents what the committed transaction did. */
   afterCommit(effects: CommitEffects): void {
     this.cache.applyCommitted(effects.gpuDeltas);

@@ -1,0 +1,113 @@
+/**
+ * Applies an admission pass's placements in a fixed number of statements, whatever their
+ * number: the GPUs locked in UUID order, the shards locked, every GPU's reservation raised by
+ * one conditional update, the reservation rows opened, the shards moved PENDING → PLACED. A
+ * GPU without room (another control plane or a createShard took it since the fleet was read)
+ * or a host no longer ONLINE fails the whole pass with StalePlan, naming the hosts to read again.
+ */
+import type { Placement } from '@gpushards/limits';
+import type { Prisma } from '../database/index.js';
+import { launchSpecOf } from '../shards/launch-spec.js';
+import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
+import type { CommitEffects, ShardLifecycle, ShardMove } from '../shards/shard-lifecycle.js';
+
+export class StalePlan extends Error {
+  constructor(readonly hostIds: readonly string[]) {
+    super('GPUs changed since the admission pass read them');
+  }
+}
+
+export async function applyPlacements(
+  tx: Prisma.TransactionClient,
+  lifecycle: ShardLifecycle,
+  placements: readonly Placement[],
+  effects: CommitEffects,
+): Promise<void> {
+  if (placements.length === 0) return;
+  const all = [...new Set(placements.flatMap((p) => p.placed.gpuUuids))].sort();
+  await tx.$queryRaw`SELECT uuid FROM gpu WHERE uuid = ANY(${all}::text[]) ORDER BY uuid FOR UPDATE`;
+  const ids = placements.map((p) => p.shardId);
+  const locked = await tx.$queryRaw<ShardRecord[]>`
+    SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ANY(${ids}::uuid[])
+     ORDER BY id FOR NO KEY UPDATE`;
+  const byId = new Map(locked.map((shard) => [shard.id, shard]));
+  // Only shards still PENDING (a delete may have cancelled one since the pass read the queue).
+  const live = placements.flatMap((placement) => {
+    const shard = byId.get(placement.shardId);
+    return shard?.state === 'PENDING' ? [{ placement, shard }] : [];
+  });
+  if (live.length === 0) return;
+
+  // Per GPU: what this pass adds (several placements may share a GPU).
+  const perGpu = new Map<string, { hostId: string; bytes: bigint; permille: number }>();
+  for (const { placement, shard } of live) {
+    const { hostId, gpuUuids, reservedBytesPerGpu } = placement.placed;
+    for (const uuid of gpuUuids) {
+      const sum = perGpu.get(uuid) ?? { hostId, bytes: 0n, permille: 0 };
+      sum.bytes += BigInt(reservedBytesPerGpu);
+      sum.permille += shard.computeSharePermille;
+      perGpu.set(uuid, sum);
+    }
+  }
+  const uuids = [...perGpu.keys()];
+  const rows = [...perGpu.values()];
+  const hostIds = [...new Set(rows.map((row) => row.hostId))];
+  const taken = await tx.$queryRaw<{ uuid: string }[]>`
+    UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + added.bytes,
+                   guaranteed_compute_permille = gpu.guaranteed_compute_permille + added.permille
+      FROM unnest(${uuids}::text[], ${rows.map((r) => r.hostId)}::text[],
+                  ${rows.map((r) => r.bytes)}::bigint[], ${rows.map((r) => r.permille)}::int[])
+           AS added(uuid, host_id, bytes, permille)
+     WHERE gpu.uuid = added.uuid AND gpu.host_id = added.host_id
+       AND gpu.host_id IN (SELECT id FROM host WHERE id = ANY(${hostIds}::text[])
+                              AND state = 'ONLINE' FOR SHARE)
+       AND gpu.missing_since IS NULL
+       AND gpu.reserved_bytes + added.bytes <= floor(gpu.total_bytes * gpu.overcommit_ratio)
+       AND gpu.guaranteed_compute_permille + added.permille <= 1000
+    RETURNING gpu.uuid`;
+  if (taken.length !== uuids.length) {
+    const got = new Set(taken.map((row) => row.uuid));
+    throw new StalePlan([
+      ...new Set(uuids.filter((uuid) => !got.has(uuid)).map((uuid) => perGpu.get(uuid)!.hostId)),
+    ]);
+  }
+  for (const [uuid, sum] of perGpu) {
+    effects.gpuDeltas.push({ uuid, bytes: Number(sum.bytes), permille: sum.permille });
+  }
+  await lifecycle.openReservationsMany(
+    tx,
+    live.map(({ placement }) => ({
+      shardId: placement.shardId,
+      gpuUuids: placement.placed.gpuUuids,
+      size: BigInt(placement.placed.reservedBytesPerGpu),
+    })),
+  );
+  await tx.$executeRaw`
+    UPDATE shard SET host_id = placed.host_id, limit_bytes_per_gpu = placed.size,
+                     failure_reason = NULL
+      FROM unnest(${live.map((l) => l.shard.id)}::uuid[],
+                  ${live.map((l) => l.placement.placed.hostId)}::text[],
+                  ${live.map((l) => BigInt(l.placement.placed.reservedBytesPerGpu))}::bigint[])
+           AS placed(id, host_id, size)
+     WHERE shard.id = placed.id`;
+  const moves: ShardMove[] = live.map(({ placement, shard }) => ({
+    shard: {
+      ...shard,
+      hostId: placement.placed.hostId,
+      limitBytesPerGpu: BigInt(placement.placed.reservedBytesPerGpu),
+      failureReason: null,
+    },
+    state: 'PLACED',
+    cause: 'placed',
+    fields: {},
+  }));
+  const updated = await lifecycle.moveMany(tx, moves, effects);
+  updated.forEach((shard, i) => {
+    const { placed } = live[i]!.placement;
+    const spec = launchSpecOf(shard, placed.gpuUuids);
+    const hostId = placed.hostId;
+    effects.command({ shardId: shard.id, hostId, command: 'launch', from: 'queue' }, (commands) =>
+      commands.launch(hostId, spec),
+    );
+  });
+}
