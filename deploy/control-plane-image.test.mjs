@@ -133,6 +133,12 @@ test('the control plane image builds on a local base, starts, serves and holds n
   const url = `http://${port}`;
   assert.equal((await fetch(`${url}/healthz`)).status, 200);
   assert.equal((await fetch(`${url}/readyz`)).status, 200);
+  // The team portal at /, as npm start serves it.
+  const portal = await fetch(`${url}/`, { headers: { accept: 'text/html' } });
+  assert.equal(portal.status, 200);
+  const page = await portal.text();
+  assert.match(page, /<title>GPU Shards<\/title>/);
+  assert.match(page, /<script type="module"[^>]* src="\/assets\/[^"]+\.js"/);
 
   const token = await docker(
     'exec',
@@ -153,13 +159,14 @@ test('the control plane image builds on a local base, starts, serves and holds n
   const files = JSON.parse(await docker('exec', container, 'node', '-e', LIST_FILES));
   assert.ok(files.includes('apps/control-plane/dist/main.js'), files.join('\n'));
   assert.ok(files.includes('prisma/schema.prisma'), files.join('\n'));
+  assert.ok(files.includes('apps/portal/dist/index.html'), files.join('\n'));
   assert.deepEqual(files.filter(isTestCode), []);
-  // Only the control plane's build: no other app's code and no TypeScript sources.
+  // Only the control plane's build and the portal's bundle: no other app's code, no sources.
   assert.deepEqual(
     files.filter(
       (path) =>
         /(^|\/)src\//.test(path) ||
-        /^apps\/(?!control-plane\/)[^/]+\/(?!package\.json$)/.test(path),
+        /^apps\/(?!control-plane\/|portal\/dist\/)[^/]+\/(?!package\.json$)/.test(path),
     ),
     [],
   );
