@@ -11,7 +11,9 @@ import { fileURLToPath } from 'node:url';
 
 export const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '../../..');
 export const CLI = join(REPO_ROOT, 'apps/cli/dist/main.js');
-export const IMAGE = 'gpushards/portal-probe:test';
+// Per process: two runs on one Docker engine (a developer's and CI's) must not remove each
+// other's image when they end.
+export const IMAGE = `gpushards/portal-probe:test-${process.pid}`;
 
 function freePort() {
   return new Promise((resolve, reject) => {
