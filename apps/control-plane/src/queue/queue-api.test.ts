@@ -14,6 +14,7 @@ import {
 } from '../testing/fleet-fixtures.js';
 import { FakeShardCommands } from '../testing/fake-shard-commands.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
+import { ShardEventBus } from '../events/shard-event-bus.js';
 import { QueueService } from './queue.service.js';
 
 /** The pending queue through GraphQL, on PostgreSQL and on PGlite. */
@@ -167,6 +168,38 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.equal(expired.state, 'EXPIRED');
       assert.match(expired.failureReason ?? '', /maximum wait/);
       assert.equal((await shard(team, cancelled.id)).state, 'DELETED');
+    });
+
+    it('shardEvents carries the queue: PENDING, PLACED from the queue, EXPIRED', async () => {
+      await host('events-q');
+      const team = await createTestTeam(h, 'queue-events');
+      const seen: string[] = [];
+      const events = h.controlPlane.app.get(ShardEventBus).subscribe((event) => {
+        if (event.shard.teamId === team.id) {
+          seen.push(`${event.shard.name}: ${event.previousState ?? '-'} -> ${event.state}`);
+        }
+        return false;
+      });
+      try {
+        const holder = await create(team, 'events-q', { name: 'holder', memoryPerGpu: '70g' });
+        await queue.admitNow();
+        await create(team, 'events-q', { name: 'next', memoryPerGpu: '40g' });
+        await create(team, 'events-q', { name: 'late', memoryPerGpu: '40g', maxWaitSeconds: 60 });
+        assertOk(await h.graphql(DELETE, { id: holder.id }, team.member));
+        await queue.admitNow();
+        await queue.admitNow(new Date(Date.now() + 61_000));
+        assert.deepEqual(
+          seen.filter((line) => !line.startsWith('holder')),
+          [
+            'next: - -> PENDING',
+            'late: - -> PENDING',
+            'next: PENDING -> PLACED',
+            'late: PENDING -> EXPIRED',
+          ],
+        );
+      } finally {
+        await events.return?.();
+      }
     });
 
     it('a higher priority class goes first; a non-preemptible class needs a guarantee', async () => {
