@@ -11,3 +11,4 @@ export * from './enforcement/enforcement.js';
 export * from './rate/token-bucket.js';
 export * from './compute-share.js';
 export * from './idle-policy.js';
+export * from './durations.js';
