@@ -125,6 +125,10 @@ async function main() {
         gpus: gpuSource,
         interposerPath: INTERPOSER_PATH,
         stateDir: join(config.dataDir, AGENT_STATE_SUBDIR),
+        // Opt-in, as on any agent (docs/compute.md): shares enforced, activity and idleness reported.
+        ...(process.env.GPUSHARDS_COMPUTE_LEDGER_DIR
+          ? { computeLedgerDir: process.env.GPUSHARDS_COMPUTE_LEDGER_DIR }
+          : {}),
         docker: docker.docker,
         logLevel,
         logDestination: sink,
