@@ -34,6 +34,11 @@ export const TeamQuotaQuery = graphql(`
         maxGpusPerShard
         priority
         allowedGpuModels
+        maxComputeSharePercent
+      }
+      idlePolicy {
+        idleAfterSeconds
+        stopAfterSeconds
       }
       usage {
         shardCount
@@ -68,8 +73,12 @@ export const ShardFields = graphql(`
     image
     gpuCount
     createdAt
+    startedAt
     failureReason
     exitCode
+    computeSharePercent
+    computeMode
+    idleSince
     memoryPerGpu {
       bytes
       human
@@ -91,6 +100,8 @@ export const ShardFields = graphql(`
       real {
         bytes
       }
+      busyRatio
+      lastKernelAt
     }
   }
 `);
@@ -180,6 +191,17 @@ export const ResizeShardMutation = graphql(`
   }
 `);
 
+export const SetShardComputeMutation = graphql(
+  `
+    mutation SetShardCompute($id: ID!, $percent: Int, $mode: ComputeMode) {
+      setShardCompute(id: $id, computeSharePercent: $percent, computeMode: $mode) {
+        ...ShardFields
+      }
+    }
+  `,
+  [ShardFields],
+);
+
 export const PreviewQuery = graphql(`
   query Preview($input: PlacementInput!) {
     placementPreview(input: $input) {
@@ -198,6 +220,61 @@ export const PreviewQuery = graphql(`
         hostName
         kind
         reason
+      }
+    }
+  }
+`);
+
+/** The shards whose live GPUs the compute gauge counts (RUNNING and those about to be). */
+export const TeamComputeQuery = graphql(`
+  query TeamCompute($teamId: ID!, $first: Int!) {
+    shards(teamId: $teamId, first: $first, states: [PLACED, STARTING, RUNNING, STOPPING]) {
+      edges {
+        node {
+          id
+          state
+          computeSharePercent
+          computeMode
+          gpus {
+            gpuUuid
+            releasedAt
+          }
+        }
+      }
+    }
+  }
+`);
+
+/** Shards their team's idle policy reports idle now, every team's for admins. */
+export const IdleShardsQuery = graphql(`
+  query IdleShards($first: Int!) {
+    shards(first: $first, idle: true) {
+      edges {
+        node {
+          id
+          name
+          state
+          hostId
+          idleSince
+          computeSharePercent
+          computeMode
+          team {
+            id
+            name
+          }
+          limitPerGpu {
+            human
+          }
+          gpus {
+            index
+            releasedAt
+            busyRatio
+            lastKernelAt
+            reserved {
+              bytes
+            }
+          }
+        }
       }
     }
   }
@@ -339,6 +416,11 @@ export const TeamsQuery = graphql(`
             maxShards
             maxGpusPerShard
             priority
+            maxComputeSharePercent
+          }
+          idlePolicy {
+            idleAfterSeconds
+            stopAfterSeconds
           }
           usage {
             shardCount
@@ -374,9 +456,26 @@ export const SetQuotaMutation = graphql(`
   }
 `);
 
+export const SetIdlePolicyMutation = graphql(`
+  mutation SetIdlePolicy($teamId: ID!, $idleAfterSeconds: Int, $stopAfterSeconds: Int) {
+    setTeamIdlePolicy(
+      teamId: $teamId
+      idleAfterSeconds: $idleAfterSeconds
+      stopAfterSeconds: $stopAfterSeconds
+    ) {
+      id
+      name
+      idlePolicy {
+        idleAfterSeconds
+        stopAfterSeconds
+      }
+    }
+  }
+`);
+
 export const TokensQuery = graphql(`
-  query Tokens($first: Int!, $after: String) {
-    adminApiTokens(first: $first, after: $after) {
+  query Tokens($first: Int!, $after: String, $includeRevoked: Boolean!) {
+    adminApiTokens(first: $first, after: $after, includeRevoked: $includeRevoked) {
       edges {
         node {
           id
@@ -403,13 +502,13 @@ export const TokensQuery = graphql(`
 /** Each team's own tokens (adminApiTokens lists only the fleet-wide ADMIN ones); 100 × 100 costs
  * about 110,000 of the ADMIN limit (200,000). */
 export const TeamTokensQuery = graphql(`
-  query TeamTokens($first: Int!) {
+  query TeamTokens($first: Int!, $includeRevoked: Boolean!) {
     teams(first: $first) {
       edges {
         node {
           id
           name
-          apiTokens(first: 100) {
+          apiTokens(first: 100, includeRevoked: $includeRevoked) {
             edges {
               node {
                 id

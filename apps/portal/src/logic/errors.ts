@@ -55,7 +55,7 @@ export function explainError(error: ErrorLike): Explained {
     const hosts = first.extensions?.['hosts'];
     if (Array.isArray(hosts)) {
       for (const host of hosts as { hostName?: string; hostId?: string; reason?: string }[]) {
-        lines.push(`${host.hostName ?? host.hostId ?? '?'}: ${host.reason ?? '?'}`);
+        lines.push(`${host.hostId ?? host.hostName ?? '?'}: ${host.reason ?? '?'}`);
       }
     }
   }

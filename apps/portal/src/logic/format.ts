@@ -66,3 +66,7 @@ export function canDelete(state: string): boolean {
 export function canResize(state: string): boolean {
   return ['PLACED', 'STARTING', 'RUNNING'].includes(state);
 }
+/** setShardCompute takes PENDING shards too (stored, checked when placed). */
+export function canSetCompute(state: string): boolean {
+  return ['PENDING', 'PLACED', 'STARTING', 'RUNNING'].includes(state);
+}

@@ -102,7 +102,7 @@ describe('fleet', () => {
 });
 
 describe('errors', () => {
-  it('names the hosts and their reasons for NO_CAPACITY', () => {
+  it('names the hosts by id (as the shards table does) and their reasons for NO_CAPACITY', () => {
     const explained = explainError({
       graphQLErrors: [
         {
@@ -115,7 +115,7 @@ describe('errors', () => {
       ],
     });
     expect(explained.code).toBe('NO_CAPACITY');
-    expect(explained.lines[0]).toBe('box-1: needs 99 GiB, 24 GiB free');
+    expect(explained.lines[0]).toBe('h1: needs 99 GiB, 24 GiB free');
   });
   it('keeps the quota message (limit and both numbers) and says what to do', () => {
     const explained = explainError({

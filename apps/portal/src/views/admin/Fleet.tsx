@@ -5,8 +5,10 @@ import {
   HostActionDrain,
   HostActionUncordon,
   HostsQuery,
+  IdleShardsQuery,
   ShardEventsSubscription,
 } from '../../queries.js';
+import { IdleShards } from './IdleShards.js';
 import { bytesOf, humanBytes, LIVE_STATES } from '../../logic/format.js';
 import { gpuSegments, teamColor, type FleetShard } from '../../logic/fleet.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
@@ -22,9 +24,11 @@ export function Fleet() {
     query: FleetShardsQuery,
     variables: { first: 200, states: LIVE_STATES.filter((s) => s !== 'PENDING') as never },
   });
+  const [idle, refetchIdle] = useQuery({ query: IdleShardsQuery, variables: { first: 100 } });
   useSubscription({ query: ShardEventsSubscription, variables: {} }, (n: number = 0) => {
     refetchHosts({ requestPolicy: 'network-only' });
     refetchShards({ requestPolicy: 'network-only' });
+    refetchIdle({ requestPolicy: 'network-only' });
     return n + 1;
   });
   const rows = shards.data?.shards.edges.map((e) => e.node) ?? [];
@@ -67,6 +71,7 @@ export function Fleet() {
           rows={rows.filter((r) => r.hostId === node.id)}
         />
       ))}
+      <IdleShards result={idle} />
     </div>
   );
 }

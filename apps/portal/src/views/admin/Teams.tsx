@@ -1,6 +1,12 @@
 import { useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
-import { CreateTeamMutation, SetQuotaMutation, TeamsQuery } from '../../queries.js';
+import { formatDuration, parseDuration } from '@gpushards/limits';
+import {
+  CreateTeamMutation,
+  SetIdlePolicyMutation,
+  SetQuotaMutation,
+  TeamsQuery,
+} from '../../queries.js';
 import { parseSizeInput } from '../../logic/format.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
@@ -9,6 +15,7 @@ export function Teams() {
   const [created, createTeam] = useMutation(CreateTeamMutation);
   const [name, setName] = useState('');
   const [editing, setEditing] = useState<string | null>(null);
+  const [editingIdle, setEditingIdle] = useState<string | null>(null);
   return (
     <div>
       <h1>Teams</h1>
@@ -50,6 +57,8 @@ export function Teams() {
                 <th scope="col">max per shard</th>
                 <th scope="col">max shards</th>
                 <th scope="col">priority</th>
+                <th scope="col">compute / shard</th>
+                <th scope="col">idle policy</th>
                 <th scope="col" />
               </tr>
             </thead>
@@ -65,8 +74,37 @@ export function Teams() {
                   <td>{node.quotaPolicy?.maxShards ?? '—'}</td>
                   <td>{node.quotaPolicy?.priority ?? '—'}</td>
                   <td>
-                    <button onClick={() => setEditing(editing === node.id ? null : node.id)}>
+                    {!node.quotaPolicy
+                      ? '—'
+                      : node.quotaPolicy.maxComputeSharePercent === 0
+                        ? 'no shares'
+                        : `up to ${node.quotaPolicy.maxComputeSharePercent ?? 100}%`}
+                  </td>
+                  <td>
+                    {node.idlePolicy
+                      ? `report after ${formatDuration(node.idlePolicy.idleAfterSeconds)}${
+                          node.idlePolicy.stopAfterSeconds === null
+                            ? ''
+                            : `, stop after ${formatDuration(node.idlePolicy.stopAfterSeconds)}`
+                        }`
+                      : 'none'}
+                  </td>
+                  <td className="actions">
+                    <button
+                      onClick={() => {
+                        setEditingIdle(null);
+                        setEditing(editing === node.id ? null : node.id);
+                      }}
+                    >
                       Set quota
+                    </button>
+                    <button
+                      onClick={() => {
+                        setEditing(null);
+                        setEditingIdle(editingIdle === node.id ? null : node.id);
+                      }}
+                    >
+                      Idle policy
                     </button>
                   </td>
                 </tr>
@@ -75,6 +113,15 @@ export function Teams() {
           </table>
         )}
         {editing && <QuotaForm teamId={editing} onDone={() => setEditing(null)} />}
+        {editingIdle && (
+          <IdlePolicyForm
+            teamId={editingIdle}
+            teamName={
+              teams.data?.teams.edges.find((e) => e.node.id === editingIdle)?.node.name ?? ''
+            }
+            onDone={() => setEditingIdle(null)}
+          />
+        )}
       </Section>
     </div>
   );
@@ -86,11 +133,27 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
   const [maxPerShard, setMaxPerShard] = useState('8g');
   const [maxShards, setMaxShards] = useState(4);
   const [priority, setPriority] = useState(0);
-  const problem = [maxTotal, maxPerShard].map((v) => parseSizeInput(v)).find((r) => !r.ok);
+  const [maxCompute, setMaxCompute] = useState('');
+  const sizeProblem = [maxTotal, maxPerShard].map((v) => parseSizeInput(v)).find((r) => !r.ok);
+  const computeBound = maxCompute.trim().replace(/%$/, '');
+  const computeProblem =
+    computeBound === '' || (/^\d+$/.test(computeBound) && Number(computeBound) <= 100)
+      ? null
+      : 'max compute share: a whole percent from 0 (no shares) to 100, or blank for up to 100';
+  const problem = sizeProblem && !sizeProblem.ok ? sizeProblem.message : computeProblem;
   async function submit(event: FormEvent) {
     event.preventDefault();
     if (problem) return;
-    const result = await save({ teamId, input: { maxTotal, maxPerShard, maxShards, priority } });
+    const result = await save({
+      teamId,
+      input: {
+        maxTotal,
+        maxPerShard,
+        maxShards,
+        priority,
+        ...(computeBound === '' ? {} : { maxComputeSharePercent: Number(computeBound) }),
+      },
+    });
     if (result.data) onDone();
   }
   return (
@@ -118,10 +181,68 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
           onChange={(e) => setPriority(Number(e.target.value))}
         />
       </label>
-      <button type="submit" disabled={saved.fetching || problem !== undefined}>
+      <label>
+        Max compute share %{' '}
+        <input
+          value={maxCompute}
+          placeholder="100"
+          inputMode="numeric"
+          onChange={(e) => setMaxCompute(e.target.value)}
+        />
+      </label>
+      <button type="submit" disabled={saved.fetching || problem !== null}>
         Save quota
       </button>
-      {problem && !problem.ok && <span className="problem">{problem.message}</span>}
+      {problem && <span className="problem">{problem}</span>}
+      <ErrorBox error={saved.error} />
+    </form>
+  );
+}
+
+/** setTeamIdlePolicy: report a shard with no kernel after a time, and optionally stop it. */
+function IdlePolicyForm(props: { teamId: string; teamName: string; onDone: () => void }) {
+  const [saved, save] = useMutation(SetIdlePolicyMutation);
+  const [after, setAfter] = useState('30m');
+  const [stopAfter, setStopAfter] = useState('');
+  const reportAt = after.trim() === '' ? null : parseDuration(after);
+  const stopAt = stopAfter.trim() === '' ? null : parseDuration(stopAfter);
+  const problem =
+    reportAt && !reportAt.ok
+      ? reportAt.message
+      : stopAt && !stopAt.ok
+        ? stopAt.message
+        : reportAt === null && stopAt !== null
+          ? 'stopping needs a time to report first'
+          : null;
+  async function submit(event: FormEvent) {
+    event.preventDefault();
+    if (problem) return;
+    const result = await save({
+      teamId: props.teamId,
+      idleAfterSeconds: reportAt?.ok ? reportAt.seconds : null,
+      stopAfterSeconds: stopAt?.ok ? stopAt.seconds : null,
+    });
+    if (result.data) props.onDone();
+  }
+  return (
+    <form className="row" aria-label={`Idle policy of ${props.teamName}`} onSubmit={submit}>
+      <label>
+        Report idle after{' '}
+        <input value={after} placeholder="none" onChange={(e) => setAfter(e.target.value)} />
+      </label>
+      <label>
+        Stop after{' '}
+        <input
+          value={stopAfter}
+          placeholder="never"
+          onChange={(e) => setStopAfter(e.target.value)}
+        />
+      </label>
+      <span className="muted small">like 30m or 2h; blank report time: no policy</span>
+      <button type="submit" disabled={saved.fetching || problem !== null}>
+        Save idle policy
+      </button>
+      {problem && <span className="problem">{problem}</span>}
       <ErrorBox error={saved.error} />
     </form>
   );

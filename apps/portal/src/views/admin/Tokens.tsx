@@ -11,8 +11,15 @@ import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 export function Tokens() {
   // The fleet-wide (ADMIN) tokens and each team's own: two queries, one table.
-  const [admins, refetchAdmins] = useQuery({ query: TokensQuery, variables: { first: 500 } });
-  const [teams, refetchTeams] = useQuery({ query: TeamTokensQuery, variables: { first: 100 } });
+  const [includeRevoked, setIncludeRevoked] = useState(false);
+  const [admins, refetchAdmins] = useQuery({
+    query: TokensQuery,
+    variables: { first: 500, includeRevoked },
+  });
+  const [teams, refetchTeams] = useQuery({
+    query: TeamTokensQuery,
+    variables: { first: 100, includeRevoked },
+  });
   const [created, create] = useMutation(CreateTokenMutation);
   const [revoked, revoke] = useMutation(RevokeTokenMutation);
   const refetch = () => {
@@ -95,7 +102,19 @@ export function Tokens() {
           </div>
         )}
       </Section>
-      <Section title="Tokens">
+      <Section
+        title="Tokens"
+        actions={
+          <label>
+            <input
+              type="checkbox"
+              checked={includeRevoked}
+              onChange={(e) => setIncludeRevoked(e.target.checked)}
+            />{' '}
+            Show revoked
+          </label>
+        }
+      >
         {!rows && (admins.fetching || teams.fetching) && <Loading what="tokens" />}
         <ErrorBox error={admins.error ?? teams.error ?? revoked.error} />
         {rows?.length === 0 && <Empty>No token.</Empty>}
@@ -114,7 +133,11 @@ export function Tokens() {
             </thead>
             <tbody>
               {rows.map((node) => (
-                <tr key={node.id} data-token={node.name}>
+                <tr
+                  key={node.id}
+                  data-token={node.name}
+                  data-revoked={node.revokedAt ? 'yes' : undefined}
+                >
                   <td>{node.name}</td>
                   <td>
                     <code>{node.prefix}</code>
@@ -125,7 +148,7 @@ export function Tokens() {
                   <td>{node.lastUsedAt ? `${age(node.lastUsedAt)} ago` : 'never'}</td>
                   <td>
                     {node.revokedAt ? (
-                      'revoked'
+                      <span className="muted">revoked {age(node.revokedAt)} ago</span>
                     ) : (
                       <button
                         className="danger"

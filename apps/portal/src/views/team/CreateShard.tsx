@@ -2,6 +2,12 @@ import { useEffect, useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
 import { CreateShardMutation, PreviewQuery } from '../../queries.js';
 import { parseSizeInput } from '../../logic/format.js';
+import {
+  computeProblem,
+  parseSharePercent,
+  shareLabel,
+  type ComputeModeName,
+} from '../../logic/compute.js';
 import { ErrorBox, Section } from '../../ui.js';
 
 const NAME = /^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$/;
@@ -21,6 +27,8 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
   const [image, setImage] = useState('gpushards/demo-probe:local');
   const [memory, setMemory] = useState('4g');
   const [gpuCount, setGpuCount] = useState(1);
+  const [share, setShare] = useState('');
+  const [mode, setMode] = useState<ComputeModeName>('GUARANTEED');
   const [created, create] = useMutation(CreateShardMutation);
   const [done, setDone] = useState<string | null>(null);
 
@@ -29,27 +37,41 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
     name !== '' && !NAME.test(name)
       ? 'a-z, 0-9, ".", "_" and "-", starting and ending with a letter or digit'
       : null;
+  const shareProblem = computeProblem(share, mode);
+  const parsedShare = parseSharePercent(share);
+  // Only what the user chose is sent: no share means none (the default split).
+  const compute =
+    parsedShare.ok && parsedShare.percent !== null
+      ? { computeSharePercent: parsedShare.percent, computeMode: mode }
+      : {};
   const input = useDebounced(
-    { memoryPerGpu: memory.trim(), gpuCount, ...(adminTeamId ? { teamId: adminTeamId } : {}) },
+    {
+      memoryPerGpu: memory.trim(),
+      gpuCount,
+      ...compute,
+      ...(adminTeamId ? { teamId: adminTeamId } : {}),
+    },
     250,
   );
   const [preview] = useQuery({
     query: PreviewQuery,
     variables: { input },
-    pause: !parseSizeInput(input.memoryPerGpu).ok || !(input.gpuCount >= 1),
+    pause:
+      !parseSizeInput(input.memoryPerGpu).ok || !(input.gpuCount >= 1) || shareProblem !== null,
     requestPolicy: 'network-only',
   });
 
   async function submit(event: FormEvent) {
     event.preventDefault();
     setDone(null);
-    if (!size.ok || nameProblem || name === '') return;
+    if (!size.ok || nameProblem || name === '' || shareProblem) return;
     const result = await create({
       input: {
         name,
         image,
         memoryPerGpu: memory.trim(),
         gpuCount,
+        ...compute,
         ...(adminTeamId ? { teamId: adminTeamId } : {}),
       },
     });
@@ -58,6 +80,8 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
         `Shard ${result.data.createShard.name} is ${result.data.createShard.state} on ${result.data.createShard.hostId ?? '—'}.`,
       );
       setName('');
+      setShare('');
+      setMode('GUARANTEED');
     }
   }
 
@@ -103,7 +127,31 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
             onChange={(e) => setGpuCount(Number(e.target.value))}
           />
         </label>
-        <button type="submit" disabled={created.fetching || !size.ok || nameProblem !== null}>
+        <label>
+          Compute share
+          <input
+            value={share}
+            placeholder="none"
+            inputMode="numeric"
+            onChange={(e) => setShare(e.target.value)}
+            aria-invalid={shareProblem !== null}
+            aria-describedby="share-help"
+          />
+          <span id="share-help" className={shareProblem ? 'problem' : 'muted small'}>
+            {shareProblem ?? '% of each GPU; blank: the default split'}
+          </span>
+        </label>
+        <label>
+          Compute mode
+          <select value={mode} onChange={(e) => setMode(e.target.value as ComputeModeName)}>
+            <option value="GUARANTEED">guaranteed (at least, and idle time)</option>
+            <option value="CAPPED">capped (never more)</option>
+          </select>
+        </label>
+        <button
+          type="submit"
+          disabled={created.fetching || !size.ok || nameProblem !== null || shareProblem !== null}
+        >
           {created.fetching ? 'Creating…' : 'Create'}
         </button>
       </form>
@@ -117,7 +165,11 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
         )}
         {p && p.fits && p.verdict !== 'WAIT' && !p.quotaProblem && (
           <span className="fits">
-            Would go on <strong>{p.hostName}</strong>, reserving {p.reservedPerGpu?.human} per GPU.
+            Would go on <strong>{p.hostId}</strong>, reserving {p.reservedPerGpu?.human} per GPU
+            {parsedShare.ok && parsedShare.percent !== null
+              ? ` and ${shareLabel(parsedShare.percent, mode)} of its compute`
+              : ''}
+            .
           </span>
         )}
         {p?.quotaProblem && (
@@ -129,7 +181,7 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
             <ul>
               {p.hosts.map((h) => (
                 <li key={h.hostId}>
-                  {h.hostName}: {h.reason}
+                  {h.hostId}: {h.reason}
                 </li>
               ))}
             </ul>

@@ -1,32 +1,58 @@
-import { useQuery } from 'urql';
-import { TeamQuotaQuery } from '../../queries.js';
+import { useQuery, useSubscription } from 'urql';
+import { formatDuration } from '@gpushards/limits';
+import { ShardEventsSubscription, TeamComputeQuery, TeamQuotaQuery } from '../../queries.js';
 import { bytesOf } from '../../logic/format.js';
+import { teamCompute } from '../../logic/compute.js';
 import { Empty, ErrorBox, Gauge, Loading, Section } from '../../ui.js';
 
 export function Quota({ teamId }: { teamId: string }) {
-  const [result] = useQuery({ query: TeamQuotaQuery, variables: { id: teamId } });
+  const [result, refetchQuota] = useQuery({ query: TeamQuotaQuery, variables: { id: teamId } });
+  const [compute, refetchCompute] = useQuery({
+    query: TeamComputeQuery,
+    variables: { teamId, first: 200 },
+  });
+  // What the team holds changes with its shards: read again on each of its shard events.
+  useSubscription({ query: ShardEventsSubscription, variables: { teamId } }, (n: number = 0) => {
+    refetchQuota({ requestPolicy: 'network-only' });
+    refetchCompute({ requestPolicy: 'network-only' });
+    return n + 1;
+  });
   const team = result.data?.team;
+  const policy = team?.quotaPolicy;
+  const held = compute.data ? teamCompute(compute.data.shards.edges.map((e) => e.node)) : undefined;
   return (
     <Section title="Quota">
       {result.fetching && !team && <Loading what="the quota" />}
-      <ErrorBox error={result.error} />
-      {team && !team.quotaPolicy && (
+      <ErrorBox error={result.error ?? compute.error} />
+      {team && !policy && (
         <Empty>No quota policy yet: this team cannot place shards until an admin sets one.</Empty>
       )}
-      {team?.quotaPolicy && (
+      {team && policy && (
         <div className="gauges">
           <Gauge
             label="Memory"
             used={bytesOf(team.usage.reserved.bytes)}
-            limit={bytesOf(team.quotaPolicy.maxTotal.bytes)}
-            text={`${team.usage.reserved.human} of ${team.quotaPolicy.maxTotal.human}`}
+            limit={bytesOf(policy.maxTotal.bytes)}
+            text={`${team.usage.reserved.human} of ${policy.maxTotal.human}`}
           />
           <Gauge
             label="Shards"
             used={team.usage.shardCount}
-            limit={team.quotaPolicy.maxShards}
-            text={`${team.usage.shardCount} of ${team.quotaPolicy.maxShards}`}
+            limit={policy.maxShards}
+            text={`${team.usage.shardCount} of ${policy.maxShards}`}
           />
+          {held && (
+            <Gauge
+              label="Compute"
+              used={held.guaranteedGpus}
+              limit={held.gpusHeld}
+              text={
+                held.gpusHeld === 0
+                  ? 'no GPU held'
+                  : `${held.guaranteedGpus} of the ${held.gpusHeld} GPU(s) held guaranteed by shares`
+              }
+            />
+          )}
           {bytesOf(team.share.guarantee.bytes) > 0 && (
             <Gauge
               label="Guaranteed"
@@ -38,14 +64,23 @@ export function Quota({ teamId }: { teamId: string }) {
               text={`${team.share.guarantee.human} guaranteed, ${team.share.borrowed.human} borrowed above it`}
             />
           )}
-          <p className="muted">
+          <p className="muted" data-testid="quota-terms">
             {team.share.pending > 0 && `${team.share.pending} shard(s) waiting (PENDING). `}
-            At most {team.quotaPolicy.maxPerShard.human} per shard
-            {team.quotaPolicy.maxGpusPerShard !== null &&
-              `, ${team.quotaPolicy.maxGpusPerShard} GPU(s) per shard`}
-            {team.quotaPolicy.allowedGpuModels.length > 0 &&
-              `, models: ${team.quotaPolicy.allowedGpuModels.join(', ')}`}
-            ; priority {team.quotaPolicy.priority}.
+            At most {policy.maxPerShard.human} per shard
+            {policy.maxGpusPerShard !== null && `, ${policy.maxGpusPerShard} GPU(s) per shard`}
+            {policy.allowedGpuModels.length > 0 &&
+              `, models: ${policy.allowedGpuModels.join(', ')}`}
+            {policy.maxComputeSharePercent === 0
+              ? ', no compute shares (the default split only)'
+              : `, compute share up to ${policy.maxComputeSharePercent ?? 100}% per GPU`}
+            ; priority {policy.priority}.{' '}
+            {team.idlePolicy
+              ? `Idle shards (no kernel) are reported after ${formatDuration(team.idlePolicy.idleAfterSeconds)}${
+                  team.idlePolicy.stopAfterSeconds === null
+                    ? ''
+                    : ` and stopped after ${formatDuration(team.idlePolicy.stopAfterSeconds)}`
+                }.`
+              : 'No idle policy.'}
           </p>
         </div>
       )}

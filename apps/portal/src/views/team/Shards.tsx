@@ -4,6 +4,7 @@ import { readFragment, type ResultOf } from 'gql.tada';
 import {
   DeleteShardMutation,
   ResizeShardMutation,
+  SetShardComputeMutation,
   ShardEventsSubscription,
   ShardFields,
   ShardsQuery,
@@ -13,11 +14,20 @@ import {
   age,
   canDelete,
   canResize,
+  canSetCompute,
   canStop,
   humanBytes,
   parseSizeInput,
 } from '../../logic/format.js';
 import { mergeShards, realBytes, usedBytes } from '../../logic/shards.js';
+import {
+  busyRatio,
+  computeProblem,
+  idleSince,
+  parseSharePercent,
+  shareLabel,
+  type ComputeModeName,
+} from '../../logic/compute.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 type Shard = ResultOf<typeof ShardFields>;
@@ -28,8 +38,8 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
     query: ShardsQuery,
     variables: { first: 50, teamId },
   });
-  // A resize changes no state, so no event may come: the list is read again (its newer version
-  // wins in mergeShards).
+  // A resize (memory or compute) changes no state, so no event may come: the list is read again
+  // (its newer version wins in mergeShards).
   const refetch = () => refetchListed({ requestPolicy: 'network-only' });
   const [events] = useSubscription(
     { query: ShardEventsSubscription, variables: { teamId } },
@@ -61,6 +71,18 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
               <th scope="col" title="measured by the host's agent through NVML">
                 real
               </th>
+              <th scope="col" title="compute share of each GPU (docs/compute.md)">
+                compute
+              </th>
+              <th
+                scope="col"
+                title="share of time it held its GPUs between the last two heartbeats"
+              >
+                busy
+              </th>
+              <th scope="col" title="time since its last kernel on any GPU (its start if none)">
+                idle for
+              </th>
               <th scope="col">age</th>
               {canWrite && <th scope="col">actions</th>}
             </tr>
@@ -81,10 +103,33 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
   const [stop, doStop] = useMutation(StopShardMutation);
   const [remove, doRemove] = useMutation(DeleteShardMutation);
   const [resize, doResize] = useMutation(ResizeShardMutation);
+  const [setCompute, doSetCompute] = useMutation(SetShardComputeMutation);
   const [resizing, setResizing] = useState(false);
   const [size, setSize] = useState('');
   const [sizeProblem, setSizeProblem] = useState<string | null>(null);
+  const [computing, setComputing] = useState(false);
+  const [share, setShare] = useState('');
+  const [mode, setMode] = useState<ComputeModeName>(shard.computeMode);
+  const [shareProblem, setShareProblem] = useState<string | null>(null);
   const live = shard.gpus.filter((g) => g.releasedAt === null);
+  const busy = busyRatio(shard.gpus);
+  const quietSince = shard.state === 'RUNNING' ? idleSince(shard) : null;
+
+  async function submitCompute(event: FormEvent) {
+    event.preventDefault();
+    const problem = computeProblem(share, mode);
+    const parsed = parseSharePercent(share);
+    if (problem !== null || !parsed.ok) {
+      setShareProblem(problem);
+      return;
+    }
+    setShareProblem(null);
+    const result = await doSetCompute({ id: shard.id, percent: parsed.percent, mode });
+    if (!result.error) {
+      setComputing(false);
+      props.onResized();
+    }
+  }
 
   async function submitResize(event: FormEvent) {
     event.preventDefault();
@@ -103,7 +148,12 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
 
   return (
     <>
-      <tr data-shard={shard.name} data-state={shard.state} data-memory={shard.memoryPerGpu.human}>
+      <tr
+        data-shard={shard.name}
+        data-state={shard.state}
+        data-memory={shard.memoryPerGpu.human}
+        data-compute={shareLabel(shard.computeSharePercent, shard.computeMode)}
+      >
         <td>
           <span title={shard.image}>{shard.name}</span>
         </td>
@@ -117,6 +167,17 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
         <td>{shard.limitPerGpu.human}</td>
         <td>{humanBytes(usedBytes(shard.gpus))}</td>
         <td>{realBytes(shard.gpus) === null ? '—' : humanBytes(realBytes(shard.gpus)!)}</td>
+        <td>{shareLabel(shard.computeSharePercent, shard.computeMode)}</td>
+        <td>{busy === null ? '—' : `${Math.round(busy * 100)}%`}</td>
+        <td>
+          {quietSince === null ? '—' : age(quietSince)}
+          {shard.idleSince && (
+            <span className="idle-flag" title="its team's idle policy reports it idle">
+              {' '}
+              idle
+            </span>
+          )}
+        </td>
         <td>{age(shard.createdAt)}</td>
         {canWrite && (
           <td className="actions">
@@ -134,6 +195,19 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
               Resize
             </button>
             <button
+              disabled={!canSetCompute(shard.state)}
+              onClick={() => {
+                setShare(
+                  shard.computeSharePercent === null ? '' : String(shard.computeSharePercent),
+                );
+                setMode(shard.computeMode);
+                setComputing(!computing);
+              }}
+              aria-expanded={computing}
+            >
+              Compute
+            </button>
+            <button
               className="danger"
               disabled={!canDelete(shard.state) || remove.fetching}
               onClick={() => {
@@ -147,9 +221,14 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
           </td>
         )}
       </tr>
-      {(resizing || stop.error || remove.error || resize.error) && (
+      {(resizing ||
+        computing ||
+        stop.error ||
+        remove.error ||
+        resize.error ||
+        setCompute.error) && (
         <tr className="detail">
-          <td colSpan={9}>
+          <td colSpan={12}>
             {resizing && (
               <form className="row" onSubmit={submitResize} aria-label={`Resize ${shard.name}`}>
                 <label>
@@ -167,7 +246,37 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
                 {sizeProblem && <span className="problem">{sizeProblem}</span>}
               </form>
             )}
-            <ErrorBox error={stop.error ?? remove.error ?? resize.error} />
+            {computing && (
+              <form
+                className="row"
+                onSubmit={submitCompute}
+                aria-label={`Compute share of ${shard.name}`}
+              >
+                <label>
+                  New compute share, % of each GPU (now{' '}
+                  {shareLabel(shard.computeSharePercent, shard.computeMode)})
+                  <input
+                    autoFocus
+                    value={share}
+                    placeholder="none"
+                    inputMode="numeric"
+                    onChange={(e) => setShare(e.target.value)}
+                  />
+                </label>
+                <label>
+                  Mode
+                  <select value={mode} onChange={(e) => setMode(e.target.value as ComputeModeName)}>
+                    <option value="GUARANTEED">guaranteed</option>
+                    <option value="CAPPED">capped</option>
+                  </select>
+                </label>
+                <button type="submit" disabled={setCompute.fetching}>
+                  Apply
+                </button>
+                {shareProblem && <span className="problem">{shareProblem}</span>}
+              </form>
+            )}
+            <ErrorBox error={stop.error ?? remove.error ?? resize.error ?? setCompute.error} />
           </td>
         </tr>
       )}
