@@ -3,7 +3,7 @@ export const EXIT = {
   OK: 0,
   /** A bug or an unexpected answer. */
   ERROR: 1,
-  /** Bad arguments or input: an unknown option, a size like "12gb", BAD_USER_INPUT. */
+  /** Bad arguments or input: an unknown option, a size like "12gb", a share like 150, BAD_USER_INPUT. */
   USAGE: 2,
   /** Not logged in, or the token was refused (UNAUTHENTICATED). */
   UNAUTHENTICATED: 3,
@@ -24,11 +24,13 @@ export const EXIT = {
 export const EXIT_CODE_HELP = `Exit codes:
   0  success
   1  unexpected error (a bug, or an answer the CLI does not understand)
-  2  bad arguments or input (unknown option, a size like "12gb", BAD_USER_INPUT)
+  2  bad arguments or input (unknown option, a size like "12gb", a compute share like 150,
+     a duration like "30 min", BAD_USER_INPUT)
   3  not logged in, or the token was refused (UNAUTHENTICATED)
   4  the token's role may not do this (FORBIDDEN)
   5  not found (NOT_FOUND)
-  6  refused for lack of room: QUOTA_EXCEEDED or NO_CAPACITY (and \`preview\` when it does not fit)
+  6  refused for lack of room: QUOTA_EXCEEDED or NO_CAPACITY (memory, shards, or a compute
+     share over the team's bound or the GPU's unguaranteed time; \`preview\` when it does not fit)
   7  conflict with what exists (CONFLICT) or rate limited
   8  the control plane could not be reached
   9  \`shards wait\`: another final state was reached, or the wait timed out`;

@@ -3,7 +3,8 @@
 import { Command, CommanderError } from 'commander';
 import { CliError, EXIT, EXIT_CODE_HELP } from './exit-codes.js';
 import { shardsCommand } from './commands/shards.js';
-import { hostsCommand, quotaCommand, teamsCommand, tokensCommand } from './commands/fleet.js';
+import { hostsCommand, tokensCommand } from './commands/fleet.js';
+import { quotaCommand, teamsCommand } from './commands/teams.js';
 import {
   loginCommand,
   logoutCommand,

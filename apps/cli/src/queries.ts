@@ -15,6 +15,9 @@ export const ShardRow = graphql(`
     stoppedAt
     exitCode
     failureReason
+    computeSharePercent
+    computeMode
+    idleSince
     team {
       id
       name
@@ -48,6 +51,8 @@ export const ShardRow = graphql(`
         bytes
         human
       }
+      busyRatio
+      lastKernelAt
     }
   }
 `);
@@ -69,8 +74,14 @@ export const Me = graphql(`
 
 export const ListShards = graphql(
   `
-    query ListShards($first: Int!, $after: String, $teamId: ID, $states: [ShardState!]) {
-      shards(first: $first, after: $after, teamId: $teamId, states: $states) {
+    query ListShards(
+      $first: Int!
+      $after: String
+      $teamId: ID
+      $states: [ShardState!]
+      $idle: Boolean
+    ) {
+      shards(first: $first, after: $after, teamId: $teamId, states: $states, idle: $idle) {
         edges {
           node {
             ...ShardRow
@@ -175,6 +186,35 @@ export const ResizeShard = graphql(
   `
     mutation ResizeShard($id: ID!, $memoryPerGpu: String!) {
       resizeShard(id: $id, memoryPerGpu: $memoryPerGpu) {
+        ...ShardRow
+      }
+    }
+  `,
+  [ShardRow],
+);
+
+/** The live shards' compute shares, for `quota`'s compute row: small rows, a large page. */
+export const TeamCompute = graphql(`
+  query TeamCompute($teamId: ID!, $first: Int!) {
+    shards(teamId: $teamId, first: $first, states: [PLACED, STARTING, RUNNING, STOPPING]) {
+      edges {
+        node {
+          id
+          computeSharePercent
+          gpus {
+            gpuUuid
+            releasedAt
+          }
+        }
+      }
+    }
+  }
+`);
+
+export const SetShardCompute = graphql(
+  `
+    mutation SetShardCompute($id: ID!, $percent: Int, $mode: ComputeMode) {
+      setShardCompute(id: $id, computeSharePercent: $percent, computeMode: $mode) {
         ...ShardRow
       }
     }
@@ -355,6 +395,11 @@ export const TeamFields = graphql(`
       maxGpusPerShard
       allowedGpuModels
       priority
+      maxComputeSharePercent
+    }
+    idlePolicy {
+      idleAfterSeconds
+      stopAfterSeconds
     }
     usage {
       shardCount
@@ -411,6 +456,21 @@ export const SetQuota = graphql(
   `
     mutation SetQuota($teamId: ID!, $input: QuotaPolicyInput!) {
       setQuotaPolicy(teamId: $teamId, input: $input) {
+        ...TeamFields
+      }
+    }
+  `,
+  [TeamFields],
+);
+
+export const SetIdlePolicy = graphql(
+  `
+    mutation SetIdlePolicy($teamId: ID!, $idleAfterSeconds: Int, $stopAfterSeconds: Int) {
+      setTeamIdlePolicy(
+        teamId: $teamId
+        idleAfterSeconds: $idleAfterSeconds
+        stopAfterSeconds: $stopAfterSeconds
+      ) {
         ...TeamFields
       }
     }

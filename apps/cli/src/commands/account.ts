@@ -5,6 +5,7 @@ import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { checkSize, csvField, isoTime, printJson, table } from '../output.js';
 import { Me, Preview, Usage } from '../queries.js';
+import { checkMode, checkShare, shareLabel } from '../compute.js';
 
 export function loginCommand(): Command {
   return examples(
@@ -162,12 +163,24 @@ export function previewCommand(): Command {
       .option('-g, --gpus <n>', 'number of GPUs', '1')
       .option('--team <name|id>', 'the team (admins must name one)')
       .option('--model <parts>', 'GPU models, comma-separated')
+      .option('--compute <percent>', 'compute share of each GPU, a whole percent 1-100')
+      .option('--compute-mode <mode>', 'guaranteed or capped (needs --compute)')
       .action(
         async (
-          options: { memory: string; gpus: string; team?: string; model?: string },
+          options: {
+            memory: string;
+            gpus: string;
+            team?: string;
+            model?: string;
+            compute?: string;
+            computeMode?: string;
+          },
           command: Command,
         ) => {
           const memoryPerGpu = checkSize(options.memory, '--memory');
+          const share =
+            options.compute === undefined ? null : checkShare(options.compute, '--compute');
+          const mode = checkMode(options.computeMode, share);
           const api = apiFor(command);
           const teamId = await teamIdFor(api, options.team);
           const result = await api.request(Preview, {
@@ -176,6 +189,7 @@ export function previewCommand(): Command {
               gpuCount: Number(options.gpus),
               ...(teamId ? { teamId } : {}),
               ...(options.model ? { gpuModelInclude: options.model.split(',') } : {}),
+              ...(share !== null ? { computeSharePercent: share, computeMode: mode } : {}),
             },
           });
           const p = result.placementPreview;
@@ -183,7 +197,7 @@ export function previewCommand(): Command {
           else {
             process.stdout.write(
               p.fits
-                ? `fits on ${p.hostName} (${p.hostId}), reserving ${p.reservedPerGpu?.human} per GPU\n`
+                ? `fits on ${p.hostId}, reserving ${p.reservedPerGpu?.human} per GPU${share !== null ? ` and ${shareLabel(share, mode)} of its compute` : ''}\n`
                 : `does not fit: ${p.message}\n`,
             );
             if (p.quotaProblem) process.stdout.write(`quota would refuse it: ${p.quotaProblem}\n`);
@@ -196,7 +210,7 @@ export function previewCommand(): Command {
               process.stdout.write(
                 `${table(
                   ['HOST', 'WHY NOT'],
-                  p.hosts.map((h) => [h.hostName, h.reason]),
+                  p.hosts.map((h) => [h.hostId, h.reason]),
                 )}\n`,
               );
             }
@@ -204,6 +218,10 @@ export function previewCommand(): Command {
           if (!p.fits || p.quotaProblem) process.exitCode = EXIT.REFUSED;
         },
       ),
-    ['gpushards preview -m 12g', 'gpushards preview -m 40g -g 2 --model H100 --json'],
+    [
+      'gpushards preview -m 12g',
+      'gpushards preview -m 8g --compute 50 --compute-mode capped',
+      'gpushards preview -m 40g -g 2 --model H100 --json',
+    ],
   );
 }

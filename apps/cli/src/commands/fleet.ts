@@ -1,20 +1,16 @@
 import { Command } from 'commander';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
-import { age, checkSize, printJson, table } from '../output.js';
+import { age, printJson, table } from '../output.js';
 import {
   AdminTokens,
   Cordon,
-  CreateTeam,
   CreateToken,
   Drain,
   Hosts,
   Me,
   RevokeToken,
-  SetQuota,
-  Team,
   TeamTokens,
-  Teams,
   Uncordon,
 } from '../queries.js';
 
@@ -85,148 +81,6 @@ export function hostsCommand(): Command {
     );
   }
   return hosts;
-}
-
-type TeamNode = Awaited<ReturnType<typeof listTeams>>[number];
-async function listTeams(command: Command) {
-  const result = await apiFor(command).request(Teams, { first: 100 });
-  return result.teams.edges.map((e) => e.node);
-}
-
-function teamTable(teams: TeamNode[]): string {
-  return table(
-    ['TEAM', 'SHARDS', 'RESERVED', 'MAX TOTAL', 'MAX/SHARD', 'MAX SHARDS', 'PRIORITY', 'ID'],
-    teams.map((t) => [
-      t.name,
-      t.usage.shardCount,
-      t.usage.reserved.human,
-      t.quotaPolicy?.maxTotal.human ?? 'no policy',
-      t.quotaPolicy?.maxPerShard.human,
-      t.quotaPolicy?.maxShards,
-      t.quotaPolicy?.priority,
-      t.id,
-    ]),
-  );
-}
-
-export function teamsCommand(): Command {
-  const teams = new Command('teams')
-    .alias('team')
-    .description('teams and their quota policies (admins: every team)');
-  examples(
-    teams
-      .command('ls', { isDefault: true })
-      .alias('list')
-      .description('teams, what they hold and their quota')
-      .action(async (_options: unknown, command: Command) => {
-        const rows = await listTeams(command);
-        if (globals(command).json) printJson(rows);
-        else process.stdout.write(rows.length === 0 ? 'no teams\n' : `${teamTable(rows)}\n`);
-      }),
-    ['gpushards teams'],
-  );
-  examples(
-    teams
-      .command('create <name>')
-      .description('a new team (admins); it may place nothing until it has a quota')
-      .action(async (name: string, _options: unknown, command: Command) => {
-        const result = await apiFor(command).request(CreateTeam, { name });
-        if (globals(command).json) printJson(result.createTeam);
-        else
-          process.stdout.write(
-            `team ${result.createTeam.name} created (${result.createTeam.id})\n`,
-          );
-      }),
-    ['gpushards teams create ml-research'],
-  );
-  examples(
-    teams
-      .command('set-quota <team>')
-      .description("set a team's quota policy (admins)")
-      .requiredOption('--max-total <size>', "the team's shards together, like 48g")
-      .requiredOption('--max-per-shard <size>', 'one shard over all its GPUs, like 24g')
-      .requiredOption('--max-shards <n>', 'shards at once')
-      .option('--max-gpus-per-shard <n>', 'GPUs of one shard')
-      .option('--models <parts>', 'GPU models allowed, comma-separated')
-      .option('--priority <n>', 'higher goes first', '0')
-      .action(
-        async (team: string, options: Record<string, string | undefined>, command: Command) => {
-          const maxTotal = checkSize(options['maxTotal']!, '--max-total');
-          const maxPerShard = checkSize(options['maxPerShard']!, '--max-per-shard');
-          const maxShards = Number(options['maxShards']);
-          if (!Number.isInteger(maxShards) || maxShards < 0)
-            throw new CliError('--max-shards: a whole number', EXIT.USAGE);
-          const api = apiFor(command);
-          const teamId = (await teamIdFor(api, team))!;
-          const result = await api.request(SetQuota, {
-            teamId,
-            input: {
-              maxTotal,
-              maxPerShard,
-              maxShards,
-              priority: Number(options['priority']),
-              ...(options['maxGpusPerShard']
-                ? { maxGpusPerShard: Number(options['maxGpusPerShard']) }
-                : {}),
-              ...(options['models'] ? { allowedGpuModels: options['models'].split(',') } : {}),
-            },
-          });
-          if (globals(command).json) printJson(result.setQuotaPolicy);
-          else process.stdout.write(`${teamTable([result.setQuotaPolicy])}\n`);
-        },
-      ),
-    ['gpushards teams set-quota ml-research --max-total 48g --max-per-shard 24g --max-shards 8'],
-  );
-  return teams;
-}
-
-export function quotaCommand(): Command {
-  return examples(
-    new Command('quota')
-      .description("your team's quota and what it holds now")
-      .option('--team <name|id>', 'a team (admins)')
-      .action(async (options: { team?: string }, command: Command) => {
-        const api = apiFor(command);
-        let teamId = await teamIdFor(api, options.team);
-        if (teamId === undefined) {
-          const me = await api.request(Me);
-          if (!me.me.team)
-            throw new CliError('admin tokens have no team: name one with --team', EXIT.USAGE);
-          teamId = me.me.team.id;
-        }
-        const { team } = await api.request(Team, { id: teamId });
-        if (globals(command).json) return printJson(team);
-        const q = team.quotaPolicy;
-        if (!q)
-          return void process.stdout.write(
-            `team ${team.name} has no quota policy: it may place nothing\n`,
-          );
-        const pct = (a: number, b: number) => (b > 0 ? `${Math.floor((a / b) * 100)}%` : '-');
-        process.stdout.write(
-          `${table(
-            ['TEAM', 'LIMIT', 'HOLDS', 'OF', 'USE'],
-            [
-              [
-                team.name,
-                'memory',
-                team.usage.reserved.human,
-                q.maxTotal.human,
-                pct(Number(team.usage.reserved.bytes), Number(q.maxTotal.bytes)),
-              ],
-              [
-                team.name,
-                'shards',
-                team.usage.shardCount,
-                q.maxShards,
-                pct(team.usage.shardCount, q.maxShards),
-              ],
-              [team.name, 'per shard', '-', q.maxPerShard.human, '-'],
-            ],
-          )}\n`,
-        );
-      }),
-    ['gpushards quota', 'gpushards quota --team ml-research --json'],
-  );
 }
 
 export function tokensCommand(): Command {

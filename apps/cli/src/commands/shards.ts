@@ -3,6 +3,8 @@ import type { ResultOf } from 'gql.tada';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, checkSize, printJson, table } from '../output.js';
+import { busyLabel, checkMode, checkShare, idleLabel, shareLabel } from '../compute.js';
+import { addComputeCommands } from './compute.js';
 import {
   CreateShard,
   DeleteShard,
@@ -20,7 +22,20 @@ const FINAL = ['RUNNING', 'STOPPED', 'EXITED', 'FAILED', 'LOST', 'DELETED', 'PRE
 
 export function shardRows(shards: readonly Shard[]): string {
   return table(
-    ['NAME', 'STATE', 'TEAM', 'HOST', 'GPUS', 'CAP/GPU', 'USED', 'AGE', 'ID'],
+    [
+      'NAME',
+      'STATE',
+      'TEAM',
+      'HOST',
+      'GPUS',
+      'CAP/GPU',
+      'USED',
+      'COMPUTE',
+      'BUSY',
+      'IDLE',
+      'AGE',
+      'ID',
+    ],
     shards.map((s) => {
       const live = s.gpus.filter((g) => g.releasedAt === null);
       const used = live.reduce((n, g) => n + Number(g.used.bytes), 0);
@@ -32,6 +47,9 @@ export function shardRows(shards: readonly Shard[]): string {
         live.length > 0 ? live.map((g) => g.index).join(',') : `${s.gpuCount}x`,
         s.limitPerGpu.human,
         live.length > 0 ? `${(used / 2 ** 30).toFixed(2)} GiB` : '-',
+        shareLabel(s.computeSharePercent, s.computeMode),
+        busyLabel(s.gpus),
+        `${idleLabel(s)}${s.idleSince ? ' (reported)' : ''}`,
         age(s.createdAt),
         s.id,
       ];
@@ -48,19 +66,23 @@ function describe(shard: Shard & { command?: string[] }): string {
     `host        ${shard.hostId ?? '-'}`,
     `image       ${shard.image}`,
     `memory      ${shard.memoryPerGpu.human} per GPU × ${shard.gpuCount} = ${shard.totalMemory.human} (cap ${shard.limitPerGpu.human} per GPU)`,
+    `compute     ${shard.computeSharePercent === null ? 'no share (the default split of what shares leave)' : `${shareLabel(shard.computeSharePercent, shard.computeMode)} of each GPU`}`,
+    `activity    busy ${busyLabel(shard.gpus)}, no kernel for ${idleLabel(shard)}${shard.idleSince ? ` (reported idle since ${shard.idleSince})` : ''}`,
     `created     ${shard.createdAt} (${age(shard.createdAt)} ago)`,
   ];
   if (shard.gpus.length > 0) {
     lines.push(
       '',
       table(
-        ['GPU', 'MODEL', 'RESERVED', 'USED', 'REAL', 'RELEASED'],
+        ['GPU', 'MODEL', 'RESERVED', 'USED', 'REAL', 'BUSY', 'LAST KERNEL', 'RELEASED'],
         shard.gpus.map((g) => [
           g.index,
           g.model,
           g.reserved.human,
           g.used.human,
           g.real?.human ?? '-',
+          g.busyRatio === null ? '-' : `${Math.round(g.busyRatio * 100)}%`,
+          g.lastKernelAt ? `${age(g.lastKernelAt)} ago` : g.busyRatio === null ? '-' : 'never',
           g.releasedAt ?? '-',
         ]),
       ),
@@ -98,7 +120,9 @@ function show(command: Command, shard: Shard, line: string): void {
 export function shardsCommand(): Command {
   const shards = new Command('shards')
     .alias('shard')
-    .description('list, create, stop, delete, resize and wait for shards');
+    .description(
+      'list, create, stop, delete, resize (memory or compute share) and wait for shards; idle ones',
+    );
 
   examples(
     shards
@@ -142,6 +166,14 @@ export function shardsCommand(): Command {
       .option('--team <name|id>', 'the team (admins must name one)')
       .option('--model <parts>', 'GPU models to choose from, comma-separated ("H100,A100")')
       .addOption(new Option('--policy <policy>', 'placement policy').choices(['BINPACK', 'SPREAD']))
+      .option(
+        '--compute <percent>',
+        "compute share of each GPU, a whole percent 1-100 within the team's bound (default: none, the default split)",
+      )
+      .option(
+        '--compute-mode <mode>',
+        'guaranteed (at least its share, and any idle time) or capped (never more; needs --compute)',
+      )
       .option('-e, --env <NAME=value...>', 'environment variables')
       .option('--wait', 'wait until it is RUNNING (exit 9 if it ends otherwise)')
       .option('--timeout <seconds>', 'with --wait: give up after this long', '300')
@@ -162,6 +194,11 @@ export function shardsCommand(): Command {
             if (at < 1) throw new CliError(`--env ${pair}: write NAME=value`, EXIT.USAGE);
             return { name: pair.slice(0, at), value: pair.slice(at + 1) };
           });
+          const share =
+            options['compute'] === undefined
+              ? null
+              : checkShare(String(options['compute']), '--compute');
+          const mode = checkMode(options['computeMode'] as string | undefined, share);
           const api = apiFor(command);
           const teamId = await teamIdFor(api, options['team'] as string | undefined);
           const created = await api.request(CreateShard, {
@@ -175,6 +212,7 @@ export function shardsCommand(): Command {
               ...(options['policy']
                 ? { placementPolicy: options['policy'] as 'BINPACK' | 'SPREAD' }
                 : {}),
+              ...(share !== null ? { computeSharePercent: share, computeMode: mode } : {}),
               ...(env.length > 0 ? { env } : {}),
               ...(args.length > 0 ? { command: args } : {}),
             },
@@ -195,6 +233,7 @@ export function shardsCommand(): Command {
     [
       'gpushards shards create trainer -i ghcr.io/org/trainer:1.2 -m 12g',
       'gpushards shards create probe -i gpushards/demo-probe:local -m 4g --wait',
+      'gpushards shards create server -i ghcr.io/org/server:3 -m 8g --compute 25 --compute-mode capped',
       'gpushards shards create big -i pytorch/pytorch -m 40g -g 2 --model H100 -- python train.py',
     ],
   );
@@ -290,6 +329,8 @@ export function shardsCommand(): Command {
       'gpushards shards wait trainer --for STOPPED,EXITED --timeout 60',
     ],
   );
+
+  addComputeCommands(shards, shardId);
 
   return shards;
 }

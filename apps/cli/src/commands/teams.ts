@@ -1,0 +1,264 @@
+import { Command } from 'commander';
+import { formatDuration } from '@gpushards/limits';
+import { CliError, EXIT } from '../exit-codes.js';
+import { apiFor, examples, globals, teamIdFor } from '../context.js';
+import { checkSize, printJson, table } from '../output.js';
+import { checkDuration } from '../compute.js';
+import { CreateTeam, Me, SetIdlePolicy, SetQuota, Team, TeamCompute, Teams } from '../queries.js';
+
+type TeamNode = Awaited<ReturnType<typeof listTeams>>[number];
+async function listTeams(command: Command) {
+  const result = await apiFor(command).request(Teams, { first: 100 });
+  return result.teams.edges.map((e) => e.node);
+}
+
+/** "30m", "30m, stop 2h", or "-" for none. */
+function idlePolicyLabel(policy: TeamNode['idlePolicy']): string {
+  if (!policy) return '-';
+  const report = formatDuration(policy.idleAfterSeconds);
+  return policy.stopAfterSeconds === null
+    ? report
+    : `${report}, stop ${formatDuration(policy.stopAfterSeconds)}`;
+}
+
+/** The team's bound on one shard's compute share: "50%", "none" (0), "100%" when unset. */
+function computeBoundLabel(quota: TeamNode['quotaPolicy']): string | undefined {
+  if (!quota) return undefined;
+  return quota.maxComputeSharePercent === 0 ? 'none' : `${quota.maxComputeSharePercent ?? 100}%`;
+}
+
+function teamTable(teams: TeamNode[]): string {
+  return table(
+    [
+      'TEAM',
+      'SHARDS',
+      'RESERVED',
+      'MAX TOTAL',
+      'MAX/SHARD',
+      'MAX SHARDS',
+      'PRIORITY',
+      'COMPUTE/SHARD',
+      'IDLE',
+      'ID',
+    ],
+    teams.map((t) => [
+      t.name,
+      t.usage.shardCount,
+      t.usage.reserved.human,
+      t.quotaPolicy?.maxTotal.human ?? 'no policy',
+      t.quotaPolicy?.maxPerShard.human,
+      t.quotaPolicy?.maxShards,
+      t.quotaPolicy?.priority,
+      computeBoundLabel(t.quotaPolicy),
+      idlePolicyLabel(t.idlePolicy),
+      t.id,
+    ]),
+  );
+}
+
+export function teamsCommand(): Command {
+  const teams = new Command('teams')
+    .alias('team')
+    .description('teams and their quota policies (admins: every team)');
+  examples(
+    teams
+      .command('ls', { isDefault: true })
+      .alias('list')
+      .description('teams, what they hold and their quota')
+      .action(async (_options: unknown, command: Command) => {
+        const rows = await listTeams(command);
+        if (globals(command).json) printJson(rows);
+        else process.stdout.write(rows.length === 0 ? 'no teams\n' : `${teamTable(rows)}\n`);
+      }),
+    ['gpushards teams'],
+  );
+  examples(
+    teams
+      .command('create <name>')
+      .description('a new team (admins); it may place nothing until it has a quota')
+      .action(async (name: string, _options: unknown, command: Command) => {
+        const result = await apiFor(command).request(CreateTeam, { name });
+        if (globals(command).json) printJson(result.createTeam);
+        else
+          process.stdout.write(
+            `team ${result.createTeam.name} created (${result.createTeam.id})\n`,
+          );
+      }),
+    ['gpushards teams create ml-research'],
+  );
+  examples(
+    teams
+      .command('set-quota <team>')
+      .description("set a team's quota policy (admins)")
+      .requiredOption('--max-total <size>', "the team's shards together, like 48g")
+      .requiredOption('--max-per-shard <size>', 'one shard over all its GPUs, like 24g')
+      .requiredOption('--max-shards <n>', 'shards at once')
+      .option('--max-gpus-per-shard <n>', 'GPUs of one shard')
+      .option('--models <parts>', 'GPU models allowed, comma-separated')
+      .option('--priority <n>', 'higher goes first', '0')
+      .option(
+        '--max-compute-share <percent>',
+        'the largest compute share per GPU one shard may ask for, 0 (no shares) to 100 (default: 100)',
+      )
+      .action(
+        async (team: string, options: Record<string, string | undefined>, command: Command) => {
+          const maxTotal = checkSize(options['maxTotal']!, '--max-total');
+          const maxPerShard = checkSize(options['maxPerShard']!, '--max-per-shard');
+          const maxShards = Number(options['maxShards']);
+          if (!Number.isInteger(maxShards) || maxShards < 0)
+            throw new CliError('--max-shards: a whole number', EXIT.USAGE);
+          const computeBound = options['maxComputeShare']?.trim().replace(/%$/, '');
+          if (
+            computeBound !== undefined &&
+            (!/^\d+$/.test(computeBound) || Number(computeBound) > 100)
+          ) {
+            throw new CliError(
+              '--max-compute-share: a whole percent from 0 (no shares) to 100',
+              EXIT.USAGE,
+              'BAD_USER_INPUT',
+            );
+          }
+          const api = apiFor(command);
+          const teamId = (await teamIdFor(api, team))!;
+          const result = await api.request(SetQuota, {
+            teamId,
+            input: {
+              maxTotal,
+              maxPerShard,
+              maxShards,
+              priority: Number(options['priority']),
+              ...(options['maxGpusPerShard']
+                ? { maxGpusPerShard: Number(options['maxGpusPerShard']) }
+                : {}),
+              ...(options['models'] ? { allowedGpuModels: options['models'].split(',') } : {}),
+              ...(computeBound !== undefined
+                ? { maxComputeSharePercent: Number(computeBound) }
+                : {}),
+            },
+          });
+          if (globals(command).json) printJson(result.setQuotaPolicy);
+          else process.stdout.write(`${teamTable([result.setQuotaPolicy])}\n`);
+        },
+      ),
+    [
+      'gpushards teams set-quota ml-research --max-total 48g --max-per-shard 24g --max-shards 8',
+      'gpushards teams set-quota ml-research --max-total 48g --max-per-shard 24g --max-shards 8 --max-compute-share 50',
+    ],
+  );
+  examples(
+    teams
+      .command('set-idle-policy <team>')
+      .description(
+        "report the team's running shards that launch no kernel for a time, and optionally stop them (admins); only hosts with a compute ledger report activity",
+      )
+      .option(
+        '--after <duration>',
+        'report a shard idle after this long without a kernel (at least 1m), like 30m',
+      )
+      .option('--stop-after <duration>', 'also stop it after this long (at least --after), like 2h')
+      .option('--off', 'remove the policy')
+      .action(
+        async (
+          team: string,
+          options: { after?: string; stopAfter?: string; off?: boolean },
+          command: Command,
+        ) => {
+          if (options.off === true && (options.after || options.stopAfter))
+            throw new CliError(
+              '--off takes no --after or --stop-after',
+              EXIT.USAGE,
+              'BAD_USER_INPUT',
+            );
+          if (options.off !== true && options.after === undefined)
+            throw new CliError('give --after <duration>, or --off', EXIT.USAGE, 'BAD_USER_INPUT');
+          const idleAfterSeconds = options.after ? checkDuration(options.after, '--after') : null;
+          const stopAfterSeconds = options.stopAfter
+            ? checkDuration(options.stopAfter, '--stop-after')
+            : null;
+          const api = apiFor(command);
+          const teamId = (await teamIdFor(api, team))!;
+          const result = await api.request(SetIdlePolicy, {
+            teamId,
+            idleAfterSeconds,
+            stopAfterSeconds,
+          });
+          const t = result.setTeamIdlePolicy;
+          if (globals(command).json) printJson(t);
+          else
+            process.stdout.write(`team ${t.name}: idle policy ${idlePolicyLabel(t.idlePolicy)}\n`);
+        },
+      ),
+    [
+      'gpushards teams set-idle-policy ml-research --after 30m',
+      'gpushards teams set-idle-policy ml-research --after 30m --stop-after 2h',
+      'gpushards teams set-idle-policy ml-research --off',
+    ],
+  );
+  return teams;
+}
+
+export function quotaCommand(): Command {
+  return examples(
+    new Command('quota')
+      .description("your team's quota and what it holds now")
+      .option('--team <name|id>', 'a team (admins)')
+      .action(async (options: { team?: string }, command: Command) => {
+        const api = apiFor(command);
+        let teamId = await teamIdFor(api, options.team);
+        if (teamId === undefined) {
+          const me = await api.request(Me);
+          if (!me.me.team)
+            throw new CliError('admin tokens have no team: name one with --team', EXIT.USAGE);
+          teamId = me.me.team.id;
+        }
+        const { team } = await api.request(Team, { id: teamId });
+        if (globals(command).json) return printJson(team);
+        // Compute: how many GPUs' worth of time the shares of its live shards guarantee.
+        const live = await api.request(TeamCompute, { first: 200, teamId });
+        let gpusHeld = 0;
+        let guaranteed = 0;
+        for (const { node } of live.shards.edges) {
+          const gpus = node.gpus.filter((g) => g.releasedAt === null).length;
+          gpusHeld += gpus;
+          guaranteed += (gpus * (node.computeSharePercent ?? 0)) / 100;
+        }
+        const q = team.quotaPolicy;
+        if (!q)
+          return void process.stdout.write(
+            `team ${team.name} has no quota policy: it may place nothing\n`,
+          );
+        const pct = (a: number, b: number) => (b > 0 ? `${Math.floor((a / b) * 100)}%` : '-');
+        process.stdout.write(
+          `${table(
+            ['TEAM', 'LIMIT', 'HOLDS', 'OF', 'USE'],
+            [
+              [
+                team.name,
+                'memory',
+                team.usage.reserved.human,
+                q.maxTotal.human,
+                pct(Number(team.usage.reserved.bytes), Number(q.maxTotal.bytes)),
+              ],
+              [
+                team.name,
+                'shards',
+                team.usage.shardCount,
+                q.maxShards,
+                pct(team.usage.shardCount, q.maxShards),
+              ],
+              [team.name, 'per shard', '-', q.maxPerShard.human, '-'],
+              [
+                team.name,
+                'compute',
+                `${Math.round(guaranteed * 100) / 100} GPU guaranteed`,
+                `${gpusHeld} GPU held`,
+                pct(guaranteed, gpusHeld),
+              ],
+              [team.name, 'compute/shard', '-', computeBoundLabel(q), '-'],
+            ],
+          )}\n${team.idlePolicy ? `idle policy: report after ${formatDuration(team.idlePolicy.idleAfterSeconds)}${team.idlePolicy.stopAfterSeconds === null ? '' : `, stop after ${formatDuration(team.idlePolicy.stopAfterSeconds)}`}` : 'idle policy: none'}\n`,
+        );
+      }),
+    ['gpushards quota', 'gpushards quota --team ml-research --json'],
+  );
+}
