@@ -35,6 +35,9 @@ export async function startBox() {
   );
   if (built.status !== 0) throw new Error(`demo image: ${built.stdout}${built.stderr}`);
   const dataDir = mkdtempSync(join(tmpdir(), 'gpushards-portal-'));
+  // A compute ledger, so shards' activity is reported and idle policies apply (the fakes'
+  // launches go through libvgpu.so's admission as on a GPU).
+  const ledgerDir = join(dataDir, 'ledger');
   const port = await freePort();
   const child = spawn(process.execPath, [join(REPO_ROOT, 'scripts/start.mjs')], {
     cwd: REPO_ROOT,
@@ -44,6 +47,7 @@ export async function startBox() {
       GPUSHARDS_PORT: String(port),
       GPUSHARDS_SIMULATE_GPUS: '2xTest GPU:8g',
       GPUSHARDS_HOST_ID: '',
+      GPUSHARDS_COMPUTE_LEDGER_DIR: ledgerDir,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -121,11 +121,25 @@ describe('the admin tokens page', { timeout: 120_000 }, () => {
       assert.match(await row.innerText(), /MEMBER\s+kb/);
     }
     assert.match(await page.locator('tr[data-token="bootstrap admin"]').innerText(), /ADMIN\s+—/);
-    await shot(page, 'portal-tokens');
 
     page.once('dialog', (dialog) => void dialog.accept());
     await page.locator('tr[data-token="bob"]').getByRole('button', { name: 'Revoke' }).click();
     await page.locator('tr[data-token="bob"]').waitFor({ state: 'detached' });
+    await page.getByLabel('Show revoked').check();
+    const revoked = page.locator('tr[data-token="bob"][data-revoked="yes"]');
+    await revoked.waitFor();
+    assert.match(await revoked.innerText(), /MEMBER\s+kb[\s\S]*revoked \d+[sm] ago/);
+    assert.equal(await revoked.getByRole('button', { name: 'Revoke' }).count(), 0);
+    assert.equal(
+      await page.locator('tr[data-token="alice"]').getByRole('button', { name: 'Revoke' }).count(),
+      1,
+      'live tokens keep their Revoke button',
+    );
+    await page.getByLabel('Show revoked').uncheck();
+    await revoked.waitFor({ state: 'detached' });
+    await page.getByLabel('Show revoked').check();
+    await revoked.waitFor();
+    await shot(page, 'portal-tokens');
     const asBob = await cli(['whoami'], { env: as(secrets.bob) });
     assert.equal(asBob.code, 3, 'the revoked token is refused');
     const asAlice = await cli(['whoami', '--json'], { env: as(secrets.alice) });

@@ -92,12 +92,15 @@ describe('gpushards CLI as an admin', () => {
         '8g',
         '--max-shards',
         '4',
+        '--max-compute-share',
+        '50',
         '--json',
       ],
       { env: adminEnv() },
     );
     assert.equal(quota.code, 0, quota.stderr);
     assert.equal(quota.json.quotaPolicy.maxTotal.bytes, String(16 * 2 ** 30));
+    assert.equal(quota.json.quotaPolicy.maxComputeSharePercent, 50);
     const token = await cli(['tokens', 'create', 'alice', '--team', 'demo', '--json'], {
       env: adminEnv(),
     });
@@ -119,11 +122,69 @@ describe('gpushards CLI as an admin', () => {
     });
     assert.equal(fits.code, 0, fits.stderr);
     assert.equal(fits.json.fits, true);
+    const hostId = readFileSync(join(box.dataDir, 'host-id'), 'utf8').trim();
+    const said = await cli(['preview', '-m', '1g', '--team', 'demo', '--compute', '25'], {
+      env: adminEnv(),
+    });
+    assert.equal(said.code, 0, said.stderr);
+    assert.equal(
+      said.stdout,
+      `fits on ${hostId}, reserving 1.29 GiB per GPU and 25% guaranteed of its compute\n`,
+      'the host by its id, as hosts and shards ls show it',
+    );
+    const overBound = await cli(['preview', '-m', '1g', '--team', 'demo', '--compute', '60'], {
+      env: adminEnv(),
+    });
+    assert.equal(overBound.code, 6);
+    assert.match(overBound.stdout, /quota would refuse it: .*60%.*50%/);
     const tooBig = await cli(['preview', '-m', '6g', '-g', '2', '--team', 'demo'], {
       env: adminEnv(),
     });
     assert.equal(tooBig.code, 6);
     assert.match(tooBig.stdout, /quota would refuse it: .*8 GiB/);
+  });
+
+  it('an idle policy, and a capped shard that launches no kernel (listed idle at the end)', async () => {
+    const tooShort = await cli(['teams', 'set-idle-policy', 'demo', '--after', '30s'], {
+      env: adminEnv(),
+    });
+    assert.equal(tooShort.code, 2, 'the API refuses less than a minute');
+    assert.match(tooShort.stderr, /idleAfterSeconds: .*from 60/);
+    const notADuration = await cli(['teams', 'set-idle-policy', 'demo', '--after', '30 min'], {
+      env: adminEnv(),
+    });
+    assert.equal(notADuration.code, 2);
+    assert.match(notADuration.stderr, /--after: "30 min" is not a duration/);
+    const policy = await cli(
+      ['teams', 'set-idle-policy', 'demo', '--after', '1m', '--stop-after', '2h', '--json'],
+      { env: adminEnv() },
+    );
+    assert.equal(policy.code, 0, policy.stderr);
+    assert.deepEqual(policy.json.idlePolicy, { idleAfterSeconds: 60, stopAfterSeconds: 7200 });
+    const idler = await cli(
+      [
+        'shards',
+        'create',
+        'idler',
+        '-i',
+        IMAGE,
+        '-m',
+        '1g',
+        '--team',
+        'demo',
+        '--compute',
+        '25',
+        '--compute-mode',
+        'capped',
+        '--wait',
+        '--json',
+      ],
+      { env: adminEnv() },
+    );
+    assert.equal(idler.code, 0, idler.stderr);
+    assert.equal(idler.json.state, 'RUNNING');
+    assert.equal(idler.json.computeSharePercent, 25);
+    assert.equal(idler.json.computeMode, 'CAPPED');
   });
 });
 
@@ -147,11 +208,43 @@ describe('the portal in Chromium', { timeout: 120_000 }, () => {
     assert.match(await form.innerText(), /ambiguous/);
     await form.getByLabel('Memory per GPU').fill('1g');
     await page.getByTestId('preview').getByText('Would go on').waitFor();
+    await form.getByLabel('Compute share').fill('60');
+    await page
+      .getByTestId('preview')
+      .getByText(/Quota would refuse it: .*60%.*50%/)
+      .waitFor();
+    await form.getByLabel('Compute mode').selectOption('CAPPED');
+    await form.getByLabel('Compute share').fill('');
+    assert.match(await form.innerText(), /capped needs a share/);
+    assert.equal(await form.getByRole('button', { name: 'Create' }).isDisabled(), true);
+    await form.getByLabel('Compute share').fill('25');
+    const hostId = readFileSync(join(box.dataDir, 'host-id'), 'utf8').trim();
+    const preview = page
+      .getByTestId('preview')
+      .getByText(/Would go on .*25% capped of its compute/);
+    await preview.waitFor();
+    assert.match(await preview.innerText(), new RegExp(`Would go on ${hostId},`));
     let navigations = 0;
     page.on('framenavigated', () => (navigations += 1));
     await form.getByRole('button', { name: 'Create' }).click();
-    await page.locator('tr[data-shard="web-probe"][data-state="RUNNING"]').waitFor();
+    const running = page.locator('tr[data-shard="web-probe"][data-state="RUNNING"]');
+    await running.waitFor();
     assert.equal(navigations, 0, 'the page was not reloaded');
+    assert.equal(await running.getAttribute('data-compute'), '25% capped');
+    assert.match(await running.innerText(), new RegExp(`${hostId}[\\s\\S]*25% capped`));
+    // idler (25% of one GPU) and web-probe (25% of one): half a GPU of the two held.
+    const gauge = page.getByRole('meter', { name: 'Compute' });
+    await page
+      .locator('[role="meter"][aria-label="Compute"][aria-valuetext^="0.5 of 2 GPU(s) guaranteed"]')
+      .waitFor();
+    assert.match(await page.getByTestId('quota-terms').innerText(), /compute share up to 50%/);
+    assert.equal(await gauge.getAttribute('aria-valuemax'), '2');
+    await running.getByRole('button', { name: 'Compute' }).click();
+    const change = page.getByRole('form', { name: 'Compute share of web-probe' });
+    await change.getByRole('textbox').fill('40');
+    await change.getByLabel('Mode').selectOption('GUARANTEED');
+    await change.getByRole('button', { name: 'Apply' }).click();
+    await page.locator('tr[data-shard="web-probe"][data-compute="40% guaranteed"]').waitFor();
     assert.equal(
       await page.evaluate(() => localStorage.length),
       0,
@@ -182,9 +275,20 @@ describe('the portal in Chromium', { timeout: 120_000 }, () => {
     await page.locator('.host-shards li[data-shard="web-probe"]').waitFor();
     const bar = page.locator('.gpu .bar').first();
     assert.match((await bar.getAttribute('aria-label')) ?? '', /demo \d/);
-    await shot(page, 'portal-fleet');
     await page.getByRole('link', { name: 'Teams' }).click();
-    await page.locator('tr[data-team="demo"]').waitFor();
+    const demo = page.locator('tr[data-team="demo"]');
+    await demo.waitFor();
+    assert.match(await demo.innerText(), /up to 50%\s+report after 1m, stop after 2h/);
+    await demo.getByRole('button', { name: 'Idle policy' }).click();
+    const idleForm = page.getByRole('form', { name: 'Idle policy of demo' });
+    await idleForm.getByLabel('Report idle after').fill('1 minute');
+    assert.match(await idleForm.innerText(), /"1 minute" is not a duration/);
+    await idleForm.getByLabel('Report idle after').fill('1m');
+    await idleForm.getByLabel('Stop after').fill('');
+    await idleForm.getByRole('button', { name: 'Save idle policy' }).click();
+    // hasText reads textContent: the cell alone, so "report after 1m" is all of it.
+    await page.locator('tr[data-team="demo"] td', { hasText: /^report after 1m$/ }).waitFor();
+    assert.doesNotMatch(await demo.innerText(), /stop after/);
     await page.context().close();
   });
 
@@ -210,11 +314,25 @@ describe('gpushards CLI as a member', () => {
       await top.ready;
       try {
         const created = await cli(
-          ['shards', 'create', 'cli-probe', '-i', IMAGE, '-m', '1g', '--wait', '--json'],
+          [
+            'shards',
+            'create',
+            'cli-probe',
+            '-i',
+            IMAGE,
+            '-m',
+            '1g',
+            '--compute',
+            '20%',
+            '--wait',
+            '--json',
+          ],
           { env: memberEnv() },
         );
         assert.equal(created.code, 0, created.stderr);
         assert.equal(created.json.state, 'RUNNING');
+        assert.equal(created.json.computeSharePercent, 20);
+        assert.equal(created.json.computeMode, 'GUARANTEED');
         const seen = JSON.parse(
           await top.next(
             (line) => /"name":"cli-probe"[\s\S]*/.test(line) && line.includes('"state":"RUNNING"'),
@@ -228,10 +346,29 @@ describe('gpushards CLI as a member', () => {
       assert.equal(ls.code, 0, ls.stderr);
       assert.ok(ls.json.some((s) => s.name === 'cli-probe' && s.state === 'RUNNING'));
       const table = await cli(['shards', 'ls'], { env: memberEnv() });
-      assert.match(table.stdout, /^NAME\s+STATE\s+TEAM\s+HOST/m);
-      assert.match(table.stdout, /cli-probe\s+RUNNING\s+demo/);
+      assert.match(
+        table.stdout,
+        /^NAME\s+STATE\s+TEAM\s+HOST\s+GPUS\s+CAP\/GPU\s+USED\s+COMPUTE\s+BUSY\s+IDLE\s+AGE/m,
+      );
+      assert.match(table.stdout, /cli-probe\s+RUNNING\s+demo\s.*\s20% guaranteed\s/);
+      assert.match(table.stdout, /idler\s+RUNNING\s+demo\s.*\s25% capped\s/);
       const show = await cli(['shards', 'show', 'cli-probe', '--json'], { env: memberEnv() });
       assert.equal(show.json.memoryPerGpu.human, '1 GiB');
+      const overBound = await cli(['shards', 'set-compute', 'cli-probe', '60'], {
+        env: memberEnv(),
+      });
+      assert.equal(overBound.code, 6, 'over the team bound of 50%');
+      assert.match(overBound.stderr, /60% is over the team's limit of 50%/);
+      const capped = await cli(
+        ['shards', 'set-compute', 'cli-probe', '30', '--compute-mode', 'capped', '--json'],
+        { env: memberEnv() },
+      );
+      assert.equal(capped.code, 0, capped.stderr);
+      assert.equal(capped.json.computeSharePercent, 30);
+      assert.equal(capped.json.computeMode, 'CAPPED');
+      const described = await cli(['shards', 'show', 'cli-probe'], { env: memberEnv() });
+      assert.match(described.stdout, /^compute {5}30% capped of each GPU$/m);
+      assert.match(described.stdout, /^GPU\s+MODEL\s+RESERVED\s+USED\s+REAL\s+BUSY\s+LAST KERNEL/m);
       const resized = await cli(['shards', 'resize', 'cli-probe', '2g', '--json'], {
         env: memberEnv(),
       });
@@ -297,6 +434,27 @@ describe('gpushards CLI as a member', () => {
     });
     assert.equal(tooBig.code, 6);
     assert.match(tooBig.stderr, /9 GiB > limit 8 GiB/);
+    const badShare = await cli(
+      ['shards', 'create', 'x', '-i', IMAGE, '-m', '1g', '--compute', '150'],
+      {
+        env: memberEnv(),
+      },
+    );
+    assert.equal(badShare.code, 2);
+    assert.match(badShare.stderr, /--compute: "150" is not a share/);
+    const cappedWithout = await cli(
+      ['shards', 'create', 'x', '-i', IMAGE, '-m', '1g', '--compute-mode', 'capped', '--json'],
+      { env: memberEnv() },
+    );
+    assert.equal(cappedWithout.code, 2);
+    assert.equal(JSON.parse(cappedWithout.stderr).error.code, 'BAD_USER_INPUT');
+    const overBound = await cli(
+      ['shards', 'create', 'x', '-i', IMAGE, '-m', '1g', '--compute', '60'],
+      {
+        env: memberEnv(),
+      },
+    );
+    assert.equal(overBound.code, 6);
     const unknown = await cli(['shards', 'explode'], { env: memberEnv() });
     assert.equal(unknown.code, 2);
     const notLoggedIn = await cli(['shards', 'ls'], {
@@ -312,8 +470,51 @@ describe('gpushards CLI as a member', () => {
     assert.match(help.stdout, /Exit codes:[\s\S]*6 {2}refused/);
     const sub = await cli(['shards', 'create', '--help']);
     assert.match(sub.stdout, /Examples:\n {2}\$ gpushards shards create/);
+    assert.match(sub.stdout, /--compute-mode capped/);
+    for (const command of [
+      ['shards', 'set-compute'],
+      ['shards', 'idle'],
+      ['teams', 'set-idle-policy'],
+    ]) {
+      const help = await cli([...command, '--help']);
+      assert.equal(help.code, 0);
+      assert.match(help.stdout, new RegExp(`Examples:\\n {2}\\$ gpushards ${command.join(' ')}`));
+    }
     const completion = await cli(['completion', 'bash']);
     assert.match(completion.stdout, /complete -F _gpushards gpushards/);
     assert.match(completion.stdout, /resize/);
+    assert.match(completion.stdout, /set-compute/);
+  });
+});
+
+describe('idle shards', { timeout: 240_000 }, () => {
+  it('the idle policy reports the shard that launches no kernel: the admin portal and the CLI list it', async () => {
+    const page = await signIn(box.adminToken);
+    await page.getByRole('heading', { name: 'Fleet' }).waitFor();
+    // Reported once it launched no kernel for the policy's minute, at the next 15 s sweep.
+    const idler = page.locator('tr[data-idle-shard="idler"]');
+    await idler.waitFor({ timeout: 180_000 });
+    assert.match(
+      await idler.innerText(),
+      /demo\/idler\s+\S+\s+\d+[sm]\s+1\.29 GiB on 1 GPU\(s\)\s+25% capped\s+0%/,
+    );
+    await shot(page, 'portal-fleet');
+    await page.context().close();
+
+    const asAdmin = await cli(['shards', 'idle', '--json'], { env: adminEnv() });
+    assert.equal(asAdmin.code, 0, asAdmin.stderr);
+    const listed = asAdmin.json.find((s) => s.name === 'idler');
+    assert.ok(listed, 'idler is listed idle');
+    assert.ok(listed.idleSince, 'with the time it went idle');
+    assert.equal(listed.gpus[0].busyRatio, 0, 'its host reports it: no GPU time held');
+    const asMember = await cli(['shards', 'idle'], { env: memberEnv() });
+    assert.equal(asMember.code, 0, asMember.stderr);
+    assert.match(asMember.stdout, /^NAME\s+TEAM\s+HOST\s+IDLE FOR/m);
+    assert.match(asMember.stdout, /^idler\s+demo\s/m);
+    const shown = await cli(['shards', 'show', 'idler'], { env: memberEnv() });
+    assert.match(
+      shown.stdout,
+      /^activity {4}busy 0%, no kernel for \d+[sm] \(reported idle since /m,
+    );
   });
 });
