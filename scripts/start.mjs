@@ -249,7 +249,9 @@ function printBanner(facts) {
   );
   say('');
   say(`   portal        ${controlPlane.url}/    (sign in with the admin token below)`);
-  say(`   GraphQL       ${controlPlane.graphqlUrl}   (POST; in a browser: ${controlPlane.url}/explorer)`);
+  say(
+    `   GraphQL       ${controlPlane.graphqlUrl}   (POST; in a browser: ${controlPlane.url}/explorer)`,
+  );
   say(
     `   CLI           npx gpushards login --url ${controlPlane.url} --token "$(cat ${shown(facts.tokenFile)})"`,
   );
@@ -278,6 +280,11 @@ function printBanner(facts) {
     }
     say(
       `   per shard     a CUDA context takes ${formatSize(inventory.contextOverheadBytes)}; it is added to each shard's cap`,
+    );
+    say(
+      process.env.GPUSHARDS_COMPUTE_LEDGER_DIR
+        ? `   compute       shares enforced, activity reported (ledger ${shown(process.env.GPUSHARDS_COMPUTE_LEDGER_DIR)})`
+        : '   compute       shares stored and placed, not enforced (GPUSHARDS_COMPUTE_LEDGER_DIR=<folder> turns it on)',
     );
     say(
       `   shards        ${facts.adopted} shard container(s) of this host running now${facts.adopted > 0 ? ' (found again and adopted)' : ''}`,

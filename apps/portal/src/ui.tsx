@@ -32,11 +32,18 @@ export function Empty({ children }: { children: ReactNode }) {
   return <p className="empty">{children}</p>;
 }
 
-export function Gauge(props: { label: string; used: number; limit: number; text: string }) {
+export function Gauge(props: {
+  label: string;
+  used: number;
+  limit: number;
+  text: string;
+  /** What the gauge measures, on hover. */
+  hint?: string;
+}) {
   const share = fraction(props.used, props.limit);
   const level = share >= 0.9 ? 'high' : share >= 0.7 ? 'mid' : 'low';
   return (
-    <div className="gauge">
+    <div className="gauge" title={props.hint}>
       <div className="gauge-label">
         <span>{props.label}</span>
         <span>{props.text}</span>

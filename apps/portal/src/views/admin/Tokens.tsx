@@ -105,7 +105,7 @@ export function Tokens() {
       <Section
         title="Tokens"
         actions={
-          <label>
+          <label className="check">
             <input
               type="checkbox"
               checked={includeRevoked}

@@ -44,12 +44,13 @@ export function Quota({ teamId }: { teamId: string }) {
           {held && (
             <Gauge
               label="Compute"
+              hint="How many GPUs' worth of time the compute shares of the team's live shards guarantee, of the GPUs they hold; the rest of those GPUs' time is shared"
               used={held.guaranteedGpus}
               limit={held.gpusHeld}
               text={
                 held.gpusHeld === 0
                   ? 'no GPU held'
-                  : `${held.guaranteedGpus} of the ${held.gpusHeld} GPU(s) held guaranteed by shares`
+                  : `${held.guaranteedGpus} of ${held.gpusHeld} GPU(s) guaranteed`
               }
             />
           )}
