@@ -1,7 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import { explainError } from './errors.js';
 import { gpuSegments, teamColor } from './fleet.js';
-import { age, bytesOf, canStop, fraction, gibHours, humanBytes, parseSizeInput } from './format.js';
+import {
+  age,
+  bytesOf,
+  canSetCompute,
+  canStop,
+  fraction,
+  gibHours,
+  humanBytes,
+  parseSizeInput,
+} from './format.js';
 import { chartSeries, csvField, dayWindows, usageCsv } from './usage.js';
 
 const GiB = 2 ** 30;
@@ -36,6 +45,9 @@ describe('format', () => {
     expect(gibHours(12345.6)).toBe('12,346');
     expect(canStop('RUNNING')).toBe(true);
     expect(canStop('STOPPED')).toBe(false);
+    expect(canSetCompute('PENDING')).toBe(true);
+    expect(canSetCompute('RUNNING')).toBe(true);
+    expect(canSetCompute('STOPPED')).toBe(false);
   });
 });
 
