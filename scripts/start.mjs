@@ -16,6 +16,9 @@ import { REPO_ROOT } from './one-box/paths.mjs';
 const LOG_FILE = 'gpushards.log';
 const PORTAL_DIR = join(REPO_ROOT, 'apps/portal/dist');
 const AGENT_STATE_SUBDIR = 'agent';
+// The host's compute ledger (docs/compute.md): shards take turns on each GPU by their compute
+// share. GPUSHARDS_COMPUTE_LEDGER_DIR puts it elsewhere (the agent's own variable).
+const LEDGER_SUBDIR = 'ledger';
 
 const say = (line = '') => process.stdout.write(`${line}\n`);
 const step = (line) => say(`gpushards: ${line}`);
@@ -115,6 +118,8 @@ async function main() {
 
   let agent;
   let hostId;
+  const computeLedgerDir =
+    process.env.GPUSHARDS_COMPUTE_LEDGER_DIR || join(config.dataDir, LEDGER_SUBDIR);
   if (docker.docker !== undefined) {
     hostId = hostIdFor(config.dataDir);
     step(`starting the agent for this host (${hostId})`);
@@ -125,6 +130,7 @@ async function main() {
         gpus: gpuSource,
         interposerPath: INTERPOSER_PATH,
         stateDir: join(config.dataDir, AGENT_STATE_SUBDIR),
+        computeLedgerDir,
         docker: docker.docker,
         logLevel,
         logDestination: sink,
@@ -145,6 +151,7 @@ async function main() {
     agent,
     hostId,
     adopted,
+    computeLedgerDir,
     simulated,
     nvml,
     nvmlLibrary,
@@ -277,6 +284,9 @@ function printBanner(facts) {
     );
     say(
       `   shards        ${facts.adopted} shard container(s) of this host running now${facts.adopted > 0 ? ' (found again and adopted)' : ''}`,
+    );
+    say(
+      `   compute       shards take turns on each GPU by their compute share (ledger ${shown(facts.computeLedgerDir)})`,
     );
     if (simulated) {
       say('');
