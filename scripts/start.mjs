@@ -16,6 +16,9 @@ import { REPO_ROOT } from './one-box/paths.mjs';
 const LOG_FILE = 'gpushards.log';
 const PORTAL_DIR = join(REPO_ROOT, 'apps/portal/dist');
 const AGENT_STATE_SUBDIR = 'agent';
+// The host's compute ledger (docs/compute.md): shards take turns on each GPU by their compute
+// share. GPUSHARDS_COMPUTE_LEDGER_DIR puts it elsewhere (the agent's own variable).
+const LEDGER_SUBDIR = 'ledger';
 
 const say = (line = '') => process.stdout.write(`${line}\n`);
 const step = (line) => say(`gpushards: ${line}`);
@@ -115,6 +118,8 @@ async function main() {
 
   let agent;
   let hostId;
+  const computeLedgerDir =
+    process.env.GPUSHARDS_COMPUTE_LEDGER_DIR || join(config.dataDir, LEDGER_SUBDIR);
   if (docker.docker !== undefined) {
     hostId = hostIdFor(config.dataDir);
     step(`starting the agent for this host (${hostId})`);
@@ -125,10 +130,7 @@ async function main() {
         gpus: gpuSource,
         interposerPath: INTERPOSER_PATH,
         stateDir: join(config.dataDir, AGENT_STATE_SUBDIR),
-        // Opt-in, as on any agent (docs/compute.md): shares enforced, activity and idleness reported.
-        ...(process.env.GPUSHARDS_COMPUTE_LEDGER_DIR
-          ? { computeLedgerDir: process.env.GPUSHARDS_COMPUTE_LEDGER_DIR }
-          : {}),
+        computeLedgerDir,
         docker: docker.docker,
         logLevel,
         logDestination: sink,
@@ -149,6 +151,7 @@ async function main() {
     agent,
     hostId,
     adopted,
+    computeLedgerDir,
     simulated,
     nvml,
     nvmlLibrary,
@@ -249,9 +252,7 @@ function printBanner(facts) {
   );
   say('');
   say(`   portal        ${controlPlane.url}/    (sign in with the admin token below)`);
-  say(
-    `   GraphQL       ${controlPlane.graphqlUrl}   (POST; in a browser: ${controlPlane.url}/explorer)`,
-  );
+  say(`   GraphQL       ${controlPlane.graphqlUrl}   (POST; in a browser: ${controlPlane.url}/explorer)`);
   say(
     `   CLI           npx gpushards login --url ${controlPlane.url} --token "$(cat ${shown(facts.tokenFile)})"`,
   );
@@ -282,12 +283,10 @@ function printBanner(facts) {
       `   per shard     a CUDA context takes ${formatSize(inventory.contextOverheadBytes)}; it is added to each shard's cap`,
     );
     say(
-      process.env.GPUSHARDS_COMPUTE_LEDGER_DIR
-        ? `   compute       shares enforced, activity reported (ledger ${shown(process.env.GPUSHARDS_COMPUTE_LEDGER_DIR)})`
-        : '   compute       shares stored and placed, not enforced (GPUSHARDS_COMPUTE_LEDGER_DIR=<folder> turns it on)',
+      `   shards        ${facts.adopted} shard container(s) of this host running now${facts.adopted > 0 ? ' (found again and adopted)' : ''}`,
     );
     say(
-      `   shards        ${facts.adopted} shard container(s) of this host running now${facts.adopted > 0 ? ' (found again and adopted)' : ''}`,
+      `   compute       shards take turns on each GPU by their compute share (ledger ${shown(facts.computeLedgerDir)})`,
     );
     if (simulated) {
       say('');

@@ -83,7 +83,9 @@ API CUresult cuEventDestroy_v2(CUevent ev)
 API CUresult cuEventRecord(CUevent ev, CUstream s)
 {
     if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
-    ((struct fake_event *)ev)->done_at = __atomic_load_n(&busy_until, __ATOMIC_RELAXED);
+    /* On an idle GPU the event completes when it is recorded: its timestamp is now. */
+    uint64_t b = __atomic_load_n(&busy_until, __ATOMIC_RELAXED), now = now_ns();
+    ((struct fake_event *)ev)->done_at = b > now ? b : now;
     return CUDA_SUCCESS;
 }
 API CUresult cuEventQuery(CUevent ev)
@@ -100,4 +102,22 @@ API CUresult cuEventSynchronize(CUevent ev)
         nanosleep(&d, NULL);
     }
     return CUDA_SUCCESS;
+}
+/* cuda.h renames cuEventElapsedTime to its _v2; the fake exports both names. */
+#undef cuEventElapsedTime
+static CUresult elapsed(float *ms, CUevent start, CUevent end)
+{
+    if (ms == NULL || start == NULL || end == NULL) return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t a = ((struct fake_event *)start)->done_at, b = ((struct fake_event *)end)->done_at, now = now_ns();
+    if (a > now || b > now) return CUDA_ERROR_NOT_READY;
+    *ms = (float)((double)((int64_t)(b - a)) / 1e6);
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+{
+    return elapsed(ms, start, end);
+}
+API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+    return elapsed(ms, start, end);
 }

@@ -1,6 +1,7 @@
 """Compute-share benchmarks on a real GPU (docs/compute.md; results in RESULTS.md).
 
-  python3 compute_bench.py LIBVGPU [HAMI_LIBVGPU] [--secs N] [--only a,b] [--gpu-sample] > table
+  python3 compute_bench.py LIBVGPU [HAMI_LIBVGPU] [--secs N] [--only a,b] [--gpu-sample]
+      [--variants 'name:VAR=V,VAR=V;name2:...'] [--mps] > table
 
 Every shard is a process (its own CUDA context, as separate containers are).
 Workers import torch, warm up, say "ready", and start together at a time the
@@ -8,7 +9,14 @@ parent gives; each counts finished iterations per second for --secs seconds
 (the first second is dropped). Throughput is reported as a share of the same
 workload's solo throughput (no interposer) measured first. With --gpu-sample,
 nvidia-smi is sampled every 100 ms during each case, and the row gets the GPU's
-mean utilization, SM clock and power over the steady window.
+mean utilization, SM clock and power over the steady window. With --variants,
+every "ours" case runs once per variant (extra environment for libvgpu.so),
+variants alternating case by case; a variant with MPS=<percent> runs them as MPS
+clients with that active-thread percentage, after the others. With --mps (or
+such a variant), an MPS control daemon is started (pipe and log folders of its
+own), the "mps" cases run with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as the share,
+each MPS row gets what NVML reports per process while it runs, and the daemon
+is told to quit at the end.
 """
 import json, os, subprocess, sys, time, shutil
 
@@ -100,7 +108,27 @@ def gpu_summary(sampler, t0, secs):
     mean = lambda i: round(sum(r[i] for r in steady) / len(steady), 1)
     return {"util_pct": mean(1), "sm_mhz": mean(2), "power_w": mean(3), "samples": len(steady)}
 
-def run(workers, secs, tag):
+class _ProcInfo(__import__("ctypes").Structure):
+    import ctypes as _c
+    _fields_ = [("pid", _c.c_uint), ("usedGpuMemory", _c.c_ulonglong), ("gpuInstanceId", _c.c_uint),
+                ("computeInstanceId", _c.c_uint)]
+
+def nvml_processes():
+    """What NVML (outside any interposer) lists as compute processes on GPU 0: pid, name, MiB."""
+    import ctypes
+    lib = ctypes.CDLL("libnvidia-ml.so.1"); lib.nvmlInit_v2()
+    dev = ctypes.c_void_p(); lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev))
+    n = ctypes.c_uint(64); arr = (_ProcInfo * 64)()
+    rc = lib.nvmlDeviceGetComputeRunningProcesses_v3(dev, ctypes.byref(n), arr)
+    out = []
+    for p in arr[: n.value] if rc == 0 else []:
+        try: name = open(f"/proc/{p.pid}/comm").read().strip()
+        except OSError: name = "?"
+        mib = None if p.usedGpuMemory >= (1 << 63) else round(p.usedGpuMemory / 2**20)
+        out.append({"pid": p.pid, "name": name, "mib": mib})
+    return {"rc": rc, "procs": out}
+
+def run(workers, secs, tag, probe=False):
     """workers: list of (kind, env-dict or None for native). Returns results."""
     procs = []
     for i, (kind, env) in enumerate(workers):
@@ -116,6 +144,10 @@ def run(workers, secs, tag):
     t0 = time.time() + 0.3
     for p in procs:
         p.stdin.write(f"{t0}\n"); p.stdin.flush()
+    seen = None
+    if probe:
+        time.sleep(2)
+        seen = nvml_processes(); seen["workers"] = [p.pid for p in procs]
     res = []
     for p in procs:
         out, err = p.communicate(timeout=secs + 120)
@@ -129,6 +161,7 @@ def run(workers, secs, tag):
     if sampler is not None:
         gpu = gpu_summary(sampler, t0, secs)
         if gpu: res[0]["gpu"] = gpu
+    if seen is not None: res[0]["nvml"] = seen
     return res
 
 def ours(lib, ledger, shard, share=None, mode=None, extra=None):
@@ -139,6 +172,22 @@ def ours(lib, ledger, shard, share=None, mode=None, extra=None):
     if extra: e.update(extra)
     return e
 
+MPS = {}
+
+def mps(pct):
+    return {**MPS, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
+
+def mps_start():
+    d = f"/tmp/gs-mps-{os.getpid()}"
+    MPS.update({"CUDA_MPS_PIPE_DIRECTORY": d + "/pipe", "CUDA_MPS_LOG_DIRECTORY": d + "/log"})
+    for k in ("pipe", "log"): os.makedirs(f"{d}/{k}", exist_ok=True)
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env={**os.environ, **MPS}, check=True)
+
+def mps_stop():
+    if MPS:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env={**os.environ, **MPS})
+        time.sleep(1)
+
 def hami(lib, tag, i, sm):
     return {"LD_PRELOAD": lib, "CUDA_DEVICE_SM_LIMIT": str(sm), "CUDA_DEVICE_MEMORY_LIMIT": "16g",
             "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"/tmp/hami-{tag}-{i}.cache"}
@@ -146,12 +195,19 @@ def hami(lib, tag, i, sm):
 def main():
     args = sys.argv[1:]
     lib = os.path.abspath(args[0]); hlib = None; secs = 8.0; only = None; extra = {}; given = {}
+    variants = []; use_mps = False
     i = 1
     while i < len(args):
         if args[i] == "--secs": secs = float(args[i + 1]); i += 2
         elif args[i] == "--only": only = set(args[i + 1].split(",")); i += 2
         elif args[i] == "--env": k, v = args[i + 1].split("=", 1); extra[k] = v; i += 2
         elif args[i] == "--gpu-sample": SAMPLE[0] = True; i += 1
+        elif args[i] == "--variants":
+            for part in args[i + 1].split(";"):
+                name, _, kvs = part.partition(":")
+                variants.append((name, dict(kv.split("=", 1) for kv in kvs.split(",") if kv)))
+            i += 2
+        elif args[i] == "--mps": use_mps = True; i += 1
         elif args[i] == "--solo":  # reuse solo rates measured earlier: mm=488,train=384.8
             for kv in args[i + 1].split(","): k, v = kv.split("="); given[k] = {"kind": k, "rate": float(v)}
             i += 2
@@ -167,6 +223,7 @@ def main():
         n[0] += 1; d = f"/dev/shm/gs-ledger-{os.getpid()}-{n[0]}"; shutil.rmtree(d, ignore_errors=True); os.makedirs(d); return d
     def report(case, res, targets=None):
         row = {"case": case}
+        if "nvml" in res[0]: row["nvml"] = res[0]["nvml"]
         for j, r in enumerate(res):
             s = r["rate"] / solo[r["kind"]]["rate"] if r["kind"] in solo and solo[r["kind"]]["rate"] else None
             row[f"s{j}"] = {"kind": r["kind"], "share_of_solo": round(s, 3) if s is not None else None,
@@ -194,9 +251,40 @@ def main():
         cases.append(("hami-4x25-mm", lambda L: [("mm", hami(hlib, "e", j, 25)) for j in range(4)], [0.25] * 4))
         cases.append(("hami-alone-25", lambda L: [("mm", hami(hlib, "f", 0, 25))], [0.25]))
         cases.append(("hami-infer50+mm50", lambda L: [("infer", hami(hlib, "g", 0, 50)), ("mm", hami(hlib, "g", 1, 50))], [0.5, 0.5]))
+    if use_mps:
+        cases.append(("mps-25/75-mm", lambda L: [("mm", mps(25)), ("mm", mps(75))], [0.25, 0.75]))
+        cases.append(("mps-25/75-train", lambda L: [("train", mps(25)), ("train", mps(75))], [0.25, 0.75]))
+        cases.append(("mps-4x25-mm", lambda L: [("mm", mps(25)) for j in range(4)], [0.25] * 4))
+        cases.append(("mps-alone-25", lambda L: [("mm", mps(25))], [0.25]))
+        cases.append(("mps-alone-train-100", lambda L: [("train", mps(100))], [1.0]))
+        cases.append(("mps-infer50+mm50", lambda L: [("infer", mps(50)), ("mm", mps(50))], [0.5, 0.5]))
+        cases.append(("mps-infer100+mm100", lambda L: [("infer", mps(100)), ("mm", mps(100))], None))
+        cases.append(("mps-25/75-graph", lambda L: [("graph", mps(25)), ("graph", mps(75))], [0.25, 0.75]))
+    # A variant with MPS=<percent> runs its "ours" cases as MPS clients (libvgpu.so as well).
+    def run_ours(name, mk, targets, vname, venv):
+        base = dict(extra); venv = dict(venv)
+        if "MPS" in venv: venv.update(mps(venv.pop("MPS")))
+        extra.update(venv)
+        try: report(f"{name}@{vname}", run(mk(ledger()), secs, name, probe="CUDA_MPS_PIPE_DIRECTORY" in venv), targets)
+        finally: extra.clear(); extra.update(base)
+    deferred = []
     for name, mk, targets in cases:
-        if not want(name): continue
-        report(name, run(mk(ledger()), secs, name), targets)
+        if not want(name) or name.startswith("mps-"): continue
+        if name.startswith("ours-") and variants:
+            for vname, venv in variants:
+                if "MPS" in venv: deferred.append((name, mk, targets, vname, venv))
+                else: run_ours(name, mk, targets, vname, venv)
+        else:
+            report(name, run(mk(ledger()), secs, name, probe=name == "native-infer+mm"), targets)
+    mcases = [c for c in cases if c[0].startswith("mps-") and want(c[0])]
+    if mcases or deferred:
+        mps_start()
+        try:
+            for d in deferred: run_ours(*d)
+            for name, mk, targets in mcases:
+                report(name, run(mk(None), secs, name, probe=True), targets)
+        finally:
+            mps_stop()
 
 if __name__ == "__main__":
     main()

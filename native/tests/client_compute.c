@@ -77,6 +77,21 @@ static int busy(const struct gpushards_ledger_member *m, uint64_t arg)
     return __atomic_load_n(&m->busy_ns, __ATOMIC_RELAXED) > 0 && __atomic_load_n(&m->last_kernel_ns, __ATOMIC_RELAXED) > 0;
 }
 
+/* GPU time measured, and a turn ended (its wall time held counted in busy_ns). */
+static int measured(const struct gpushards_ledger_member *m, uint64_t arg)
+{
+    return __atomic_load_n(&m->gpu_ns, __ATOMIC_RELAXED) > 0 && __atomic_load_n(&m->busy_ns, __ATOMIC_RELAXED) > 0;
+}
+
+/* The published end of the shard's queue lies ahead of now: work is queued. */
+static int queue_end_ahead(const struct gpushards_ledger_member *m, uint64_t arg)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t now = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+    return __atomic_load_n(&m->inflight_until_ns, __ATOMIC_RELAXED) > now;
+}
+
 static int share_is(const struct gpushards_ledger_member *m, uint64_t arg)
 {
     return __atomic_load_n(&m->share_permille, __ATOMIC_RELAXED) == arg;
@@ -98,6 +113,21 @@ int compute_scenario(const char *s, int argc, char **argv)
         if (context() != 0) FAIL("no context");
         if (launch_until(shard, busy, 0, 10000000) != 0) FAIL("the ledger never showed GPU time for %s", shard);
         printf("busy\n");
+        return 0;
+    }
+    if (!strcmp(s, "compute-measured")) {
+        /* Launches while bound (capped) record timed events: the ledger
+         * shows GPU time measured from them, and a turn has ended. */
+        if (context() != 0) FAIL("no context");
+        if (launch_until(shard, measured, 0, 1000000) != 0) FAIL("no GPU time was measured for %s", shard);
+        printf("measured\n");
+        return 0;
+    }
+    if (!strcmp(s, "compute-queue-end")) {
+        /* Bound by time, the shard publishes when its queued work should end. */
+        if (context() != 0) FAIL("no context");
+        if (launch_until(shard, queue_end_ahead, 0, 1000000) != 0) FAIL("%s never published its queue's end", shard);
+        printf("queue-end\n");
         return 0;
     }
     if (!strcmp(s, "compute-hold")) {

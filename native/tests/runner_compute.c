@@ -158,6 +158,36 @@ static int t_compute_sync_release(const void *arg)
     return 0;
 }
 
+static int t_compute_measured(const void *arg)
+{
+    /* A capped shard records its launches even alone; charged GPU time, it
+     * measures them with timed events. */
+    ledger_fresh();
+    const char *env[] = {ledger_env, "GPUSHARDS_SHARD_ID=t", "GPUSHARDS_COMPUTE_SHARE=50",
+                         "GPUSHARDS_COMPUTE_MODE=capped", "GPUSHARDS_COMPUTE_CHARGE=gpu", NULL};
+    if (run(env, "link", "compute-measured", NULL, NULL)) return 1;
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *m = ledger_member(L, "t");
+    H_CHECK(m != NULL && m->gpu_ns > 0, "no GPU time measured");
+    /* Virtual time comes from the measured GPU time alone (GPU ns * 1000 /
+     * share 500), not from the wall time the turn was held. */
+    H_CHECK(m->vtime == 2 * m->gpu_ns, "virtual time %llu is not twice the measured %llu ns",
+            (unsigned long long)m->vtime, (unsigned long long)m->gpu_ns);
+    munmap(L, sizeof *L);
+    return 0;
+}
+
+static int t_compute_queue_end(const void *arg)
+{
+    /* Bound by time, a capped shard publishes the estimated end of its
+     * queue (what a shard taking the turn from it waits for). */
+    ledger_fresh();
+    const char *env[] = {ledger_env, "GPUSHARDS_SHARD_ID=q", "GPUSHARDS_COMPUTE_SHARE=50",
+                         "GPUSHARDS_COMPUTE_MODE=capped", "GPUSHARDS_COMPUTE_DEPTH_BY=time", NULL};
+    return run(env, "link", "compute-queue-end", NULL, NULL);
+}
+
 static void add_compute_tests(struct t *tests, int *n)
 {
 #define ADDC(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -168,5 +198,7 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute: a share changed in the limits file reaches the ledger", t_compute_resize, NULL);
     ADDC("compute: graph launches take turns like kernel launches", t_compute_graph, NULL);
     ADDC("compute: a synchronize hands the turn to a waiting shard", t_compute_sync_release, NULL);
+    ADDC("compute: GPU time is measured from timed events and charged as virtual time", t_compute_measured, NULL);
+    ADDC("compute: bound by time, a holder publishes when its queue ends", t_compute_queue_end, NULL);
 #undef ADDC
 }

@@ -206,6 +206,37 @@ test('npm start serves the API, runs a shard on the simulated host, and finds it
     assert.match(logs, /refused after 1\.00 GiB with CUDA_ERROR_OUT_OF_MEMORY \(2\)/);
   });
 
+  await t.test(
+    'compute is governed: the shard mounts the host ledger, its GPU activity is reported',
+    async () => {
+      assert.match(
+        launcher.output,
+        /compute\s+shards take turns on each GPU by their compute share/,
+      );
+      const mounts = JSON.parse(
+        docker('inspect', '--format', '{{json .Mounts}}', running.containerId),
+      );
+      const ledger = mounts.find((mount) => mount.Destination === '/run/gpushards/ledger');
+      assert.ok(ledger, `no ledger mount in ${JSON.stringify(mounts)}`);
+      assert.equal(ledger.Source, join(dataDir, 'ledger'));
+      assert.equal(ledger.RW, true);
+      // Without a ledger folder the agent reports no activity and busyRatio stays null.
+      const gpus = await waitFor('a heartbeat with GPU activity', async () => {
+        const { shard } = await graphql(
+          url,
+          member,
+          'query($id: ID!) { shard(id: $id) { gpus { busyRatio } } }',
+          { id: shardId },
+        );
+        return { done: shard.gpus.every((gpu) => gpu.busyRatio !== null), value: shard.gpus };
+      });
+      assert.deepEqual(
+        gpus.map((gpu) => gpu.busyRatio),
+        [0],
+      );
+    },
+  );
+
   await t.test('/metrics has every series the Grafana dashboard queries', async () => {
     const metrics = await (await fetch(url.replace(/\/graphql$/, '/metrics'))).text();
     const dashboard = JSON.parse(

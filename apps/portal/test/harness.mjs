@@ -35,9 +35,6 @@ export async function startBox() {
   );
   if (built.status !== 0) throw new Error(`demo image: ${built.stdout}${built.stderr}`);
   const dataDir = mkdtempSync(join(tmpdir(), 'gpushards-portal-'));
-  // A compute ledger, so shards' activity is reported and idle policies apply (the fakes'
-  // launches go through libvgpu.so's admission as on a GPU).
-  const ledgerDir = join(dataDir, 'ledger');
   const port = await freePort();
   const child = spawn(process.execPath, [join(REPO_ROOT, 'scripts/start.mjs')], {
     cwd: REPO_ROOT,
@@ -47,7 +44,6 @@ export async function startBox() {
       GPUSHARDS_PORT: String(port),
       GPUSHARDS_SIMULATE_GPUS: '2xTest GPU:8g',
       GPUSHARDS_HOST_ID: '',
-      GPUSHARDS_COMPUTE_LEDGER_DIR: ledgerDir,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -57,7 +57,8 @@ struct gpushards_ledger_member {
     uint64_t cap_ns;         /* capped mode: the time its used share pays up to */
     uint64_t seen_ns;        /* last time a process of this shard used the entry */
     uint64_t inflight_ns;    /* launch time of its oldest unfinished recorded work; 0 = none known */
-    uint8_t reserved[16];
+    uint64_t gpu_ns;         /* GPU ns its launches took, measured with timed events while contended */
+    uint64_t inflight_until_ns; /* estimated end of its queued work (bound by time); 0 = not known */
 };
 
 struct gpushards_ledger {

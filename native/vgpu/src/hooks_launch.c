@@ -39,7 +39,7 @@ GS_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsign
                                   unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
     ENTER(real_cuLaunchKernel);
-    void *t = gs_compute_admit();
+    void *t = gs_compute_admit(s);
     CUresult r = real_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
     gs_compute_launched(t, s, r);
     return r;
@@ -50,7 +50,7 @@ GS_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, u
                                        void **extra)
 {
     ENTER(real_cuLaunchKernel_ptsz);
-    void *t = gs_compute_admit();
+    void *t = gs_compute_admit(pt(s));
     CUresult r = real_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
     gs_compute_launched(t, pt(s), r);
     return r;
@@ -59,7 +59,7 @@ GS_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, u
 GS_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
     ENTER(real_cuLaunchKernelEx);
-    void *t = gs_compute_admit();
+    void *t = gs_compute_admit(config != NULL ? config->hStream : NULL);
     CUresult r = real_cuLaunchKernelEx(config, f, params, extra);
     gs_compute_launched(t, config != NULL ? config->hStream : NULL, r);
     return r;
@@ -68,7 +68,7 @@ GS_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, 
 GS_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
     ENTER(real_cuLaunchKernelEx_ptsz);
-    void *t = gs_compute_admit();
+    void *t = gs_compute_admit(pt(config != NULL ? config->hStream : NULL));
     CUresult r = real_cuLaunchKernelEx_ptsz(config, f, params, extra);
     gs_compute_launched(t, pt(config != NULL ? config->hStream : NULL), r);
     return r;
@@ -78,7 +78,7 @@ GS_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned
                                              unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
 {
     ENTER(real_cuLaunchCooperativeKernel);
-    void *t = gs_compute_admit();
+    void *t = gs_compute_admit(s);
     CUresult r = real_cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params);
     gs_compute_launched(t, s, r);
     return r;
@@ -89,7 +89,7 @@ GS_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, uns
                                                   void **params)
 {
     ENTER(real_cuLaunchCooperativeKernel_ptsz);
-    void *t = gs_compute_admit();
+    void *t = gs_compute_admit(pt(s));
     CUresult r = real_cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params);
     gs_compute_launched(t, pt(s), r);
     return r;
@@ -145,5 +145,7 @@ const struct gs_hook gs_launch_hooks[] = {
     CALLS(cuEventRecord),
     CALLS(cuEventQuery),
     CALLS(cuEventSynchronize),
+    {"cuEventElapsedTime_v2", NULL, (void **)&gs_real_cuEventElapsedTime},
+    {"cuEventElapsedTime", NULL, (void **)&gs_real_cuEventElapsedTime_v1},
 };
 const size_t gs_launch_hook_count = sizeof gs_launch_hooks / sizeof gs_launch_hooks[0];

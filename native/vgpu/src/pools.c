@@ -100,30 +100,35 @@ static struct gs_pool *pool_find(CUmemoryPool pool)
     return NULL;
 }
 
-/* Add a pool (or find the one a racing thread added first). */
+/* Add a pool (or find the one a racing thread added first).  A thread that
+ * loses the race for an empty slot must look at that same slot again: the
+ * winner may be adding this very pool.  Moving on to the next slot instead
+ * added the pool twice, and the two entries each counted the other's memory
+ * as their own free cache, handed it out uncharged, and force-charged the
+ * growth that followed: a 1 GiB cap let 8 threads take 9 GiB. */
 static struct gs_pool *pool_insert(CUmemoryPool pool, uint32_t dev, uint32_t flags)
 {
     uint64_t key = (uint64_t)(uintptr_t)pool;
     if (pools == NULL || key <= GS_POOL_BUSY) return NULL;
     for (uint32_t i = 0, s = pool_slot(key); i < GS_POOL_CAPACITY; i++, s = (s + 1) & (GS_POOL_CAPACITY - 1)) {
         struct gs_pool *p = &pools[s];
-        uint64_t k = __atomic_load_n(&p->handle, __ATOMIC_ACQUIRE);
-        while (k == GS_POOL_BUSY) {
-            sched_yield();
-            k = __atomic_load_n(&p->handle, __ATOMIC_ACQUIRE);
+        for (;;) {
+            uint64_t k = __atomic_load_n(&p->handle, __ATOMIC_ACQUIRE);
+            if (k == GS_POOL_BUSY) {
+                sched_yield();
+                continue;
+            }
+            if (k == key) return p;
+            if (k != 0) break; /* another pool's slot */
+            if (!__atomic_compare_exchange_n(&p->handle, &k, GS_POOL_BUSY, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+                continue;
+            p->dev = dev;
+            p->flags = flags;
+            p->live = p->cached = p->taken = p->growth = 0;
+            __atomic_store_n(&p->lock, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&p->handle, key, __ATOMIC_RELEASE);
+            return p;
         }
-        if (k == key) return p;
-        if (k != 0) continue;
-        if (!__atomic_compare_exchange_n(&p->handle, &k, GS_POOL_BUSY, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-            i--; /* look at this slot again: someone just took it */
-            continue;
-        }
-        p->dev = dev;
-        p->flags = flags;
-        p->live = p->cached = p->taken = p->growth = 0;
-        __atomic_store_n(&p->lock, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&p->handle, key, __ATOMIC_RELEASE);
-        return p;
     }
     GS_ERROR("too many memory pools to track (%u)", GS_POOL_CAPACITY);
     return NULL;

@@ -184,9 +184,12 @@ extern CUresult (*gs_real_cuEventRecord)(CUevent, CUstream);
 extern CUresult (*gs_real_cuEventQuery)(CUevent);
 extern CUresult (*gs_real_cuEventSynchronize)(CUevent);
 extern CUresult (*gs_real_cuCtxSynchronize)(void);
-/* Before a launch: waits for this shard's turn on the current GPU; returns
- * a token for gs_compute_launched (NULL when nothing is to be recorded). */
-void *gs_compute_admit(void);
+extern CUresult (*gs_real_cuEventElapsedTime)(float *, CUevent, CUevent);
+extern CUresult (*gs_real_cuEventElapsedTime_v1)(float *, CUevent, CUevent);
+/* Before a launch on stream s: waits for this shard's turn on the current
+ * GPU; returns a token for gs_compute_launched (NULL when nothing is to be
+ * recorded). */
+void *gs_compute_admit(CUstream s);
 void gs_compute_synced(void);
 void gs_compute_launched(void *token, CUstream stream, CUresult launched);
 void gs_compute_reset_process(void);

@@ -1,0 +1,100 @@
+/* compute_conf.c — the compute admission's settings (docs/compute.md,
+ * "Configuration"), read once per process, and its counters. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compute_internal.h"
+
+struct cconf gs_cc;
+struct gs_compute_stats gs_cst;
+static int conf_state; /* 0, 1 loading, 2 loaded */
+
+static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0') return dflt;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0' || x < lo || x > hi) {
+        gs_log(GS_LOG_WARN, "%s=%s is not a number in [%llu, %llu]; using %llu", name, v, (unsigned long long)lo,
+               (unsigned long long)hi, (unsigned long long)dflt);
+        return dflt;
+    }
+    return x;
+}
+
+static int env_choice(const char *name, const char *a, const char *b, int dflt)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0') return dflt;
+    if (strcmp(v, a) == 0) return 0;
+    if (strcmp(v, b) == 0) return 1;
+    gs_log(GS_LOG_WARN, "%s=%s is neither %s nor %s; using %s", name, v, a, b, dflt ? b : a);
+    return dflt;
+}
+
+static void print_stats(void)
+{
+    const struct gs_compute_stats *s = &gs_cst;
+    fprintf(stderr, "gpushards compute [%s]: admits %lu, while capturing %lu, turns waited for %lu, synchronizes %lu, "
+            "released at a synchronize %lu, turns taken from a busy holder %lu (waited %lu us for its drain), "
+            "turn lost during the in-flight wait %lu, credit clamped %lu times (%lu us of its own time), "
+            "GPU time measured %lu us, waits for work in flight %lu\n", gs_cc.shard, s->admits, s->capturing,
+            s->acquires, s->syncs, s->sync_releases, s->handovers, s->handover_waits_us, s->retakes, s->clamps,
+            s->clamped_us, s->measured_us, s->bound_waits);
+}
+
+static void load_conf(void)
+{
+    struct cconf *cc = &gs_cc;
+    const char *dir = getenv("GPUSHARDS_LEDGER_DIR");
+    if (dir == NULL || *dir == '\0') {
+        if (access(GPUSHARDS_LEDGER_DEFAULT_DIR, W_OK) != 0) return; /* no ledger: compute is not governed */
+        dir = GPUSHARDS_LEDGER_DEFAULT_DIR;
+    }
+    snprintf(cc->dir, sizeof cc->dir, "%s", dir);
+    const char *id = getenv("GPUSHARDS_SHARD_ID");
+    if (id != NULL && *id != '\0') snprintf(cc->shard, sizeof cc->shard, "%s", id);
+    else snprintf(cc->shard, sizeof cc->shard, "pid-%d", (int)getpid());
+    cc->env_share = (uint32_t)env_u64("GPUSHARDS_COMPUTE_SHARE", 0, 1, 100) * 10u;
+    cc->env_mode = env_choice("GPUSHARDS_COMPUTE_MODE", "guaranteed", "capped", 0) ? GPUSHARDS_COMPUTE_CAPPED
+                                                                                    : GPUSHARDS_COMPUTE_GUARANTEED;
+    cc->slice_ns = env_u64("GPUSHARDS_COMPUTE_SLICE_US", 4000, 100, 1000000) * 1000ull;
+    cc->idle_ns = env_u64("GPUSHARDS_COMPUTE_IDLE_US", 1000, 20, 1000000) * 1000ull;
+    cc->depth_ns = env_u64("GPUSHARDS_COMPUTE_DEPTH_US", 200, 10, 1000000) * 1000ull;
+    cc->sync_release = (int)env_u64("GPUSHARDS_COMPUTE_SYNC_RELEASE", 1, 0, 1);
+    cc->preempt = (int)env_u64("GPUSHARDS_COMPUTE_PREEMPT", 1, 0, 1);
+    cc->handover_wait = (int)env_u64("GPUSHARDS_COMPUTE_HANDOVER_WAIT", 1, 0, 1);
+    cc->charge = env_choice("GPUSHARDS_COMPUTE_CHARGE", "wall", "gpu", 0) ? GS_CHARGE_GPU : GS_CHARGE_WALL;
+    cc->depth_by_time = env_choice("GPUSHARDS_COMPUTE_DEPTH_BY", "age", "time", 0);
+    cc->timed = cc->charge == GS_CHARGE_GPU || cc->depth_by_time;
+    cc->stats = (int)env_u64("GPUSHARDS_COMPUTE_STATS", 0, 0, 1);
+    if (cc->stats) atexit(print_stats);
+    cc->on = 1;
+}
+
+int gs_compute_conf(void)
+{
+    int s = __atomic_load_n(&conf_state, __ATOMIC_ACQUIRE);
+    if (GS_LIKELY(s == 2)) return gs_cc.on;
+    int zero = 0;
+    if (__atomic_compare_exchange_n(&conf_state, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        load_conf();
+        __atomic_store_n(&conf_state, 2, __ATOMIC_RELEASE);
+    } else {
+        while (__atomic_load_n(&conf_state, __ATOMIC_ACQUIRE) != 2) sched_yield();
+    }
+    return gs_cc.on;
+}
+
+void gs_compute_conf_reset(void)
+{
+    __atomic_store_n(&conf_state, 0, __ATOMIC_RELEASE);
+    memset(&gs_cc, 0, sizeof gs_cc);
+}

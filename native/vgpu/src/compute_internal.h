@@ -1,0 +1,95 @@
+/* compute_internal.h — what the parts of the compute admission share
+ * (docs/compute.md): compute_conf.c (settings, counters), compute_ledger.c
+ * (the per-GPU ledger file, members, weights, charges), compute_inflight.c
+ * (this process's work in flight: the bound, the drain, measured GPU time)
+ * and compute.c (turns: taking, renewing, handing over). */
+#ifndef GPUSHARDS_COMPUTE_INTERNAL_H
+#define GPUSHARDS_COMPUTE_INTERNAL_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "gpushards_ledger.h"
+#include "hooks.h"
+
+#define STALE_WAIT_NS 2000000ull /* a waiter that has not polled for 2 ms is gone */
+#define ACTIVE_NS 1000000000ull  /* a member seen within 1 s counts for the default weight */
+#define MIN_WEIGHT 50u
+#define RING 16u
+
+/* What a turn's holder is charged (GPUSHARDS_COMPUTE_CHARGE). */
+#define GS_CHARGE_WALL 0 /* the wall time it held the turn */
+#define GS_CHARGE_GPU 1  /* the GPU time its launches took, measured with timed events */
+
+struct cconf {
+    int on;
+    char dir[1024];
+    char shard[48];
+    uint32_t env_share; /* permille, 0 = unset */
+    uint32_t env_mode;
+    uint64_t slice_ns, idle_ns, depth_ns;
+    int sync_release; /* a synchronize ends the turn while contended */
+    int preempt;      /* a waiter owed more than half a slice takes the turn before the lease ends */
+    int handover_wait; /* a new holder waits for the old one's drain (0: MPS hosts, where clients share SMs) */
+    int charge;       /* GS_CHARGE_* */
+    int depth_by_time; /* bound the estimated GPU time queued, not the age of the oldest launch */
+    int timed;        /* events carry timestamps (charge by GPU time, or the bound by time) */
+    int stats;
+};
+extern struct cconf gs_cc;
+
+struct cdev {
+    int state; /* 0 not looked up, 1 governed, -1 not governed */
+    struct gpushards_ledger *L;
+    int m;     /* our member entry */
+    int lim;   /* index in the limits file, -1 = none */
+    /* in-flight work while contended: an event recorded after each launch,
+     * and before the launch that finds nothing in flight (timed mode) */
+    uint32_t ring_lock, head, count;
+    uint64_t contended_until; /* another shard used this GPU recently */
+    CUcontext ctx;
+    CUevent ev[RING];
+    CUevent pre[RING];     /* timed: recorded before slot's launch when it started on an empty queue */
+    uint8_t has_pre[RING];
+    uint64_t rec_ns[RING]; /* when each event was recorded */
+    CUevent last_done;     /* timed: the last event found complete, NULL after an empty queue */
+    uint64_t est_ns;       /* timed: moving average of one launch's GPU time */
+};
+extern struct cdev gs_cdevs[GS_MAX_ORDINALS];
+
+/* Diagnostics (GPUSHARDS_COMPUTE_STATS=1): counts printed at exit. */
+struct gs_compute_stats {
+    unsigned long admits, capturing, acquires, syncs, sync_releases, handovers, handover_waits_us, retakes;
+    unsigned long clamps, clamped_us, measured_us, bound_waits;
+};
+extern struct gs_compute_stats gs_cst;
+
+static inline uint64_t gs_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* compute_conf.c */
+int gs_compute_conf(void); /* 1 when compute is governed in this process */
+void gs_compute_conf_reset(void);
+
+/* compute_ledger.c */
+struct cdev *gs_compute_lookup(CUdevice dev);
+void gs_compute_share_of(struct cdev *c, uint32_t *share, uint32_t *mode);
+uint32_t gs_compute_weight(struct gpushards_ledger *L, unsigned i, uint64_t now);
+void gs_compute_charge(struct gpushards_ledger *L, unsigned holder_plus1, uint64_t from, uint64_t to,
+                       uint64_t lease_end);
+void gs_compute_charge_gpu(struct cdev *c, uint64_t gpu_ns);
+int gs_compute_eligible(struct gpushards_ledger_member *e, uint64_t now);
+int gs_compute_most_entitled(struct gpushards_ledger *L, unsigned m, uint64_t now);
+void gs_compute_wake_all(struct gpushards_ledger *L);
+
+/* compute_inflight.c (callers hold c->ring_lock where said) */
+void gs_compute_drain(struct cdev *c);
+void gs_compute_forget(struct cdev *c);                  /* not contended: nothing recorded */
+int gs_compute_bound(struct cdev *c, CUstream s, uint64_t *now); /* ring_lock held; 0 = cannot record */
+void gs_compute_record(struct cdev *c, CUstream s);      /* ring_lock held */
+
+#endif
