@@ -11,13 +11,12 @@ import {
 } from '@gpushards/protocol';
 import {
   converge,
-  nextOnReport,
   observationOf,
   RUNNABLE_STATES,
   type ContainerObservation,
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
-import { PrismaService, type Prisma, type ShardState } from '../database/index.js';
+import { PrismaService, type ShardState } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
@@ -33,7 +32,6 @@ import {
   insertUsageSamples,
   lockHostShards,
   newestShardIds,
-  noteShardEvent,
   runnableShards,
   touchLiveHosts,
   HeartbeatRows,
@@ -43,6 +41,11 @@ import {
   writeShardUsage,
 } from './fleet-statements.js';
 import { HostLivenessService } from './host-liveness.service.js';
+import {
+  ShardStateEvents,
+  type HostStateEvent,
+  type StateEventOutcome,
+} from './shard-state-events.js';
 
 /** What the agent should run and keep stopped: the body of register and reconcile replies. */
 export interface DesiredState {
@@ -59,12 +62,7 @@ export interface HeartbeatOutcome {
   readonly samplesWritten: number;
 }
 
-export type StateEventOutcome =
-  | { readonly applied: true; readonly state: ShardState }
-  | {
-      readonly applied: false;
-      readonly reason: 'unknown-shard' | 'other-host' | 'stale' | 'not-applicable';
-    };
+export type { StateEventOutcome } from './shard-state-events.js';
 
 /**
  * A reconcile settles every shard of a host in one transaction: up to 1,024 after a restart
@@ -95,6 +93,7 @@ const STOPPED_FOR_AGENT: readonly ShardState[] = [
 @Injectable()
 export class AgentReportsService {
   private readonly logger: Logger;
+  private readonly stateEvents: ShardStateEvents;
 
   constructor(
     private readonly prisma: PrismaService,
@@ -106,6 +105,7 @@ export class AgentReportsService {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'fleet' });
+    this.stateEvents = new ShardStateEvents(prisma, lifecycle, this.logger);
   }
 
   /**
@@ -222,99 +222,12 @@ export class AgentReportsService {
   }
 
   /**
-   * Applies many hosts' state events in one transaction (the agent link's WriteBatcher
-   * gathers them: an agent relaunching its shards after a restart sends two per shard, and on
-   * the embedded database each transaction is a durable commit of its own), each exactly as
-   * applyShardStateEvent would, in arrival order for each shard. Shards are locked in id order
-   * so that two batches cannot wait on each other; if the batch fails anyway (a deadlock with
-   * placement, a serialisation failure), its events are applied again one transaction each.
+   * Applies many hosts' state events in one transaction of a few statements (the agent link's
+   * WriteBatcher gathers them), each exactly as applyShardStateEvent would, in arrival order
+   * for each shard (ShardStateEvents).
    */
-  async applyShardStateEvents(
-    events: readonly { hostId: string; event: ShardStateEvent }[],
-  ): Promise<StateEventOutcome[]> {
-    const outcomes: (StateEventOutcome | undefined)[] = events.map(({ event }) =>
-      UUID.test(event.shardId) ? undefined : { applied: false, reason: 'unknown-shard' },
-    );
-    const pending = events
-      .map((report, index) => ({ ...report, index }))
-      .filter(({ index }) => outcomes[index] === undefined)
-      .sort((a, b) =>
-        a.event.shardId < b.event.shardId
-          ? -1
-          : a.event.shardId > b.event.shardId
-            ? 1
-            : a.index - b.index,
-      );
-    const applyAll = async (batch: typeof pending): Promise<void> => {
-      const effects = new CommitEffects();
-      const applied = await this.prisma.$transaction(async (tx) => {
-        const results: StateEventOutcome[] = [];
-        for (const { hostId, event } of batch) {
-          results.push(await this.applyInTransaction(tx, hostId, event, effects));
-        }
-        return results;
-      }, RECONCILE_TRANSACTION);
-      this.lifecycle.afterCommit(effects);
-      batch.forEach(({ index }, i) => (outcomes[index] = applied[i]));
-    };
-    if (pending.length > 1) {
-      try {
-        await applyAll(pending);
-      } catch (error) {
-        this.logger.warn(
-          { err: error, events: pending.length },
-          'a batch of shard state events failed; applying them one at a time',
-        );
-        for (const one of pending) await applyAll([one]);
-      }
-    } else if (pending.length === 1) {
-      await applyAll(pending);
-    }
-    return outcomes.map((outcome) => outcome!);
-  }
-
-  private async applyInTransaction(
-    tx: Prisma.TransactionClient,
-    hostId: string,
-    event: ShardStateEvent,
-    effects: CommitEffects,
-  ): Promise<StateEventOutcome> {
-    const at = new Date(event.at);
-    const shard = await this.lifecycle.lock(tx, event.shardId);
-    if (shard === undefined) return { applied: false, reason: 'unknown-shard' };
-    if (shard.hostId !== hostId) return { applied: false, reason: 'other-host' };
-    if (shard.lastEventAt !== null && at.getTime() <= shard.lastEventAt.getTime()) {
-      return { applied: false, reason: 'stale' };
-    }
-    const report = nextOnReport(shard.state, event.state);
-    if (report === undefined) return { applied: false, reason: 'not-applicable' };
-    let next: ShardState = report.state;
-    let cause = report.cause;
-    const fields: TransitionFields = {
-      lastEventAt: at,
-      ...(event.containerId === undefined ? {} : { containerId: event.containerId }),
-      ...(event.exitCode === undefined ? {} : { exitCode: event.exitCode }),
-      ...(next === 'RUNNING' ? { startedAt: at } : {}),
-      ...(event.state === 'FAILED' || event.state === 'VANISHED'
-        ? { failureReason: failureReasonOf(event) }
-        : {}),
-    };
-    if (next === shard.state) {
-      await noteShardEvent(tx, shard.id, at, event.containerId);
-      return { applied: true, state: next };
-    }
-    let extra: TransitionFields = {};
-    if (
-      shard.state === 'LOST' &&
-      next === 'RUNNING' &&
-      !(await this.lifecycle.reacquire(tx, shard, effects))
-    ) {
-      next = 'FAILED';
-      cause = 'failed';
-      extra = { failureReason: 'its GPUs were given to other shards while its host was offline' };
-    }
-    await this.lifecycle.moveTo(tx, shard, next, cause, { ...fields, ...extra }, effects, at);
-    return { applied: true, state: next };
+  applyShardStateEvents(events: readonly HostStateEvent[]): Promise<StateEventOutcome[]> {
+    return this.stateEvents.apply(events);
   }
 
   /**
@@ -391,15 +304,6 @@ export class AgentReportsService {
       stoppedShardIds: stopped,
     };
   }
-}
-
-function failureReasonOf(event: ShardStateEvent): string {
-  if (event.state === 'VANISHED') {
-    return event.reason === undefined
-      ? 'the container vanished'
-      : `the container vanished: ${event.reason}`;
-  }
-  return event.reason ?? 'the agent reported a failure without a reason';
 }
 
 /**
