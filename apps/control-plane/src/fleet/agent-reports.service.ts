@@ -21,6 +21,7 @@ import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
 import { launchSpecOf } from '../shards/launch-spec.js';
+import type { ShardRecord } from '../shards/shard-record.js';
 import {
   CommitEffects,
   ShardLifecycle,
@@ -32,6 +33,7 @@ import {
   insertUsageSamples,
   lockHostShards,
   newestShardIds,
+  readHostShards,
   runnableShards,
   touchLiveHosts,
   HeartbeatRows,
@@ -251,41 +253,19 @@ export class AgentReportsService {
     const observedAt = request.observedAt === undefined ? undefined : new Date(request.observedAt);
     const now = this.clock.now();
     if (host.state === 'OFFLINE') await this.liveness.revive(hostId, running, now);
-    const effects = new CommitEffects();
-    await this.prisma.$transaction(async (tx) => {
-      const shards = await lockHostShards(tx, hostId, [
-        'PLACED',
-        'STARTING',
-        'RUNNING',
-        'STOPPING',
-      ]);
-      const moves: ShardMove[] = [];
-      for (const shard of shards) {
-        const container = reported.get(shard.id);
-        if (container?.busy === true) continue;
-        if (
-          observedAt !== undefined &&
-          shard.lastEventAt !== null &&
-          shard.lastEventAt.getTime() >= observedAt.getTime()
-        ) {
-          continue;
-        }
-        const observed = observationOfReport(shard.state, container, observedAt !== undefined);
-        if (observed === undefined) continue;
-        const { next, reason, exitCode } = converge(shard.state, observed);
-        if (next === undefined || next.state === shard.state) continue;
-        const fields: TransitionFields = {
-          ...(reason === undefined ? {} : { failureReason: reason }),
-          ...(exitCode === undefined ? {} : { exitCode }),
-          // The container id too: a container adopted by a restarted agent sends no event.
-          ...(container === undefined ? {} : { containerId: container.containerId }),
-          ...(next.state === 'RUNNING' ? { startedAt: now } : {}),
-        };
-        moves.push({ shard, state: next.state, cause: next.cause, fields });
-      }
-      await this.lifecycle.moveMany(tx, moves, effects, now);
-    }, RECONCILE_TRANSACTION);
-    this.lifecycle.afterCommit(effects);
+    const settle = (shards: readonly ShardRecord[]): ShardMove[] =>
+      settlingMoves(shards, reported, observedAt, now);
+    // Most reconciles find nothing to settle: decided on a plain read first, and only what
+    // needs a move is decided again on the locked rows and written (a transaction of four
+    // statements saved per period and host: 33 reconciles a second at 1,000 hosts).
+    if (settle(await readHostShards(this.prisma, hostId, SETTLED_STATES)).length > 0) {
+      const effects = new CommitEffects();
+      await this.prisma.$transaction(async (tx) => {
+        const moves = settle(await lockHostShards(tx, hostId, SETTLED_STATES));
+        await this.lifecycle.moveMany(tx, moves, effects, now);
+      }, RECONCILE_TRANSACTION);
+      this.lifecycle.afterCommit(effects);
+    }
     return { protocolVersion: PROTOCOL_VERSION, hostId, ...(await this.desiredShardsFor(hostId)) };
   }
 
@@ -304,6 +284,43 @@ export class AgentReportsService {
       stoppedShardIds: stopped,
     };
   }
+}
+
+/** The states a reconcile settles against the agent's report. */
+const SETTLED_STATES: readonly ShardState[] = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING'];
+
+/** The moves that settle the host's shards against what its agent reported (convergence table). */
+function settlingMoves(
+  shards: readonly ShardRecord[],
+  reported: ReadonlyMap<string, ReconcileRequest['containers'][number]>,
+  observedAt: Date | undefined,
+  now: Date,
+): ShardMove[] {
+  const moves: ShardMove[] = [];
+  for (const shard of shards) {
+    const container = reported.get(shard.id);
+    if (container?.busy === true) continue;
+    if (
+      observedAt !== undefined &&
+      shard.lastEventAt !== null &&
+      shard.lastEventAt.getTime() >= observedAt.getTime()
+    ) {
+      continue;
+    }
+    const observed = observationOfReport(shard.state, container, observedAt !== undefined);
+    if (observed === undefined) continue;
+    const { next, reason, exitCode } = converge(shard.state, observed);
+    if (next === undefined || next.state === shard.state) continue;
+    const fields: TransitionFields = {
+      ...(reason === undefined ? {} : { failureReason: reason }),
+      ...(exitCode === undefined ? {} : { exitCode }),
+      // The container id too: a container adopted by a restarted agent sends no event.
+      ...(container === undefined ? {} : { containerId: container.containerId }),
+      ...(next.state === 'RUNNING' ? { startedAt: now } : {}),
+    };
+    moves.push({ shard, state: next.state, cause: next.cause, fields });
+  }
+  return moves;
 }
 
 /**
