@@ -12,7 +12,12 @@
 //     [--statements]    (per case, the statements that took PostgreSQL's time: plan + execute)
 //     [--no-fsync]      (PostgreSQL as the tests run it: WAL not flushed at commit)
 //     [--limits off]    (the server without its request limits: cost, depth, rate; docs/api.md)
+//     [--variants "name=on,limits=on;name=off,limits=off"]  (servers side by side on one
+//                       database; each case runs against each in turn; keys: name, limits, dist)
+//     [--rounds 1]      (each round runs every case against every variant, the order
+//                       reversed every other round: A B, B A, A B ...; medians at the end)
 import { fork, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
@@ -40,6 +45,8 @@ const { values: options } = parseArgs({
     statements: { type: 'boolean', default: false },
     'no-fsync': { type: 'boolean', default: false },
     limits: { type: 'string', default: 'on' },
+    variants: { type: 'string' },
+    rounds: { type: 'string', default: '1' },
   },
 });
 const SECONDS = Number(options.seconds);
@@ -56,6 +63,22 @@ const PROFILE = options.profile === undefined ? undefined : resolve(options.prof
 const KEEP_ALIVE = !options['no-keep-alive'];
 const CASES = new Set(options.cases.split(','));
 const STATEMENTS = options.statements;
+const ROUNDS = Number(options.rounds);
+/**
+ * The servers to compare, side by side on one database: a build (`dist`) with its request
+ * limits on or off. Builds compared this way must share the database schema.
+ */
+const VARIANTS = (options.variants ?? `name=${options.limits === 'off' ? 'limits off' : 'build'}`)
+  .split(';')
+  .filter(Boolean)
+  .map((text) => {
+    const fields = Object.fromEntries(text.split(',').map((pair) => pair.split('=')));
+    return {
+      name: fields.name ?? text,
+      dist: resolve(fields.dist ?? options.dist),
+      limits: fields.limits ?? options.limits,
+    };
+  });
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 let postmaster;
 
@@ -108,6 +131,20 @@ function registerRequest(i) {
   };
 }
 
+/**
+ * registerHost, tried again when its transaction could not start in time: on a loaded shared
+ * box (load average 20+) the pool's 2 s wait for a connection ran out and the set-up died.
+ */
+async function registerWithRetries(fleet, request, tries = 5) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fleet.registerHost(request);
+    } catch (error) {
+      if (attempt >= tries || error?.code !== 'P2028') throw error;
+    }
+  }
+}
+
 /** The fleet, teams and tokens, through a control plane in this process that then stops. */
 async function setUp(database, dataDir) {
   const silent = new Writable({ write: (_chunk, _encoding, done) => done() });
@@ -125,7 +162,7 @@ async function setUp(database, dataDir) {
     const fleet = setup.app.get(AgentReportsService);
     for (let i = 0; i < HOSTS; i += 10) {
       await Promise.all(
-        Array.from({ length: 10 }, (_, k) => fleet.registerHost(registerRequest(i + k))),
+        Array.from({ length: 10 }, (_, k) => registerWithRetries(fleet, registerRequest(i + k))),
       );
     }
     const admin = (await readFile(join(dataDir, 'admin-token'), 'utf8')).trim();
@@ -185,17 +222,22 @@ async function setUp(database, dataDir) {
 }
 
 /** The control plane as main.js runs it (serve.mjs) on the database; resolves with its GraphQL URL. */
-async function startServer(databaseUrl, dataDir, poolSize) {
+async function startServer(databaseUrl, dataDir, poolSize, variant) {
   const profiling = PROFILE
-    ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE}`, '--import', exitOnSignal]
+    ? [
+        '--cpu-prof',
+        `--cpu-prof-dir=${join(PROFILE, variant.name.replace(/[^\w.-]+/g, '_'))}`,
+        '--import',
+        exitOnSignal,
+      ]
     : [];
   const nodeArgs = options['server-node-args'].split(' ').filter(Boolean);
   const serve = fileURLToPath(new URL('./serve.mjs', import.meta.url));
   const child = spawn(process.execPath, [...nodeArgs, ...profiling, serve], {
     env: {
       ...process.env,
-      GPUSHARDS_BENCH_DIST: dist,
-      GPUSHARDS_BENCH_LIMITS: options.limits,
+      GPUSHARDS_BENCH_DIST: variant.dist,
+      GPUSHARDS_BENCH_LIMITS: variant.limits,
       DATABASE_URL: databaseUrl,
       GPUSHARDS_PORT: '0',
       GPUSHARDS_DATA_DIR: dataDir,
@@ -296,26 +338,71 @@ async function measure(servers, tokens, job) {
   };
 }
 
+/** One case's figures (numbers; `format` prints them). */
 function summary(name, result) {
   const ms = result.ms.filter((m) => m >= 0).sort((a, b) => a - b);
   const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))] ?? NaN;
   const failures = {};
   for (const code of result.failures) failures[code] = (failures[code] ?? 0) + 1;
-  const perRequest = (cpuMs) => (cpuMs / Math.max(1, result.ms.length)).toFixed(2);
+  const perRequest = (cpuMs) => cpuMs / Math.max(1, result.ms.length);
   return {
     case: name,
     requests: result.ms.length,
     failures: JSON.stringify(failures),
-    'ok/s': Math.round(ms.length / result.elapsed),
-    'p50 ms': at(0.5).toFixed(1),
-    'p99 ms': at(0.99).toFixed(1),
-    'max ms': (ms.at(-1) ?? NaN).toFixed(1),
+    'ok/s': ms.length / result.elapsed,
+    'p50 ms': at(0.5),
+    'p99 ms': at(0.99),
+    'max ms': ms.at(-1) ?? NaN,
     // CPU milliseconds per request: the control plane(s), PostgreSQL, the load generator.
     'server cpu': perRequest(result.serverCpuMs),
     'pg cpu': perRequest(result.postgresCpuMs),
     'client cpu': perRequest(result.cpuMs),
-    'sql/req': (result.statements / Math.max(1, result.ms.length)).toFixed(1),
+    'sql/req': result.statements / Math.max(1, result.ms.length),
   };
+}
+
+const DIGITS = {
+  'ok/s': 0,
+  'p50 ms': 1,
+  'p99 ms': 1,
+  'max ms': 1,
+  'server cpu': 2,
+  'pg cpu': 2,
+  'client cpu': 2,
+  'sql/req': 2,
+};
+function format(row) {
+  return Object.fromEntries(
+    Object.entries(row).map(([key, value]) => [
+      key,
+      typeof value === 'number' && key in DIGITS ? value.toFixed(DIGITS[key]) : value,
+    ]),
+  );
+}
+
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/**
+ * How fast this box runs fixed work now: CPU milliseconds of a fixed JavaScript and hashing
+ * workload in this process (about 120-150 ms on an idle 2-core development VM). Load on a shared VM
+ * inflates every CPU-per-request figure by about as much as it inflates this one.
+ */
+function boxSpeed() {
+  const started = process.cpuUsage();
+  let length = 0;
+  const objects = [];
+  for (let i = 0; i < 300_000; i++) {
+    objects.push({ a: i, b: String(i) });
+    length += JSON.stringify(objects[objects.length - 1]).length;
+    if (objects.length > 1000) objects.length = 0;
+  }
+  for (let i = 0; i < 20_000; i++) createHash('sha256').update(String(i)).digest('hex');
+  const used = process.cpuUsage(started);
+  return length > 0 ? (used.user + used.system) / 1000 : NaN;
 }
 
 // pg_stat_statements counts the statements (BEGIN and COMMIT included) each request costs.
@@ -346,7 +433,7 @@ async function printStatements(job, requests) {
   const { rows } = await stats.query(
     `SELECT calls, total_plan_time AS plan, total_exec_time AS exec, max_exec_time AS max, query FROM pg_stat_statements
       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-      ORDER BY total_plan_time + total_exec_time DESC LIMIT 8`,
+      ORDER BY total_plan_time + total_exec_time DESC LIMIT 16`,
   );
   console.log(`statements, ${job.operation} ${job.rate ? `at ${job.rate} req/s` : 'closed loop'}:`);
   console.table(
@@ -361,6 +448,8 @@ async function printStatements(job, requests) {
 }
 await database.prisma.close();
 const dataDir = await mkdtemp(join(os.tmpdir(), 'gpushards-bench-'));
+/** Per variant: its servers (`--processes` of them). */
+const groups = VARIANTS.map((variant) => ({ variant, servers: [] }));
 const servers = [];
 try {
   const setupStarted = performance.now();
@@ -368,12 +457,23 @@ try {
   console.log(
     `set up ${HOSTS} hosts × ${GPUS_PER_HOST} GPUs and ${TEAMS} teams in ${Math.round(performance.now() - setupStarted)} ms`,
   );
-  for (let i = 0; i < PROCESSES; i++) {
-    servers.push(await startServer(database.config.url, dataDir, Number(options.pool)));
+  for (const group of groups) {
+    for (let i = 0; i < PROCESSES; i++) {
+      const started = await startServer(
+        database.config.url,
+        dataDir,
+        Number(options.pool),
+        group.variant,
+      );
+      group.servers.push(started);
+      servers.push(started);
+    }
   }
   postmaster = postmasterOf(server.dir);
   const closed = { seconds: SECONDS, concurrency: CONCURRENCY, keepAlive: KEEP_ALIVE };
-  await measure(servers, tokens, { ...closed, seconds: 2, operation: 'create' });
+  for (const group of groups) {
+    await measure(group.servers, tokens, { ...closed, seconds: 2, operation: 'create' });
+  }
   const rows = [];
   // Background work with no requests (the fleet cache's refresh every second, the sweeps).
   const idle = {
@@ -382,37 +482,68 @@ try {
   };
   await new Promise((r) => setTimeout(r, 3000));
   console.log(
-    `idle: control plane ${(((servers.reduce((sum, { child }) => sum + cpuOf(child.pid), 0) - idle.server) * 1000) / 3).toFixed(0)} ms CPU/s, PostgreSQL ${(((postgresCpu(postmaster) - idle.postgres) * 1000) / 3).toFixed(0)} ms CPU/s`,
+    `idle: control plane(s) ${(((servers.reduce((sum, { child }) => sum + cpuOf(child.pid), 0) - idle.server) * 1000) / 3).toFixed(0)} ms CPU/s, PostgreSQL ${(((postgresCpu(postmaster) - idle.postgres) * 1000) / 3).toFixed(0)} ms CPU/s`,
   );
-  if (CASES.has('me'))
-    rows.push(
-      summary(
-        `reference: { me { id } }, ${CONCURRENCY} in flight`,
-        await measure(servers, tokens, { ...closed, seconds: SECONDS / 2, operation: 'me' }),
-      ),
-    );
-  if (CASES.has('closed'))
-    rows.push(
-      summary(
-        `createShard, closed loop, ${CONCURRENCY} in flight`,
-        await measure(servers, tokens, { ...closed, operation: 'create' }),
-      ),
-    );
-  for (const rate of CASES.has('open') ? RATES : []) {
-    rows.push(
-      summary(
-        `createShard, open loop, ${rate} req/s`,
-        await measure(servers, tokens, { seconds: SECONDS, rate, operation: 'create' }),
-      ),
-    );
+  const cases = [
+    ...(CASES.has('me')
+      ? [
+          [
+            `reference: { me { id } }, ${CONCURRENCY} in flight`,
+            { ...closed, seconds: SECONDS / 2, operation: 'me' },
+          ],
+        ]
+      : []),
+    ...(CASES.has('closed')
+      ? [[`createShard, closed loop, ${CONCURRENCY} in flight`, { ...closed, operation: 'create' }]]
+      : []),
+    ...(CASES.has('open') ? RATES : []).map((rate) => [
+      `createShard, open loop, ${rate} req/s`,
+      { seconds: SECONDS, rate, operation: 'create' },
+    ]),
+  ];
+  for (let round = 1; round <= ROUNDS; round++) {
+    const order = round % 2 === 1 ? groups : [...groups].reverse();
+    for (const { variant, servers: serversOf } of order) {
+      const speed = boxSpeed();
+      for (const [name, job] of cases) {
+        rows.push({
+          variant: variant.name,
+          round,
+          'box ms': Math.round(speed),
+          ...summary(name, await measure(serversOf, tokens, job)),
+        });
+      }
+    }
   }
   console.log(
-    `${os.cpus().length} × ${os.cpus()[0]?.model}, Node ${process.version}, ${PROCESSES} control-plane process(es), pool ${options.pool}, load average ${os
+    `${os.cpus().length} × ${os.cpus()[0]?.model}, Node ${process.version}, ${PROCESSES} control-plane process(es) per variant, pool ${options.pool}, load average ${os
       .loadavg()
       .map((l) => l.toFixed(1))
       .join(' ')}`,
   );
-  console.table(rows);
+  console.table(rows.map(format));
+  if (rows.length > cases.length) {
+    console.log(`medians over ${ROUNDS} round(s):`);
+    console.table(
+      groups.flatMap(({ variant }) =>
+        cases.map(([name]) => {
+          const of = rows.filter((row) => row.variant === variant.name && row.case === name);
+          const med = (key) => median(of.map((row) => row[key]));
+          return format({
+            variant: variant.name,
+            case: name,
+            'box ms': Math.round(med('box ms')),
+            'ok/s': med('ok/s'),
+            'p50 ms': med('p50 ms'),
+            'p99 ms': med('p99 ms'),
+            'server cpu': med('server cpu'),
+            'pg cpu': med('pg cpu'),
+            'sql/req': med('sql/req'),
+          });
+        }),
+      ),
+    );
+  }
 } finally {
   load.kill();
   // With --profile the server writes its CPU profile when it exits normally (SIGUSR2).

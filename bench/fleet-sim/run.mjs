@@ -11,6 +11,7 @@
 //     [--life 60,3600] [--faults drop=0.01,delay=0.01,...] [--scenarios ingest,create,restart,lose]
 //     [--create-seconds 10] [--create-rates 200] [--lose 100] [--offline-seconds 30] [--no-fsync]
 //     [--dist apps/control-plane/dist]  (another build of the control plane, to compare)
+//     [--profile DIR]  (each control plane writes a V8 CPU profile into DIR when the run ends)
 import { fork, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -42,6 +43,7 @@ const { values: options } = parseArgs({
     'offline-seconds': { type: 'string', default: '30' },
     pool: { type: 'string', default: '10' },
     'no-fsync': { type: 'boolean', default: false },
+    profile: { type: 'string' },
     dist: { type: 'string', default: 'apps/control-plane/dist' },
   },
 });
@@ -164,10 +166,20 @@ async function freePort() {
   });
 }
 
+/** With --profile: SIGUSR2 exits normally, so that --cpu-prof writes its file. */
+const profiling = options.profile
+  ? [
+      '--cpu-prof',
+      `--cpu-prof-dir=${resolve(options.profile)}`,
+      '--import',
+      `data:text/javascript,process.on('SIGUSR2',()=>process.exit(0))`,
+    ]
+  : [];
+
 async function startControlPlane(index) {
   const dataDir = dataDirs[index];
   const port = await freePort();
-  const child = spawn(process.execPath, [join(dist, 'main.js')], {
+  const child = spawn(process.execPath, [...profiling, join(dist, 'main.js')], {
     env: {
       ...process.env,
       DATABASE_URL: database.config.url,
@@ -192,8 +204,7 @@ async function startControlPlane(index) {
     stderr = (stderr + chunk).slice(-4000);
   });
   lines.on('line', (line) => {
-    if (line.includes('"level":50') || line.includes('"level":40'))
-      warnings.push(line);
+    if (line.includes('"level":50') || line.includes('"level":40')) warnings.push(line);
   });
   let exited = false;
   child.once('exit', () => (exited = true));
@@ -209,10 +220,10 @@ async function startControlPlane(index) {
   }
   return { child, graphqlUrl: `${url}/graphql`, dataDir };
 }
-async function stopControlPlane(cp) {
+async function stopControlPlane(cp, signal = 'SIGTERM') {
   if (cp.child.exitCode !== null) return;
   const exited = new Promise((r) => cp.child.once('exit', r));
-  cp.child.kill('SIGTERM');
+  cp.child.kill(signal);
   await exited;
 }
 
@@ -271,11 +282,20 @@ const launchArrived = new Map();
 const launches = [];
 const hostIds = Array.from({ length: HOSTS }, (_, i) => `host-${String(i).padStart(4, '0')}`);
 const fsync = options['no-fsync'] ? 'off' : 'on';
-const pgServer = await startPostgres({ settings: { fsync, full_page_writes: fsync } });
+const pgServer = await startPostgres({
+  settings: {
+    fsync,
+    full_page_writes: fsync,
+    // Statements per createShard (the create scenario); BEGIN and COMMIT included.
+    shared_preload_libraries: 'pg_stat_statements',
+    'pg_stat_statements.track': 'top',
+  },
+});
 const database = await createTestDatabase('postgres', { server: pgServer });
 await database.prisma.close();
 const stats = new pg.Client({ connectionString: database.config.url });
 await stats.connect();
+await stats.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
 const pm = postmasterOf(pgServer.dir);
 const generated = performance.now();
 const nats = await startNatsServer(hostIds, 'nkey');
@@ -304,7 +324,9 @@ function cleanUp() {
       }
       worker.child.kill();
     }
-    for (const cp of controlPlanes) await stopControlPlane(cp).catch(() => undefined);
+    for (const cp of controlPlanes) {
+      await stopControlPlane(cp, options.profile ? 'SIGUSR2' : 'SIGTERM').catch(() => undefined);
+    }
     await nats.stop().catch(() => undefined);
     await stats.end().catch(() => undefined);
     await database.cleanup().catch(() => undefined);
@@ -550,71 +572,78 @@ async function messageCounts() {
   return total;
 }
 
-/** createShard while every host heartbeats: closed loop, then open loop at each rate. */
+/**
+ * createShard while every host heartbeats: closed loop, then open loop at each rate, from
+ * bench/control-plane/load.mjs in its own process (plain sockets, about 0.05 ms of CPU per
+ * request; fetch cost 0.35-0.6 ms, taken from the same two cores). Per case: the CPU per
+ * request of the control planes, PostgreSQL, nats-server and the simulator, and the SQL
+ * statements per request (pg_stat_statements; heartbeats, state events and reconciles of the
+ * same window included, so that what a createShard sets off is counted too).
+ */
 async function createUnderHeartbeats(token) {
   const seconds = Number(options['create-seconds']);
   const urls = controlPlanes.map((cp) => cp.graphqlUrl);
-  const one = async (i, into) => {
-    const t = performance.now();
-    const body = await graphql(
-      urls[i % urls.length],
-      'mutation ($input: CreateShardInput!) { createShard(input: $input) { id } }',
-      { input: { name: `load-${i}`, image: 'example/train:1', memoryPerGpu: '1g' } },
-      token,
+  const load = fork(fileURLToPath(new URL('../control-plane/load.mjs', import.meta.url)), [], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const cpu = () => ({
+    controlPlanes: controlPlanes.reduce((sum, cp) => sum + cpuOf(cp.child.pid), 0),
+    postgres: postgresCpu(pm),
+    nats: cpuOf(natsPid()),
+    simulator: workers.reduce((sum, w) => sum + cpuOf(w.child.pid), 0),
+  });
+  const statements = async () =>
+    Number(
+      (
+        await stats.query(
+          `SELECT coalesce(sum(calls), 0)::bigint AS n FROM pg_stat_statements
+            WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+        )
+      ).rows[0].n,
     );
-    into.push({ ms: performance.now() - t, ok: !body.errors });
-    if (!body.errors) createdAt.set(body.data.createShard.id, Date.now());
+  const run = async (name, job) => {
+    await stats.query('SELECT pg_stat_statements_reset()');
+    const before = { cpu: cpu(), statements: await statements() };
+    const answer = new Promise((r) => load.once('message', r));
+    load.send({ urls, tokens: [token], keepAlive: true, operation: 'create', ...job });
+    const result = await answer;
+    const after = { cpu: cpu(), statements: await statements() };
+    const { rows: top } = await stats.query(
+      `SELECT calls, total_exec_time AS exec, query FROM pg_stat_statements
+        WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+        ORDER BY calls DESC LIMIT 12`,
+    );
+    const ok = result.ms.filter((m) => m >= 0);
+    const n = Math.max(1, result.ms.length);
+    const perRequest = (key) => (((after.cpu[key] - before.cpu[key]) * 1000) / n).toFixed(2);
+    const failures = {};
+    for (const code of result.failures) failures[code] = (failures[code] ?? 0) + 1;
+    const line =
+      `${name}: ${(ok.length / result.elapsed).toFixed(0)}/s, p50 ${ms(quantile(ok, 0.5))}, ` +
+      `p99 ${ms(quantile(ok, 0.99))}, max ${ms(quantile(ok, 1))}, failures ${JSON.stringify(failures)}; ` +
+      `CPU ms per request: control planes ${perRequest('controlPlanes')}, PostgreSQL ${perRequest('postgres')}, ` +
+      `nats-server ${perRequest('nats')}, simulator ${perRequest('simulator')}, load generator ${(result.cpuMs / n).toFixed(2)}; ` +
+      `SQL statements per request ${((after.statements - before.statements - 1) / n).toFixed(2)}`;
+    log(line);
+    console.table(
+      top.map((row) => ({
+        'calls/req': (Number(row.calls) / n).toFixed(2),
+        'exec ms/call': (row.exec / Number(row.calls)).toFixed(3),
+        query: row.query.replace(/\s+/g, ' ').slice(0, 90),
+      })),
+    );
+    return line;
   };
-  const closed = [];
-  const end = performance.now() + seconds * 1000;
-  let i = 0;
-  await Promise.all(
-    Array.from({ length: Number(options.concurrency) }, async () => {
-      while (performance.now() < end) await one(i++, closed);
-    }),
-  );
-  const okClosed = closed.filter((r) => r.ok);
-  results.createClosed = `closed loop, ${options.concurrency} in flight: ${(okClosed.length / seconds).toFixed(0)}/s, p50 ${ms(
-    quantile(
-      okClosed.map((r) => r.ms),
-      0.5,
-    ),
-  )}, p99 ${ms(
-    quantile(
-      okClosed.map((r) => r.ms),
-      0.99,
-    ),
-  )}, failures ${closed.length - okClosed.length}`;
-  log(results.createClosed);
-  for (const rate of options['create-rates'].split(',').map(Number)) {
-    const open = [];
-    const inflight = [];
-    const startedAt = performance.now();
-    for (let k = 0; k < rate * seconds; k++) {
-      const due = startedAt + (k * 1000) / rate;
-      const wait = due - performance.now();
-      if (wait > 0) await sleep(wait);
-      inflight.push(one(i++, open));
+  try {
+    results.createClosed = await run(`closed loop, ${options.concurrency} in flight`, {
+      seconds,
+      concurrency: Number(options.concurrency),
+    });
+    for (const rate of options['create-rates'].split(',').map(Number)) {
+      results[`createOpen${rate}`] = await run(`open loop ${rate}/s`, { seconds, rate });
     }
-    await Promise.all(inflight);
-    const ok = open.filter((r) => r.ok);
-    results[`createOpen${rate}`] = `open loop ${rate}/s: p50 ${ms(
-      quantile(
-        ok.map((r) => r.ms),
-        0.5,
-      ),
-    )}, p99 ${ms(
-      quantile(
-        ok.map((r) => r.ms),
-        0.99,
-      ),
-    )}, max ${ms(
-      quantile(
-        ok.map((r) => r.ms),
-        1,
-      ),
-    )}, failures ${open.length - ok.length}`;
-    log(results[`createOpen${rate}`]);
+  } finally {
+    load.kill();
   }
 }
 

@@ -14,15 +14,21 @@ interface Row {
   lastUsedAt: Date | null;
 }
 
-/** A PrismaService stand-in with one token row that counts reads and lastUsedAt writes. */
+/**
+ * A PrismaService stand-in with one token row that counts reads and lastUsedAt writes. While
+ * `hold` is set, a read waits for it before answering (with the row as it is then).
+ */
 function fakePrisma(hash: string, row: Row) {
   const calls = { reads: 0, touches: 0 };
+  const control: { hold?: Promise<void> } = {};
   const prisma = {
+    // The lookup by hash: `SELECT … FROM api_token WHERE token_hash = ${hash}`.
+    $queryRaw: async (_sql: TemplateStringsArray, ...values: unknown[]) => {
+      calls.reads++;
+      await control.hold;
+      return values[0] === hash ? [{ ...row }] : [];
+    },
     apiToken: {
-      findUnique: async ({ where }: { where: { tokenHash: string } }) => {
-        calls.reads++;
-        return where.tokenHash === hash ? { ...row } : null;
-      },
       update: async ({ data }: { data: { lastUsedAt: Date } }) => {
         calls.touches++;
         row.lastUsedAt = data.lastUsedAt;
@@ -30,7 +36,7 @@ function fakePrisma(hash: string, row: Row) {
       },
     },
   };
-  return { prisma: prisma as unknown as PrismaService, calls };
+  return { prisma: prisma as unknown as PrismaService, calls, control };
 }
 
 describe('token lookups', () => {
@@ -77,6 +83,24 @@ describe('token lookups', () => {
     auth.forgetToken(row.id);
     await assert.rejects(auth.authenticate(`Bearer ${secret}`), /unknown or revoked/);
     assert.equal(calls.reads, 2);
+  });
+
+  it('requests that miss together share one read; one after forgetToken reads anew', async () => {
+    const row = newRow();
+    const { prisma, calls, control } = fakePrisma(hash, row);
+    const auth = new AuthService(prisma, createLogger('silent'));
+    let release!: () => void;
+    control.hold = new Promise((resolve) => (release = resolve));
+    const together = [1, 2, 3].map(() => auth.authenticate(`Bearer ${secret}`));
+    assert.equal(calls.reads, 1);
+    // Revoked while that read is in flight: a request after forgetToken must not join it.
+    row.revokedAt = new Date();
+    auth.forgetToken(row.id);
+    const after = auth.authenticate(`Bearer ${secret}`);
+    assert.equal(calls.reads, 2);
+    release();
+    await assert.rejects(after, /unknown or revoked/);
+    await Promise.allSettled(together);
   });
 
   it('refuses unknown tokens without caching them', async () => {

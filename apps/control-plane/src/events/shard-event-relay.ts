@@ -194,7 +194,15 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
     }
   }
 
+  /** Whether the payload names this process as its origin (payloadsOf writes origin first). */
+  private isOwn(payload: string | undefined): boolean {
+    return payload?.startsWith(`{"origin":${JSON.stringify(this.origin)},`) === true;
+  }
+
   private async receive(payload: string | undefined): Promise<void> {
+    // Nobody here to tell, or this process's own message (its subscribers heard it first
+    // hand): not worth validating. Every replica receives every other's NOTIFYs.
+    if (this.bus.subscriberCount === 0 || this.isOwn(payload)) return;
     let message: z.infer<typeof relayedMessageSchema>;
     try {
       message = relayedMessageSchema.parse(JSON.parse(payload ?? ''));
@@ -205,7 +213,6 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
       );
       return;
     }
-    if (message.origin === this.origin || this.bus.subscriberCount === 0) return;
     try {
       const ids = [...new Set(message.changes.map((change) => change.id))];
       const rows = await this.prisma.$queryRaw<ShardRecord[]>`

@@ -11,17 +11,17 @@ import {
 } from '@gpushards/protocol';
 import {
   converge,
-  nextOnReport,
   observationOf,
   RUNNABLE_STATES,
   type ContainerObservation,
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
-import { PrismaService, type Prisma, type ShardState } from '../database/index.js';
+import { PrismaService, type ShardState } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
 import { launchSpecOf } from '../shards/launch-spec.js';
+import type { ShardRecord } from '../shards/shard-record.js';
 import {
   CommitEffects,
   ShardLifecycle,
@@ -33,7 +33,7 @@ import {
   insertUsageSamples,
   lockHostShards,
   newestShardIds,
-  noteShardEvent,
+  readHostShards,
   runnableShards,
   touchLiveHosts,
   HeartbeatRows,
@@ -43,6 +43,11 @@ import {
   writeShardUsage,
 } from './fleet-statements.js';
 import { HostLivenessService } from './host-liveness.service.js';
+import {
+  ShardStateEvents,
+  type HostStateEvent,
+  type StateEventOutcome,
+} from './shard-state-events.js';
 
 /** What the agent should run and keep stopped: the body of register and reconcile replies. */
 export interface DesiredState {
@@ -59,12 +64,7 @@ export interface HeartbeatOutcome {
   readonly samplesWritten: number;
 }
 
-export type StateEventOutcome =
-  | { readonly applied: true; readonly state: ShardState }
-  | {
-      readonly applied: false;
-      readonly reason: 'unknown-shard' | 'other-host' | 'stale' | 'not-applicable';
-    };
+export type { StateEventOutcome } from './shard-state-events.js';
 
 /**
  * A reconcile settles every shard of a host in one transaction: up to 1,024 after a restart
@@ -95,6 +95,7 @@ const STOPPED_FOR_AGENT: readonly ShardState[] = [
 @Injectable()
 export class AgentReportsService {
   private readonly logger: Logger;
+  private readonly stateEvents: ShardStateEvents;
 
   constructor(
     private readonly prisma: PrismaService,
@@ -106,6 +107,7 @@ export class AgentReportsService {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'fleet' });
+    this.stateEvents = new ShardStateEvents(prisma, lifecycle, this.logger);
   }
 
   /**
@@ -222,99 +224,12 @@ export class AgentReportsService {
   }
 
   /**
-   * Applies many hosts' state events in one transaction (the agent link's WriteBatcher
-   * gathers them: an agent relaunching its shards after a restart sends two per shard, and on
-   * the embedded database each transaction is a durable commit of its own), each exactly as
-   * applyShardStateEvent would, in arrival order for each shard. Shards are locked in id order
-   * so that two batches cannot wait on each other; if the batch fails anyway (a deadlock with
-   * placement, a serialisation failure), its events are applied again one transaction each.
+   * Applies many hosts' state events in one transaction of a few statements (the agent link's
+   * WriteBatcher gathers them), each exactly as applyShardStateEvent would, in arrival order
+   * for each shard (ShardStateEvents).
    */
-  async applyShardStateEvents(
-    events: readonly { hostId: string; event: ShardStateEvent }[],
-  ): Promise<StateEventOutcome[]> {
-    const outcomes: (StateEventOutcome | undefined)[] = events.map(({ event }) =>
-      UUID.test(event.shardId) ? undefined : { applied: false, reason: 'unknown-shard' },
-    );
-    const pending = events
-      .map((report, index) => ({ ...report, index }))
-      .filter(({ index }) => outcomes[index] === undefined)
-      .sort((a, b) =>
-        a.event.shardId < b.event.shardId
-          ? -1
-          : a.event.shardId > b.event.shardId
-            ? 1
-            : a.index - b.index,
-      );
-    const applyAll = async (batch: typeof pending): Promise<void> => {
-      const effects = new CommitEffects();
-      const applied = await this.prisma.$transaction(async (tx) => {
-        const results: StateEventOutcome[] = [];
-        for (const { hostId, event } of batch) {
-          results.push(await this.applyInTransaction(tx, hostId, event, effects));
-        }
-        return results;
-      }, RECONCILE_TRANSACTION);
-      this.lifecycle.afterCommit(effects);
-      batch.forEach(({ index }, i) => (outcomes[index] = applied[i]));
-    };
-    if (pending.length > 1) {
-      try {
-        await applyAll(pending);
-      } catch (error) {
-        this.logger.warn(
-          { err: error, events: pending.length },
-          'a batch of shard state events failed; applying them one at a time',
-        );
-        for (const one of pending) await applyAll([one]);
-      }
-    } else if (pending.length === 1) {
-      await applyAll(pending);
-    }
-    return outcomes.map((outcome) => outcome!);
-  }
-
-  private async applyInTransaction(
-    tx: Prisma.TransactionClient,
-    hostId: string,
-    event: ShardStateEvent,
-    effects: CommitEffects,
-  ): Promise<StateEventOutcome> {
-    const at = new Date(event.at);
-    const shard = await this.lifecycle.lock(tx, event.shardId);
-    if (shard === undefined) return { applied: false, reason: 'unknown-shard' };
-    if (shard.hostId !== hostId) return { applied: false, reason: 'other-host' };
-    if (shard.lastEventAt !== null && at.getTime() <= shard.lastEventAt.getTime()) {
-      return { applied: false, reason: 'stale' };
-    }
-    const report = nextOnReport(shard.state, event.state);
-    if (report === undefined) return { applied: false, reason: 'not-applicable' };
-    let next: ShardState = report.state;
-    let cause = report.cause;
-    const fields: TransitionFields = {
-      lastEventAt: at,
-      ...(event.containerId === undefined ? {} : { containerId: event.containerId }),
-      ...(event.exitCode === undefined ? {} : { exitCode: event.exitCode }),
-      ...(next === 'RUNNING' ? { startedAt: at } : {}),
-      ...(event.state === 'FAILED' || event.state === 'VANISHED'
-        ? { failureReason: failureReasonOf(event) }
-        : {}),
-    };
-    if (next === shard.state) {
-      await noteShardEvent(tx, shard.id, at, event.containerId);
-      return { applied: true, state: next };
-    }
-    let extra: TransitionFields = {};
-    if (
-      shard.state === 'LOST' &&
-      next === 'RUNNING' &&
-      !(await this.lifecycle.reacquire(tx, shard, effects))
-    ) {
-      next = 'FAILED';
-      cause = 'failed';
-      extra = { failureReason: 'its GPUs were given to other shards while its host was offline' };
-    }
-    await this.lifecycle.moveTo(tx, shard, next, cause, { ...fields, ...extra }, effects, at);
-    return { applied: true, state: next };
+  applyShardStateEvents(events: readonly HostStateEvent[]): Promise<StateEventOutcome[]> {
+    return this.stateEvents.apply(events);
   }
 
   /**
@@ -338,41 +253,19 @@ export class AgentReportsService {
     const observedAt = request.observedAt === undefined ? undefined : new Date(request.observedAt);
     const now = this.clock.now();
     if (host.state === 'OFFLINE') await this.liveness.revive(hostId, running, now);
-    const effects = new CommitEffects();
-    await this.prisma.$transaction(async (tx) => {
-      const shards = await lockHostShards(tx, hostId, [
-        'PLACED',
-        'STARTING',
-        'RUNNING',
-        'STOPPING',
-      ]);
-      const moves: ShardMove[] = [];
-      for (const shard of shards) {
-        const container = reported.get(shard.id);
-        if (container?.busy === true) continue;
-        if (
-          observedAt !== undefined &&
-          shard.lastEventAt !== null &&
-          shard.lastEventAt.getTime() >= observedAt.getTime()
-        ) {
-          continue;
-        }
-        const observed = observationOfReport(shard.state, container, observedAt !== undefined);
-        if (observed === undefined) continue;
-        const { next, reason, exitCode } = converge(shard.state, observed);
-        if (next === undefined || next.state === shard.state) continue;
-        const fields: TransitionFields = {
-          ...(reason === undefined ? {} : { failureReason: reason }),
-          ...(exitCode === undefined ? {} : { exitCode }),
-          // The container id too: a container adopted by a restarted agent sends no event.
-          ...(container === undefined ? {} : { containerId: container.containerId }),
-          ...(next.state === 'RUNNING' ? { startedAt: now } : {}),
-        };
-        moves.push({ shard, state: next.state, cause: next.cause, fields });
-      }
-      await this.lifecycle.moveMany(tx, moves, effects, now);
-    }, RECONCILE_TRANSACTION);
-    this.lifecycle.afterCommit(effects);
+    const settle = (shards: readonly ShardRecord[]): ShardMove[] =>
+      settlingMoves(shards, reported, observedAt, now);
+    // Most reconciles find nothing to settle: decided on a plain read first, and only what
+    // needs a move is decided again on the locked rows and written (a transaction of four
+    // statements saved per period and host: 33 reconciles a second at 1,000 hosts).
+    if (settle(await readHostShards(this.prisma, hostId, SETTLED_STATES)).length > 0) {
+      const effects = new CommitEffects();
+      await this.prisma.$transaction(async (tx) => {
+        const moves = settle(await lockHostShards(tx, hostId, SETTLED_STATES));
+        await this.lifecycle.moveMany(tx, moves, effects, now);
+      }, RECONCILE_TRANSACTION);
+      this.lifecycle.afterCommit(effects);
+    }
     return { protocolVersion: PROTOCOL_VERSION, hostId, ...(await this.desiredShardsFor(hostId)) };
   }
 
@@ -393,13 +286,41 @@ export class AgentReportsService {
   }
 }
 
-function failureReasonOf(event: ShardStateEvent): string {
-  if (event.state === 'VANISHED') {
-    return event.reason === undefined
-      ? 'the container vanished'
-      : `the container vanished: ${event.reason}`;
+/** The states a reconcile settles against the agent's report. */
+const SETTLED_STATES: readonly ShardState[] = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING'];
+
+/** The moves that settle the host's shards against what its agent reported (convergence table). */
+function settlingMoves(
+  shards: readonly ShardRecord[],
+  reported: ReadonlyMap<string, ReconcileRequest['containers'][number]>,
+  observedAt: Date | undefined,
+  now: Date,
+): ShardMove[] {
+  const moves: ShardMove[] = [];
+  for (const shard of shards) {
+    const container = reported.get(shard.id);
+    if (container?.busy === true) continue;
+    if (
+      observedAt !== undefined &&
+      shard.lastEventAt !== null &&
+      shard.lastEventAt.getTime() >= observedAt.getTime()
+    ) {
+      continue;
+    }
+    const observed = observationOfReport(shard.state, container, observedAt !== undefined);
+    if (observed === undefined) continue;
+    const { next, reason, exitCode } = converge(shard.state, observed);
+    if (next === undefined || next.state === shard.state) continue;
+    const fields: TransitionFields = {
+      ...(reason === undefined ? {} : { failureReason: reason }),
+      ...(exitCode === undefined ? {} : { exitCode }),
+      // The container id too: a container adopted by a restarted agent sends no event.
+      ...(container === undefined ? {} : { containerId: container.containerId }),
+      ...(next.state === 'RUNNING' ? { startedAt: now } : {}),
+    };
+    moves.push({ shard, state: next.state, cause: next.cause, fields });
   }
-  return event.reason ?? 'the agent reported a failure without a reason';
+  return moves;
 }
 
 /**

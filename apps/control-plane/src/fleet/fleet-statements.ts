@@ -196,6 +196,18 @@ export async function noteShardEvent(
      WHERE id = ${shardId}::uuid`;
 }
 
+/** The host's shards in `states`, by id, not locked (lockHostShards to decide a write). */
+export function readHostShards(
+  sql: Sql,
+  hostId: string,
+  states: readonly ShardState[],
+): Promise<ShardRecord[]> {
+  return sql.$queryRaw<ShardRecord[]>`
+    SELECT ${SHARD_COLUMNS} FROM shard
+     WHERE host_id = ${hostId} AND state = ANY(${[...states]}::shard_state[])
+     ORDER BY id`;
+}
+
 /** The host's shards in `states`, row-locked by id as ShardLifecycle.lock locks one. */
 export function lockHostShards(
   tx: Sql,

@@ -227,7 +227,7 @@ export class ShardCreator {
       await this.prisma.$transaction(async (tx) => {
         const teamIds = [...new Set(batch.map((pending) => pending.teamId))];
         await lockTeamsForUpdate(tx, teamIds);
-        const teams = await readTeamStates(tx, teamIds);
+        const teams = await readTeamStates(tx, teamIds, nonPreemptibleTeamsOf(batch));
         const existing = await findByIdempotencyKeys(tx, idempotencyKeysOf(batch));
         this.decide(batch, teams, existing, verdicts, plans);
         lostRaces = await this.write(tx, plans, verdicts, effects);
@@ -317,7 +317,7 @@ export class ShardCreator {
       const need = request.bytesPerGpu * request.gpuCount;
       const guarantee = Number(team.guaranteeBytes ?? 0n);
       const term = team.guaranteeGpuModel ?? undefined;
-      const coveredBytes = covered.get(teamId) ?? Number(team.guaranteedModelBytes);
+      const coveredBytes = cls.cls.preemptible ? 0 : (covered.get(teamId) ?? coveredOf(team));
       // A non-preemptible shard runs only on GPUs its team's guarantee covers, within it.
       const narrowed = cls.cls.preemptible
         ? placementRequestOf(request, policy)
@@ -609,6 +609,23 @@ function takeable(queue: readonly Pending[]): number {
   let n = 0;
   while (n < queue.length && n < MAX_BATCH && !queue[n]!.alone) n++;
   return n;
+}
+
+/** What the team holds on its guarantee's GPUs; read for every team placing a non-preemptible class. */
+function coveredOf(team: TeamState): number {
+  if (team.guaranteedModelBytes === null) {
+    throw new Error(`createShard: team ${team.teamId}'s guaranteed-model bytes were not read`);
+  }
+  return Number(team.guaranteedModelBytes);
+}
+
+/** The teams of the batch's calls whose class is never preempted (checked against the guarantee). */
+function nonPreemptibleTeamsOf(batch: readonly Pending[]): string[] {
+  const teams = new Set<string>();
+  for (const { teamId, request } of batch) {
+    if (CLASSES.get(request.priorityClass)?.preemptible === false) teams.add(teamId);
+  }
+  return [...teams];
 }
 
 function idempotencyKeysOf(batch: readonly Pending[]): { teamId: string; key: string }[] {

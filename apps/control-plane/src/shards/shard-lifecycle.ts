@@ -30,6 +30,8 @@ export interface ShardMove {
   readonly state: ShardState;
   readonly cause: TransitionCause;
   readonly fields: TransitionFields;
+  /** When it happened, if not at moveMany's `at` (an agent's event carries its own time). */
+  readonly at?: Date;
 }
 
 /** One command for an agent, sent after commit. */
@@ -84,6 +86,21 @@ export class ShardLifecycle {
   }
 
   /**
+   * lock for many shards in one statement: the rows that exist, by id, locked in id order (the
+   * order every batch locks shards in, so two batches cannot wait on each other).
+   */
+  async lockMany(
+    tx: Prisma.TransactionClient,
+    shardIds: readonly string[],
+  ): Promise<Map<string, ShardRecord>> {
+    if (shardIds.length === 0) return new Map();
+    const rows = await tx.$queryRaw<ShardRecord[]>`
+      SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ANY(${[...shardIds]}::uuid[])
+       ORDER BY id FOR NO KEY UPDATE`;
+    return new Map(rows.map((row) => [row.id, row]));
+  }
+
+  /**
    * Moves a locked shard to `state` for `cause`, as the lifecycle table allows (throws
    * IllegalTransitionError otherwise): bumps version, sets stoppedAt when the run ends,
    * releases its reservations when the new state does not hold them. A transition that takes
@@ -115,7 +132,7 @@ export class ShardLifecycle {
     at: Date = new Date(),
   ): Promise<ShardRecord[]> {
     if (moves.length === 0) return [];
-    const checked = moves.map(({ shard, state, cause, fields }) => {
+    const checked = moves.map(({ shard, state, cause, fields, at: movedAt }) => {
       // A reclaimed shard (stop intent requeue or preempt) does not end as STOPPED once stopped.
       if (
         shard.state === 'STOPPING' &&
@@ -125,7 +142,7 @@ export class ShardLifecycle {
         ({ state, cause } = stoppedStateOf(shard.stopIntent));
       }
       const check = assertTransition(shard.state, state, cause);
-      return { shard, state, fields, check };
+      return { shard, state, fields, check, at: movedAt ?? at };
     });
     await this.releaseReservations(
       tx,
@@ -145,7 +162,7 @@ export class ShardLifecycle {
                        started_at = coalesce(started_at, move.m_started_at),
                        stopped_at = coalesce(stopped_at, move.m_stopped_at),
                        last_event_at = coalesce(move.m_last_event_at, last_event_at),
-                       queued_at = CASE WHEN move.m_state = 'PENDING' THEN ${at}::timestamptz
+                       queued_at = CASE WHEN move.m_state = 'PENDING' THEN move.m_at
                                         ELSE queued_at END,
                        stop_intent = CASE WHEN move.m_state = 'STOPPING' THEN stop_intent END,
                        reclaim_for = CASE WHEN move.m_state = 'STOPPING' THEN reclaim_for END
@@ -155,17 +172,18 @@ export class ShardLifecycle {
                     ${column((m) => m.fields.exitCode ?? null)}::int[],
                     ${column((m) => m.fields.containerId ?? null)}::text[],
                     ${column((m) => iso(m.fields.startedAt))}::timestamptz[],
-                    ${column((m) => (m.check.endsRun ? at.toISOString() : null))}::timestamptz[],
-                    ${column((m) => iso(m.fields.lastEventAt))}::timestamptz[])
+                    ${column((m) => (m.check.endsRun ? m.at.toISOString() : null))}::timestamptz[],
+                    ${column((m) => iso(m.fields.lastEventAt))}::timestamptz[],
+                    ${column((m) => m.at.toISOString())}::timestamptz[])
              AS move(m_id, m_state, m_failure_reason, m_exit_code, m_container_id, m_started_at,
-                     m_stopped_at, m_last_event_at)
+                     m_stopped_at, m_last_event_at, m_at)
        WHERE shard.id = move.m_id
       RETURNING ${SHARD_COLUMNS}`;
     const byId = new Map(rows.map((row) => [row.id, row]));
-    return checked.map(({ shard, state }) => {
+    return checked.map(({ shard, state, at: movedAt }) => {
       const updated = byId.get(shard.id);
       if (updated === undefined) throw new Error(`shard ${shard.id} vanished while locked`);
-      effects.changes.push({ shard: updated, previousState: shard.state, state, at });
+      effects.changes.push({ shard: updated, previousState: shard.state, state, at: movedAt });
       return updated;
     });
   }

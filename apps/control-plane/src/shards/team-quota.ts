@@ -29,9 +29,11 @@ export interface TeamState {
   readonly guaranteeGpuModel: string | null;
   /**
    * Requested bytes of the team's shards that hold GPUs the guarantee covers (stopping ones
-   * left out): what a non-preemptible shard is checked against, as admission checks it.
+   * left out): what a non-preemptible shard is checked against, as admission checks it. Read
+   * only for the teams named in `coveredFor` (a sum over the team's shards with their GPUs);
+   * null for the others.
    */
-  readonly guaranteedModelBytes: bigint;
+  readonly guaranteedModelBytes: bigint | null;
   readonly maxPriorityClass: string | null;
   /** The largest compute share per GPU, percent (null: up to 100; 0: none). */
   readonly maxComputeSharePercent: number | null;
@@ -41,10 +43,15 @@ export interface TeamState {
 
 type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
 
-/** The teams that exist among `teamIds`, by id. Lock them first when the answer decides a write. */
+/**
+ * The teams that exist among `teamIds`, by id. Lock them first when the answer decides a write.
+ * `coveredFor`: the teams whose guaranteedModelBytes is wanted (those placing a
+ * non-preemptible shard); the others' is left null, unread.
+ */
 export async function readTeamStates(
   reader: Reader,
   teamIds: readonly string[],
+  coveredFor: readonly string[] = [],
 ): Promise<Map<string, TeamState>> {
   const rows = await reader.$queryRaw<TeamState[]>`
     SELECT team.id::text AS "teamId",
@@ -70,14 +77,17 @@ export async function readTeamStates(
            AND shard.state = ANY(${[...LIVE_SHARD_STATES]}::shard_state[])
       ) held
       CROSS JOIN LATERAL (
-        SELECT coalesce(sum(shard.bytes_per_gpu * shard.gpu_count), 0)::bigint AS bytes
-          FROM shard
-         WHERE shard.team_id = team.id AND shard.state IN ('PLACED', 'STARTING', 'RUNNING')
-           AND EXISTS (
-             SELECT 1 FROM shard_gpu JOIN gpu ON gpu.uuid = shard_gpu.gpu_uuid
-              WHERE shard_gpu.shard_id = shard.id AND shard_gpu.released_at IS NULL
-                AND strpos(lower(gpu.model),
-                           lower(trim(coalesce(quota.guarantee_gpu_model, '')))) > 0)
+        -- CASE runs the sum only for the teams asked (it reads every live shard's GPUs).
+        SELECT CASE WHEN team.id = ANY(${[...coveredFor]}::uuid[]) THEN (
+          SELECT coalesce(sum(shard.bytes_per_gpu * shard.gpu_count), 0)::bigint
+            FROM shard
+           WHERE shard.team_id = team.id AND shard.state IN ('PLACED', 'STARTING', 'RUNNING')
+             AND EXISTS (
+               SELECT 1 FROM shard_gpu JOIN gpu ON gpu.uuid = shard_gpu.gpu_uuid
+                WHERE shard_gpu.shard_id = shard.id AND shard_gpu.released_at IS NULL
+                  AND strpos(lower(gpu.model),
+                             lower(trim(coalesce(quota.guarantee_gpu_model, '')))) > 0)
+        ) END AS bytes
       ) covered
      WHERE team.id = ANY(${[...teamIds]}::uuid[])`;
   return new Map(rows.map((row) => [row.teamId, row]));
