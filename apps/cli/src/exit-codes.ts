@@ -13,7 +13,7 @@ export const EXIT = {
   NOT_FOUND: 5,
   /** Refused for lack of room: QUOTA_EXCEEDED or NO_CAPACITY; `preview` when it does not fit. */
   REFUSED: 6,
-  /** Clashes with what exists (CONFLICT), or too many requests (RATE_LIMITED). */
+  /** Clashes with what exists (CONFLICT), too many requests (RATE_LIMITED), a busy database (UNAVAILABLE). */
   CONFLICT: 7,
   /** The control plane could not be reached. */
   UNREACHABLE: 8,
@@ -31,7 +31,8 @@ export const EXIT_CODE_HELP = `Exit codes:
   5  not found (NOT_FOUND)
   6  refused for lack of room: QUOTA_EXCEEDED or NO_CAPACITY (memory, shards, or a compute
      share over the team's bound or the GPU's unguaranteed time; \`preview\` when it does not fit)
-  7  conflict with what exists (CONFLICT) or rate limited
+  7  conflict with what exists (CONFLICT), rate limited, or the database busy (UNAVAILABLE):
+     send it again
   8  the control plane could not be reached
   9  \`shards wait\`: another final state was reached, or the wait timed out`;
 
@@ -45,6 +46,7 @@ const BY_CODE: Readonly<Record<string, number>> = {
   NO_CAPACITY: EXIT.REFUSED,
   CONFLICT: EXIT.CONFLICT,
   RATE_LIMITED: EXIT.CONFLICT,
+  UNAVAILABLE: EXIT.CONFLICT,
 };
 
 export function exitCodeFor(code: string): number {

@@ -33,6 +33,16 @@ export function violatedCheckConstraint(error: unknown): string | undefined {
   return /check constraint "([^"]+)"/.exec(message)?.[1] ?? '';
 }
 
+/**
+ * The request never reached the database: no pooled connection came within the pool's wait
+ * (Prisma's P2024), or an interactive transaction could not start within its maxWait (P2028).
+ * Nothing was written, so the request may simply be sent again.
+ */
+export function isDatabaseBusy(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === 'P2024' || code === 'P2028';
+}
+
 /** A unique index or primary key refused the write (Prisma's P2002). */
 export function isUniqueViolation(error: unknown): boolean {
   return (

@@ -10,6 +10,7 @@ export {
 } from './database-config.js';
 export { DatabaseModule } from './database.module.js';
 export {
+  isDatabaseBusy,
   isUniqueViolation,
   postgresErrorCode,
   violatedCheckConstraint,

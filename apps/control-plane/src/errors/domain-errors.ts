@@ -16,6 +16,7 @@ export type ErrorCode =
   | 'QUERY_TOO_COMPLEX'
   | 'RATE_LIMITED'
   | 'TIMEOUT'
+  | 'UNAVAILABLE'
   | 'IMAGE_NOT_ALLOWED'
   | 'NO_AGENTS';
 
@@ -125,6 +126,17 @@ export class TimeoutError extends DomainError {
 
   constructor(budgetMs: number) {
     super(`the request ran past its time budget of ${budgetMs} ms`, { budgetMs });
+  }
+}
+
+/** The database did not take the request in time (overload); nothing was written. */
+export class DatabaseBusyError extends DomainError {
+  readonly code = 'UNAVAILABLE';
+
+  constructor() {
+    super('the database is too busy to take this request now; nothing was written, send it again', {
+      retryAfterSeconds: 1,
+    });
   }
 }
 

@@ -43,6 +43,23 @@ describe('createErrorFormatter', () => {
     assert.equal(format(notFoundFormatted, notFound).extensions?.['code'], 'NOT_FOUND');
   });
 
+  it('a database that gave no connection in time answers UNAVAILABLE (retry), logged as a warning', () => {
+    for (const code of ['P2024', 'P2028']) {
+      const { format, log } = formatterWithLog();
+      const busy = Object.assign(
+        new Error('Transaction API error: Unable to start a transaction in the given time.'),
+        { code },
+      );
+      const [error, formatted] = fromResolver(busy);
+      const result = format({ ...formatted, extensions: { code: 'INTERNAL_SERVER_ERROR' } }, error);
+      assert.equal(result.extensions?.['code'], 'UNAVAILABLE', code);
+      assert.equal(result.extensions?.['retryAfterSeconds'], 1);
+      assert.match(result.message, /nothing was written/);
+      assert.doesNotMatch(result.message, /Transaction API/);
+      assert.match(log(), /"level":40.*did not take a request in time/);
+    }
+  });
+
   it('anything else becomes a bare INTERNAL_SERVER_ERROR, logged in full on the server only', () => {
     const { format, log } = formatterWithLog();
     const leak = new Error(

@@ -1,7 +1,8 @@
 import { unwrapResolverError } from '@apollo/server/errors';
 import { GraphQLError, type GraphQLFormattedError } from 'graphql';
 import type { Logger } from '../logging/logger.js';
-import { DomainError } from './domain-errors.js';
+import { isDatabaseBusy } from '../database/database-errors.js';
+import { DatabaseBusyError, DomainError } from './domain-errors.js';
 
 export const INTERNAL_ERROR_MESSAGE = 'internal server error';
 
@@ -15,10 +16,18 @@ export function createErrorFormatter(logger: Logger) {
   return (formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError => {
     const unwrapped = unwrapResolverError(error);
     // A DomainError thrown outside a resolver (a plugin, a validation rule) arrives wrapped.
-    const cause =
+    const domain =
       unwrapped instanceof GraphQLError && unwrapped.originalError instanceof DomainError
         ? unwrapped.originalError
         : unwrapped;
+    // An overloaded database is an answer the caller can act on (retry), not a crash.
+    const cause = isDatabaseBusy(domain) ? new DatabaseBusyError() : domain;
+    if (cause !== domain) {
+      logger.warn(
+        { err: domain, path: formatted.path },
+        'the database did not take a request in time',
+      );
+    }
     const where = {
       ...(formatted.locations ? { locations: formatted.locations } : {}),
       ...(formatted.path ? { path: formatted.path } : {}),

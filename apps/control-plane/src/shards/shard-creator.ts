@@ -15,6 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Caller } from '../auth/caller.js';
 import {
+  isDatabaseBusy,
   isUniqueViolation,
   lockTeamsForUpdate,
   postgresErrorCode,
@@ -122,10 +123,13 @@ type Verdict =
   /** Fits nowhere now but could fit the fleet, or shards already wait: written PENDING. */
   | { readonly kind: 'queued'; readonly reason: string };
 
-/** PostgreSQL's deadlock and serialization failures: the transaction may simply run again. */
+/**
+ * PostgreSQL's deadlock and serialization failures, and a transaction that could not start
+ * for want of a connection (an overloaded box): the batch may simply run again.
+ */
 function isTransient(error: unknown): boolean {
   const code = postgresErrorCode(error);
-  return code === '40P01' || code === '40001';
+  return code === '40P01' || code === '40001' || isDatabaseBusy(error);
 }
 
 /**
