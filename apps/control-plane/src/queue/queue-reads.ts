@@ -9,6 +9,7 @@ import {
   gpuUuid,
   hostId,
   type HeldShard,
+  type Host,
   type PendingShard,
   type PriorityClasses,
   type QueueTeam,
@@ -117,6 +118,7 @@ interface HeldRow {
   quotaBytes: bigint;
   priorityClass: string;
   placedAt: Date;
+  reclaimFor: string | null;
   gpuUuids: string[];
   perGpu: bigint;
   model: string;
@@ -128,6 +130,7 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
            shard.state::text AS state, shard.bytes_per_gpu * shard.gpu_count AS "quotaBytes",
            shard.priority_class AS "priorityClass",
            coalesce(shard.started_at, shard.created_at) AS "placedAt",
+           shard.reclaim_for::text AS "reclaimFor",
            array_agg(held.gpu_uuid ORDER BY held.gpu_uuid) AS "gpuUuids",
            max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model
       FROM shard
@@ -150,6 +153,9 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
       preemptible: cls.preemptible,
       placedAt: row.placedAt.getTime(),
       leaving: row.state === 'STOPPING',
+      ...(row.state === 'STOPPING' && row.reclaimFor !== null
+        ? { reclaimFor: row.reclaimFor }
+        : {}),
     };
   });
 }
@@ -205,5 +211,26 @@ export async function readTeams(
       ? { maxTotalBytes: bytes(Number(row.maxTotalBytes ?? 0n)), maxShards: row.maxShards ?? 0 }
       : { maxTotalBytes: bytes(0), maxShards: 0 }),
     decayedGiBHours: Number(row.decayed ?? 0),
+  }));
+}
+
+/** Every GPU's reserved bytes as the reader sees them now. */
+export async function readReservedBytes(reader: Reader): Promise<Map<string, number>> {
+  const [row] = await reader.$queryRaw<{ reserved: Record<string, number> | null }[]>`
+    SELECT json_object_agg(uuid, reserved_bytes) AS reserved FROM gpu`;
+  return new Map(Object.entries(row?.reserved ?? {}));
+}
+
+/** The fleet with each GPU's reserved bytes replaced by `reserved` (GPUs it lacks unchanged). */
+export function withReservedBytes(
+  fleet: readonly Host[],
+  reserved: ReadonlyMap<string, number>,
+): Host[] {
+  return fleet.map((host) => ({
+    ...host,
+    gpus: host.gpus.map((gpu) => {
+      const now = reserved.get(gpu.uuid);
+      return now === undefined ? gpu : { ...gpu, reservedBytes: bytes(now) };
+    }),
   }));
 }

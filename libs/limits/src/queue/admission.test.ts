@@ -218,6 +218,41 @@ describe('admission properties', () => {
     );
   });
 
+  test('room a reclaim frees stays promised: once its victims are gone the shard fits its spot beside every placement', () => {
+    fc.assert(
+      fc.property(scenarioArb, (s) => {
+        const plan = run(s);
+        const promised = plan.waiting.filter((w) => w.reason.kind === 'reclaiming' && w.spot);
+        const owners = new Set(promised.map((w) => w.shardId));
+        const victims = new Set([
+          ...s.held.filter((h) => h.leaving && owners.has(h.reclaimFor ?? '')).map((h) => h.id),
+          ...plan.preemptions.filter((p) => owners.has(p.forShardId)).map((p) => p.victimId),
+        ]);
+        const freed = new Map<string, number>();
+        for (const victim of s.held.filter((h) => victims.has(h.id))) {
+          for (const uuid of victim.gpuUuids) {
+            freed.set(uuid, (freed.get(uuid) ?? 0) + victim.reservedBytesPerGpu);
+          }
+        }
+        const after = withPlacements(s.fleet, [
+          ...plan.placements.map((p) => p.placed),
+          ...promised.map((w) => w.spot!),
+        ]);
+        for (const gpu of after.flatMap((h) => h.gpus)) {
+          const original = s.fleet.flatMap((h) => h.gpus).find((g) => g.uuid === gpu.uuid)!;
+          const added = gpu.reservedBytes - original.reservedBytes;
+          if (added === 0) continue;
+          const reserved = gpu.reservedBytes - (freed.get(gpu.uuid) ?? 0);
+          assert.ok(
+            reserved <= Math.max(capacityBytes(gpu), original.reservedBytes),
+            `${gpu.uuid}: ${reserved} > ${capacityBytes(gpu)} once the victims are gone`,
+          );
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
   test('equal input gives an equal plan, whatever the order of the lists', () => {
     fc.assert(
       fc.property(scenarioArb, fc.integer({ min: 1, max: 1000 }), (s, seed) => {
@@ -474,6 +509,40 @@ describe('admission examples', () => {
       ['a-young'],
     );
     assert.deepEqual(plan.waiting[0]!.reason, { kind: 'reclaiming', victimIds: ['a-young'] });
+  });
+
+  test('while its victims stop, the room the first freed is kept for the shard: no victim takes it back', () => {
+    // GPU0 full with a's older shards; on GPU1 a's build (60) and t1a (10, stopping for b1);
+    // t1b, reclaimed with it, already stopped and waits again (training), 10 free.
+    const fleet = [host('h1', [gpu('h1', 0, H100, 80), gpu('h1', 1, H100, 70)])];
+    const held = [
+      heldOn('build-0', 'a', 'h1', 0, 60),
+      heldOn('t0a', 'a', 'h1', 0, 10, { priorityRank: 100 }),
+      heldOn('t0b', 'a', 'h1', 0, 10, { priorityRank: 100 }),
+      heldOn('build-1', 'a', 'h1', 1, 60),
+      heldOn('t1a', 'a', 'h1', 1, 10, { priorityRank: 100, leaving: true, reclaimFor: 'b1' }),
+    ];
+    const plan = admit({
+      fleet,
+      held,
+      pending: [
+        pending('b1', 'b', 20, { reclaimInFlight: true }),
+        pending('t1b', 'a', 10, { priorityRank: 100, arrivedAt: 5 }),
+      ],
+      teams: [team('a', 0), team('b', 24)],
+      now: 0,
+      options: NO_OVERHEAD,
+    });
+    assert.deepEqual(plan.placements, [], 't1b fits GPU1 now, but that room is b1’s');
+    assert.deepEqual(plan.preemptions, []);
+    assert.deepEqual(
+      plan.waiting.map((w) => [w.shardId, w.reason.kind]),
+      [
+        ['b1', 'reclaiming'],
+        ['t1b', 'behind'],
+      ],
+    );
+    assert.deepEqual(plan.waiting[0]!.spot?.gpuUuids, [gpuUuid('GPU-h1-1')]);
   });
 
   test('no reclaim for a team beyond its guarantee; no victim below the owner’s guarantee', () => {

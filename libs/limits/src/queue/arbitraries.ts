@@ -139,9 +139,16 @@ export const scenarioArb: fc.Arbitrary<Scenario> = fc
         ...(spec.inFlight && n % 6 === 0 ? { reclaimInFlight: true } : {}),
       };
     });
+    // Leaving shards were reclaimed for one of the shards whose reclaim is in flight, if any.
+    const inFlight = pendingShards.filter((p) => p.reclaimInFlight === true).map((p) => p.id);
+    const linked = heldShards.map((shard, n) =>
+      shard.leaving && inFlight.length > 0
+        ? { ...shard, reclaimFor: inFlight[n % inFlight.length]! }
+        : shard,
+    );
     return {
       fleet,
-      held: heldShards,
+      held: linked,
       pending: pendingShards,
       teams: queueTeams,
       options,

@@ -38,6 +38,8 @@ export interface HeldShard {
   readonly placedAt: number;
   /** Already on its way out (stopping, or chosen as a victim): never chosen again. */
   readonly leaving: boolean;
+  /** A leaving shard reclaimed for a pending shard: that shard's id. */
+  readonly reclaimFor?: string;
 }
 
 export interface PendingShard {
