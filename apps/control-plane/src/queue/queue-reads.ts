@@ -33,6 +33,7 @@ type PendingRow = [
   arrivedAtMs: number,
   expiresAtMs: number | null,
   computeSharePermille: number,
+  reclaimedFor: string | null,
 ];
 
 /**
@@ -49,7 +50,8 @@ export async function readPending(
              id, team_id, bytes_per_gpu, gpu_count, gpu_model_include, gpu_model_exclude,
              host_selector, placement_policy, priority_class,
              floor(extract(epoch FROM coalesce(queued_at, created_at)) * 1000)::float8,
-             floor(extract(epoch FROM expires_at) * 1000)::float8, compute_share_permille)) AS rows
+             floor(extract(epoch FROM expires_at) * 1000)::float8, compute_share_permille,
+             reclaim_for)) AS rows
       FROM shard WHERE state = 'PENDING'`;
   const rows = aggregate?.rows ?? [];
   if (rows.length === 0) return [];
@@ -81,6 +83,7 @@ export async function readPending(
       arrivedAtMs,
       expiresAtMs,
       computeSharePermille,
+      reclaimedFor,
     ]) => {
       const cls = classes.get(priorityClass) ?? classes.require(DEFAULT_PRIORITY_CLASS);
       const requested = { include: gpuModelInclude, exclude: gpuModelExclude };
@@ -105,6 +108,7 @@ export async function readPending(
         arrivedAt: arrivedAtMs,
         ...(expiresAtMs === null ? {} : { expiresAt: expiresAtMs }),
         ...(inFlight.has(id) ? { reclaimInFlight: true } : {}),
+        ...(reclaimedFor === null ? {} : { reclaimedFor }),
       };
     },
   );

@@ -331,7 +331,10 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         position: waiting.position,
         reason: describeWait(waiting.reason),
         reasonKind: waiting.reason.kind,
-        behind: waiting.reason.kind === 'behind' ? waiting.reason.shardId : null,
+        behind:
+          waiting.reason.kind === 'behind' || waiting.reason.kind === 'reclaimed'
+            ? waiting.reason.shardId
+            : null,
         spotHostId: waiting.spot?.hostId ?? null,
       });
     }
@@ -355,6 +358,8 @@ export function describeWait(reason: WaitReason): string {
       return `its team's limit: ${reason.message}`;
     case 'guarantee':
       return reason.message;
+    case 'reclaimed':
+      return `it was stopped to make room for shard ${reason.shardId}, and waits until that one is placed`;
     case 'reclaiming':
       return reason.victimIds.length > 0
         ? `borrowed shards are being stopped for it: ${reason.victimIds.join(', ')}`

@@ -185,6 +185,13 @@ describe('admission properties', () => {
             case 'guarantee':
               assert.equal(shard.preemptible, false);
               break;
+            case 'reclaimed':
+              assert.equal(shard.reclaimedFor, w.reason.shardId);
+              assert.ok(
+                byId.has(w.reason.shardId) && !plan.expired.includes(w.reason.shardId),
+                'reclaimed for a shard still in the queue',
+              );
+              break;
             case 'reclaiming':
               assert.ok(
                 shard.reclaimInFlight === true ||
@@ -247,6 +254,30 @@ describe('admission properties', () => {
             reserved <= Math.max(capacityBytes(gpu), original.reservedBytes),
             `${gpu.uuid}: ${reserved} > ${capacityBytes(gpu)} once the victims are gone`,
           );
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  test('a requeued victim is never placed while the shard it was reclaimed for waits', () => {
+    fc.assert(
+      fc.property(scenarioArb, (s) => {
+        const plan = run(s);
+        const waiting = new Set(plan.waiting.map((w) => w.shardId));
+        const byId = new Map(s.pending.map((p) => [p.id, p]));
+        const placedBefore = new Set<string>();
+        for (const { shardId } of plan.placements) {
+          const reclaimedFor = byId.get(shardId)!.reclaimedFor;
+          if (
+            reclaimedFor !== undefined &&
+            byId.has(reclaimedFor) &&
+            !plan.expired.includes(reclaimedFor)
+          ) {
+            assert.ok(!waiting.has(reclaimedFor), `${shardId} placed while ${reclaimedFor} waits`);
+            assert.ok(placedBefore.has(reclaimedFor), `${shardId} placed before ${reclaimedFor}`);
+          }
+          placedBefore.add(shardId);
         }
       }),
       { numRuns: RUNS },
@@ -543,6 +574,40 @@ describe('admission examples', () => {
       ],
     );
     assert.deepEqual(plan.waiting[0]!.spot?.gpuUuids, [gpuUuid('GPU-h1-1')]);
+  });
+
+  test('a victim of a higher class than the shard it was reclaimed for waits until that one is placed', () => {
+    // b1 (training, within b's guarantee) reclaimed a's build shard, which waits again: it
+    // comes first in the queue order and fits the room it left, which is b1's.
+    const fleet = [host('h1', [gpu('h1', 0, H100, 60)])];
+    const plan = admit({
+      fleet,
+      held: [heldOn('a-other', 'a', 'h1', 0, 60)],
+      pending: [
+        pending('b1', 'b', 20, { priorityRank: 100, arrivedAt: 1 }),
+        pending('a-build', 'a', 20, { reclaimedFor: 'b1' }),
+      ],
+      teams: [team('a', 0), team('b', 20)],
+      now: 0,
+      options: NO_OVERHEAD,
+    });
+    assert.deepEqual(
+      plan.placements.map((p) => p.shardId),
+      ['b1'],
+    );
+    const next = admit({
+      fleet: [host('h1', [gpu('h1', 0, H100, 60)])],
+      held: [heldOn('a-other', 'a', 'h1', 0, 60)],
+      pending: [pending('a-build', 'a', 20, { reclaimedFor: 'b1' })],
+      teams: [team('a', 0), team('b', 20)],
+      now: 0,
+      options: NO_OVERHEAD,
+    });
+    assert.deepEqual(
+      next.placements.map((p) => p.shardId),
+      ['a-build'],
+      'once b1 is placed (no longer pending), it goes',
+    );
   });
 
   test('no reclaim for a team beyond its guarantee; no victim below the owner’s guarantee', () => {

@@ -26,7 +26,9 @@
  * freed is promised to it: its spot (where it fits once its victims still held are gone) counts
  * as taken in every view, so no shard behind it (a victim requeued behind it included) is
  * placed there; otherwise the freed room goes to a shard behind, the shard reclaims again, and
- * the two stop each other in turn. (If its victims no longer free enough for it, a shard ahead
+ * the two stop each other in turn. For the same reason a requeued victim is not placed while
+ * the shard it was reclaimed for still waits (it may come first in the queue order: a victim of
+ * a higher class than the shard within its guarantee). (If its victims no longer free enough for it, a shard ahead
  * took the room: it keeps no spot and reclaims again once they are gone.) A shard of a non-preemptible class is admitted only within its
  * team's guarantee (it must never need to be preempted, so it may not borrow).
  */
@@ -75,7 +77,9 @@ export type WaitReason =
   /** Non-preemptible class beyond its team's guarantee. */
   | { readonly kind: 'guarantee'; readonly message: string }
   /** Borrowed shards are being stopped for it. */
-  | { readonly kind: 'reclaiming'; readonly victimIds: readonly string[] };
+  | { readonly kind: 'reclaiming'; readonly victimIds: readonly string[] }
+  /** It was reclaimed for this shard, which still waits. */
+  | { readonly kind: 'reclaimed'; readonly shardId: string };
 
 export interface Placement {
   readonly shardId: string;
@@ -277,8 +281,16 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   };
   let full = false;
 
+  const waitingIds = new Set(live.map((shard) => shard.id));
   for (const [position, shard] of live.entries()) {
     if (!full && smallestFrom[position]! > largestFreeNow()) full = true;
+    if (shard.reclaimedFor !== undefined && waitingIds.has(shard.reclaimedFor)) {
+      waiting.push({
+        shardId: shard.id,
+        reason: { kind: 'reclaimed', shardId: shard.reclaimedFor },
+      });
+      continue;
+    }
     const team = teams.get(shard.teamId);
     const guarantee = team?.guarantee ?? NO_GUARANTEE;
     const need = quotaBytesOf(shard.request);
@@ -342,6 +354,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       const counts = guaranteeCovers(guarantee, model);
       if (counts) covered.set(shard.teamId, (covered.get(shard.teamId) ?? 0) + need);
       placements.push({ shardId: shard.id, placed, guaranteed: within && counts });
+      waitingIds.delete(shard.id);
       continue;
     }
     if (within && !shard.reclaimInFlight) {

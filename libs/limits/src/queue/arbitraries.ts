@@ -137,6 +137,8 @@ export const scenarioArb: fc.Arbitrary<Scenario> = fc
         arrivedAt: spec.at,
         ...(spec.expires === undefined ? {} : { expiresAt: spec.expires }),
         ...(spec.inFlight && n % 6 === 0 ? { reclaimInFlight: true } : {}),
+        // A requeued victim: reclaimed for the first pending shard, or for one that is gone.
+        ...(spec.inFlight && n % 3 === 1 ? { reclaimedFor: n % 2 === 0 ? 'pend-0' : 'gone' } : {}),
       };
     });
     // Leaving shards were reclaimed for one of the shards whose reclaim is in flight, if any.
