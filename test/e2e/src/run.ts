@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { crashChecks } from './scenarios/crash.js';
 import { faultChecks } from './scenarios/faults.js';
 import { fleetChecks } from './scenarios/fleet.js';
+import { reclaimChecks } from './scenarios/reclaim.js';
 import { REPO_ROOT } from './support/native.js';
 import { killAllGroups } from './support/processes.js';
 import { Runner } from './support/runner.js';
@@ -29,6 +30,7 @@ async function main(): Promise<number> {
     if (!ok) await world.rebase();
   };
   fleetChecks(runner, world);
+  reclaimChecks(runner, world);
   crashChecks(runner, world);
   faultChecks(runner, world);
   // GPUSHARDS_E2E_ONLY=<regex>: only the checks it matches, plus the first two (the fleet

@@ -9,6 +9,7 @@ import {
   gpuUuid,
   hostId,
   type HeldShard,
+  type Host,
   type PendingShard,
   type PriorityClasses,
   type QueueTeam,
@@ -32,6 +33,7 @@ type PendingRow = [
   arrivedAtMs: number,
   expiresAtMs: number | null,
   computeSharePermille: number,
+  reclaimedFor: string | null,
 ];
 
 /**
@@ -48,7 +50,8 @@ export async function readPending(
              id, team_id, bytes_per_gpu, gpu_count, gpu_model_include, gpu_model_exclude,
              host_selector, placement_policy, priority_class,
              floor(extract(epoch FROM coalesce(queued_at, created_at)) * 1000)::float8,
-             floor(extract(epoch FROM expires_at) * 1000)::float8, compute_share_permille)) AS rows
+             floor(extract(epoch FROM expires_at) * 1000)::float8, compute_share_permille,
+             reclaim_for)) AS rows
       FROM shard WHERE state = 'PENDING'`;
   const rows = aggregate?.rows ?? [];
   if (rows.length === 0) return [];
@@ -80,6 +83,7 @@ export async function readPending(
       arrivedAtMs,
       expiresAtMs,
       computeSharePermille,
+      reclaimedFor,
     ]) => {
       const cls = classes.get(priorityClass) ?? classes.require(DEFAULT_PRIORITY_CLASS);
       const requested = { include: gpuModelInclude, exclude: gpuModelExclude };
@@ -104,6 +108,7 @@ export async function readPending(
         arrivedAt: arrivedAtMs,
         ...(expiresAtMs === null ? {} : { expiresAt: expiresAtMs }),
         ...(inFlight.has(id) ? { reclaimInFlight: true } : {}),
+        ...(reclaimedFor === null ? {} : { reclaimedFor }),
       };
     },
   );
@@ -117,6 +122,7 @@ interface HeldRow {
   quotaBytes: bigint;
   priorityClass: string;
   placedAt: Date;
+  reclaimFor: string | null;
   gpuUuids: string[];
   perGpu: bigint;
   model: string;
@@ -128,6 +134,7 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
            shard.state::text AS state, shard.bytes_per_gpu * shard.gpu_count AS "quotaBytes",
            shard.priority_class AS "priorityClass",
            coalesce(shard.started_at, shard.created_at) AS "placedAt",
+           shard.reclaim_for::text AS "reclaimFor",
            array_agg(held.gpu_uuid ORDER BY held.gpu_uuid) AS "gpuUuids",
            max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model
       FROM shard
@@ -150,6 +157,9 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
       preemptible: cls.preemptible,
       placedAt: row.placedAt.getTime(),
       leaving: row.state === 'STOPPING',
+      ...(row.state === 'STOPPING' && row.reclaimFor !== null
+        ? { reclaimFor: row.reclaimFor }
+        : {}),
     };
   });
 }
@@ -205,5 +215,26 @@ export async function readTeams(
       ? { maxTotalBytes: bytes(Number(row.maxTotalBytes ?? 0n)), maxShards: row.maxShards ?? 0 }
       : { maxTotalBytes: bytes(0), maxShards: 0 }),
     decayedGiBHours: Number(row.decayed ?? 0),
+  }));
+}
+
+/** Every GPU's reserved bytes as the reader sees them now. */
+export async function readReservedBytes(reader: Reader): Promise<Map<string, number>> {
+  const [row] = await reader.$queryRaw<{ reserved: Record<string, number> | null }[]>`
+    SELECT json_object_agg(uuid, reserved_bytes) AS reserved FROM gpu`;
+  return new Map(Object.entries(row?.reserved ?? {}));
+}
+
+/** The fleet with each GPU's reserved bytes replaced by `reserved` (GPUs it lacks unchanged). */
+export function withReservedBytes(
+  fleet: readonly Host[],
+  reserved: ReadonlyMap<string, number>,
+): Host[] {
+  return fleet.map((host) => ({
+    ...host,
+    gpus: host.gpus.map((gpu) => {
+      const now = reserved.get(gpu.uuid);
+      return now === undefined ? gpu : { ...gpu, reservedBytes: bytes(now) };
+    }),
   }));
 }

@@ -12,14 +12,18 @@ export class QueuedShard {
 
   @Field({
     description:
-      'capacity (fits nowhere now), behind (the room it fits is kept for a shard ahead), quota, guarantee (a non-preemptible class beyond its guarantee) or reclaiming (borrowed shards are being stopped for it).',
+      'capacity (fits nowhere now), behind (the room it fits is kept for a shard ahead), quota, guarantee (a non-preemptible class beyond its guarantee), reclaiming (borrowed shards are being stopped for it) or reclaimed (it was stopped to make room for a shard that still waits).',
   })
   reasonKind!: string;
 
   @Field({ description: 'For people.' })
   reason!: string;
 
-  @Field(() => ID, { nullable: true, description: 'The shard ahead whose room it would take.' })
+  @Field(() => ID, {
+    nullable: true,
+    description:
+      'The shard ahead whose room it would take; for reclaimed, the shard it was stopped for.',
+  })
   waitingBehind!: string | null;
 
   @Field(() => ID, {

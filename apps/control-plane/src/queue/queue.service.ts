@@ -25,7 +25,14 @@ import { applyPlacements, StalePlan } from './apply-placements.js';
 import { QueueMetrics } from './queue-metrics.js';
 import type { TeamShare } from './queue.model.js';
 import { QUEUE_OPTIONS, type QueueOptions } from './queue-options.js';
-import { readHeld, readPending, readTeams, type TeamRecord } from './queue-reads.js';
+import {
+  readHeld,
+  readPending,
+  readReservedBytes,
+  readTeams,
+  withReservedBytes,
+  type TeamRecord,
+} from './queue-reads.js';
 
 /** One key for every replica's admission pass: passes run one at a time across the fleet. */
 const ADMISSION_LOCK = 0x67707371; // "gpsq"
@@ -240,14 +247,24 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const held = reclaimPossible ? await readHeld(tx, this.classes) : [];
     const t2 = performance.now();
     this.teams = teams;
-    const fleet = this.cache.hosts();
-    const plan = admit({
-      fleet,
-      held,
-      pending,
-      teams: reclaimPossible ? teams : teams.map(withoutLimits),
-      now: now.getTime(),
-    });
+    let fleet = this.cache.hosts();
+    const decide = () =>
+      admit({
+        fleet,
+        held,
+        pending,
+        teams: reclaimPossible ? teams : teams.map(withoutLimits),
+        now: now.getTime(),
+      });
+    let plan = decide();
+    if (plan.preemptions.length > 0) {
+      // A stop is not undone by a conditional update that misses: decide it on the GPUs as
+      // this transaction reads them, after the queue and the held shards. The cache may not
+      // have another replica's release yet, and would reclaim again for a shard whose victims
+      // that replica has just requeued.
+      fleet = withReservedBytes(fleet, await readReservedBytes(tx));
+      plan = decide();
+    }
     const t3 = performance.now();
     this.logger.debug(
       { teamsMs: t1 - t0, heldMs: t2 - t1, decideMs: t3 - t2, pending: pending.length },
@@ -314,7 +331,10 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         position: waiting.position,
         reason: describeWait(waiting.reason),
         reasonKind: waiting.reason.kind,
-        behind: waiting.reason.kind === 'behind' ? waiting.reason.shardId : null,
+        behind:
+          waiting.reason.kind === 'behind' || waiting.reason.kind === 'reclaimed'
+            ? waiting.reason.shardId
+            : null,
         spotHostId: waiting.spot?.hostId ?? null,
       });
     }
@@ -338,6 +358,8 @@ export function describeWait(reason: WaitReason): string {
       return `its team's limit: ${reason.message}`;
     case 'guarantee':
       return reason.message;
+    case 'reclaimed':
+      return `it was stopped to make room for shard ${reason.shardId}, and waits until that one is placed`;
     case 'reclaiming':
       return reason.victimIds.length > 0
         ? `borrowed shards are being stopped for it: ${reason.victimIds.join(', ')}`

@@ -165,7 +165,8 @@ export class ShardLifecycle {
                        queued_at = CASE WHEN move.m_state = 'PENDING' THEN move.m_at
                                         ELSE queued_at END,
                        stop_intent = CASE WHEN move.m_state = 'STOPPING' THEN stop_intent END,
-                       reclaim_for = CASE WHEN move.m_state = 'STOPPING' THEN reclaim_for END
+                       reclaim_for = CASE WHEN move.m_state IN ('STOPPING', 'PENDING')
+                                          THEN reclaim_for END
         FROM unnest(${column((m) => m.shard.id)}::uuid[],
                     ${column((m) => m.state)}::text[],
                     ${column((m) => m.fields.failureReason ?? null)}::text[],

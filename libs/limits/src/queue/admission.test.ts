@@ -185,6 +185,13 @@ describe('admission properties', () => {
             case 'guarantee':
               assert.equal(shard.preemptible, false);
               break;
+            case 'reclaimed':
+              assert.equal(shard.reclaimedFor, w.reason.shardId);
+              assert.ok(
+                byId.has(w.reason.shardId) && !plan.expired.includes(w.reason.shardId),
+                'reclaimed for a shard still in the queue',
+              );
+              break;
             case 'reclaiming':
               assert.ok(
                 shard.reclaimInFlight === true ||
@@ -212,6 +219,65 @@ describe('admission properties', () => {
         const shadow = withPlacements(emptied, [...plan.placements.map((p) => p.placed), ...kept]);
         for (const gpu of shadow.flatMap((h) => h.gpus)) {
           assert.ok(gpu.reservedBytes <= capacityBytes(gpu), `${gpu.uuid}: spot taken`);
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  test('room a reclaim frees stays promised: once its victims are gone the shard fits its spot beside every placement', () => {
+    fc.assert(
+      fc.property(scenarioArb, (s) => {
+        const plan = run(s);
+        const promised = plan.waiting.filter((w) => w.reason.kind === 'reclaiming' && w.spot);
+        const owners = new Set(promised.map((w) => w.shardId));
+        const victims = new Set([
+          ...s.held.filter((h) => h.leaving && owners.has(h.reclaimFor ?? '')).map((h) => h.id),
+          ...plan.preemptions.filter((p) => owners.has(p.forShardId)).map((p) => p.victimId),
+        ]);
+        const freed = new Map<string, number>();
+        for (const victim of s.held.filter((h) => victims.has(h.id))) {
+          for (const uuid of victim.gpuUuids) {
+            freed.set(uuid, (freed.get(uuid) ?? 0) + victim.reservedBytesPerGpu);
+          }
+        }
+        const after = withPlacements(s.fleet, [
+          ...plan.placements.map((p) => p.placed),
+          ...promised.map((w) => w.spot!),
+        ]);
+        for (const gpu of after.flatMap((h) => h.gpus)) {
+          const original = s.fleet.flatMap((h) => h.gpus).find((g) => g.uuid === gpu.uuid)!;
+          const added = gpu.reservedBytes - original.reservedBytes;
+          if (added === 0) continue;
+          const reserved = gpu.reservedBytes - (freed.get(gpu.uuid) ?? 0);
+          assert.ok(
+            reserved <= Math.max(capacityBytes(gpu), original.reservedBytes),
+            `${gpu.uuid}: ${reserved} > ${capacityBytes(gpu)} once the victims are gone`,
+          );
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  test('a requeued victim is never placed while the shard it was reclaimed for waits', () => {
+    fc.assert(
+      fc.property(scenarioArb, (s) => {
+        const plan = run(s);
+        const waiting = new Set(plan.waiting.map((w) => w.shardId));
+        const byId = new Map(s.pending.map((p) => [p.id, p]));
+        const placedBefore = new Set<string>();
+        for (const { shardId } of plan.placements) {
+          const reclaimedFor = byId.get(shardId)!.reclaimedFor;
+          if (
+            reclaimedFor !== undefined &&
+            byId.has(reclaimedFor) &&
+            !plan.expired.includes(reclaimedFor)
+          ) {
+            assert.ok(!waiting.has(reclaimedFor), `${shardId} placed while ${reclaimedFor} waits`);
+            assert.ok(placedBefore.has(reclaimedFor), `${shardId} placed before ${reclaimedFor}`);
+          }
+          placedBefore.add(shardId);
         }
       }),
       { numRuns: RUNS },
@@ -474,6 +540,74 @@ describe('admission examples', () => {
       ['a-young'],
     );
     assert.deepEqual(plan.waiting[0]!.reason, { kind: 'reclaiming', victimIds: ['a-young'] });
+  });
+
+  test('while its victims stop, the room the first freed is kept for the shard: no victim takes it back', () => {
+    // GPU0 full with a's older shards; on GPU1 a's build (60) and t1a (10, stopping for b1);
+    // t1b, reclaimed with it, already stopped and waits again (training), 10 free.
+    const fleet = [host('h1', [gpu('h1', 0, H100, 80), gpu('h1', 1, H100, 70)])];
+    const held = [
+      heldOn('build-0', 'a', 'h1', 0, 60),
+      heldOn('t0a', 'a', 'h1', 0, 10, { priorityRank: 100 }),
+      heldOn('t0b', 'a', 'h1', 0, 10, { priorityRank: 100 }),
+      heldOn('build-1', 'a', 'h1', 1, 60),
+      heldOn('t1a', 'a', 'h1', 1, 10, { priorityRank: 100, leaving: true, reclaimFor: 'b1' }),
+    ];
+    const plan = admit({
+      fleet,
+      held,
+      pending: [
+        pending('b1', 'b', 20, { reclaimInFlight: true }),
+        pending('t1b', 'a', 10, { priorityRank: 100, arrivedAt: 5 }),
+      ],
+      teams: [team('a', 0), team('b', 24)],
+      now: 0,
+      options: NO_OVERHEAD,
+    });
+    assert.deepEqual(plan.placements, [], 't1b fits GPU1 now, but that room is b1’s');
+    assert.deepEqual(plan.preemptions, []);
+    assert.deepEqual(
+      plan.waiting.map((w) => [w.shardId, w.reason.kind]),
+      [
+        ['b1', 'reclaiming'],
+        ['t1b', 'behind'],
+      ],
+    );
+    assert.deepEqual(plan.waiting[0]!.spot?.gpuUuids, [gpuUuid('GPU-h1-1')]);
+  });
+
+  test('a victim of a higher class than the shard it was reclaimed for waits until that one is placed', () => {
+    // b1 (training, within b's guarantee) reclaimed a's build shard, which waits again: it
+    // comes first in the queue order and fits the room it left, which is b1's.
+    const fleet = [host('h1', [gpu('h1', 0, H100, 60)])];
+    const plan = admit({
+      fleet,
+      held: [heldOn('a-other', 'a', 'h1', 0, 60)],
+      pending: [
+        pending('b1', 'b', 20, { priorityRank: 100, arrivedAt: 1 }),
+        pending('a-build', 'a', 20, { reclaimedFor: 'b1' }),
+      ],
+      teams: [team('a', 0), team('b', 20)],
+      now: 0,
+      options: NO_OVERHEAD,
+    });
+    assert.deepEqual(
+      plan.placements.map((p) => p.shardId),
+      ['b1'],
+    );
+    const next = admit({
+      fleet: [host('h1', [gpu('h1', 0, H100, 60)])],
+      held: [heldOn('a-other', 'a', 'h1', 0, 60)],
+      pending: [pending('a-build', 'a', 20, { reclaimedFor: 'b1' })],
+      teams: [team('a', 0), team('b', 20)],
+      now: 0,
+      options: NO_OVERHEAD,
+    });
+    assert.deepEqual(
+      next.placements.map((p) => p.shardId),
+      ['a-build'],
+      'once b1 is placed (no longer pending), it goes',
+    );
   });
 
   test('no reclaim for a team beyond its guarantee; no victim below the owner’s guarantee', () => {

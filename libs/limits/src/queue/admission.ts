@@ -22,13 +22,21 @@
  * Guarantees: a shard whose team stays within its guarantee with it ("within guarantee") that
  * cannot be placed reclaims: borrowed shards are chosen as victims (see reclaim.ts) and stopped
  * by the control plane; the shard keeps the room they free as its spot and is placed by a later
- * pass once they are gone. A shard of a non-preemptible class is admitted only within its
+ * pass once they are gone. While some of them are still stopping, the room the others already
+ * freed is promised to it: its spot (where it fits once its victims still held are gone) counts
+ * as taken in every view, so no shard behind it (a victim requeued behind it included) is
+ * placed there; otherwise the freed room goes to a shard behind, the shard reclaims again, and
+ * the two stop each other in turn. For the same reason a requeued victim is not placed while
+ * the shard it was reclaimed for still waits (it may come first in the queue order: a victim of
+ * a higher class than the shard within its guarantee). (If its victims no longer free enough for it, a shard ahead
+ * took the room: it keeps no spot and reclaims again once they are gone.) A shard of a non-preemptible class is admitted only within its
  * team's guarantee (it must never need to be preempted, so it may not borrow).
  */
 import { bytes } from '../sizes.js';
 import { DEFAULT_CONTEXT_OVERHEAD_BYTES, type Gpu, type Host } from '../inventory.js';
 import {
   freeBytes,
+  place,
   type Placed,
   type PlacementOptions,
   type PlacementRequest,
@@ -69,7 +77,9 @@ export type WaitReason =
   /** Non-preemptible class beyond its team's guarantee. */
   | { readonly kind: 'guarantee'; readonly message: string }
   /** Borrowed shards are being stopped for it. */
-  | { readonly kind: 'reclaiming'; readonly victimIds: readonly string[] };
+  | { readonly kind: 'reclaiming'; readonly victimIds: readonly string[] }
+  /** It was reclaimed for this shard, which still waits. */
+  | { readonly kind: 'reclaimed'; readonly shardId: string };
 
 export interface Placement {
   readonly shardId: string;
@@ -167,6 +177,8 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     }
   }
   const inPass = new Map<string, number>();
+  /** Room promised to shards whose victims are still stopping: taken in every view. */
+  const promised = new Map<string, number>();
   const spots = new Map<string, number>();
   const spotOwners = new Map<string, string[]>();
   const emptied = fleet.map((host) => ({
@@ -183,7 +195,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   const refresh = (uuid: string): void => {
     const hostId = hostOf.get(uuid)!;
     const p = pre.get(uuid) ?? 0;
-    const i = inPass.get(uuid) ?? 0;
+    const i = (inPass.get(uuid) ?? 0) + (promised.get(uuid) ?? 0);
     const s = spots.get(uuid) ?? 0;
     now_.set(hostId, uuid, p + i);
     shadow.set(hostId, uuid, i + s);
@@ -195,11 +207,40 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       refresh(uuid);
     }
   };
-  const keepSpot = (shardId: string, placed: Placed): void => {
-    add(spots, placed);
+  const own = (shardId: string, placed: Placed): void => {
     const owners = spotOwners.get(placed.hostId);
     if (owners === undefined) spotOwners.set(placed.hostId, [shardId]);
     else owners.push(shardId);
+  };
+  const keepSpot = (shardId: string, placed: Placed): void => {
+    add(spots, placed);
+    own(shardId, placed);
+  };
+  /**
+   * Where a shard would fit now if no room were promised, on the hosts that hold promises
+   * (elsewhere the `now_` view is exactly what is held and placed): it then waits behind the
+   * shard the room is promised to, not for capacity.
+   */
+  const fitsBesidePromises = (request: PlacementRequest): Placed | undefined => {
+    if (promised.size === 0) return undefined;
+    const hostIds = new Set([...promised.keys()].map((uuid) => hostOf.get(uuid)));
+    const hosts = now_.hosts
+      .filter((host) => hostIds.has(host.id))
+      .map((host) => ({
+        ...host,
+        gpus: host.gpus.map((gpu) => ({
+          ...gpu,
+          reservedBytes: bytes(gpu.reservedBytes - (promised.get(gpu.uuid) ?? 0)),
+        })),
+      }));
+    const result = place(request, hosts, options);
+    return result.kind === 'placed' ? result : undefined;
+  };
+  /** The room a reclaim frees, taken in every view until the shard is placed on it. */
+  const promise = (shardId: string, placed: Placed): void => {
+    add(promised, placed);
+    largestFree = undefined;
+    own(shardId, placed);
   };
 
   const placements: Placement[] = [];
@@ -227,7 +268,12 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       for (const host of now_.hosts) {
         if (host.state !== 'ONLINE') continue;
         for (const gpu of host.gpus) {
-          largestFree = Math.max(largestFree, freeBytes(gpu, options.defaultOvercommitRatio));
+          // Promised room counts as free here: a shard that fits only there waits behind its
+          // owner, which the reason must say.
+          const less = promised.get(gpu.uuid) ?? 0;
+          const seen =
+            less === 0 ? gpu : { ...gpu, reservedBytes: bytes(gpu.reservedBytes - less) };
+          largestFree = Math.max(largestFree, freeBytes(seen, options.defaultOvercommitRatio));
         }
       }
     }
@@ -235,8 +281,16 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   };
   let full = false;
 
+  const waitingIds = new Set(live.map((shard) => shard.id));
   for (const [position, shard] of live.entries()) {
     if (!full && smallestFrom[position]! > largestFreeNow()) full = true;
+    if (shard.reclaimedFor !== undefined && waitingIds.has(shard.reclaimedFor)) {
+      waiting.push({
+        shardId: shard.id,
+        reason: { kind: 'reclaimed', shardId: shard.reclaimedFor },
+      });
+      continue;
+    }
     const team = teams.get(shard.teamId);
     const guarantee = team?.guarantee ?? NO_GUARANTEE;
     const need = quotaBytesOf(shard.request);
@@ -300,6 +354,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       const counts = guaranteeCovers(guarantee, model);
       if (counts) covered.set(shard.teamId, (covered.get(shard.teamId) ?? 0) + need);
       placements.push({ shardId: shard.id, placed, guaranteed: within && counts });
+      waitingIds.delete(shard.id);
       continue;
     }
     if (within && !shard.reclaimInFlight) {
@@ -323,7 +378,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
           }
         }
         heldNow = heldNow.filter((s) => !ids.has(s.id));
-        keepSpot(shard.id, result.placed);
+        promise(shard.id, result.placed);
         waiting.push({
           shardId: shard.id,
           reason: { kind: 'reclaiming', victimIds: result.victims.map((v) => v.id) },
@@ -332,13 +387,31 @@ export function admit(input: AdmissionInput): AdmissionPlan {
         continue;
       }
     }
-    const spot = full ? undefined : shadow.index.tryPlace(request);
+    if (shard.reclaimInFlight) {
+      const room = promisedRoom(shard.id, request, now_.hosts, held, options);
+      if (room !== undefined) {
+        promise(shard.id, room);
+        waiting.push({
+          shardId: shard.id,
+          reason: { kind: 'reclaiming', victimIds: [] },
+          spot: room,
+        });
+        continue;
+      }
+    }
+    // A shard whose victims no longer free enough for it keeps no spot: it reclaims again
+    // once they are gone.
+    const spot = full || shard.reclaimInFlight ? undefined : shadow.index.tryPlace(request);
     if (spot !== undefined) keepSpot(shard.id, spot);
     const reason: WaitReason = shard.reclaimInFlight
       ? { kind: 'reclaiming', victimIds: [] }
       : full
         ? { kind: 'capacity' }
-        : behindWhom(now_.index.tryPlace(request), spotOwners, shard.id);
+        : behindWhom(
+            now_.index.tryPlace(request) ?? fitsBesidePromises(request),
+            spotOwners,
+            shard.id,
+          );
     waiting.push({ shardId: shard.id, reason, ...(spot === undefined ? {} : { spot }) });
   }
   return {
@@ -347,6 +420,42 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     expired,
     waiting: waiting.map((w, i) => ({ ...w, position: i + 1 })),
   };
+}
+
+/**
+ * Where a shard whose reclaim is in flight fits once its victims still held (leaving, reclaimed
+ * for it) are gone, on their hosts as they are now (this pass's placements and promises
+ * included); undefined when it has no victims left or does not fit there.
+ */
+function promisedRoom(
+  shardId: string,
+  request: PlacementRequest,
+  hosts: readonly Host[],
+  held: readonly HeldShard[],
+  options: PlacementOptions,
+): Placed | undefined {
+  const victims = held.filter((s) => s.leaving && s.reclaimFor === shardId);
+  if (victims.length === 0) return undefined;
+  const freed = new Map<string, number>();
+  for (const victim of victims) {
+    for (const uuid of victim.gpuUuids) {
+      freed.set(uuid, (freed.get(uuid) ?? 0) + victim.reservedBytesPerGpu);
+    }
+  }
+  const victimHosts = new Set(victims.map((v) => v.hostId as string));
+  const candidates = hosts
+    .filter((host) => victimHosts.has(host.id))
+    .map((host) => ({
+      ...host,
+      gpus: host.gpus.map((gpu) => {
+        const less = freed.get(gpu.uuid) ?? 0;
+        return less === 0
+          ? gpu
+          : { ...gpu, reservedBytes: bytes(Math.max(0, gpu.reservedBytes - less)) };
+      }),
+    }));
+  const result = place(request, candidates, options);
+  return result.kind === 'placed' ? result : undefined;
 }
 
 /** The request limited to the GPUs a guarantee covers; undefined when it asks for others. */

@@ -137,11 +137,20 @@ export const scenarioArb: fc.Arbitrary<Scenario> = fc
         arrivedAt: spec.at,
         ...(spec.expires === undefined ? {} : { expiresAt: spec.expires }),
         ...(spec.inFlight && n % 6 === 0 ? { reclaimInFlight: true } : {}),
+        // A requeued victim: reclaimed for the first pending shard, or for one that is gone.
+        ...(spec.inFlight && n % 3 === 1 ? { reclaimedFor: n % 2 === 0 ? 'pend-0' : 'gone' } : {}),
       };
     });
+    // Leaving shards were reclaimed for one of the shards whose reclaim is in flight, if any.
+    const inFlight = pendingShards.filter((p) => p.reclaimInFlight === true).map((p) => p.id);
+    const linked = heldShards.map((shard, n) =>
+      shard.leaving && inFlight.length > 0
+        ? { ...shard, reclaimFor: inFlight[n % inFlight.length]! }
+        : shard,
+    );
     return {
       fleet,
-      held: heldShards,
+      held: linked,
       pending: pendingShards,
       teams: queueTeams,
       options,

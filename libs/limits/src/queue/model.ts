@@ -38,6 +38,8 @@ export interface HeldShard {
   readonly placedAt: number;
   /** Already on its way out (stopping, or chosen as a victim): never chosen again. */
   readonly leaving: boolean;
+  /** A leaving shard reclaimed for a pending shard: that shard's id. */
+  readonly reclaimFor?: string;
 }
 
 export interface PendingShard {
@@ -52,6 +54,11 @@ export interface PendingShard {
   readonly expiresAt?: number;
   /** Victims are already stopping for it: no second reclaim. */
   readonly reclaimInFlight?: boolean;
+  /**
+   * It was stopped (requeued) to make room for this pending shard: it is not placed while that
+   * one waits, or it would take back the room and be reclaimed again, in turn.
+   */
+  readonly reclaimedFor?: string;
 }
 
 export function fairShareOf(team: QueueTeam | undefined): FairShareKey {

@@ -7,6 +7,8 @@ import { System } from './system.js';
 export const HOLDING = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING'];
 /** States that count against the team's quota: also LOST (its container may come back). */
 export const COUNTED = [...HOLDING, 'LOST'];
+/** A PENDING shard counts against its team's quota too (its container must not run). */
+export const QUOTA_COUNTED = [...COUNTED, 'PENDING'];
 
 /** What the suite expects of one shard it created: it may never be lost. */
 export interface Expected {
@@ -142,7 +144,7 @@ export async function findProblems(
 
   if (checkUsage) {
     for (const [teamKey, teamId] of tokens.teamIds) {
-      const counted = shards.filter((s) => s.team_id === teamId && COUNTED.includes(s.state));
+      const counted = shards.filter((s) => s.team_id === teamId && QUOTA_COUNTED.includes(s.state));
       const expected = counted.reduce((sum, s) => sum + BigInt(s.requested), 0n);
       const count = counted.length;
       const { team } = await system.as<{

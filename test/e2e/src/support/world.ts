@@ -19,6 +19,10 @@ export interface QuotaInput {
   maxShards: number;
   maxPerShard: string;
   maxGpusPerShard?: number;
+  /** Guaranteed memory ("24g"); left out: none (everything the team holds is borrowed). */
+  guarantee?: string;
+  /** Part of a GPU model name the guarantee is on ("H100"). */
+  guaranteeGpuModel?: string;
 }
 
 export interface ShardRequest {
@@ -124,13 +128,14 @@ export class World {
     id: string,
     state: string,
     timeoutMs = 30_000,
+    n: 1 | 2 = 1,
   ): Promise<ShardView> {
     let last = '';
     try {
       return await waitFor(
         `shard ${id} ${state}`,
         async () => {
-          const shard = await this.shard(teamKey, id);
+          const shard = await this.shard(teamKey, id, n);
           last = `${shard.state}${shard.failureReason ? ` (${shard.failureReason})` : ''}`;
           return shard.state === state ? shard : undefined;
         },
