@@ -169,25 +169,80 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   const inPass = new Map<string, number>();
   const spots = new Map<string, number>();
   const spotOwners = new Map<string, string[]>();
-  const emptied = fleet.map((host) => ({
-    ...host,
-    gpus: host.gpus.map((gpu) => ({
-      ...gpu,
-      reservedBytes: bytes(0),
-      guaranteedComputePermille: 0,
-    })),
-  }));
-  const now_ = new View(fleet, options); // held + in-pass
-  const shadow = new View(emptied, options); // in-pass + spots
-  const both = new View(fleet, options); // in-pass + max(held, spots)
+  /** Compute shares guaranteed by this pass's placements, per GPU. */
+  const computeAdded = new Map<string, number>();
+  /** GPUs whose views differ from the fleet as given (placed on, or kept as a spot). */
+  const touched = new Set<string>();
+
+  // Past the point where no shard left could fit anywhere now (its per-GPU need, overhead
+  // included, above every GPU's free bytes), nothing more can be placed, so spots no longer
+  // matter: the rest only wait (or reclaim). In-pass placements only lower free bytes, so the
+  // bound holds for the rest of the pass once it holds. Keeps a pass over a deep queue behind a
+  // full fleet linear in the queue, not queue × hosts.
+  const minOverhead = Math.min(
+    options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES,
+    ...fleet.map((host) => host.contextOverheadBytes ?? Infinity),
+  );
+  const needs = live.map((shard) => shard.request.bytesPerGpu + minOverhead);
+  const smallestFrom = new Array<number>(live.length + 1).fill(Infinity);
+  for (let i = live.length - 1; i >= 0; i--)
+    smallestFrom[i] = Math.min(needs[i]!, smallestFrom[i + 1]!);
+
+  // The views that place ("now": held + in-pass; "both": in-pass + max(held, spots)) hold only
+  // the hosts that can take some shard of this pass: ONLINE, with a GPU whose free bytes reach
+  // the smallest need. Placements only lower free bytes, so no other host could take one, and
+  // a pass after one freed GPU copies one host, not the fleet. Reclaim ("all": held + in-pass
+  // on every host) and spots ("shadow": in-pass + spots on the emptied fleet) look at every
+  // host; their views are built when first needed, with what the pass did so far.
+  const candidates = fleet.filter(
+    (host) =>
+      host.state === 'ONLINE' &&
+      host.gpus.some((gpu) => freeBytes(gpu, options.defaultOvercommitRatio) >= smallestFrom[0]!),
+  );
+  const now_ = new View(candidates, options);
+  const both = new View(candidates, options);
+  let all: View | undefined;
+  let shadow: View | undefined;
+  const setAll = (view: View, uuid: string): void => {
+    view.set(hostOf.get(uuid)!, uuid, (pre.get(uuid) ?? 0) + (inPass.get(uuid) ?? 0));
+  };
+  const setShadow = (view: View, uuid: string): void => {
+    view.set(hostOf.get(uuid)!, uuid, (inPass.get(uuid) ?? 0) + (spots.get(uuid) ?? 0));
+  };
+  const built = (view: View, set: (view: View, uuid: string) => void): View => {
+    for (const uuid of touched) {
+      set(view, uuid);
+      const permille = computeAdded.get(uuid);
+      if (permille !== undefined) view.addCompute(hostOf.get(uuid)!, uuid, permille);
+    }
+    return view;
+  };
+  const allView = (): View => (all ??= built(new View(fleet, options), setAll));
+  const shadowView = (): View =>
+    (shadow ??= built(
+      new View(
+        fleet.map((host) => ({
+          ...host,
+          gpus: host.gpus.map((gpu) => ({
+            ...gpu,
+            reservedBytes: bytes(0),
+            guaranteedComputePermille: 0,
+          })),
+        })),
+        options,
+      ),
+      setShadow,
+    ));
   const refresh = (uuid: string): void => {
+    touched.add(uuid);
     const hostId = hostOf.get(uuid)!;
     const p = pre.get(uuid) ?? 0;
     const i = inPass.get(uuid) ?? 0;
     const s = spots.get(uuid) ?? 0;
     now_.set(hostId, uuid, p + i);
-    shadow.set(hostId, uuid, i + s);
     both.set(hostId, uuid, i + Math.max(p, s));
+    if (all !== undefined) setAll(all, uuid);
+    if (shadow !== undefined) setShadow(shadow, uuid);
   };
   const add = (into: Map<string, number>, placed: Placed): void => {
     for (const uuid of placed.gpuUuids) {
@@ -207,19 +262,6 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   const waiting: Omit<Waiting, 'position'>[] = [];
   let heldNow = held.filter((s) => !leaving.has(s.id));
 
-  // Past the point where no shard left could fit anywhere now (its per-GPU need, overhead
-  // included, above every GPU's free bytes), nothing more can be placed, so spots no longer
-  // matter: the rest only wait (or reclaim). In-pass placements only lower free bytes, so the
-  // bound holds for the rest of the pass once it holds. Keeps a pass over a deep queue behind a
-  // full fleet linear in the queue, not queue × hosts.
-  const minOverhead = Math.min(
-    options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES,
-    ...fleet.map((host) => host.contextOverheadBytes ?? Infinity),
-  );
-  const needs = live.map((shard) => shard.request.bytesPerGpu + minOverhead);
-  const smallestFrom = new Array<number>(live.length + 1).fill(Infinity);
-  for (let i = live.length - 1; i >= 0; i--)
-    smallestFrom[i] = Math.min(needs[i]!, smallestFrom[i + 1]!);
   let largestFree: number | undefined;
   const largestFreeNow = (): number => {
     if (largestFree === undefined) {
@@ -289,7 +331,10 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       const permille = shard.request.computeSharePermille ?? 0;
       if (permille > 0) {
         for (const uuid of placed.gpuUuids) {
-          for (const view of [now_, shadow, both]) view.addCompute(placed.hostId, uuid, permille);
+          computeAdded.set(uuid, (computeAdded.get(uuid) ?? 0) + permille);
+          for (const view of [now_, both, all, shadow]) {
+            view?.addCompute(placed.hostId, uuid, permille);
+          }
         }
       }
       largestFree = undefined;
@@ -305,7 +350,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (within && !shard.reclaimInFlight) {
       const result = chooseVictims(
         { request: shard.request, teamId: shard.teamId, guarantee },
-        { fleet: now_.hosts, held: heldNow, teams, coveredBytes: covered, options },
+        { fleet: allView().hosts, held: heldNow, teams, coveredBytes: covered, options },
       );
       if (result.kind === 'reclaim') {
         const ids = new Set(result.victims.map((v) => v.id));
@@ -332,7 +377,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
         continue;
       }
     }
-    const spot = full ? undefined : shadow.index.tryPlace(request);
+    const spot = full ? undefined : shadowView().index.tryPlace(request);
     if (spot !== undefined) keepSpot(shard.id, spot);
     const reason: WaitReason = shard.reclaimInFlight
       ? { kind: 'reclaiming', victimIds: [] }
