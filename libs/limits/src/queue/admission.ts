@@ -155,17 +155,6 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   expired.sort();
   live.sort((a, b) => compareQueued(a, b, teams));
 
-  // Per GPU: held now, placed in this pass, kept as spots.
-  const pre = new Map<string, number>();
-  const hostOf = new Map<string, string>();
-  const modelOf = new Map<string, string>();
-  for (const host of fleet) {
-    for (const gpu of host.gpus) {
-      pre.set(gpu.uuid, gpu.reservedBytes);
-      hostOf.set(gpu.uuid, host.id);
-      modelOf.set(gpu.uuid, gpu.model);
-    }
-  }
   const inPass = new Map<string, number>();
   const spots = new Map<string, number>();
   const spotOwners = new Map<string, string[]>();
@@ -199,21 +188,37 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       host.state === 'ONLINE' &&
       host.gpus.some((gpu) => freeBytes(gpu, options.defaultOvercommitRatio) >= smallestFrom[0]!),
   );
+  // Per GPU: held now (the fleet as given), placed in this pass, kept as spots. The candidate
+  // hosts' GPUs (below) are indexed at once, the fleet's when one of another host is asked for
+  // (reclaim, spots): a pass that places on one host never indexes 8,000 GPUs.
+  const indexOf = (hosts: readonly Host[]): Map<string, { hostId: string; gpu: Gpu }> => {
+    const index = new Map<string, { hostId: string; gpu: Gpu }>();
+    for (const host of hosts) {
+      for (const gpu of host.gpus) index.set(gpu.uuid, { hostId: host.id, gpu });
+    }
+    return index;
+  };
+  const candidateIndex = indexOf(candidates);
+  let fleetIndex: Map<string, { hostId: string; gpu: Gpu }> | undefined;
+  const gpuOf = (uuid: string): { hostId: string; gpu: Gpu } | undefined =>
+    candidateIndex.get(uuid) ?? (fleetIndex ??= indexOf(fleet)).get(uuid);
+  const pre = (uuid: string): number => gpuOf(uuid)?.gpu.reservedBytes ?? 0;
+  const hostOf = (uuid: string): string => gpuOf(uuid)!.hostId;
   const now_ = new View(candidates, options);
   const both = new View(candidates, options);
   let all: View | undefined;
   let shadow: View | undefined;
   const setAll = (view: View, uuid: string): void => {
-    view.set(hostOf.get(uuid)!, uuid, (pre.get(uuid) ?? 0) + (inPass.get(uuid) ?? 0));
+    view.set(hostOf(uuid), uuid, pre(uuid) + (inPass.get(uuid) ?? 0));
   };
   const setShadow = (view: View, uuid: string): void => {
-    view.set(hostOf.get(uuid)!, uuid, (inPass.get(uuid) ?? 0) + (spots.get(uuid) ?? 0));
+    view.set(hostOf(uuid), uuid, (inPass.get(uuid) ?? 0) + (spots.get(uuid) ?? 0));
   };
   const built = (view: View, set: (view: View, uuid: string) => void): View => {
     for (const uuid of touched) {
       set(view, uuid);
       const permille = computeAdded.get(uuid);
-      if (permille !== undefined) view.addCompute(hostOf.get(uuid)!, uuid, permille);
+      if (permille !== undefined) view.addCompute(hostOf(uuid), uuid, permille);
     }
     return view;
   };
@@ -235,8 +240,8 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     ));
   const refresh = (uuid: string): void => {
     touched.add(uuid);
-    const hostId = hostOf.get(uuid)!;
-    const p = pre.get(uuid) ?? 0;
+    const hostId = hostOf(uuid);
+    const p = pre(uuid);
     const i = inPass.get(uuid) ?? 0;
     const s = spots.get(uuid) ?? 0;
     now_.set(hostId, uuid, p + i);
@@ -259,7 +264,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
 
   const placements: Placement[] = [];
   const preemptions: Preemption[] = [];
-  const waiting: Omit<Waiting, 'position'>[] = [];
+  const waiting: Waiting[] = [];
   let heldNow = held.filter((s) => !leaving.has(s.id));
 
   let largestFree: number | undefined;
@@ -286,6 +291,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (team?.maxShards !== undefined && holding.shards + 1 > team.maxShards) {
       waiting.push({
         shardId: shard.id,
+        position: waiting.length + 1,
         reason: {
           kind: 'quota',
           message: `team holds ${holding.shards} shards, its limit is ${team.maxShards}`,
@@ -296,6 +302,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (team?.maxTotalBytes !== undefined && holding.bytes + need > team.maxTotalBytes) {
       waiting.push({
         shardId: shard.id,
+        position: waiting.length + 1,
         reason: {
           kind: 'quota',
           message:
@@ -314,6 +321,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (!shard.preemptible && !within) {
       waiting.push({
         shardId: shard.id,
+        position: waiting.length + 1,
         reason: {
           kind: 'guarantee',
           message:
@@ -341,7 +349,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       holding.bytes += need;
       holding.shards += 1;
       holdings.set(shard.teamId, holding);
-      const model = modelOf.get(placed.gpuUuids[0]!) ?? '';
+      const model = gpuOf(placed.gpuUuids[0]!)?.gpu.model ?? '';
       const counts = guaranteeCovers(guarantee, model);
       if (counts) covered.set(shard.teamId, (covered.get(shard.teamId) ?? 0) + need);
       placements.push({ shardId: shard.id, placed, guaranteed: within && counts });
@@ -371,6 +379,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
         keepSpot(shard.id, result.placed);
         waiting.push({
           shardId: shard.id,
+          position: waiting.length + 1,
           reason: { kind: 'reclaiming', victimIds: result.victims.map((v) => v.id) },
           spot: result.placed,
         });
@@ -384,13 +393,18 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       : full
         ? { kind: 'capacity' }
         : behindWhom(now_.index.tryPlace(request), spotOwners, shard.id);
-    waiting.push({ shardId: shard.id, reason, ...(spot === undefined ? {} : { spot }) });
+    waiting.push({
+      shardId: shard.id,
+      position: waiting.length + 1,
+      reason,
+      ...(spot === undefined ? {} : { spot }),
+    });
   }
   return {
     placements,
     preemptions,
     expired,
-    waiting: waiting.map((w, i) => ({ ...w, position: i + 1 })),
+    waiting,
   };
 }
 
