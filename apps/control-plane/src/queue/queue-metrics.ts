@@ -69,10 +69,9 @@ export class QueueMetrics {
     this.duration.observe(seconds);
     this.last = { plan, input };
     if (plan.placements.length === 0 && plan.preemptions.length === 0) return;
-    const byId = new Map(input.pending.map((shard) => [shard.id, shard]));
-    for (const placement of plan.placements) {
-      const shard = byId.get(placement.shardId);
-      if (shard !== undefined) this.wait.observe(Math.max(0, now - shard.arrivedAt) / 1000);
+    const placed = new Set(plan.placements.map((placement) => placement.shardId));
+    for (const shard of input.pending) {
+      if (placed.has(shard.id)) this.wait.observe(Math.max(0, now - shard.arrivedAt) / 1000);
     }
     const names = new Map(input.teams.map((team) => [team.id, team.name]));
     for (const preemption of plan.preemptions) {
