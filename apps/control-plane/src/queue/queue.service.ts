@@ -167,11 +167,6 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     return this.runner.runNow(() => this.pass(now, true));
   }
 
-  /** Whether this replica is the admitter now. */
-  get admitter(): boolean {
-    return this.lease.held;
-  }
-
   /** The waiting shards as the last pass of this process saw them, in queue order. */
   queue(): QueueEntry[] {
     return [...this.entryMap().values()];
