@@ -1,18 +1,33 @@
 // The pending queue on PostgreSQL (durable: fsync on), 1,000 hosts × 8 GPUs (80 GiB each), the
 // fleet full (one 79 GiB shard per GPU) and 10,000 shards PENDING behind it. One control plane
-// in this process; agent commands are recorded in memory, nothing is launched.
+// in this process at a time; agent commands are recorded in memory, nothing is launched.
 //
-//   latency   a shard is deleted (the freeing event) and the time until the next pending shard's
-//             placement has committed (its PLACED event, published after commit) is taken;
-//             one at a time, --events times. The delete's own transaction is inside the time.
-//   turnover  --bulk shards are deleted at once (64 in flight) and the time until as many pending
-//             shards are placed is taken: shards placed per second.
+// Several builds side by side (--dists, e.g. this tree's and a copy of main's): the fleet and
+// queue are written once into a template database; each round, each build gets a fresh copy
+// of it (CREATE DATABASE ... TEMPLATE) and runs every case, builds alternating.
+//
+//   latency   a shard is deleted through ShardMutationsService (the freeing event) and the time
+//             until the next pending shard's placement has committed (its PLACED event,
+//             published after commit) is taken; one at a time, --events times. The delete's own
+//             transaction is inside the time. Also the CPU per event of this process (the
+//             control plane) and of PostgreSQL (postmaster and backends, from /proc), which the
+//             load of a shared machine distorts far less than wall time.
+//   api turnover  --bulk shards deleted at once (8 in flight: the pool has 10 connections, and more waited past Prisma's 2 s limit for a transaction to start on this loaded machine): placed from the queue per second
+//             until as many were placed. Bounded by the deletes' own transactions.
+//   bulk turnover --bulk shards end in one transaction (as when a host is drained or goes
+//             offline: EXITED, reservations released); the control plane learns of it from its
+//             fleet cache's read of the GPUs, which this bench asks for at once; placed per
+//             second from that commit until --bulk more are placed.
 //
 // Build first (npx nx run-many -t build), then:
-//   node bench/queue/admission.mjs [--events 200] [--bulk 2000] [--pending 10000] [--no-fsync]
+//   node bench/queue/admission.mjs [--dists apps/control-plane/dist,/tmp/before/apps/control-plane/dist]
+//        [--labels after,before] [--rounds 2] [--events 40] [--bulk 300] [--pending 10000] [--no-fsync]
+import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
@@ -20,10 +35,16 @@ import pg from 'pg';
 
 const { values: options } = parseArgs({
   options: {
-    events: { type: 'string', default: '200' },
-    bulk: { type: 'string', default: '2000' },
+    events: { type: 'string', default: '40' },
+    bulk: { type: 'string', default: '300' },
     pending: { type: 'string', default: '10000' },
-    dist: { type: 'string', default: 'apps/control-plane/dist' },
+    rounds: { type: 'string', default: '2' },
+    dists: { type: 'string', default: 'apps/control-plane/dist' },
+    labels: { type: 'string' },
+    // Internal: one build's run in a process of its own (two builds' modules cannot share one).
+    'run-dist': { type: 'string' },
+    'run-db': { type: 'string' },
+    'run-postmaster': { type: 'string' },
     'no-fsync': { type: 'boolean', default: false },
   },
 });
@@ -32,42 +53,271 @@ const GPUS_PER_HOST = 8;
 const PENDING = Number(options.pending);
 const EVENTS = Number(options.events);
 const BULK = Number(options.bulk);
+const ROUNDS = Number(options.rounds);
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
-const dist = resolve(options.dist);
+const CLOCK_TICKS = 100; // USER_HZ on Linux
+const dists = options.dists.split(',').map((dist) => resolve(dist));
+const labels = options.labels?.split(',') ?? dists;
 
 process.env.GPUSHARDS_QUEUE_SWEEP_MS = '0'; // signals only: the sweep would blur the timing
-const { startPostgres, createTestDatabase } = await import(`${dist}/testing/index.js`);
-const { createControlPlane } = await import(`${dist}/control-plane.js`);
-const { AgentReportsService } = await import(`${dist}/fleet/agent-reports.service.js`);
-const { ShardMutationsService } = await import(`${dist}/shards/shard-mutations.service.js`);
-const { ShardEventBus } = await import(`${dist}/events/shard-event-bus.js`);
-const { QueueService } = await import(`${dist}/queue/queue.service.js`);
+const { startPostgres, createTestDatabase } = await import(`${dists[0]}/testing/index.js`);
 
-function registerRequest(i) {
-  const hostId = `host-${String(i).padStart(4, '0')}`;
-  return {
-    protocolVersion: 1,
-    hostId,
-    host: {
-      hostId,
-      name: hostId,
-      labels: {},
-      agentVersion: 'bench',
-      driverVersion: '550.54',
-      cudaVersion: '12.4',
-      simulated: true,
-      contextOverheadBytes: 512 * MiB,
-    },
-    gpus: Array.from({ length: GPUS_PER_HOST }, (_, index) => ({
-      uuid: `GPU-${hostId}-${index}`,
-      index,
-      model: 'NVIDIA H100 80GB HBM3',
-      totalBytes: 80 * GiB,
-      usedBytes: 0,
-    })),
-    runningShards: [],
-  };
+/** CPU seconds (user + system) of a process, with `children` also those of its reaped children. */
+function cpuOf(pid, children = false) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number);
+    const own = fields[11] + fields[12];
+    return (children ? own + fields[13] + fields[14] : own) / CLOCK_TICKS;
+  } catch {
+    return 0;
+  }
+}
+
+/** The postmaster of the throwaway cluster: a `postgres` child of this process. */
+function postmaster() {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === process.pid && stat.includes('(postgres)')) return Number(entry);
+    } catch {
+      // ended while being looked at
+    }
+  }
+  return undefined;
+}
+
+/** CPU seconds of the postmaster and its children, ended ones included. */
+function postgresCpu(pid) {
+  if (pid === undefined) return 0;
+  let total = cpuOf(pid, true);
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) {
+        total += cpuOf(Number(entry));
+      }
+    } catch {
+      // ended while being looked at
+    }
+  }
+  return total;
+}
+
+const nodeCpu = () => {
+  const usage = process.cpuUsage();
+  return (usage.user + usage.system) / 1e6;
+};
+
+/** The fleet full and the queue behind it, written by SQL as the control plane writes them. */
+async function writeFleet(url) {
+  const sql = new pg.Client({ connectionString: url });
+  await sql.connect();
+  try {
+    await sql.query(
+      `INSERT INTO host (id, name, labels, context_overhead_bytes, agent_version, driver_version,
+                         cuda_version, simulated, last_heartbeat_at, updated_at)
+       SELECT 'host-' || lpad(n::text, 4, '0'), 'host-' || lpad(n::text, 4, '0'), '{}', $1,
+              'bench', '550.54', '12.4', true, now(), now()
+         FROM generate_series(0, $2 - 1) AS n`,
+      [String(512 * MiB), HOSTS],
+    );
+    await sql.query(
+      `INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes, updated_at)
+       SELECT 'GPU-' || host.id || '-' || i, host.id, i, 'NVIDIA H100 80GB HBM3', $1, 0, now()
+         FROM host, generate_series(0, $2 - 1) AS i`,
+      [String(80 * GiB), GPUS_PER_HOST],
+    );
+    const {
+      rows: [team],
+    } = await sql.query(
+      `INSERT INTO team (id, name) VALUES (gen_random_uuid(), 'bench') RETURNING id`,
+    );
+    await sql.query(
+      `INSERT INTO quota_policy (team_id, max_total_bytes, max_shards, max_bytes_per_shard, updated_at)
+       VALUES ($1, $2, 1000000, $3, now())`,
+      [team.id, String(2 ** 52), String(2 ** 45)],
+    );
+    // One 79 GiB shard per GPU (79 GiB + 512 MiB overhead on an 80 GiB GPU), written as
+    // createShard writes them (shard, its reservation, the GPU's reserved bytes).
+    const limit = 79 * GiB + 512 * MiB;
+    await sql.query(
+      `WITH gpus AS (SELECT uuid, host_id, row_number() OVER (ORDER BY uuid) AS n FROM gpu),
+            shards AS (
+              INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count,
+                                 limit_bytes_per_gpu, state, host_id, updated_at, started_at)
+              SELECT gen_random_uuid(), $1, 'full-' || n, 'bench/worker:1', $2, 1, $3, 'RUNNING',
+                     host_id, now(), now() - (n || ' seconds')::interval
+                FROM gpus RETURNING id, name)
+       INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
+       SELECT shards.id, gpus.uuid, $3, now() FROM shards JOIN gpus ON shards.name = 'full-' || gpus.n`,
+      [team.id, String(79 * GiB), String(limit)],
+    );
+    await sql.query(`UPDATE gpu SET reserved_bytes = $1`, [String(limit)]);
+    // The queue: PENDING shards of 40 GiB (40.5 reserved: one fits where a full shard ended).
+    await sql.query(
+      `INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count, limit_bytes_per_gpu,
+                          state, updated_at, queued_at)
+       SELECT gen_random_uuid(), $1, 'pending-' || n, 'bench/worker:1', $2, 1, $2, 'PENDING', now(),
+              now() + (n || ' milliseconds')::interval
+         FROM generate_series(1, $3) AS n`,
+      [team.id, String(40 * GiB), PENDING],
+    );
+    await sql.query('ANALYZE');
+  } finally {
+    await sql.end();
+  }
+}
+
+async function runOnce(dist, database, pgPid) {
+  const url = database.url;
+  const { createControlPlane } = await import(`${dist}/control-plane.js`);
+  const { ShardMutationsService } = await import(`${dist}/shards/shard-mutations.service.js`);
+  const { ShardEventBus } = await import(`${dist}/events/shard-event-bus.js`);
+  const { QueueService } = await import(`${dist}/queue/queue.service.js`);
+  const { FleetCache } = await import(`${dist}/placement/fleet-cache.js`);
+  const dataDir = await mkdtemp(join(os.tmpdir(), 'gpushards-queue-bench-'));
+  const silent = new Writable({ write: (_chunk, _encoding, done) => done() });
+  const cp = await createControlPlane({
+    dataDir,
+    database: { ...database, poolSize: 10 },
+    hostOfflineSeconds: 86_400,
+    port: 0,
+    logLevel: process.env.BENCH_LOG ?? 'silent',
+    operatorOutput: silent,
+  });
+  const sql = new pg.Client({ connectionString: url });
+  await sql.connect();
+  const result = {};
+  try {
+    const cache = cp.app.get(FleetCache);
+    await cache.refreshedSince(performance.now());
+    const queue = cp.app.get(QueueService);
+    const warm = performance.now();
+    await queue.admitNow();
+    result.firstPassMs = performance.now() - warm;
+
+    const mutations = cp.app.get(ShardMutationsService);
+    const bus = cp.app.get(ShardEventBus);
+    const caller = {
+      tokenId: '00000000-0000-0000-0000-000000000000',
+      tokenName: 'bench',
+      role: 'ADMIN',
+      teamId: null,
+    };
+    let onPlaced = () => undefined;
+    let placedFromQueue = 0;
+    bus.subscribe((event) => {
+      if (event.previousState === 'PENDING' && event.state === 'PLACED') {
+        placedFromQueue++;
+        onPlaced();
+      }
+      return false;
+    });
+    const placedUntil = (goal) =>
+      new Promise((resolvePlaced) => {
+        onPlaced = () => {
+          if (placedFromQueue >= goal) resolvePlaced();
+        };
+      });
+    const { rows: running } = await sql.query(
+      `SELECT id::text FROM shard WHERE state = 'RUNNING' ORDER BY name LIMIT $1`,
+      [EVENTS + 2 * BULK],
+    );
+    const victims = running.map((r) => r.id);
+
+    // Latency: one freeing event at a time.
+    const ms = [];
+    const cpu0 = { node: nodeCpu(), pg: postgresCpu(pgPid) };
+    for (let i = 0; i < EVENTS; i++) {
+      const placed = placedUntil(placedFromQueue + 1);
+      const t0 = performance.now();
+      await mutations.delete(caller, victims[i]);
+      await placed;
+      ms.push(performance.now() - t0);
+    }
+    const cpu1 = { node: nodeCpu(), pg: postgresCpu(pgPid) };
+    ms.sort((a, b) => a - b);
+    const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))];
+    Object.assign(result, {
+      p50: at(0.5),
+      p99: at(0.99),
+      max: ms.at(-1),
+      nodeCpuMsPerEvent: ((cpu1.node - cpu0.node) * 1000) / EVENTS,
+      pgCpuMsPerEvent: ((cpu1.pg - cpu0.pg) * 1000) / EVENTS,
+    });
+
+    // API turnover: BULK deletes, 8 in flight.
+    {
+      const start = placedFromQueue;
+      const done = placedUntil(start + BULK);
+      const t0 = performance.now();
+      const bulk = victims.slice(EVENTS, EVENTS + BULK);
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          while (next < bulk.length) await mutations.delete(caller, bulk[next++]);
+        }),
+      );
+      result.apiDeletesMs = performance.now() - t0;
+      await done;
+      result.apiPlacedPerSecond = (placedFromQueue - start) / ((performance.now() - t0) / 1000);
+    }
+
+    // Bulk turnover: BULK shards end in one transaction.
+    {
+      const bulk = victims.slice(EVENTS + BULK, EVENTS + 2 * BULK);
+      const start = placedFromQueue;
+      const done = placedUntil(start + BULK);
+      const cpuBefore = { node: nodeCpu(), pg: postgresCpu(pgPid) };
+      await sql.query(
+        `WITH ended AS (
+           UPDATE shard SET state = 'EXITED', stopped_at = now(), updated_at = now()
+            WHERE id = ANY($1::uuid[]) RETURNING id),
+         released AS (
+           UPDATE shard_gpu SET released_at = now()
+            WHERE shard_id IN (SELECT id FROM ended) AND released_at IS NULL
+           RETURNING gpu_uuid, reserved_bytes)
+         UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - released.reserved_bytes
+           FROM released WHERE gpu.uuid = released.gpu_uuid`,
+        [bulk],
+      );
+      const t0 = performance.now();
+      await cache.refreshReservations(); // finds the room freed, wakes the queue
+      await done;
+      const seconds = (performance.now() - t0) / 1000;
+      const cpuAfter = { node: nodeCpu(), pg: postgresCpu(pgPid) };
+      result.bulkPlacedPerSecond = (placedFromQueue - start) / seconds;
+      result.bulkCpuMsPerPlacement =
+        ((cpuAfter.node - cpuBefore.node + cpuAfter.pg - cpuBefore.pg) * 1000) / BULK;
+    }
+    const { rows: counts } = await sql.query(
+      `SELECT state::text, count(*)::int FROM shard GROUP BY state ORDER BY state`,
+    );
+    result.states = Object.fromEntries(counts.map((r) => [r.state, r.count]));
+  } finally {
+    await sql.end();
+    await cp.close();
+    await rm(dataDir, { recursive: true, force: true });
+  }
+  return result;
+}
+
+if (options['run-dist'] !== undefined) {
+  const result = await runOnce(
+    options['run-dist'],
+    JSON.parse(options['run-db']),
+    Number(options['run-postmaster']),
+  );
+  process.stdout.write(`RESULT ${JSON.stringify(result)}\n`);
+  process.exit(0);
 }
 
 const server = await startPostgres({
@@ -76,157 +326,76 @@ const server = await startPostgres({
     full_page_writes: options['no-fsync'] ? 'off' : 'on',
   },
 });
-const database = await createTestDatabase('postgres', { server });
-const dataDir = await mkdtemp(join(os.tmpdir(), 'gpushards-queue-bench-'));
-const silent = new Writable({ write: (_chunk, _encoding, done) => done() });
-const cp = await createControlPlane({
-  dataDir,
-  database: { ...database.config, poolSize: 10 },
-  hostOfflineSeconds: 86_400,
-  port: 0,
-  logLevel: process.env.BENCH_LOG ?? 'silent',
-  operatorOutput: silent,
-});
-const sql = new pg.Client({ connectionString: database.config.url });
-await sql.connect();
+const pgPid = postmaster();
+const template = await createTestDatabase('postgres', { server });
+await template.prisma.close();
+
+let copies = 0;
+/** One build's run, in a child process, on a fresh copy of the template. */
+async function runChild(dist) {
+  const name = `queue_bench_${process.pid}_${copies++}`;
+  const admin = new pg.Client({ connectionString: server.url });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name} TEMPLATE "${template.config.url.split('/').pop()}"`);
+  await admin.end();
+  const database = { ...template.config, url: server.urlFor(name) };
+  const child = spawn(
+    process.execPath,
+    [
+      ...(process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean),
+      fileURLToPath(import.meta.url),
+      ...['--run-dist', dist, '--run-db', JSON.stringify(database)],
+      ...['--run-postmaster', String(pgPid)],
+      ...['--events', String(EVENTS), '--bulk', String(BULK)],
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  let out = '';
+  child.stdout.on('data', (chunk) => (out += chunk));
+  const code = await new Promise((resolveExit) => child.on('exit', resolveExit));
+  const line = out.split('\n').find((l) => l.startsWith('RESULT '));
+  if (code !== 0 || line === undefined) throw new Error(`run of ${dist} failed (${code}): ${out}`);
+  const admin2 = new pg.Client({ connectionString: server.url });
+  await admin2.connect();
+  await admin2.query(`DROP DATABASE ${name}`);
+  await admin2.end();
+  return JSON.parse(line.slice('RESULT '.length));
+}
+
 try {
-  const fleet = cp.app.get(AgentReportsService);
-  for (let i = 0; i < HOSTS; i += 10) {
-    await Promise.all(
-      Array.from({ length: 10 }, (_, k) => fleet.registerHost(registerRequest(i + k))),
-    );
-  }
-  const {
-    rows: [team],
-  } = await sql.query(
-    `INSERT INTO team (id, name) VALUES (gen_random_uuid(), 'bench') RETURNING id`,
-  );
-  await sql.query(
-    `INSERT INTO quota_policy (team_id, max_total_bytes, max_shards, max_bytes_per_shard, updated_at)
-     VALUES ($1, $2, 1000000, $3, now())`,
-    [team.id, String(2 ** 52), String(2 ** 45)],
-  );
-  // The fleet full: one 79 GiB shard per GPU (79 GiB + 512 MiB overhead on an 80 GiB GPU),
-  // written as createShard writes them (shard PLACED, its reservation, the GPU's reserved bytes).
-  const limit = 79 * GiB + 512 * MiB;
-  await sql.query(
-    `WITH gpus AS (SELECT uuid, host_id, row_number() OVER (ORDER BY uuid) AS n FROM gpu),
-          shards AS (
-            INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count,
-                               limit_bytes_per_gpu, state, host_id, updated_at, started_at)
-            SELECT gen_random_uuid(), $1, 'full-' || n, 'bench/worker:1', $2, 1, $3, 'RUNNING',
-                   host_id, now(), now() - (n || ' seconds')::interval
-              FROM gpus RETURNING id, name)
-     INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
-     SELECT shards.id, gpus.uuid, $3, now() FROM shards JOIN gpus ON shards.name = 'full-' || gpus.n`,
-    [team.id, String(79 * GiB), String(limit)],
-  );
-  await sql.query(`UPDATE gpu SET reserved_bytes = $1`, [String(limit)]);
-  // The queue: PENDING shards of 40 GiB (two fit where one full shard ended).
-  await sql.query(
-    `INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count, limit_bytes_per_gpu,
-                        state, updated_at, queued_at)
-     SELECT gen_random_uuid(), $1, 'pending-' || n, 'bench/worker:1', $2, 1, $2, 'PENDING', now(),
-            now() + (n || ' milliseconds')::interval
-       FROM generate_series(1, $3) AS n`,
-    [team.id, String(40 * GiB), PENDING],
-  );
-  await sql.query('ANALYZE');
-  const cache = cp.app.get((await import(`${dist}/placement/fleet-cache.js`)).FleetCache);
-  await cache.refreshedSince(performance.now());
-  const queue = cp.app.get(QueueService);
-  const warm = performance.now();
-  const first = await queue.admitNow();
-  console.log(
-    `first pass over ${PENDING} pending: ${(performance.now() - warm).toFixed(1)} ms`,
-    first,
-  );
-
-  const mutations = cp.app.get(ShardMutationsService);
-  const bus = cp.app.get(ShardEventBus);
-  const admin = {
-    tokenId: '00000000-0000-0000-0000-000000000000',
-    tokenName: 'bench',
-    role: 'ADMIN',
-    teamId: null,
-  };
-  let onPlaced = () => undefined;
-  let placedFromQueue = 0;
-  bus.subscribe((event) => {
-    if (event.previousState === 'PENDING' && event.state === 'PLACED') {
-      placedFromQueue++;
-      onPlaced();
-    }
-    return false;
-  });
-  const { rows: running } = await sql.query(
-    `SELECT id::text FROM shard WHERE state = 'RUNNING' ORDER BY random() LIMIT $1`,
-    [EVENTS + BULK],
-  );
-  const victims = running.map((r) => r.id);
-
-  // Latency: one freeing event at a time.
-  const ms = [];
-  for (let i = 0; i < EVENTS; i++) {
-    const target = placedFromQueue + 1;
-    const placed = new Promise((resolvePlaced) => {
-      onPlaced = () => {
-        if (placedFromQueue >= target) resolvePlaced();
+  const setup = performance.now();
+  await writeFleet(template.config.url);
+  console.log(`fleet and queue written in ${((performance.now() - setup) / 1000).toFixed(1)} s`);
+  const rows = [];
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const [i, dist] of dists.entries()) {
+      const load = os.loadavg()[0].toFixed(1);
+      const r = await runChild(dist);
+      const row = {
+        build: labels[i],
+        round,
+        load,
+        'first pass ms': r.firstPassMs.toFixed(0),
+        'p50 ms': r.p50.toFixed(1),
+        'p99 ms': r.p99.toFixed(1),
+        'max ms': r.max.toFixed(1),
+        'cp cpu ms/event': r.nodeCpuMsPerEvent.toFixed(1),
+        'pg cpu ms/event': r.pgCpuMsPerEvent.toFixed(1),
+        'api placed/s': Math.round(r.apiPlacedPerSecond),
+        'api deletes ms': r.apiDeletesMs.toFixed(0),
+        'bulk placed/s': Math.round(r.bulkPlacedPerSecond),
+        'bulk cpu ms/placed': r.bulkCpuMsPerPlacement.toFixed(2),
       };
-    });
-    const t0 = performance.now();
-    await mutations.delete(admin, victims[i]);
-    await placed;
-    ms.push(performance.now() - t0);
-    // Let the pass that placed it finish (its second placement, if any) before the next event.
-    await queue.admitNow();
+      rows.push(row);
+      console.log(JSON.stringify({ ...row, states: r.states }));
+    }
   }
-  ms.sort((a, b) => a - b);
-  const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))];
-
-  // Turnover: BULK shards end at once; count placements from the queue until BULK more.
-  const start = placedFromQueue;
-  const goal = start + BULK;
-  const done = new Promise((resolveDone) => {
-    onPlaced = () => {
-      if (placedFromQueue >= goal) resolveDone();
-    };
-  });
-  const t0 = performance.now();
-  const bulk = victims.slice(EVENTS, EVENTS + BULK);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: 64 }, async () => {
-      while (next < bulk.length) await mutations.delete(admin, bulk[next++]);
-    }),
+  console.log(
+    `${os.cpus().length} × ${os.cpus()[0]?.model}, Node ${process.version}; ` +
+      `--events ${EVENTS} --bulk ${BULK} --pending ${PENDING}`,
   );
-  const deletedMs = performance.now() - t0;
-  await done;
-  const seconds = (performance.now() - t0) / 1000;
-  const { rows: counts } = await sql.query(
-    `SELECT state::text, count(*)::int FROM shard GROUP BY state ORDER BY state`,
-  );
-  console.table([
-    {
-      case: `freeing event → placement committed (${EVENTS} events)`,
-      'p50 ms': at(0.5).toFixed(1),
-      'p99 ms': at(0.99).toFixed(1),
-      'max ms': ms.at(-1).toFixed(1),
-    },
-  ]);
-  console.table([
-    {
-      case: `turnover: ${BULK} shards end at once`,
-      'deletes done ms': deletedMs.toFixed(0),
-      placed: placedFromQueue - start,
-      'placed/s': Math.round((placedFromQueue - start) / seconds),
-    },
-  ]);
-  console.log(Object.fromEntries(counts.map((r) => [r.state, r.count])));
+  console.table(rows);
 } finally {
-  await sql.end();
-  await cp.close();
-  await database.cleanup();
+  await template.cleanup().catch(() => undefined);
   await server.stop();
-  await rm(dataDir, { recursive: true, force: true });
 }

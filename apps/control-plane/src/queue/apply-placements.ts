@@ -4,6 +4,8 @@
  * one conditional update, the reservation rows opened, the shards moved PENDING → PLACED. A
  * GPU without room (another control plane or a createShard took it since the fleet was read)
  * or a host no longer ONLINE fails the whole pass with StalePlan, naming the hosts to read again.
+ * Returns the placements' shards that were no longer PENDING (cancelled since the pass read the
+ * queue): not placed.
  */
 import type { Placement } from '@gpushards/limits';
 import type { Prisma } from '../database/index.js';
@@ -22,8 +24,8 @@ export async function applyPlacements(
   lifecycle: ShardLifecycle,
   placements: readonly Placement[],
   effects: CommitEffects,
-): Promise<void> {
-  if (placements.length === 0) return;
+): Promise<string[]> {
+  if (placements.length === 0) return [];
   const all = [...new Set(placements.flatMap((p) => p.placed.gpuUuids))].sort();
   await tx.$queryRaw`SELECT uuid FROM gpu WHERE uuid = ANY(${all}::text[]) ORDER BY uuid FOR UPDATE`;
   const ids = placements.map((p) => p.shardId);
@@ -36,7 +38,10 @@ export async function applyPlacements(
     const shard = byId.get(placement.shardId);
     return shard?.state === 'PENDING' ? [{ placement, shard }] : [];
   });
-  if (live.length === 0) return;
+  const skipped = placements
+    .filter((placement) => byId.get(placement.shardId)?.state !== 'PENDING')
+    .map((placement) => placement.shardId);
+  if (live.length === 0) return skipped;
 
   // Per GPU: what this pass adds (several placements may share a GPU).
   const perGpu = new Map<string, { hostId: string; bytes: bigint; permille: number }>();
@@ -110,4 +115,5 @@ export async function applyPlacements(
       commands.launch(hostId, spec),
     );
   });
+  return skipped;
 }

@@ -7,6 +7,8 @@ import type { PassInput } from './queue.service.js';
  * The queue's metrics, as of this process's last admission pass: queue length and oldest wait
  * per team and GPU model (the model the request names, "any" when it names none), the wait of
  * shards placed from the queue, preemptions, borrowed bytes per team, and the pass's duration.
+ * The gauges are computed from the last pass when scraped, not by every pass (a pass after one
+ * freeing event must not walk 10,000 waiting shards for them).
  */
 @Injectable()
 export class QueueMetrics {
@@ -16,19 +18,25 @@ export class QueueMetrics {
   private readonly preemptions: Counter<'team'>;
   private readonly borrowed: Gauge<'team'>;
   private readonly duration: Histogram;
+  private last: { plan: AdmissionPlan; input: PassInput } | undefined;
 
   constructor(registry: Registry) {
+    // prom-client calls `collect` with the metric as `this`; the gauges read this.last.
+    // eslint-disable-next-line @typescript-eslint/no-this-alias
+    const metrics = this;
     this.length = new Gauge({
       name: 'gpushards_queue_length',
       help: 'PENDING shards per team and requested GPU model, as of the last admission pass.',
       labelNames: ['team', 'gpu_model'],
       registers: [registry],
+      collect: () => metrics.collectQueue(),
     });
     this.oldest = new Gauge({
       name: 'gpushards_queue_oldest_wait_seconds',
       help: 'How long the longest-waiting PENDING shard has waited, per team and GPU model.',
       labelNames: ['team', 'gpu_model'],
       registers: [registry],
+      collect: () => metrics.collectQueue(),
     });
     this.wait = new Histogram({
       name: 'gpushards_queue_wait_seconds',
@@ -47,6 +55,7 @@ export class QueueMetrics {
       help: 'Requested bytes a team holds above its guarantee (preemptible), per team.',
       labelNames: ['team'],
       registers: [registry],
+      collect: () => metrics.collectBorrowed(),
     });
     this.duration = new Histogram({
       name: 'gpushards_admission_pass_seconds',
@@ -58,18 +67,27 @@ export class QueueMetrics {
 
   passed(plan: AdmissionPlan, input: PassInput, now: number, seconds: number): void {
     this.duration.observe(seconds);
+    this.last = { plan, input };
+    if (plan.placements.length === 0 && plan.preemptions.length === 0) return;
+    const placed = new Set(plan.placements.map((placement) => placement.shardId));
+    for (const shard of input.pending) {
+      if (placed.has(shard.id)) this.wait.observe(Math.max(0, now - shard.arrivedAt) / 1000);
+    }
     const names = new Map(input.teams.map((team) => [team.id, team.name]));
-    const nameOf = (teamId: string): string => names.get(teamId) ?? teamId;
-    const byId = new Map(input.pending.map((shard) => [shard.id, shard]));
-    for (const placement of plan.placements) {
-      const shard = byId.get(placement.shardId);
-      if (shard !== undefined) this.wait.observe(Math.max(0, now - shard.arrivedAt) / 1000);
-    }
     for (const preemption of plan.preemptions) {
-      this.preemptions.inc({ team: nameOf(preemption.victimTeamId) });
+      this.preemptions.inc({ team: names.get(preemption.victimTeamId) ?? preemption.victimTeamId });
     }
+  }
+
+  /** Queue length and oldest wait per team and model, from the last pass, at scrape time. */
+  private collectQueue(): void {
     this.length.reset();
     this.oldest.reset();
+    if (this.last === undefined) return;
+    const { plan, input } = this.last;
+    const now = Date.now();
+    const names = new Map(input.teams.map((team) => [team.id, team.name]));
+    const byId = new Map(input.pending.map((shard) => [shard.id, shard]));
     const groups = new Map<
       string,
       { team: string; gpu_model: string; n: number; oldest: number }
@@ -77,7 +95,7 @@ export class QueueMetrics {
     for (const waiting of plan.waiting) {
       const shard = byId.get(waiting.shardId);
       if (shard === undefined) continue;
-      const team = nameOf(shard.teamId);
+      const team = names.get(shard.teamId) ?? shard.teamId;
       const gpuModel = shard.request.gpuModel?.include?.join('|') || 'any';
       const key = `${team}\u0000${gpuModel}`;
       const group = groups.get(key) ?? { team, gpu_model: gpuModel, n: 0, oldest: 0 };
@@ -89,9 +107,12 @@ export class QueueMetrics {
       this.length.set({ team, gpu_model }, n);
       this.oldest.set({ team, gpu_model }, oldest);
     }
+  }
+
+  private collectBorrowed(): void {
     this.borrowed.reset();
-    for (const team of input.teams) {
-      this.borrowed.set({ team: team.name }, borrowedBytesOf(team, input.held));
-    }
+    if (this.last === undefined) return;
+    const { teams, held } = this.last.input;
+    for (const team of teams) this.borrowed.set({ team: team.name }, borrowedBytesOf(team, held));
   }
 }

@@ -14,7 +14,7 @@ import {
   type PriorityClasses,
   type QueueTeam,
 } from '@gpushards/limits';
-import type { Prisma } from '../database/index.js';
+import { Prisma } from '../database/index.js';
 import { stringRecord } from '../shards/shard-record.js';
 
 type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
@@ -37,13 +37,14 @@ type PendingRow = [
 ];
 
 /**
- * Every PENDING shard. Aggregated to one JSON value (parsing one string costs a fraction of
- * decoding 10,000 rows of 14 columns); the shards with a reclaim in flight (victims still
- * STOPPING for them) and the teams' allowed models are read apart, once each.
+ * The PENDING shards, all of them or those of `ids`. Aggregated to one JSON value (parsing one
+ * string costs a fraction of decoding 10,000 rows of 14 columns); the teams' allowed models
+ * are read apart, once. Without `reclaimInFlight`: see readReclaimsInFlight.
  */
 export async function readPending(
   reader: Reader,
   classes: PriorityClasses,
+  ids?: readonly string[],
 ): Promise<PendingShard[]> {
   const [aggregate] = await reader.$queryRaw<{ rows: PendingRow[] | null }[]>`
     SELECT json_agg(json_build_array(
@@ -52,16 +53,12 @@ export async function readPending(
              floor(extract(epoch FROM coalesce(queued_at, created_at)) * 1000)::float8,
              floor(extract(epoch FROM expires_at) * 1000)::float8, compute_share_permille,
              reclaim_for)) AS rows
-      FROM shard WHERE state = 'PENDING'`;
+      FROM shard
+     WHERE state = 'PENDING' ${
+       ids === undefined ? Prisma.empty : Prisma.sql`AND id = ANY(${[...ids]}::uuid[])`
+     }`;
   const rows = aggregate?.rows ?? [];
   if (rows.length === 0) return [];
-  const inFlight = new Set(
-    (
-      await reader.$queryRaw<{ id: string }[]>`
-        SELECT DISTINCT reclaim_for::text AS id FROM shard
-         WHERE reclaim_for IS NOT NULL AND state = 'STOPPING'`
-    ).map((row) => row.id),
-  );
   const allowedByTeam = new Map(
     (
       await reader.$queryRaw<{ teamId: string; allowed: string[] }[]>`
@@ -107,10 +104,28 @@ export async function readPending(
         preemptible: cls.preemptible,
         arrivedAt: arrivedAtMs,
         ...(expiresAtMs === null ? {} : { expiresAt: expiresAtMs }),
-        ...(inFlight.has(id) ? { reclaimInFlight: true } : {}),
         ...(reclaimedFor === null ? {} : { reclaimedFor }),
       };
     },
+  );
+}
+
+/** The shards that borrowed shards are stopping for (victims still STOPPING). */
+export async function readReclaimsInFlight(reader: Reader): Promise<Set<string>> {
+  const rows = await reader.$queryRaw<{ id: string }[]>`
+    SELECT DISTINCT reclaim_for::text AS id FROM shard
+     WHERE reclaim_for IS NOT NULL AND state = 'STOPPING'`;
+  return new Set(rows.map((row) => row.id));
+}
+
+/** The pending shards with their reclaims in flight marked. */
+export function withReclaimsInFlight(
+  pending: readonly PendingShard[],
+  inFlight: ReadonlySet<string>,
+): PendingShard[] {
+  if (inFlight.size === 0) return [...pending];
+  return pending.map((shard) =>
+    inFlight.has(shard.id) ? { ...shard, reclaimInFlight: true } : shard,
   );
 }
 

@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { PlacementModule } from '../placement/placement.module.js';
 import { ShardsModule } from '../shards/shards.module.js';
+import { AdmissionLease } from './admission-lease.js';
 import { QueueMetrics } from './queue-metrics.js';
 import { QUEUE_OPTIONS, queueOptionsFromEnv } from './queue-options.js';
 import { QueueResolver, TeamShareResolver } from './queue.resolver.js';
@@ -11,6 +12,7 @@ import { QueueService } from './queue.service.js';
   imports: [PlacementModule, ShardsModule],
   providers: [
     QueueService,
+    AdmissionLease,
     QueueMetrics,
     QueueResolver,
     TeamShareResolver,

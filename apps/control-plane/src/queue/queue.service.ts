@@ -25,17 +25,26 @@ import { applyPlacements, StalePlan } from './apply-placements.js';
 import { QueueMetrics } from './queue-metrics.js';
 import type { TeamShare } from './queue.model.js';
 import { QUEUE_OPTIONS, type QueueOptions } from './queue-options.js';
+import { AdmissionLease, type QueueChange } from './admission-lease.js';
+import { PassRunner } from './pass-runner.js';
+import { PendingStore } from './pending-store.js';
 import {
   readHeld,
   readPending,
+  readReclaimsInFlight,
   readReservedBytes,
   readTeams,
+  withReclaimsInFlight,
   withReservedBytes,
   type TeamRecord,
 } from './queue-reads.js';
 
-/** One key for every replica's admission pass: passes run one at a time across the fleet. */
-const ADMISSION_LOCK = 0x67707371; // "gpsq"
+/**
+ * Taken by every pass's transaction: passes that apply a plan run one at a time across
+ * replicas even when two believe they are the admitter (one whose lease connection just died
+ * while its pass still runs) or a follower runs one (admitNow).
+ */
+export const ADMISSION_LOCK = 0x67707371; // "gpsq"
 
 /** A pass whose plan met GPUs that changed since they were read is run again, up to this often. */
 const MAX_ATTEMPTS = 4;
@@ -71,21 +80,31 @@ export interface PassInput {
 /**
  * Admission: places pending shards as capacity frees, in the queue's order (libs/limits
  * `admit`), expires those past their maximum wait and reclaims borrowed capacity for teams
- * within their guarantee. Runs on every signal that capacity may have freed and on a timer
- * (the backstop against a signal lost with a replica), one pass at a time per process and,
- * through a PostgreSQL advisory lock, across replicas. The plan is applied in the pass's one
- * transaction with conditional updates; a plan that meets changed GPUs rolls back and runs again.
+ * within their guarantee.
+ *
+ * One replica admits at a time, the holder of the AdmissionLease; it keeps the queue in memory
+ * (PendingStore) and runs a pass on every signal of its own process, every change a follower
+ * forwards, and on a timer (the backstop). A follower forwards what its commits change to the
+ * admitter and, on the timer, decides a pass without applying it, for what its API shows of the
+ * queue (positions, reasons, the count createShard queues behind). The plan is applied in the
+ * pass's one transaction with conditional updates; a plan that meets changed GPUs rolls back
+ * and runs again.
  */
 @Injectable()
 export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly logger: Logger;
   private readonly classes = priorityClasses();
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly runner: PassRunner<PassOutcome>;
+  private readonly store = new PendingStore();
+  /** A follower freed room: the admitter's fleet cache reads the GPUs before the next pass. */
+  private fleetStale = false;
   private timer: NodeJS.Timeout | undefined;
-  private entries = new Map<string, QueueEntry>();
+  private last: { waiting: AdmissionPlan['waiting']; pending: readonly PendingShard[] } = {
+    waiting: [],
+    pending: [],
+  };
+  private entries: Map<string, QueueEntry> | undefined = new Map();
   private teams: readonly TeamRecord[] = [];
-  private stopped = false;
 
   constructor(
     private readonly prisma: PrismaService,
@@ -93,60 +112,70 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly lifecycle: ShardLifecycle,
     private readonly signal: QueueSignal,
     private readonly metrics: QueueMetrics,
+    private readonly lease: AdmissionLease,
     @Inject(QUEUE_OPTIONS) private readonly options: QueueOptions,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'queue' });
+    this.runner = new PassRunner(
+      () => this.pass(new Date(), false),
+      (error) =>
+        this.logger.error(
+          { err: error },
+          'admission pass failed; the next signal or sweep retries',
+        ),
+    );
   }
 
   onApplicationBootstrap(): void {
-    this.signal.onFreed(() => this.trigger());
+    // Room another replica freed, found by this process's fleet cache.
+    this.signal.onFreed(() => {
+      if (this.lease.held) this.trigger();
+    });
+    this.signal.onCommitted((change) => this.committed(change));
+    this.lease.start({
+      acquired: () => {
+        this.store.invalidate();
+        this.trigger();
+      },
+      lost: () => this.store.invalidate(),
+      wake: (change) => {
+        if (change.freed) this.fleetStale = true;
+        this.changed(change);
+      },
+    });
     if (this.options.sweepMs > 0) {
       this.timer = setInterval(() => this.trigger(), this.options.sweepMs);
       this.timer.unref();
     }
-    this.trigger();
+    if (!this.lease.held) this.trigger();
   }
 
   async onModuleDestroy(): Promise<void> {
-    this.stopped = true;
     clearInterval(this.timer);
-    await this.running?.catch(() => undefined);
+    await this.runner.stop();
   }
 
-  /** Asks for a pass; passes asked for while one runs make one more pass after it. */
+  /** Asks for a pass (a decision without applying it on a follower). */
   trigger(): void {
-    if (this.stopped) return;
-    if (this.running !== undefined) {
-      this.again = true;
-      return;
-    }
-    this.running = this.loop().finally(() => {
-      this.running = undefined;
-    });
+    this.runner.trigger();
   }
 
-  /** Runs a pass now (after any running one) and returns what it did; for tests and tools. */
-  async admitNow(now: Date = new Date()): Promise<PassOutcome> {
-    while (this.running !== undefined) await this.running.catch(() => undefined);
-    let outcome: PassOutcome | undefined;
-    const run = (async () => {
-      outcome = await this.pass(now);
-    })();
-    this.running = run.finally(() => {
-      this.running = undefined;
-    });
-    await this.running;
-    return outcome!;
+  /**
+   * Runs a pass now (after any running one) and applies it, whether this replica is the
+   * admitter or not (a follower reads the queue whole); for tests and tools.
+   */
+  admitNow(now: Date = new Date()): Promise<PassOutcome> {
+    return this.runner.runNow(() => this.pass(now, true));
   }
 
   /** The waiting shards as the last pass of this process saw them, in queue order. */
   queue(): QueueEntry[] {
-    return [...this.entries.values()];
+    return [...this.entryMap().values()];
   }
 
   entry(shardId: string): QueueEntry | undefined {
-    return this.entries.get(shardId);
+    return this.entryMap().get(shardId);
   }
 
   /** Teams as the last pass read them (guarantee, decayed usage). */
@@ -174,45 +203,55 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     };
   }
 
-  private async loop(): Promise<void> {
-    do {
-      this.again = false;
-      try {
-        await this.pass(new Date());
-      } catch (error) {
-        this.logger.error(
-          { err: error },
-          'admission pass failed; the next signal or sweep retries',
-        );
-      }
-    } while (this.again && !this.stopped);
+  /** A commit of this process: the admitter takes it in, a follower forwards it. */
+  private committed(change: QueueChange): void {
+    if (this.lease.held) {
+      this.changed(change);
+      return;
+    }
+    if (change.entered.length > 0 || change.left.length > 0 || change.freed) {
+      void this.lease.forward(change);
+    }
   }
 
-  private async pass(now: Date): Promise<PassOutcome> {
+  private changed(change: QueueChange): void {
+    this.store.entered(change.entered);
+    this.store.left(change.left);
+    if (change.freed || change.entered.length > 0) this.trigger();
+  }
+
+  /**
+   * One pass. The admitter (or `apply`, admitNow) decides and applies; a follower decides
+   * over a whole read of the queue for what its API shows, and applies nothing.
+   */
+  private async pass(now: Date, apply: boolean): Promise<PassOutcome> {
+    const admitter = this.lease.held;
+    if (!admitter && !apply) return this.view(now);
+    if (admitter && this.fleetStale) {
+      this.fleetStale = false;
+      await this.cache.refreshReservations();
+    }
     for (let attempt = 1; ; attempt++) {
       const effects = new CommitEffects();
       try {
         const started = performance.now();
         const result = await this.prisma.$transaction(
-          (tx) => this.decideAndApply(tx, now, effects),
+          (tx) => this.decideAndApply(tx, now, effects, admitter),
           { maxWait: 10_000, timeout: 30_000 },
         );
         this.lifecycle.afterCommit(effects);
-        if (result !== undefined) {
-          this.remember(result.plan, result.input.pending);
-          this.metrics.passed(
-            result.plan,
-            result.input,
-            now.getTime(),
-            (performance.now() - started) / 1000,
-          );
+        if (admitter) {
+          this.store.settled(result.settled);
+          this.store.left(result.skipped);
         }
-        return {
-          placed: result?.plan.placements.length ?? 0,
-          expired: result?.plan.expired.length ?? 0,
-          preempted: result?.plan.preemptions.length ?? 0,
-          waiting: result?.plan.waiting.length ?? 0,
-        };
+        this.remember(result.plan, result.input.pending);
+        this.metrics.passed(
+          result.plan,
+          result.input,
+          now.getTime(),
+          (performance.now() - started) / 1000,
+        );
+        return outcomeOf(result.plan);
       } catch (error) {
         if (!(error instanceof StalePlan) || attempt >= MAX_ATTEMPTS) throw error;
         await this.cache.reloadHosts(this.prisma, [...error.hostIds]);
@@ -220,31 +259,43 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     }
   }
 
-  private async decideAndApply(
-    tx: Prisma.TransactionClient,
+  /** A follower's pass: the plan for what the API shows, applied by the admitter. */
+  private async view(now: Date): Promise<PassOutcome> {
+    const started = performance.now();
+    const pending = await readPending(this.prisma, this.classes);
+    const decided = await this.decide(this.prisma, pending, now);
+    this.remember(decided.plan, decided.input.pending);
+    this.metrics.passed(
+      { ...decided.plan, placements: [], preemptions: [] },
+      decided.input,
+      now.getTime(),
+      (performance.now() - started) / 1000,
+    );
+    return { placed: 0, expired: 0, preempted: 0, waiting: decided.plan.waiting.length };
+  }
+
+  /** Reads what the decision needs besides the queue, and decides. */
+  private async decide(
+    reader: Pick<Prisma.TransactionClient, '$queryRaw'>,
+    queued: readonly PendingShard[],
     now: Date,
-    effects: CommitEffects,
-  ): Promise<{ plan: AdmissionPlan; input: PassInput } | undefined> {
-    await tx.$queryRaw`SELECT 1 AS locked FROM pg_advisory_xact_lock(${ADMISSION_LOCK}::bigint)`;
-    const tp = performance.now();
-    const pending = await readPending(tx, this.classes);
-    this.logger.debug({ pendingMs: performance.now() - tp }, 'pending read');
-    this.signal.setPendingCount(pending.length);
-    if (pending.length === 0) {
+  ): Promise<{ plan: AdmissionPlan; input: PassInput }> {
+    if (queued.length === 0) {
       return {
         plan: { placements: [], preemptions: [], expired: [], waiting: [] },
-        input: { pending, held: [], teams: this.teams, fleet: this.cache.hosts() },
+        input: { pending: queued, held: [], teams: this.teams, fleet: this.cache.hosts() },
       };
     }
+    const pending = withReclaimsInFlight(queued, await readReclaimsInFlight(reader));
     const t0 = performance.now();
-    const teams = await readTeams(tx, this.options.halfLifeMs, now);
+    const teams = await readTeams(reader, this.options.halfLifeMs, now);
     const t1 = performance.now();
     // The shards that hold capacity matter only for reclaim, i.e. when a waiting shard's team
     // has a guarantee. Otherwise they are not read (8,000 rows on a full 1,000-host fleet) and
     // the teams' limits are left to createShard, which counted the pending shards against them.
     const guaranteed = new Set(teams.filter((t) => t.guarantee.bytes > 0).map((t) => t.id));
     const reclaimPossible = pending.some((shard) => guaranteed.has(shard.teamId));
-    const held = reclaimPossible ? await readHeld(tx, this.classes) : [];
+    const held = reclaimPossible ? await readHeld(reader, this.classes) : [];
     const t2 = performance.now();
     this.teams = teams;
     let fleet = this.cache.hosts();
@@ -262,18 +313,50 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       // this transaction reads them, after the queue and the held shards. The cache may not
       // have another replica's release yet, and would reclaim again for a shard whose victims
       // that replica has just requeued.
-      fleet = withReservedBytes(fleet, await readReservedBytes(tx));
+      fleet = withReservedBytes(fleet, await readReservedBytes(reader));
       plan = decide();
     }
-    const t3 = performance.now();
     this.logger.debug(
-      { teamsMs: t1 - t0, heldMs: t2 - t1, decideMs: t3 - t2, pending: pending.length },
+      {
+        teamsMs: t1 - t0,
+        heldMs: t2 - t1,
+        decideMs: performance.now() - t2,
+        pending: pending.length,
+      },
       'admission pass decided',
     );
-    await applyPlacements(tx, this.lifecycle, plan.placements, effects);
+    return { plan, input: { pending, held, teams, fleet } };
+  }
+
+  private async decideAndApply(
+    tx: Prisma.TransactionClient,
+    now: Date,
+    effects: CommitEffects,
+    fromMemory: boolean,
+  ): Promise<{
+    plan: AdmissionPlan;
+    input: PassInput;
+    /** Placed or expired by this pass. */
+    settled: string[];
+    /** Found no longer PENDING when applying. */
+    skipped: string[];
+  }> {
+    await tx.$queryRaw`SELECT 1 AS locked FROM pg_advisory_xact_lock(${ADMISSION_LOCK}::bigint)`;
+    const tp = performance.now();
+    const queued = fromMemory
+      ? await this.store.sync(tx, this.classes)
+      : await readPending(tx, this.classes);
+    this.logger.debug({ pendingMs: performance.now() - tp, fromMemory }, 'pending read');
+    const { plan, input } = await this.decide(tx, queued, now);
+    const { pending, teams } = input;
+    const skipped = await applyPlacements(tx, this.lifecycle, plan.placements, effects);
+    const settled = plan.placements.map((p) => p.shardId).filter((id) => !skipped.includes(id));
     for (const shardId of plan.expired) {
       const shard = await this.lifecycle.lock(tx, shardId);
-      if (shard?.state !== 'PENDING') continue;
+      if (shard?.state !== 'PENDING') {
+        skipped.push(shardId);
+        continue;
+      }
       await this.lifecycle.moveTo(
         tx,
         shard,
@@ -283,6 +366,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         effects,
         now,
       );
+      settled.push(shardId);
     }
     const teamNames = new Map(teams.map((team) => [team.id, team.name]));
     for (const preemption of plan.preemptions) {
@@ -318,13 +402,21 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         (commands) => commands.stop(hostId, victim.id, grace),
       );
     }
-    return { plan, input: { pending, held, teams, fleet } };
+    return { plan, input, settled, skipped };
   }
 
+  /** Keeps the plan's waiting shards; the entries the API reads are built when first asked. */
   private remember(plan: AdmissionPlan, pending: readonly PendingShard[]): void {
+    this.last = { waiting: plan.waiting, pending };
+    this.entries = undefined;
+    this.signal.setPendingCount(plan.waiting.length);
+  }
+
+  private entryMap(): Map<string, QueueEntry> {
+    if (this.entries !== undefined) return this.entries;
     const entries = new Map<string, QueueEntry>();
-    const teamOf = new Map(pending.map((shard) => [shard.id, shard.teamId]));
-    for (const waiting of plan.waiting) {
+    const teamOf = new Map(this.last.pending.map((shard) => [shard.id, shard.teamId]));
+    for (const waiting of this.last.waiting) {
       entries.set(waiting.shardId, {
         shardId: waiting.shardId,
         teamId: teamOf.get(waiting.shardId) ?? '',
@@ -339,8 +431,17 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       });
     }
     this.entries = entries;
-    this.signal.setPendingCount(entries.size);
+    return entries;
   }
+}
+
+function outcomeOf(plan: AdmissionPlan): PassOutcome {
+  return {
+    placed: plan.placements.length,
+    expired: plan.expired.length,
+    preempted: plan.preemptions.length,
+    waiting: plan.waiting.length,
+  };
 }
 
 function withoutLimits(team: TeamRecord): TeamRecord {

@@ -310,14 +310,17 @@ export class ShardLifecycle {
   /** Tells the cache, subscribers and agents what the committed transaction did. */
   afterCommit(effects: CommitEffects): void {
     this.cache.applyCommitted(effects.gpuDeltas);
-    const queued = effects.changes.filter((change) => change.state === 'PENDING').length;
-    if (queued > 0) this.queue.queued(queued);
-    if (
-      queued > 0 ||
+    const entered: string[] = [];
+    const left: string[] = [];
+    for (const change of effects.changes) {
+      if (change.state === 'PENDING') entered.push(change.shard.id);
+      else if (change.previousState === 'PENDING') left.push(change.shard.id);
+    }
+    const freed =
       effects.gpuDeltas.some((delta) => delta.bytes < 0 || (delta.permille ?? 0) < 0) ||
-      effects.hostStates.some((host) => host.state === 'ONLINE')
-    ) {
-      this.queue.freed();
+      effects.hostStates.some((host) => host.state === 'ONLINE');
+    if (freed || entered.length > 0 || left.length > 0) {
+      this.queue.committed({ entered, left, freed });
     }
     for (const { hostId, state } of effects.hostStates) this.cache.setHostState(hostId, state);
     for (const change of effects.changes) this.events.publish(change);

@@ -165,41 +165,103 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   expired.sort();
   live.sort((a, b) => compareQueued(a, b, teams));
 
-  // Per GPU: held now, placed in this pass, kept as spots.
-  const pre = new Map<string, number>();
-  const hostOf = new Map<string, string>();
-  const modelOf = new Map<string, string>();
-  for (const host of fleet) {
-    for (const gpu of host.gpus) {
-      pre.set(gpu.uuid, gpu.reservedBytes);
-      hostOf.set(gpu.uuid, host.id);
-      modelOf.set(gpu.uuid, gpu.model);
-    }
-  }
   const inPass = new Map<string, number>();
   /** Room promised to shards whose victims are still stopping: taken in every view. */
   const promised = new Map<string, number>();
   const spots = new Map<string, number>();
   const spotOwners = new Map<string, string[]>();
-  const emptied = fleet.map((host) => ({
-    ...host,
-    gpus: host.gpus.map((gpu) => ({
-      ...gpu,
-      reservedBytes: bytes(0),
-      guaranteedComputePermille: 0,
-    })),
-  }));
-  const now_ = new View(fleet, options); // held + in-pass
-  const shadow = new View(emptied, options); // in-pass + spots
-  const both = new View(fleet, options); // in-pass + max(held, spots)
+  /** Compute shares guaranteed by this pass's placements, per GPU. */
+  const computeAdded = new Map<string, number>();
+  /** GPUs whose views differ from the fleet as given (placed on, or kept as a spot). */
+  const touched = new Set<string>();
+
+  // Past the point where no shard left could fit anywhere now (its per-GPU need, overhead
+  // included, above every GPU's free bytes), nothing more can be placed, so spots no longer
+  // matter: the rest only wait (or reclaim). In-pass placements only lower free bytes, so the
+  // bound holds for the rest of the pass once it holds. Keeps a pass over a deep queue behind a
+  // full fleet linear in the queue, not queue × hosts.
+  const minOverhead = Math.min(
+    options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES,
+    ...fleet.map((host) => host.contextOverheadBytes ?? Infinity),
+  );
+  const needs = live.map((shard) => shard.request.bytesPerGpu + minOverhead);
+  const smallestFrom = new Array<number>(live.length + 1).fill(Infinity);
+  for (let i = live.length - 1; i >= 0; i--)
+    smallestFrom[i] = Math.min(needs[i]!, smallestFrom[i + 1]!);
+
+  // The views that place ("now": held + in-pass; "both": in-pass + max(held, spots)) hold only
+  // the hosts that can take some shard of this pass: ONLINE, with a GPU whose free bytes reach
+  // the smallest need. Placements only lower free bytes, so no other host could take one, and
+  // a pass after one freed GPU copies one host, not the fleet. Reclaim ("all": held + in-pass
+  // on every host) and spots ("shadow": in-pass + spots on the emptied fleet) look at every
+  // host; their views are built when first needed, with what the pass did so far.
+  const candidates = fleet.filter(
+    (host) =>
+      host.state === 'ONLINE' &&
+      host.gpus.some((gpu) => freeBytes(gpu, options.defaultOvercommitRatio) >= smallestFrom[0]!),
+  );
+  // Per GPU: held now (the fleet as given), placed in this pass, kept as spots. The candidate
+  // hosts' GPUs (below) are indexed at once, the fleet's when one of another host is asked for
+  // (reclaim, spots): a pass that places on one host never indexes 8,000 GPUs.
+  const indexOf = (hosts: readonly Host[]): Map<string, { hostId: string; gpu: Gpu }> => {
+    const index = new Map<string, { hostId: string; gpu: Gpu }>();
+    for (const host of hosts) {
+      for (const gpu of host.gpus) index.set(gpu.uuid, { hostId: host.id, gpu });
+    }
+    return index;
+  };
+  const candidateIndex = indexOf(candidates);
+  let fleetIndex: Map<string, { hostId: string; gpu: Gpu }> | undefined;
+  const gpuOf = (uuid: string): { hostId: string; gpu: Gpu } | undefined =>
+    candidateIndex.get(uuid) ?? (fleetIndex ??= indexOf(fleet)).get(uuid);
+  const pre = (uuid: string): number => gpuOf(uuid)?.gpu.reservedBytes ?? 0;
+  const hostOf = (uuid: string): string => gpuOf(uuid)!.hostId;
+  const now_ = new View(candidates, options);
+  const both = new View(candidates, options);
+  let all: View | undefined;
+  let shadow: View | undefined;
+  /** Placed in this pass or promised to a reclaiming shard: taken in every view. */
+  const taken = (uuid: string): number => (inPass.get(uuid) ?? 0) + (promised.get(uuid) ?? 0);
+  const setAll = (view: View, uuid: string): void => {
+    view.set(hostOf(uuid), uuid, pre(uuid) + taken(uuid));
+  };
+  const setShadow = (view: View, uuid: string): void => {
+    view.set(hostOf(uuid), uuid, taken(uuid) + (spots.get(uuid) ?? 0));
+  };
+  const built = (view: View, set: (view: View, uuid: string) => void): View => {
+    for (const uuid of touched) {
+      set(view, uuid);
+      const permille = computeAdded.get(uuid);
+      if (permille !== undefined) view.addCompute(hostOf(uuid), uuid, permille);
+    }
+    return view;
+  };
+  const allView = (): View => (all ??= built(new View(fleet, options), setAll));
+  const shadowView = (): View =>
+    (shadow ??= built(
+      new View(
+        fleet.map((host) => ({
+          ...host,
+          gpus: host.gpus.map((gpu) => ({
+            ...gpu,
+            reservedBytes: bytes(0),
+            guaranteedComputePermille: 0,
+          })),
+        })),
+        options,
+      ),
+      setShadow,
+    ));
   const refresh = (uuid: string): void => {
-    const hostId = hostOf.get(uuid)!;
-    const p = pre.get(uuid) ?? 0;
-    const i = (inPass.get(uuid) ?? 0) + (promised.get(uuid) ?? 0);
+    touched.add(uuid);
+    const hostId = hostOf(uuid);
+    const p = pre(uuid);
+    const i = taken(uuid);
     const s = spots.get(uuid) ?? 0;
     now_.set(hostId, uuid, p + i);
-    shadow.set(hostId, uuid, i + s);
     both.set(hostId, uuid, i + Math.max(p, s));
+    if (all !== undefined) setAll(all, uuid);
+    if (shadow !== undefined) setShadow(shadow, uuid);
   };
   const add = (into: Map<string, number>, placed: Placed): void => {
     for (const uuid of placed.gpuUuids) {
@@ -216,16 +278,11 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     add(spots, placed);
     own(shardId, placed);
   };
-  /**
-   * Where a shard would fit now if no room were promised, on the hosts that hold promises
-   * (elsewhere the `now_` view is exactly what is held and placed): it then waits behind the
-   * shard the room is promised to, not for capacity.
-   */
-  const fitsBesidePromises = (request: PlacementRequest): Placed | undefined => {
-    if (promised.size === 0) return undefined;
-    const hostIds = new Set([...promised.keys()].map((uuid) => hostOf.get(uuid)));
-    const hosts = now_.hosts
-      .filter((host) => hostIds.has(host.id))
+  /** The hosts that hold promises, as held and placed now with their promises given back. */
+  const withoutPromises = (): Host[] => {
+    const hostIds = new Set([...promised.keys()].map((uuid) => hostOf(uuid)));
+    return allView()
+      .hosts.filter((host) => hostIds.has(host.id))
       .map((host) => ({
         ...host,
         gpus: host.gpus.map((gpu) => ({
@@ -233,7 +290,15 @@ export function admit(input: AdmissionInput): AdmissionPlan {
           reservedBytes: bytes(gpu.reservedBytes - (promised.get(gpu.uuid) ?? 0)),
         })),
       }));
-    const result = place(request, hosts, options);
+  };
+  /**
+   * Where a shard would fit now if no room were promised, on the hosts that hold promises
+   * (elsewhere the `now_` view is exactly what is held and placed): it then waits behind the
+   * shard the room is promised to, not for capacity.
+   */
+  const fitsBesidePromises = (request: PlacementRequest): Placed | undefined => {
+    if (promised.size === 0) return undefined;
+    const result = place(request, withoutPromises(), options);
     return result.kind === 'placed' ? result : undefined;
   };
   /** The room a reclaim frees, taken in every view until the shard is placed on it. */
@@ -245,22 +310,9 @@ export function admit(input: AdmissionInput): AdmissionPlan {
 
   const placements: Placement[] = [];
   const preemptions: Preemption[] = [];
-  const waiting: Omit<Waiting, 'position'>[] = [];
+  const waiting: Waiting[] = [];
   let heldNow = held.filter((s) => !leaving.has(s.id));
 
-  // Past the point where no shard left could fit anywhere now (its per-GPU need, overhead
-  // included, above every GPU's free bytes), nothing more can be placed, so spots no longer
-  // matter: the rest only wait (or reclaim). In-pass placements only lower free bytes, so the
-  // bound holds for the rest of the pass once it holds. Keeps a pass over a deep queue behind a
-  // full fleet linear in the queue, not queue × hosts.
-  const minOverhead = Math.min(
-    options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES,
-    ...fleet.map((host) => host.contextOverheadBytes ?? Infinity),
-  );
-  const needs = live.map((shard) => shard.request.bytesPerGpu + minOverhead);
-  const smallestFrom = new Array<number>(live.length + 1).fill(Infinity);
-  for (let i = live.length - 1; i >= 0; i--)
-    smallestFrom[i] = Math.min(needs[i]!, smallestFrom[i + 1]!);
   let largestFree: number | undefined;
   const largestFreeNow = (): number => {
     if (largestFree === undefined) {
@@ -268,12 +320,18 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       for (const host of now_.hosts) {
         if (host.state !== 'ONLINE') continue;
         for (const gpu of host.gpus) {
-          // Promised room counts as free here: a shard that fits only there waits behind its
-          // owner, which the reason must say.
-          const less = promised.get(gpu.uuid) ?? 0;
-          const seen =
-            less === 0 ? gpu : { ...gpu, reservedBytes: bytes(gpu.reservedBytes - less) };
-          largestFree = Math.max(largestFree, freeBytes(seen, options.defaultOvercommitRatio));
+          largestFree = Math.max(largestFree, freeBytes(gpu, options.defaultOvercommitRatio));
+        }
+      }
+      // Promised room counts as free here (on any host: a host full at the start of the pass
+      // is no candidate): a shard that fits only there waits behind its owner, which the
+      // reason must say.
+      if (promised.size > 0) {
+        for (const host of withoutPromises()) {
+          if (host.state !== 'ONLINE') continue;
+          for (const gpu of host.gpus) {
+            largestFree = Math.max(largestFree, freeBytes(gpu, options.defaultOvercommitRatio));
+          }
         }
       }
     }
@@ -287,6 +345,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (shard.reclaimedFor !== undefined && waitingIds.has(shard.reclaimedFor)) {
       waiting.push({
         shardId: shard.id,
+        position: waiting.length + 1,
         reason: { kind: 'reclaimed', shardId: shard.reclaimedFor },
       });
       continue;
@@ -298,6 +357,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (team?.maxShards !== undefined && holding.shards + 1 > team.maxShards) {
       waiting.push({
         shardId: shard.id,
+        position: waiting.length + 1,
         reason: {
           kind: 'quota',
           message: `team holds ${holding.shards} shards, its limit is ${team.maxShards}`,
@@ -308,6 +368,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (team?.maxTotalBytes !== undefined && holding.bytes + need > team.maxTotalBytes) {
       waiting.push({
         shardId: shard.id,
+        position: waiting.length + 1,
         reason: {
           kind: 'quota',
           message:
@@ -326,6 +387,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (!shard.preemptible && !within) {
       waiting.push({
         shardId: shard.id,
+        position: waiting.length + 1,
         reason: {
           kind: 'guarantee',
           message:
@@ -343,14 +405,17 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       const permille = shard.request.computeSharePermille ?? 0;
       if (permille > 0) {
         for (const uuid of placed.gpuUuids) {
-          for (const view of [now_, shadow, both]) view.addCompute(placed.hostId, uuid, permille);
+          computeAdded.set(uuid, (computeAdded.get(uuid) ?? 0) + permille);
+          for (const view of [now_, both, all, shadow]) {
+            view?.addCompute(placed.hostId, uuid, permille);
+          }
         }
       }
       largestFree = undefined;
       holding.bytes += need;
       holding.shards += 1;
       holdings.set(shard.teamId, holding);
-      const model = modelOf.get(placed.gpuUuids[0]!) ?? '';
+      const model = gpuOf(placed.gpuUuids[0]!)?.gpu.model ?? '';
       const counts = guaranteeCovers(guarantee, model);
       if (counts) covered.set(shard.teamId, (covered.get(shard.teamId) ?? 0) + need);
       placements.push({ shardId: shard.id, placed, guaranteed: within && counts });
@@ -360,7 +425,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     if (within && !shard.reclaimInFlight) {
       const result = chooseVictims(
         { request: shard.request, teamId: shard.teamId, guarantee },
-        { fleet: now_.hosts, held: heldNow, teams, coveredBytes: covered, options },
+        { fleet: allView().hosts, held: heldNow, teams, coveredBytes: covered, options },
       );
       if (result.kind === 'reclaim') {
         const ids = new Set(result.victims.map((v) => v.id));
@@ -381,6 +446,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
         promise(shard.id, result.placed);
         waiting.push({
           shardId: shard.id,
+          position: waiting.length + 1,
           reason: { kind: 'reclaiming', victimIds: result.victims.map((v) => v.id) },
           spot: result.placed,
         });
@@ -388,11 +454,12 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       }
     }
     if (shard.reclaimInFlight) {
-      const room = promisedRoom(shard.id, request, now_.hosts, held, options);
+      const room = promisedRoom(shard.id, request, allView().hosts, held, options);
       if (room !== undefined) {
         promise(shard.id, room);
         waiting.push({
           shardId: shard.id,
+          position: waiting.length + 1,
           reason: { kind: 'reclaiming', victimIds: [] },
           spot: room,
         });
@@ -401,7 +468,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     }
     // A shard whose victims no longer free enough for it keeps no spot: it reclaims again
     // once they are gone.
-    const spot = full || shard.reclaimInFlight ? undefined : shadow.index.tryPlace(request);
+    const spot = full || shard.reclaimInFlight ? undefined : shadowView().index.tryPlace(request);
     if (spot !== undefined) keepSpot(shard.id, spot);
     const reason: WaitReason = shard.reclaimInFlight
       ? { kind: 'reclaiming', victimIds: [] }
@@ -412,13 +479,18 @@ export function admit(input: AdmissionInput): AdmissionPlan {
             spotOwners,
             shard.id,
           );
-    waiting.push({ shardId: shard.id, reason, ...(spot === undefined ? {} : { spot }) });
+    waiting.push({
+      shardId: shard.id,
+      position: waiting.length + 1,
+      reason,
+      ...(spot === undefined ? {} : { spot }),
+    });
   }
   return {
     placements,
     preemptions,
     expired,
-    waiting: waiting.map((w, i) => ({ ...w, position: i + 1 })),
+    waiting,
   };
 }
 

@@ -1,0 +1,80 @@
+/**
+ * The admitter's copy of the PENDING shards, so that a pass after one freeing event costs a
+ * decision over memory and one conditional commit, not a read of the whole queue.
+ *
+ * Read whole when this replica becomes the admitter and every WHOLE_READ_INTERVAL_MS after (the
+ * backstop for a follower's message that never came); between, only the shards named by a
+ * commit of this process or a follower's message are read again, by id. A shard that leaves the
+ * queue is dropped at once and read again anyway: a read by id that was under way when it left
+ * may have brought it back, and the second read removes it. Whatever the copy says, the pass's
+ * commit checks each shard is still PENDING (applyPlacements), so a stale entry costs a
+ * placement that is not written, never a shard placed twice.
+ */
+import type { PendingShard, PriorityClasses } from '@gpushards/limits';
+import type { Prisma } from '../database/index.js';
+import { readPending } from './queue-reads.js';
+
+type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
+
+/** The copy is read whole at least this often. */
+export const WHOLE_READ_INTERVAL_MS = 30_000;
+
+export class PendingStore {
+  private readonly shards = new Map<string, PendingShard>();
+  private dirty = new Set<string>();
+  private loadedAt: number | undefined;
+  /** Raised by invalidate: a whole read under way when it was called does not count. */
+  private generation = 0;
+
+  /** The next sync reads the queue whole (this replica just became the admitter, or stopped). */
+  invalidate(): void {
+    this.loadedAt = undefined;
+    this.generation++;
+    this.shards.clear();
+    this.dirty.clear();
+  }
+
+  /** Shards that became PENDING: read at the next sync. */
+  entered(ids: readonly string[]): void {
+    for (const id of ids) this.dirty.add(id);
+  }
+
+  /** Shards that left the queue, by a commit elsewhere: dropped now, read again at the next sync. */
+  left(ids: readonly string[]): void {
+    for (const id of ids) {
+      this.shards.delete(id);
+      this.dirty.add(id);
+    }
+  }
+
+  /** Shards this process's committed pass placed or expired: their state is known. */
+  settled(ids: readonly string[]): void {
+    for (const id of ids) {
+      this.shards.delete(id);
+      this.dirty.delete(id);
+    }
+  }
+
+  /** Brings the copy up to date (whole or by id) and returns it. */
+  async sync(reader: Reader, classes: PriorityClasses): Promise<PendingShard[]> {
+    const now = performance.now();
+    if (this.loadedAt === undefined || now - this.loadedAt >= WHOLE_READ_INTERVAL_MS) {
+      // Ids named from here on stay dirty: the read may or may not see their commit.
+      this.dirty = new Set();
+      const generation = this.generation;
+      const all = await readPending(reader, classes);
+      if (generation !== this.generation) return all;
+      this.shards.clear();
+      for (const shard of all) this.shards.set(shard.id, shard);
+      this.loadedAt = now;
+    } else if (this.dirty.size > 0) {
+      const ids = [...this.dirty];
+      this.dirty = new Set();
+      for (const id of ids) this.shards.delete(id);
+      for (const shard of await readPending(reader, classes, ids)) {
+        this.shards.set(shard.id, shard);
+      }
+    }
+    return [...this.shards.values()];
+  }
+}
