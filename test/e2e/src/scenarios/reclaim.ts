@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 
 import type { HostView, ShardView } from '../support/graphql.js';
-import { sleep, waitFor } from '../support/processes.js';
+import { waitFor } from '../support/processes.js';
 import type { Runner } from '../support/runner.js';
 import { GiB, MiB } from '../support/system.js';
 import type { World } from '../support/world.js';
@@ -210,33 +210,30 @@ export function reclaimChecks(runner: Runner, world: World): void {
       // The decision is known to its process first: its preemption counter rises after the
       // commit (and after the stop commands were handed to NATS). Whoever shows it is killed.
       let killed: 1 | 2 | undefined;
-      let watching = true;
-      const watcher = (async () => {
-        while (watching && killed === undefined) {
-          const now = await counters().catch(() => before);
-          const n = now[0]! > before[0]! ? 1 : now[1]! > before[1]! ? 2 : undefined;
-          if (n !== undefined) {
-            killed = n;
-            await system.controlPlane(n).process.kill9();
-            return;
-          }
-          await sleep(5);
-        }
-      })();
+      let stopped = false;
+      const watcher = waitFor<1 | 2 | 0>(
+        'a control plane counting the preemption',
+        async () => {
+          if (stopped) return 0;
+          const now = await counters();
+          return now[0]! > before[0]! ? 1 : now[1]! > before[1]! ? 2 : undefined;
+        },
+        45_000,
+        5,
+      ).then(async (n) => {
+        if (n === 0) return;
+        killed = n;
+        await system.controlPlane(n).process.kill9();
+      });
       let second: ShardView;
       try {
         // Through control plane 2 (the first reclaim went through 1): the one asked usually
         // decides, since its commit signals its own queue.
         second = await ownerCreates('guaranteed-2', 2);
-        await Promise.race([
-          watcher,
-          sleep(45_000).then(() => {
-            throw new Error('no control plane counted a preemption within 45 s');
-          }),
-        ]);
-      } finally {
-        watching = false;
         await watcher;
+      } finally {
+        stopped = true;
+        await watcher.catch(() => undefined);
       }
       assert.ok(killed !== undefined);
       const survivor = killed === 1 ? 2 : 1;
