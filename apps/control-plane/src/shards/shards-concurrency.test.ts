@@ -1,10 +1,7 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, it } from 'node:test';
 import {
@@ -21,6 +18,7 @@ import {
   registerRequest,
   type TestTeam,
 } from '../testing/fleet-fixtures.js';
+import { startControlPlaneChild, type ControlPlaneChild } from '../testing/control-plane-child.js';
 import { startPostgres, type PostgresServer } from '../testing/index.js';
 
 /**
@@ -43,67 +41,10 @@ const SHARD_SIZE = '3.5g';
 const PER_TEAM_LIMIT = 50;
 const HOST_OFFLINE_SECONDS = 86_400;
 
-interface Child {
-  readonly process: ChildProcess;
-  readonly graphqlUrl: string;
-  /** Its error log lines (pino level 50 and up), to explain a failure. */
-  readonly errors: string[];
-}
-
-/**
- * Starts the control plane as a process against the database (as `node dist/main.js`, with no
- * agents: commands are recorded); resolves with its URL once it listens.
- */
-async function startControlPlaneProcess(databaseUrl: string, dataDir: string): Promise<Child> {
-  const main = fileURLToPath(new URL('../testing/control-plane-process.js', import.meta.url));
-  const child = spawn(process.execPath, [main], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      GPUSHARDS_PORT: '0',
-      GPUSHARDS_HOST: '127.0.0.1',
-      GPUSHARDS_DATA_DIR: dataDir,
-      GPUSHARDS_DATABASE_POOL_SIZE: '8',
-      // No agent heartbeats here: hosts must not go OFFLINE while the test runs.
-      GPUSHARDS_HOST_OFFLINE_SECONDS: String(HOST_OFFLINE_SECONDS),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr!.on('data', (chunk: Buffer) => {
-    stderr += chunk.toString();
-  });
-  const lines = createInterface({ input: child.stdout! });
-  const errors: string[] = [];
-  lines.on('line', (line) => {
-    if (/"level":(5|6)\d/.test(line) && errors.length < 20) errors.push(line);
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`no "listening" line in 60 s: ${stderr}`)),
-      60_000,
-    );
-    child.once('exit', (code) => reject(new Error(`control plane exited with ${code}: ${stderr}`)));
-    lines.on('line', (line) => {
-      if (!line.includes('control plane listening')) return;
-      clearTimeout(timer);
-      resolve((JSON.parse(line) as { url: string }).url);
-    });
-  });
-  return { process: child, graphqlUrl: `${url}/graphql`, errors };
-}
-
-async function stop(child: Child): Promise<void> {
-  if (child.process.exitCode !== null) return;
-  const exited = new Promise((resolve) => child.process.once('exit', resolve));
-  child.process.kill('SIGTERM');
-  await exited;
-}
-
-describe('two control planes on one PostgreSQL', () => {
+describe('two control planes on one PostgreSQL', { timeout: 600_000 }, () => {
   let postgres: PostgresServer;
   let h: ApiTestHarness;
-  const children: Child[] = [];
+  const children: ControlPlaneChild[] = [];
   const dataDirs: string[] = [];
   const quotaTeams: TestTeam[] = [];
   const openTeams: TestTeam[] = [];
@@ -137,19 +78,26 @@ describe('two control planes on one PostgreSQL', () => {
     const url = h.controlPlane.config.database.url!;
     for (let i = 0; i < 2; i++) dataDirs.push(await mkdtemp(join(tmpdir(), 'gpushards-cp-child-')));
     children.push(
-      ...(await Promise.all(dataDirs.map((dir) => startControlPlaneProcess(url, dir)))),
+      ...(await Promise.all(
+        dataDirs.map((dir) =>
+          // No agent heartbeats here: hosts must not go OFFLINE while the test runs.
+          startControlPlaneChild(url, dir, {
+            GPUSHARDS_HOST_OFFLINE_SECONDS: String(HOST_OFFLINE_SECONDS),
+          }),
+        ),
+      )),
     );
   });
 
   after(async () => {
-    await Promise.all(children.map(stop));
+    await Promise.all(children.map((child) => child.stop()));
     await h?.close();
     await postgres?.stop();
     await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })));
   });
 
   it('2,000 concurrent createShard: exactly 1,000 placed, no GPU past capacity, no team past quota', async (t) => {
-    const calls: { team: TestTeam; pool: string; child: Child }[] = [];
+    const calls: { team: TestTeam; pool: string; child: ControlPlaneChild }[] = [];
     for (let round = 0; round < REQUESTS_PER_TEAM; round++) {
       for (const [pool, teams] of [
         ['quota', quotaTeams],
