@@ -28,6 +28,7 @@ import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -79,7 +80,6 @@ const VARIANTS = (options.variants ?? `name=${options.limits === 'off' ? 'limits
       limits: fields.limits ?? options.limits,
     };
   });
-const CLOCK_TICKS = 100; // USER_HZ on Linux
 let postmaster;
 
 const { startPostgres, createTestDatabase } = await import(`${dist}/testing/index.js`);
@@ -261,24 +261,6 @@ const load = fork(fileURLToPath(new URL('./load.mjs', import.meta.url)), [], {
   stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
 });
 
-/**
- * CPU seconds (user + system) of a process from /proc/<pid>/stat, with `children` also those of
- * its ended and reaped children (backends that closed); 0 once it has gone.
- */
-function cpuOf(pid, children = false) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat
-      .slice(stat.lastIndexOf(')') + 2)
-      .split(' ')
-      .map(Number);
-    const own = fields[11] + fields[12];
-    return (children ? own + fields[13] + fields[14] : own) / CLOCK_TICKS;
-  } catch {
-    return 0;
-  }
-}
-
 /** The postmaster of the throwaway cluster (its command line names the cluster folder). */
 function postmasterOf(dir) {
   for (const entry of readdirSync('/proc')) {
@@ -295,24 +277,6 @@ function postmasterOf(dir) {
     }
   }
   return undefined;
-}
-
-/** CPU seconds of the postmaster and its children (the backends of the pool), ended ones included. */
-function postgresCpu(postmaster) {
-  if (postmaster === undefined) return 0;
-  let total = cpuOf(postmaster, true);
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster) {
-        total += cpuOf(Number(entry));
-      }
-    } catch {
-      // ended while being looked at
-    }
-  }
-  return total;
 }
 
 /** One case in the load process, with the CPU the server, PostgreSQL and the client used. */

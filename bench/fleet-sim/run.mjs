@@ -23,6 +23,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import pg from 'pg';
+import { childrenOf, cpuOf, postgresCpu } from '../proc-cpu.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -53,7 +54,6 @@ const CONTROL_PLANES = Number(options['control-planes']);
 const SHARDS_PER_HOST = Number(options['shards-per-host']);
 const SECONDS = Number(options.seconds);
 const SCENARIOS = new Set(options.scenarios.split(',').filter(Boolean));
-const CLOCK_TICKS = 100;
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const dist = resolve(ROOT, options.dist);
 const faultRates = Object.fromEntries(
@@ -75,18 +75,6 @@ const log = (...args) => console.log(`[${new Date().toISOString().slice(11, 19)}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // ---------- CPU accounting (/proc) ----------
-function cpuOf(pid, children = false) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat
-      .slice(stat.lastIndexOf(')') + 2)
-      .split(' ')
-      .map(Number);
-    return (f[11] + f[12] + (children ? f[13] + f[14] : 0)) / CLOCK_TICKS;
-  } catch {
-    return 0;
-  }
-}
 function rssOf(pid) {
   try {
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -94,20 +82,6 @@ function rssOf(pid) {
   } catch {
     return 0;
   }
-}
-function childrenOf(parent) {
-  const out = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === parent)
-        out.push(Number(entry));
-    } catch {
-      // gone
-    }
-  }
-  return out;
 }
 function postmasterOf(dir) {
   for (const entry of readdirSync('/proc')) {
@@ -125,8 +99,6 @@ function postmasterOf(dir) {
   }
   return undefined;
 }
-const postgresCpu = (pm) =>
-  pm === undefined ? 0 : cpuOf(pm, true) + childrenOf(pm).reduce((s, p) => s + cpuOf(p), 0);
 function natsPid() {
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;

@@ -32,6 +32,7 @@ import { performance } from 'node:perf_hooks';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -56,27 +57,11 @@ const BULK = Number(options.bulk);
 const ROUNDS = Number(options.rounds);
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
-const CLOCK_TICKS = 100; // USER_HZ on Linux
 const dists = options.dists.split(',').map((dist) => resolve(dist));
 const labels = options.labels?.split(',') ?? dists;
 
 process.env.GPUSHARDS_QUEUE_SWEEP_MS = '0'; // signals only: the sweep would blur the timing
 const { startPostgres, createTestDatabase } = await import(`${dists[0]}/testing/index.js`);
-
-/** CPU seconds (user + system) of a process, with `children` also those of its reaped children. */
-function cpuOf(pid, children = false) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat
-      .slice(stat.lastIndexOf(')') + 2)
-      .split(' ')
-      .map(Number);
-    const own = fields[11] + fields[12];
-    return (children ? own + fields[13] + fields[14] : own) / CLOCK_TICKS;
-  } catch {
-    return 0;
-  }
-}
 
 /** The postmaster of the throwaway cluster: a `postgres` child of this process. */
 function postmaster() {
@@ -91,24 +76,6 @@ function postmaster() {
     }
   }
   return undefined;
-}
-
-/** CPU seconds of the postmaster and its children, ended ones included. */
-function postgresCpu(pid) {
-  if (pid === undefined) return 0;
-  let total = cpuOf(pid, true);
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) {
-        total += cpuOf(Number(entry));
-      }
-    } catch {
-      // ended while being looked at
-    }
-  }
-  return total;
 }
 
 const nodeCpu = () => {

@@ -1,0 +1,41 @@
+// CPU seconds of processes, read from /proc (Linux), for the benches' "CPU per request" figures.
+import { readdirSync, readFileSync } from 'node:fs';
+
+const CLOCK_TICKS = 100; // USER_HZ on Linux
+
+/** A process's user + system CPU seconds; with `children`, its waited-for children's too. */
+export function cpuOf(pid, children = false) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number);
+    return (f[11] + f[12] + (children ? f[13] + f[14] : 0)) / CLOCK_TICKS;
+  } catch {
+    return 0;
+  }
+}
+
+/** The pids whose parent is `parent`. */
+export function childrenOf(parent) {
+  const out = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === parent) {
+        out.push(Number(entry));
+      }
+    } catch {
+      // ended while being looked at
+    }
+  }
+  return out;
+}
+
+/** CPU seconds of a postmaster and its children (the backends), ended ones included. */
+export function postgresCpu(postmaster) {
+  if (postmaster === undefined) return 0;
+  return cpuOf(postmaster, true) + childrenOf(postmaster).reduce((sum, pid) => sum + cpuOf(pid), 0);
+}
