@@ -32,6 +32,19 @@ export async function teamIdFor(api: Api, team: string | undefined): Promise<str
   return match.node.id;
 }
 
+/** The team named by `--team`, else the caller's own (an admin token has none: it must name one). */
+export async function teamIdOrOwn(api: Api, team: string | undefined): Promise<string> {
+  const named = await teamIdFor(api, team);
+  if (named !== undefined) return named;
+  const { Me } = await import('./queries.js');
+  const me = await api.request(Me);
+  if (!me.me.team) {
+    const { CliError, EXIT } = await import('./exit-codes.js');
+    throw new CliError('admin tokens have no team: name one with --team', EXIT.USAGE);
+  }
+  return me.me.team.id;
+}
+
 /** Examples at the end of a command's --help. */
 export function examples(command: Command, lines: string[]): Command {
   return command.addHelpText('after', `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`);

@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import { Api } from '../api.js';
 import { configPath, removeLogin, saveLogin } from '../config.js';
 import { CliError, EXIT } from '../exit-codes.js';
-import { apiFor, examples, globals, teamIdFor } from '../context.js';
+import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
 import { checkSize, csvField, isoTime, printJson, table } from '../output.js';
 import { Me, Preview, Usage } from '../queries.js';
 import { checkMode, checkShare, shareLabel } from '../compute.js';
@@ -84,13 +84,7 @@ export function usageCommand(): Command {
           const from = isoTime(options.from, '--from');
           const to = options.to ? isoTime(options.to, '--to') : new Date().toISOString();
           const api = apiFor(command);
-          let teamId = await teamIdFor(api, options.team);
-          if (teamId === undefined) {
-            const me = await api.request(Me);
-            if (!me.me.team)
-              throw new CliError('admin tokens have no team: name one with --team', EXIT.USAGE);
-            teamId = me.me.team.id;
-          }
+          const teamId = await teamIdOrOwn(api, options.team);
           const first = await api.request(Usage, { teamId, from, to, first: 100 });
           const report = first.usage;
           const shards = report.shards.edges.map((e) => e.node);

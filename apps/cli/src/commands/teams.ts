@@ -1,10 +1,10 @@
 import { Command } from 'commander';
 import { formatDuration } from '@gpushards/limits';
 import { CliError, EXIT } from '../exit-codes.js';
-import { apiFor, examples, globals, teamIdFor } from '../context.js';
+import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
 import { checkSize, printJson, table } from '../output.js';
 import { checkDuration } from '../compute.js';
-import { CreateTeam, Me, SetIdlePolicy, SetQuota, Team, TeamCompute, Teams } from '../queries.js';
+import { CreateTeam, SetIdlePolicy, SetQuota, Team, TeamCompute, Teams } from '../queries.js';
 
 type TeamNode = Awaited<ReturnType<typeof listTeams>>[number];
 async function listTeams(command: Command) {
@@ -204,13 +204,7 @@ export function quotaCommand(): Command {
       .option('--team <name|id>', 'a team (admins)')
       .action(async (options: { team?: string }, command: Command) => {
         const api = apiFor(command);
-        let teamId = await teamIdFor(api, options.team);
-        if (teamId === undefined) {
-          const me = await api.request(Me);
-          if (!me.me.team)
-            throw new CliError('admin tokens have no team: name one with --team', EXIT.USAGE);
-          teamId = me.me.team.id;
-        }
+        const teamId = await teamIdOrOwn(api, options.team);
         const { team } = await api.request(Team, { id: teamId });
         if (globals(command).json) return printJson(team);
         // Compute: how many GPUs' worth of time the shares of its live shards guarantee.
