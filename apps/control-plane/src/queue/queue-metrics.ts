@@ -69,9 +69,14 @@ export class QueueMetrics {
     this.duration.observe(seconds);
     this.last = { plan, input };
     if (plan.placements.length === 0 && plan.preemptions.length === 0) return;
+    // The placed shards lead the queue: stop once all are found, not after 10,000 waiting ones.
     const placed = new Set(plan.placements.map((placement) => placement.shardId));
+    let left = placed.size;
     for (const shard of input.pending) {
-      if (placed.has(shard.id)) this.wait.observe(Math.max(0, now - shard.arrivedAt) / 1000);
+      if (left === 0) break;
+      if (!placed.has(shard.id)) continue;
+      this.wait.observe(Math.max(0, now - shard.arrivedAt) / 1000);
+      left--;
     }
     const names = new Map(input.teams.map((team) => [team.id, team.name]));
     for (const preemption of plan.preemptions) {

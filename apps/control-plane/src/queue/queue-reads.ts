@@ -122,8 +122,8 @@ export async function readReclaimsInFlight(reader: Reader): Promise<Set<string>>
 export function withReclaimsInFlight(
   pending: readonly PendingShard[],
   inFlight: ReadonlySet<string>,
-): PendingShard[] {
-  if (inFlight.size === 0) return [...pending];
+): readonly PendingShard[] {
+  if (inFlight.size === 0) return pending;
   return pending.map((shard) =>
     inFlight.has(shard.id) ? { ...shard, reclaimInFlight: true } : shard,
   );

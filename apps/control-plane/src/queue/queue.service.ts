@@ -294,7 +294,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     // has a guarantee. Otherwise they are not read (8,000 rows on a full 1,000-host fleet) and
     // the teams' limits are left to createShard, which counted the pending shards against them.
     const guaranteed = new Set(teams.filter((t) => t.guarantee.bytes > 0).map((t) => t.id));
-    const reclaimPossible = pending.some((shard) => guaranteed.has(shard.teamId));
+    const reclaimPossible =
+      guaranteed.size > 0 && pending.some((shard) => guaranteed.has(shard.teamId));
     const held = reclaimPossible ? await readHeld(reader, this.classes) : [];
     const t2 = performance.now();
     this.teams = teams;

@@ -81,6 +81,9 @@ export type WaitReason =
   /** It was reclaimed for this shard, which still waits. */
   | { readonly kind: 'reclaimed'; readonly shardId: string };
 
+/** Shared by every shard that waits for capacity: a deep queue allocates no reason each. */
+const CAPACITY: WaitReason = Object.freeze({ kind: 'capacity' });
+
 export interface Placement {
   readonly shardId: string;
   readonly placed: Placed;
@@ -339,10 +342,20 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   };
   let full = false;
 
-  const waitingIds = new Set(live.map((shard) => shard.id));
-  for (const [position, shard] of live.entries()) {
+  // The shards some requeued victim was reclaimed for, while they still wait in this pass. Only
+  // those are looked up, so a pass over a deep queue builds no set of every waiting id.
+  const reclaimTargets = new Set<string>();
+  for (const shard of live) {
+    if (shard.reclaimedFor !== undefined) reclaimTargets.add(shard.reclaimedFor);
+  }
+  const stillWaiting = new Set<string>();
+  if (reclaimTargets.size > 0) {
+    for (const shard of live) if (reclaimTargets.has(shard.id)) stillWaiting.add(shard.id);
+  }
+  for (let position = 0; position < live.length; position++) {
+    const shard = live[position]!;
     if (!full && smallestFrom[position]! > largestFreeNow()) full = true;
-    if (shard.reclaimedFor !== undefined && waitingIds.has(shard.reclaimedFor)) {
+    if (shard.reclaimedFor !== undefined && stillWaiting.has(shard.reclaimedFor)) {
       waiting.push({
         shardId: shard.id,
         position: waiting.length + 1,
@@ -419,7 +432,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       const counts = guaranteeCovers(guarantee, model);
       if (counts) covered.set(shard.teamId, (covered.get(shard.teamId) ?? 0) + need);
       placements.push({ shardId: shard.id, placed, guaranteed: within && counts });
-      waitingIds.delete(shard.id);
+      stillWaiting.delete(shard.id);
       continue;
     }
     if (within && !shard.reclaimInFlight) {
@@ -473,18 +486,17 @@ export function admit(input: AdmissionInput): AdmissionPlan {
     const reason: WaitReason = shard.reclaimInFlight
       ? { kind: 'reclaiming', victimIds: [] }
       : full
-        ? { kind: 'capacity' }
+        ? CAPACITY
         : behindWhom(
             now_.index.tryPlace(request) ?? fitsBesidePromises(request),
             spotOwners,
             shard.id,
           );
-    waiting.push({
-      shardId: shard.id,
-      position: waiting.length + 1,
-      reason,
-      ...(spot === undefined ? {} : { spot }),
-    });
+    waiting.push(
+      spot === undefined
+        ? { shardId: shard.id, position: waiting.length + 1, reason }
+        : { shardId: shard.id, position: waiting.length + 1, reason, spot },
+    );
   }
   return {
     placements,
@@ -549,12 +561,12 @@ function behindWhom(
   owners: ReadonlyMap<string, readonly string[]>,
   self: string,
 ): WaitReason {
-  if (fitsNow === undefined) return { kind: 'capacity' };
+  if (fitsNow === undefined) return CAPACITY;
   const first = owners.get(fitsNow.hostId)?.find((id) => id !== self);
   if (first !== undefined) return { kind: 'behind', shardId: first };
   for (const list of owners.values()) {
     const other = list.find((id) => id !== self);
     if (other !== undefined) return { kind: 'behind', shardId: other };
   }
-  return { kind: 'capacity' };
+  return CAPACITY;
 }
