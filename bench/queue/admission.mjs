@@ -47,6 +47,8 @@ const { values: options } = parseArgs({
     'run-db': { type: 'string' },
     'run-postmaster': { type: 'string' },
     'no-fsync': { type: 'boolean', default: false },
+    // The SQL statements per freeing event (pg_stat_statements), the most frequent listed.
+    statements: { type: 'boolean', default: false },
   },
 });
 const HOSTS = 1000;
@@ -137,6 +139,7 @@ async function writeFleet(url) {
          FROM generate_series(1, $3) AS n`,
       [team.id, String(40 * GiB), PENDING],
     );
+    if (options.statements) await sql.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     await sql.query('ANALYZE');
   } finally {
     await sql.end();
@@ -181,7 +184,11 @@ async function runOnce(dist, database, pgPid) {
     };
     let onPlaced = () => undefined;
     let placedFromQueue = 0;
+    /** When the shard being deleted was published as gone (after its commit): the room freed. */
+    let freeing;
+    let freedAt;
     bus.subscribe((event) => {
+      if (event.shard?.id === freeing && event.state === 'DELETED') freedAt = performance.now();
       if (event.previousState === 'PENDING' && event.state === 'PLACED') {
         placedFromQueue++;
         onPlaced();
@@ -202,24 +209,50 @@ async function runOnce(dist, database, pgPid) {
 
     // Latency: one freeing event at a time.
     const ms = [];
+    const fromFreedMs = [];
+    if (options.statements) await sql.query('SELECT pg_stat_statements_reset()');
     const cpu0 = { node: nodeCpu(), pg: postgresCpu(pgPid) };
     for (let i = 0; i < EVENTS; i++) {
       const placed = placedUntil(placedFromQueue + 1);
+      freeing = victims[i];
+      freedAt = undefined;
       const t0 = performance.now();
       await mutations.delete(caller, victims[i]);
       await placed;
-      ms.push(performance.now() - t0);
+      const t1 = performance.now();
+      ms.push(t1 - t0);
+      if (freedAt === undefined) throw new Error(`no DELETED event seen for ${victims[i]}`);
+      fromFreedMs.push(t1 - freedAt);
     }
     const cpu1 = { node: nodeCpu(), pg: postgresCpu(pgPid) };
-    ms.sort((a, b) => a - b);
-    const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))];
+    const quantile = (values, q) => {
+      const sorted = [...values].sort((a, b) => a - b);
+      return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    };
     Object.assign(result, {
-      p50: at(0.5),
-      p99: at(0.99),
-      max: ms.at(-1),
+      p50: quantile(ms, 0.5),
+      p99: quantile(ms, 0.99),
+      max: Math.max(...ms),
+      freedP50: quantile(fromFreedMs, 0.5),
+      freedP99: quantile(fromFreedMs, 0.99),
       nodeCpuMsPerEvent: ((cpu1.node - cpu0.node) * 1000) / EVENTS,
       pgCpuMsPerEvent: ((cpu1.pg - cpu0.pg) * 1000) / EVENTS,
     });
+    if (options.statements) {
+      const { rows } = await sql.query(
+        `SELECT calls, query FROM pg_stat_statements
+          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          ORDER BY calls DESC`,
+      );
+      const total = rows.reduce((sum, row) => sum + Number(row.calls), 0);
+      result.statementsPerEvent = (total / EVENTS).toFixed(1);
+      result.topStatements = rows
+        .slice(0, 15)
+        .map((row) => [
+          (Number(row.calls) / EVENTS).toFixed(2),
+          row.query.replace(/\s+/g, ' ').slice(0, 100),
+        ]);
+    }
 
     // API turnover: BULK deletes, 8 in flight.
     {
@@ -291,6 +324,9 @@ const server = await startPostgres({
   settings: {
     fsync: options['no-fsync'] ? 'off' : 'on',
     full_page_writes: options['no-fsync'] ? 'off' : 'on',
+    ...(options.statements
+      ? { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' }
+      : {}),
   },
 });
 const pgPid = postmaster();
@@ -314,6 +350,7 @@ async function runChild(dist) {
       ...['--run-dist', dist, '--run-db', JSON.stringify(database)],
       ...['--run-postmaster', String(pgPid)],
       ...['--events', String(EVENTS), '--bulk', String(BULK)],
+      ...(options.statements ? ['--statements'] : []),
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
@@ -346,15 +383,21 @@ try {
         'p50 ms': r.p50.toFixed(1),
         'p99 ms': r.p99.toFixed(1),
         'max ms': r.max.toFixed(1),
+        'freed→placed p50 / p99 ms': `${r.freedP50.toFixed(1)} / ${r.freedP99.toFixed(1)}`,
         'cp cpu ms/event': r.nodeCpuMsPerEvent.toFixed(1),
         'pg cpu ms/event': r.pgCpuMsPerEvent.toFixed(1),
         'api placed/s': Math.round(r.apiPlacedPerSecond),
         'api deletes ms': r.apiDeletesMs.toFixed(0),
         'bulk placed/s': Math.round(r.bulkPlacedPerSecond),
         'bulk cpu ms/placed': r.bulkCpuMsPerPlacement.toFixed(2),
+        ...(r.statementsPerEvent === undefined ? {} : { 'SQL/event': r.statementsPerEvent }),
       };
       rows.push(row);
       console.log(JSON.stringify({ ...row, states: r.states }));
+      if (r.topStatements !== undefined) {
+        console.log(`${labels[i]}: statements per freeing event, the most frequent`);
+        console.table(r.topStatements.map(([perEvent, query]) => ({ perEvent, query })));
+      }
     }
   }
   console.log(
