@@ -13,7 +13,6 @@ import {
   type HeldShard,
   type Host,
   type PendingShard,
-  type WaitReason,
 } from '@gpushards/limits';
 import { Prisma, PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -28,6 +27,7 @@ import { QUEUE_OPTIONS, type QueueOptions } from './queue-options.js';
 import { AdmissionLease, type QueueChange } from './admission-lease.js';
 import { PassRunner } from './pass-runner.js';
 import { PendingStore } from './pending-store.js';
+import { queueEntries, type QueueEntry } from './queue-entries.js';
 import {
   readHeld,
   readPending,
@@ -48,19 +48,6 @@ export const ADMISSION_LOCK = 0x67707371; // "gpsq"
 
 /** A pass whose plan met GPUs that changed since they were read is run again, up to this often. */
 const MAX_ATTEMPTS = 4;
-
-/** What the last pass of this process decided for a shard that still waits. */
-export interface QueueEntry {
-  readonly shardId: string;
-  readonly teamId: string;
-  readonly position: number;
-  readonly reason: string;
-  readonly reasonKind: WaitReason['kind'];
-  /** The shard it waits behind, for 'behind'. */
-  readonly behind: string | null;
-  /** Where it is expected to go, when it keeps a spot. */
-  readonly spotHostId: string | null;
-}
 
 export interface PassOutcome {
   readonly placed: number;
@@ -413,25 +400,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private entryMap(): Map<string, QueueEntry> {
-    if (this.entries !== undefined) return this.entries;
-    const entries = new Map<string, QueueEntry>();
-    const teamOf = new Map(this.last.pending.map((shard) => [shard.id, shard.teamId]));
-    for (const waiting of this.last.waiting) {
-      entries.set(waiting.shardId, {
-        shardId: waiting.shardId,
-        teamId: teamOf.get(waiting.shardId) ?? '',
-        position: waiting.position,
-        reason: describeWait(waiting.reason),
-        reasonKind: waiting.reason.kind,
-        behind:
-          waiting.reason.kind === 'behind' || waiting.reason.kind === 'reclaimed'
-            ? waiting.reason.shardId
-            : null,
-        spotHostId: waiting.spot?.hostId ?? null,
-      });
-    }
-    this.entries = entries;
-    return entries;
+    this.entries ??= queueEntries(this.last.waiting, this.last.pending);
+    return this.entries;
   }
 }
 
@@ -447,23 +417,4 @@ function outcomeOf(plan: AdmissionPlan): PassOutcome {
 function withoutLimits(team: TeamRecord): TeamRecord {
   const { maxTotalBytes: _bytes, maxShards: _shards, ...rest } = team;
   return rest;
-}
-
-export function describeWait(reason: WaitReason): string {
-  switch (reason.kind) {
-    case 'capacity':
-      return 'no host has room for it now; it runs as soon as one frees enough';
-    case 'behind':
-      return `the room it fits is kept for shard ${reason.shardId}, ahead of it in the queue`;
-    case 'quota':
-      return `its team's limit: ${reason.message}`;
-    case 'guarantee':
-      return reason.message;
-    case 'reclaimed':
-      return `it was stopped to make room for shard ${reason.shardId}, and waits until that one is placed`;
-    case 'reclaiming':
-      return reason.victimIds.length > 0
-        ? `borrowed shards are being stopped for it: ${reason.victimIds.join(', ')}`
-        : 'borrowed shards are being stopped for it';
-  }
 }
