@@ -11,16 +11,21 @@ export interface QueueEntry {
   readonly behind: string | null;
   /** Where it is expected to go, when it keeps a spot. */
   readonly spotHostId: string | null;
+  /** When it is expected to start (an estimate, see StartEstimates); null when none is given. */
+  readonly estimatedStart: Date | null;
 }
 
 /** A pass's waiting shards as the API shows them, by shard id, in queue order. */
 export function queueEntries(
   waiting: AdmissionPlan['waiting'],
   pending: readonly PendingShard[],
+  /** Estimated starts (ms since the epoch) by shard id; absent: none. */
+  starts: ReadonlyMap<string, number>,
 ): Map<string, QueueEntry> {
   const entries = new Map<string, QueueEntry>();
   const teamOf = new Map(pending.map((shard) => [shard.id, shard.teamId]));
   for (const wait of waiting) {
+    const start = starts.get(wait.shardId);
     entries.set(wait.shardId, {
       shardId: wait.shardId,
       teamId: teamOf.get(wait.shardId) ?? '',
@@ -32,6 +37,7 @@ export function queueEntries(
           ? wait.reason.shardId
           : null,
       spotHostId: wait.spot?.hostId ?? null,
+      estimatedStart: start === undefined ? null : new Date(start),
     });
   }
   return entries;

@@ -28,6 +28,7 @@ import { AdmissionLease, type QueueChange } from './admission-lease.js';
 import { PassRunner } from './pass-runner.js';
 import { PendingStore } from './pending-store.js';
 import { queueEntries, type QueueEntry } from './queue-entries.js';
+import { StartEstimates } from './start-estimates.js';
 import {
   readHeld,
   readPending,
@@ -62,6 +63,8 @@ export interface PassInput {
   readonly held: readonly HeldShard[];
   readonly teams: readonly TeamRecord[];
   readonly fleet: readonly Host[];
+  /** Reclaims in flight: the shard they are for, its victims' stop times (ms). */
+  readonly victimStops: ReadonlyMap<string, readonly number[]>;
 }
 
 /**
@@ -83,6 +86,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly classes = priorityClasses();
   private readonly runner: PassRunner<PassOutcome>;
   private readonly store = new PendingStore();
+  private readonly estimates: StartEstimates;
   /** A follower freed room: the admitter's fleet cache reads the GPUs before the next pass. */
   private fleetStale = false;
   private timer: NodeJS.Timeout | undefined;
@@ -104,6 +108,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'queue' });
+    this.estimates = new StartEstimates(options.reclaimGraceSeconds);
     this.runner = new PassRunner(
       () => this.pass(new Date(), false),
       (error) =>
@@ -231,7 +236,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
           this.store.settled(result.settled);
           this.store.left(result.skipped);
         }
-        this.remember(result.plan, result.input.pending);
+        this.remember(result.plan, result.input);
+        this.estimates.applied(result.placed, result.plan.waiting);
         this.metrics.passed(
           result.plan,
           result.input,
@@ -251,7 +257,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const started = performance.now();
     const pending = await readPending(this.prisma, this.classes);
     const decided = await this.decide(this.prisma, pending, now);
-    this.remember(decided.plan, decided.input.pending);
+    this.remember(decided.plan, decided.input);
     this.metrics.passed(
       { ...decided.plan, placements: [], preemptions: [] },
       decided.input,
@@ -270,10 +276,17 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     if (queued.length === 0) {
       return {
         plan: { placements: [], preemptions: [], expired: [], waiting: [] },
-        input: { pending: queued, held: [], teams: this.teams, fleet: this.cache.hosts() },
+        input: {
+          pending: queued,
+          held: [],
+          teams: this.teams,
+          fleet: this.cache.hosts(),
+          victimStops: new Map(),
+        },
       };
     }
-    const pending = withReclaimsInFlight(queued, await readReclaimsInFlight(reader));
+    const victimStops = await readReclaimsInFlight(reader);
+    const pending = withReclaimsInFlight(queued, victimStops);
     const t0 = performance.now();
     const teams = await readTeams(reader, this.options.halfLifeMs, now);
     const t1 = performance.now();
@@ -312,7 +325,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       },
       'admission pass decided',
     );
-    return { plan, input: { pending, held, teams, fleet } };
+    return { plan, input: { pending, held, teams, fleet, victimStops } };
   }
 
   private async decideAndApply(
@@ -323,6 +336,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   ): Promise<{
     plan: AdmissionPlan;
     input: PassInput;
+    /** How many this pass placed. */
+    placed: number;
     /** Placed or expired by this pass. */
     settled: string[];
     /** Found no longer PENDING when applying. */
@@ -338,6 +353,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const { pending, teams } = input;
     const skipped = await applyPlacements(tx, this.lifecycle, plan.placements, effects);
     const settled = plan.placements.map((p) => p.shardId).filter((id) => !skipped.includes(id));
+    const placed = settled.length;
     for (const shardId of plan.expired) {
       const shard = await this.lifecycle.lock(tx, shardId);
       if (shard?.state !== 'PENDING') {
@@ -356,6 +372,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       settled.push(shardId);
     }
     const teamNames = new Map(teams.map((team) => [team.id, team.name]));
+    const victimStops = new Map(input.victimStops);
     for (const preemption of plan.preemptions) {
       const victim = await this.lifecycle.lock(tx, preemption.victimId);
       if (
@@ -369,7 +386,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         `of team ${
           teamNames.get(pending.find((p) => p.id === preemption.forShardId)?.teamId ?? '') ?? '?'
         } waits within its own`;
-      await this.lifecycle.moveTo(
+      const stopping = await this.lifecycle.moveTo(
         tx,
         victim,
         'STOPPING',
@@ -378,6 +395,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         effects,
         now,
       );
+      const stops = victimStops.get(preemption.forShardId) ?? [];
+      victimStops.set(preemption.forShardId, [...stops, stopping.updatedAt.getTime()]);
       await tx.$executeRaw`
         UPDATE shard SET stop_intent = ${victim.requeue ? 'requeue' : 'preempt'},
                          reclaim_for = ${preemption.forShardId}::uuid
@@ -389,18 +408,26 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         (commands) => commands.stop(hostId, victim.id, grace),
       );
     }
-    return { plan, input, settled, skipped };
+    return { plan, input: { ...input, victimStops }, placed, settled, skipped };
   }
 
-  /** Keeps the plan's waiting shards; the entries the API reads are built when first asked. */
-  private remember(plan: AdmissionPlan, pending: readonly PendingShard[]): void {
+  /**
+   * Keeps the plan's waiting shards and the reclaims in flight; the entries the API reads (start
+   * estimates included, as of then) are built when first asked.
+   */
+  private remember(plan: AdmissionPlan, { pending, victimStops }: PassInput): void {
     this.last = { waiting: plan.waiting, pending };
+    this.estimates.reclaims(victimStops);
     this.entries = undefined;
     this.signal.setPendingCount(plan.waiting.length);
   }
 
   private entryMap(): Map<string, QueueEntry> {
-    this.entries ??= queueEntries(this.last.waiting, this.last.pending);
+    this.entries ??= queueEntries(
+      this.last.waiting,
+      this.last.pending,
+      this.estimates.of(this.last.waiting),
+    );
     return this.entries;
   }
 }
