@@ -15,6 +15,7 @@ import {
 import { FakeShardCommands } from '../testing/fake-shard-commands.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
+import { QUEUE_OPTIONS, type QueueOptions } from './queue-options.js';
 import { QueueService } from './queue.service.js';
 
 /** The pending queue through GraphQL, on PostgreSQL and on PGlite. */
@@ -34,6 +35,7 @@ const SET_POLICY = `mutation ($teamId: ID!, $input: QuotaPolicyInput!) {
 }`;
 const QUEUE = `query ($teamId: ID) { pendingQueue(teamId: $teamId) { position reasonKind reason waitingBehind shard { id name } } }`;
 const SHARE = `query ($id: ID!) { team(id: $id) { share { guarantee { bytes } borrowed { bytes } held { bytes } pending } } }`;
+const ESTIMATES = `query ($teamId: ID) { pendingQueue(teamId: $teamId) { reasonKind estimatedStart shard { id } } }`;
 
 interface ShardView {
   id: string;
@@ -360,6 +362,121 @@ for (const kind of TEST_DATABASE_KINDS) {
       assertOk(await h.graphql(DELETE, { id: mine.id }, owner.member));
       await queue.admitNow();
       assert.equal((await shard(lender, borrowed.id)).state, 'PLACED');
+    });
+  });
+
+  // A control plane of its own: the placement rate is the process's, and this starts it cold.
+  describe(`start estimates on ${kind}`, () => {
+    let h: ApiTestHarness;
+    let queue: QueueService;
+
+    before(async () => {
+      h = await startApiTestHarness(kind, {
+        ...(postgres ? { server: postgres } : {}),
+        controlPlane: { shardCommands: new FakeShardCommands() },
+      });
+      queue = h.controlPlane.app.get(QueueService);
+    });
+    after(async () => {
+      await h?.close();
+    });
+
+    async function create(team: TestTeam, pool: string, input: Record<string, unknown>) {
+      return assertOk(
+        await createShard(h, team.member, {
+          queue: true,
+          hostSelector: [{ key: 'pool', value: pool }],
+          ...input,
+        }),
+      ).createShard;
+    }
+
+    /** The team's waiting shards: reason and estimated start (ms; null: none) by shard id. */
+    async function estimates(team: TestTeam) {
+      const listed = assertOk(
+        await h.graphql<{
+          pendingQueue: {
+            reasonKind: string;
+            estimatedStart: string | null;
+            shard: { id: string };
+          }[];
+        }>(ESTIMATES, { teamId: team.id }, team.member),
+      ).pendingQueue;
+      return new Map(
+        listed.map((e) => [
+          e.shard.id,
+          {
+            reasonKind: e.reasonKind,
+            at: e.estimatedStart === null ? null : Date.parse(e.estimatedStart),
+          },
+        ]),
+      );
+    }
+
+    it("a reclaim: its victims' grace end; waiting for capacity: null while the queue is cold, then by its placement rate", async () => {
+      const fleet = h.controlPlane.app.get(AgentReportsService);
+      for (const [pool, model] of [
+        ['eta', 'NVIDIA H100 80GB HBM3'],
+        ['eta-reclaim', 'QGPU-E 80GB'],
+      ] as const) {
+        await fleet.registerHost(
+          registerRequest(`${pool}-1`, { gpus: 1, gpuBytes: 80 * GiB, model, labels: { pool } }),
+        );
+      }
+      // Cold: nothing was placed from the queue yet.
+      const team = await createTestTeam(h, 'eta-waiters');
+      let holder = await create(team, 'eta', { name: 'holder-0', memoryPerGpu: '40g' });
+      await queue.admitNow();
+      let next = await create(team, 'eta', { name: 'next-1', memoryPerGpu: '40g' });
+      await queue.admitNow();
+      assert.deepEqual((await estimates(team)).get(next.id), { reasonKind: 'capacity', at: null });
+
+      // A reclaim: the owner's shard starts when its victim's grace ends.
+      const lender = await createTestTeam(h, 'eta-lender');
+      const owner = await createTestTeam(h, 'eta-owner');
+      assertOk(
+        await h.graphql(SET_POLICY, {
+          teamId: owner.id,
+          input: {
+            maxTotal: '80g',
+            maxShards: 10,
+            maxPerShard: '80g',
+            guarantee: '40g',
+            guaranteeGpuModel: 'QGPU-E',
+          },
+        }),
+      );
+      const borrowed = await create(lender, 'eta-reclaim', { memoryPerGpu: '70g' });
+      await queue.admitNow();
+      const mine = await create(owner, 'eta-reclaim', { memoryPerGpu: '40g' });
+      await queue.admitNow();
+      const victim = await h.prisma.shard.findUniqueOrThrow({ where: { id: borrowed.id } });
+      assert.equal(victim.state, 'STOPPING');
+      const grace = h.controlPlane.app.get<QueueOptions>(QUEUE_OPTIONS).reclaimGraceSeconds;
+      const reclaiming = (await estimates(owner)).get(mine.id);
+      assert.equal(reclaiming?.reasonKind, 'reclaiming');
+      assert.ok(reclaiming.at !== null, 'a reclaiming shard has an estimate');
+      // updated_at is stamped when the victim went STOPPING, to the millisecond.
+      const deadline = victim.updatedAt.getTime() + grace * 1000;
+      assert.ok(Math.abs(reclaiming.at - deadline) <= 1, `${reclaiming.at} vs ${deadline}`);
+
+      // Five placed from the queue, one after the other: each waited until the one before left.
+      for (let i = 1; i <= 5; i++) {
+        assertOk(await h.graphql(DELETE, { id: holder.id }, team.member));
+        await queue.admitNow();
+        assert.equal(
+          (await h.prisma.shard.findUniqueOrThrow({ where: { id: next.id } })).state,
+          'PLACED',
+        );
+        holder = next;
+        next = await create(team, 'eta', { name: `next-${i + 1}`, memoryPerGpu: '40g' });
+        await queue.admitNow();
+      }
+      const before = Date.now();
+      const warm = (await estimates(team)).get(next.id);
+      assert.equal(warm?.reasonKind, 'capacity');
+      assert.ok(warm.at !== null, 'a capacity wait has an estimate once the queue has a rate');
+      assert.ok(warm.at >= before, `${warm.at} is before ${before}`);
     });
   });
 }

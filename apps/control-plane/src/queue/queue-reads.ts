@@ -110,18 +110,26 @@ export async function readPending(
   );
 }
 
-/** The shards that borrowed shards are stopping for (victims still STOPPING). */
-export async function readReclaimsInFlight(reader: Reader): Promise<Set<string>> {
-  const rows = await reader.$queryRaw<{ id: string }[]>`
-    SELECT DISTINCT reclaim_for::text AS id FROM shard
-     WHERE reclaim_for IS NOT NULL AND state = 'STOPPING'`;
-  return new Set(rows.map((row) => row.id));
+/**
+ * The shards that borrowed shards are stopping for (victims still STOPPING), each with when its
+ * victims were told to stop (ms since the epoch): their updated_at, which the move to STOPPING
+ * stamps and nothing writes again before their next state (the stuck-shard sweeper reads it so
+ * too).
+ */
+export async function readReclaimsInFlight(reader: Reader): Promise<Map<string, number[]>> {
+  const rows = await reader.$queryRaw<{ id: string; stops: number[] }[]>`
+    SELECT reclaim_for::text AS id,
+           array_agg(floor(extract(epoch FROM updated_at) * 1000)::float8) AS stops
+      FROM shard
+     WHERE reclaim_for IS NOT NULL AND state = 'STOPPING'
+     GROUP BY reclaim_for`;
+  return new Map(rows.map((row) => [row.id, row.stops]));
 }
 
 /** The pending shards with their reclaims in flight marked. */
 export function withReclaimsInFlight(
   pending: readonly PendingShard[],
-  inFlight: ReadonlySet<string>,
+  inFlight: ReadonlyMap<string, unknown>,
 ): readonly PendingShard[] {
   if (inFlight.size === 0) return pending;
   return pending.map((shard) =>

@@ -35,7 +35,7 @@ export class QueuedShard {
   @Field(() => Date, {
     nullable: true,
     description:
-      'Null: shards carry no run-time estimates, so no start time can be promised; it starts when the shards on its expected host end.',
+      'When it is expected to start: an estimate from what the queue knows, not a promise (shards carry no run-time estimates). reclaiming: when the grace of the last of its victims ends (now once past; null when they no longer free enough for it). capacity, behind: by the rate the queue placed shards lately, (shards ahead of it waiting on the fleet + 1) / placements per second from now; null until the queue placed at least 5 in 10 minutes. reclaimed: one placement after the shard it waits for, when that one has an estimate. quota, guarantee: null (it waits on its team, not on the fleet).',
   })
   estimatedStart!: Date | null;
 }

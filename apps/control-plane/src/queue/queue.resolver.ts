@@ -68,7 +68,7 @@ export class QueueResolver {
         reason: entry.reason,
         waitingBehind: entry.behind,
         expectedHostId: entry.spotHostId,
-        estimatedStart: null,
+        estimatedStart: entry.estimatedStart,
       });
       if (out.length >= MAX_QUEUE_ENTRIES) break;
     }

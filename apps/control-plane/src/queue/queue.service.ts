@@ -13,7 +13,6 @@ import {
   type HeldShard,
   type Host,
   type PendingShard,
-  type WaitReason,
 } from '@gpushards/limits';
 import { Prisma, PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -28,6 +27,8 @@ import { QUEUE_OPTIONS, type QueueOptions } from './queue-options.js';
 import { AdmissionLease, type QueueChange } from './admission-lease.js';
 import { PassRunner } from './pass-runner.js';
 import { PendingStore } from './pending-store.js';
+import { queueEntries, type QueueEntry } from './queue-entries.js';
+import { StartEstimates } from './start-estimates.js';
 import {
   readHeld,
   readPending,
@@ -49,19 +50,6 @@ export const ADMISSION_LOCK = 0x67707371; // "gpsq"
 /** A pass whose plan met GPUs that changed since they were read is run again, up to this often. */
 const MAX_ATTEMPTS = 4;
 
-/** What the last pass of this process decided for a shard that still waits. */
-export interface QueueEntry {
-  readonly shardId: string;
-  readonly teamId: string;
-  readonly position: number;
-  readonly reason: string;
-  readonly reasonKind: WaitReason['kind'];
-  /** The shard it waits behind, for 'behind'. */
-  readonly behind: string | null;
-  /** Where it is expected to go, when it keeps a spot. */
-  readonly spotHostId: string | null;
-}
-
 export interface PassOutcome {
   readonly placed: number;
   readonly expired: number;
@@ -75,6 +63,8 @@ export interface PassInput {
   readonly held: readonly HeldShard[];
   readonly teams: readonly TeamRecord[];
   readonly fleet: readonly Host[];
+  /** Reclaims in flight: the shard they are for, its victims' stop times (ms). */
+  readonly victimStops: ReadonlyMap<string, readonly number[]>;
 }
 
 /**
@@ -96,6 +86,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly classes = priorityClasses();
   private readonly runner: PassRunner<PassOutcome>;
   private readonly store = new PendingStore();
+  private readonly estimates: StartEstimates;
   /** A follower freed room: the admitter's fleet cache reads the GPUs before the next pass. */
   private fleetStale = false;
   private timer: NodeJS.Timeout | undefined;
@@ -117,6 +108,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'queue' });
+    this.estimates = new StartEstimates(options.reclaimGraceSeconds);
     this.runner = new PassRunner(
       () => this.pass(new Date(), false),
       (error) =>
@@ -244,7 +236,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
           this.store.settled(result.settled);
           this.store.left(result.skipped);
         }
-        this.remember(result.plan, result.input.pending);
+        this.remember(result.plan, result.input);
+        this.estimates.applied(result.placed, result.plan.waiting);
         this.metrics.passed(
           result.plan,
           result.input,
@@ -264,7 +257,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const started = performance.now();
     const pending = await readPending(this.prisma, this.classes);
     const decided = await this.decide(this.prisma, pending, now);
-    this.remember(decided.plan, decided.input.pending);
+    this.remember(decided.plan, decided.input);
     this.metrics.passed(
       { ...decided.plan, placements: [], preemptions: [] },
       decided.input,
@@ -283,10 +276,17 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     if (queued.length === 0) {
       return {
         plan: { placements: [], preemptions: [], expired: [], waiting: [] },
-        input: { pending: queued, held: [], teams: this.teams, fleet: this.cache.hosts() },
+        input: {
+          pending: queued,
+          held: [],
+          teams: this.teams,
+          fleet: this.cache.hosts(),
+          victimStops: new Map(),
+        },
       };
     }
-    const pending = withReclaimsInFlight(queued, await readReclaimsInFlight(reader));
+    const victimStops = await readReclaimsInFlight(reader);
+    const pending = withReclaimsInFlight(queued, victimStops);
     const t0 = performance.now();
     const teams = await readTeams(reader, this.options.halfLifeMs, now);
     const t1 = performance.now();
@@ -326,7 +326,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       },
       'admission pass decided',
     );
-    return { plan, input: { pending, held, teams, fleet } };
+    return { plan, input: { pending, held, teams, fleet, victimStops } };
   }
 
   private async decideAndApply(
@@ -337,6 +337,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   ): Promise<{
     plan: AdmissionPlan;
     input: PassInput;
+    /** How many this pass placed. */
+    placed: number;
     /** Placed or expired by this pass. */
     settled: string[];
     /** Found no longer PENDING when applying. */
@@ -352,6 +354,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const { pending, teams } = input;
     const skipped = await applyPlacements(tx, this.lifecycle, plan.placements, effects);
     const settled = plan.placements.map((p) => p.shardId).filter((id) => !skipped.includes(id));
+    const placed = settled.length;
     for (const shardId of plan.expired) {
       const shard = await this.lifecycle.lock(tx, shardId);
       if (shard?.state !== 'PENDING') {
@@ -370,6 +373,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       settled.push(shardId);
     }
     const teamNames = new Map(teams.map((team) => [team.id, team.name]));
+    const victimStops = new Map(input.victimStops);
     for (const preemption of plan.preemptions) {
       const victim = await this.lifecycle.lock(tx, preemption.victimId);
       if (
@@ -383,7 +387,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         `of team ${
           teamNames.get(pending.find((p) => p.id === preemption.forShardId)?.teamId ?? '') ?? '?'
         } waits within its own`;
-      await this.lifecycle.moveTo(
+      const stopping = await this.lifecycle.moveTo(
         tx,
         victim,
         'STOPPING',
@@ -392,6 +396,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         effects,
         now,
       );
+      const stops = victimStops.get(preemption.forShardId) ?? [];
+      victimStops.set(preemption.forShardId, [...stops, stopping.updatedAt.getTime()]);
       await tx.$executeRaw`
         UPDATE shard SET stop_intent = ${victim.requeue ? 'requeue' : 'preempt'},
                          reclaim_for = ${preemption.forShardId}::uuid
@@ -403,36 +409,27 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         (commands) => commands.stop(hostId, victim.id, grace),
       );
     }
-    return { plan, input, settled, skipped };
+    return { plan, input: { ...input, victimStops }, placed, settled, skipped };
   }
 
-  /** Keeps the plan's waiting shards; the entries the API reads are built when first asked. */
-  private remember(plan: AdmissionPlan, pending: readonly PendingShard[]): void {
+  /**
+   * Keeps the plan's waiting shards and the reclaims in flight; the entries the API reads (start
+   * estimates included, as of then) are built when first asked.
+   */
+  private remember(plan: AdmissionPlan, { pending, victimStops }: PassInput): void {
     this.last = { waiting: plan.waiting, pending };
+    this.estimates.reclaims(victimStops);
     this.entries = undefined;
     this.signal.setPendingCount(plan.waiting.length);
   }
 
   private entryMap(): Map<string, QueueEntry> {
-    if (this.entries !== undefined) return this.entries;
-    const entries = new Map<string, QueueEntry>();
-    const teamOf = new Map(this.last.pending.map((shard) => [shard.id, shard.teamId]));
-    for (const waiting of this.last.waiting) {
-      entries.set(waiting.shardId, {
-        shardId: waiting.shardId,
-        teamId: teamOf.get(waiting.shardId) ?? '',
-        position: waiting.position,
-        reason: describeWait(waiting.reason),
-        reasonKind: waiting.reason.kind,
-        behind:
-          waiting.reason.kind === 'behind' || waiting.reason.kind === 'reclaimed'
-            ? waiting.reason.shardId
-            : null,
-        spotHostId: waiting.spot?.hostId ?? null,
-      });
-    }
-    this.entries = entries;
-    return entries;
+    this.entries ??= queueEntries(
+      this.last.waiting,
+      this.last.pending,
+      this.estimates.of(this.last.waiting),
+    );
+    return this.entries;
   }
 }
 
@@ -448,23 +445,4 @@ function outcomeOf(plan: AdmissionPlan): PassOutcome {
 function withoutLimits(team: TeamRecord): TeamRecord {
   const { maxTotalBytes: _bytes, maxShards: _shards, ...rest } = team;
   return rest;
-}
-
-export function describeWait(reason: WaitReason): string {
-  switch (reason.kind) {
-    case 'capacity':
-      return 'no host has room for it now; it runs as soon as one frees enough';
-    case 'behind':
-      return `the room it fits is kept for shard ${reason.shardId}, ahead of it in the queue`;
-    case 'quota':
-      return `its team's limit: ${reason.message}`;
-    case 'guarantee':
-      return reason.message;
-    case 'reclaimed':
-      return `it was stopped to make room for shard ${reason.shardId}, and waits until that one is placed`;
-    case 'reclaiming':
-      return reason.victimIds.length > 0
-        ? `borrowed shards are being stopped for it: ${reason.victimIds.join(', ')}`
-        : 'borrowed shards are being stopped for it';
-  }
 }

@@ -4,3 +4,5 @@ export * from './guarantees.js';
 export * from './model.js';
 export * from './reclaim.js';
 export * from './admission.js';
+export * from './estimate.js';
+export * from './placement-rate.js';
