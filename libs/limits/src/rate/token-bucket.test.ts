@@ -65,6 +65,18 @@ describe('token bucket', () => {
     );
   });
 
+  test('the token promised by a refusal is there despite rounding (found by the property above)', () => {
+    const r = { ratePerSecond: 0.01, burst: 3 };
+    let bucket = fullBucket(r, 0);
+    let now = 0;
+    for (const gap of [0, 0, 4680, 5, 0]) {
+      now += gap;
+      const result = takeToken(bucket, r, now);
+      bucket = result.bucket;
+      if (!result.allowed) assert.ok(takeToken(bucket, r, now + result.retryAfterMs).allowed);
+    }
+  });
+
   test('a clock that goes back neither refills nor breaks the bucket', () => {
     const r = { ratePerSecond: 1, burst: 1 };
     const first = takeToken(fullBucket(r, 1000), r, 1000);

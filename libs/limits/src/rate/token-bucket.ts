@@ -25,6 +25,9 @@ export type TakeResult =
       readonly retryAfterMs: number;
     };
 
+/** Far below any token a request could be refused for, far above floating-point error. */
+const ROUNDING = 1e-9;
+
 /** A full bucket at `now`. */
 export function fullBucket(rule: BucketRule, now: number): TokenBucket {
   return { tokens: rule.burst, at: now };
@@ -42,8 +45,10 @@ export function refill(bucket: TokenBucket, rule: BucketRule, now: number): Toke
 /** Takes one token at `now` if there is one; otherwise says how long until there is. */
 export function takeToken(bucket: TokenBucket, rule: BucketRule, now: number): TakeResult {
   const current = refill(bucket, rule, now);
-  if (current.tokens >= 1) {
-    return { allowed: true, bucket: { tokens: current.tokens - 1, at: current.at } };
+  // A refill over exactly the retryAfterMs this function gave can land a rounding error short
+  // of a whole token (0.01/s over 4,680 ms after 0.9532 tokens): that counts as the token.
+  if (current.tokens >= 1 - ROUNDING) {
+    return { allowed: true, bucket: { tokens: Math.max(0, current.tokens - 1), at: current.at } };
   }
   const retryAfterMs = Math.max(1, Math.ceil(((1 - current.tokens) * 1000) / rule.ratePerSecond));
   return { allowed: false, bucket: current, retryAfterMs };
