@@ -231,7 +231,9 @@ export class ShardCreator {
       await this.prisma.$transaction(async (tx) => {
         const teamIds = [...new Set(batch.map((pending) => pending.teamId))];
         await lockTeamsForUpdate(tx, teamIds);
-        const teams = await readTeamStates(tx, teamIds, nonPreemptibleTeamsOf(batch));
+        const teams = await readTeamStates(tx, teamIds, nonPreemptibleTeamsOf(batch), {
+          foldUsage: true,
+        });
         const existing = await findByIdempotencyKeys(tx, idempotencyKeysOf(batch));
         this.decide(batch, teams, existing, verdicts, plans);
         lostRaces = await this.write(tx, plans, verdicts, effects);

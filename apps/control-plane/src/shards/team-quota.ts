@@ -7,9 +7,8 @@ import {
   type QuotaPolicy,
   type TeamUsage,
 } from '@gpushards/limits';
-import type { Prisma } from '../database/index.js';
+import { Prisma } from '../database/index.js';
 import { QuotaExceededError } from '../errors/domain-errors.js';
-import { LIVE_SHARD_STATES } from '../teams/teams.service.js';
 import type { PlacementRequestInput } from './shard-input.js';
 
 /** A team's quota policy and what its live shards hold, as one transaction read them. */
@@ -52,8 +51,23 @@ export async function readTeamStates(
   reader: Reader,
   teamIds: readonly string[],
   coveredFor: readonly string[] = [],
+  { foldUsage = false }: { foldUsage?: boolean } = {},
 ): Promise<Map<string, TeamState>> {
+  // Folding rewrites the teams' usage rows as one row each; the SELECT below still sums the
+  // rows as they were when the statement began, which add up to the same. Only a holder of the
+  // teams' locks folds (createShard): two folds at once could each miss the other's new row.
+  const fold = foldUsage
+    ? Prisma.sql`
+      WITH folded AS (
+        DELETE FROM team_quota_usage WHERE team_id = ANY(${[...teamIds]}::uuid[])
+        RETURNING team_id, shards, bytes
+      ), refolded AS (
+        INSERT INTO team_quota_usage (team_id, shards, bytes)
+        SELECT team_id, sum(shards)::int, sum(bytes)::bigint FROM folded GROUP BY team_id
+      )`
+    : Prisma.empty;
   const rows = await reader.$queryRaw<TeamState[]>`
+    ${fold}
     SELECT team.id::text AS "teamId",
            quota.team_id IS NOT NULL AS "hasPolicy",
            quota.max_total_bytes AS "maxTotalBytes", quota.max_shards AS "maxShards",
@@ -70,11 +84,11 @@ export async function readTeamStates(
       FROM team
       LEFT JOIN quota_policy quota ON quota.team_id = team.id
       CROSS JOIN LATERAL (
-        SELECT count(*)::int AS shards,
-               coalesce(sum(bytes_per_gpu * gpu_count), 0)::bigint AS bytes
-          FROM shard
-         WHERE shard.team_id = team.id
-           AND shard.state = ANY(${[...LIVE_SHARD_STATES]}::shard_state[])
+        -- What its shards in the quota states request: the rows the shard trigger appends.
+        SELECT coalesce(sum(usage.shards), 0)::int AS shards,
+               coalesce(sum(usage.bytes), 0)::bigint AS bytes
+          FROM team_quota_usage usage
+         WHERE usage.team_id = team.id
       ) held
       CROSS JOIN LATERAL (
         -- CASE runs the sum only for the teams asked (it reads every live shard's GPUs).
