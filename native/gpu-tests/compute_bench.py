@@ -16,7 +16,8 @@ clients with that active-thread percentage, after the others. With --mps (or
 such a variant), an MPS control daemon is started (pipe and log folders of its
 own), the "mps" cases run with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as the share,
 each MPS row gets what NVML reports per process while it runs, and the daemon
-is told to quit at the end.
+is told to quit at the end. GS_STREAM_PRIORITY=high|low|<n> in a worker's environment puts its
+work on a stream of that priority (the "-prio" cases give it to one shard).
 """
 import json, os, subprocess, sys, time, shutil
 
@@ -45,6 +46,12 @@ if kind in ("mm", "graph", "streams"):
         def step():
             for i in range(10):
                 with torch.cuda.stream(streams[i % 4]): torch.mm(a, b)
+elif kind == "ew":
+    # A saturating neighbour of many short thread blocks (an elementwise pass over 512 MiB), where the
+    # matmul's kernel is one long block per SM: what a stream priority can reorder is blocks not yet started.
+    buf = torch.randn(256 << 20, device=dev, dtype=torch.bfloat16)
+    def step():
+        for _ in range(10): buf.mul_(1.0001)
 elif kind == "train":
     model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(4)]).to(dev, torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -57,6 +64,22 @@ elif kind == "infer":
     def step():
         with torch.no_grad(): model(x)
         torch.cuda.synchronize()
+prio = None
+if os.environ.get("GS_STREAM_PRIORITY"):
+    # Issue the work on a stream of its own with a set priority (driver API: PyTorch's own pool stops
+    # at -3, the H100 goes to -5). "high" is the greatest the context offers, "low" the least (the
+    # priority of the default stream the other workloads use), or a number.
+    import ctypes
+    torch.cuda.synchronize()
+    cu = ctypes.CDLL("libcuda.so.1"); least, greatest = ctypes.c_int(), ctypes.c_int()
+    assert cu.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)) == 0
+    want = os.environ["GS_STREAM_PRIORITY"]
+    want = {"high": greatest.value, "low": least.value}.get(want) if want in ("high", "low") else int(want)
+    handle, got = ctypes.c_void_p(), ctypes.c_int()
+    assert cu.cuStreamCreateWithPriority(ctypes.byref(handle), 1, ctypes.c_int(want)) == 0  # 1: non-blocking
+    assert cu.cuStreamGetPriority(handle, ctypes.byref(got)) == 0
+    torch.cuda.set_stream(torch.cuda.ExternalStream(handle.value))
+    prio = {"stream": got.value, "range": [least.value, greatest.value]}
 t_init = time.perf_counter()
 for _ in range(20): step()
 torch.cuda.synchronize()
@@ -79,6 +102,7 @@ while True:
         per_sec[sec] = per_sec.get(sec, 0) + sync_every
 rates = [per_sec[s] for s in sorted(per_sec) if s >= 1 and s < int(secs)]
 out = {"kind": kind, "rate": sum(rates) / max(1, len(rates)), "per_sec": rates}
+if prio: out["prio"] = prio
 if lats:
     lats.sort(); out["p50_us"] = lats[len(lats) // 2]; out["p99_us"] = lats[int(len(lats) * 0.99)]
 print(json.dumps(out), flush=True)
@@ -173,6 +197,7 @@ def ours(lib, ledger, shard, share=None, mode=None, extra=None):
     return e
 
 MPS = {}
+HIGH = {"GS_STREAM_PRIORITY": "high"}  # the worker's work on the greatest-priority stream
 
 def mps(pct):
     return {**MPS, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
@@ -214,7 +239,7 @@ def main():
         else: hlib = os.path.abspath(args[i]); i += 1
     solo = dict(given)
     def want(name): return only is None or name in only
-    for k in ("mm", "train", "infer", "graph", "streams"):
+    for k in ("mm", "train", "infer", "graph", "streams", "ew"):
         if k not in solo and (want("solo") or want("solo-" + k)):
             r = run([(k, None)], secs, "solo-" + k)[0]; solo[k] = r
             print(json.dumps({"case": "solo", **r}), flush=True)
@@ -229,7 +254,8 @@ def main():
             row[f"s{j}"] = {"kind": r["kind"], "share_of_solo": round(s, 3) if s is not None else None,
                             "target": targets[j] if targets else None,
                             **({"p50_us": round(r["p50_us"]), "p99_us": round(r["p99_us"])} if "p50_us" in r else {}),
-                            **({"stats": r["stats"]} if "stats" in r else {})}
+                            **({"stats": r["stats"]} if "stats" in r else {}),
+                            **({"prio": r["prio"]} if "prio" in r else {})}
         if res and "gpu" in res[0]: row["gpu"] = res[0]["gpu"]
         print(json.dumps(row), flush=True)
     cases = []
@@ -243,6 +269,9 @@ def main():
     cases.append(("ours-alone-train-noshare", lambda L: [("train", ours(lib, L, "a", extra=extra))], [1.0]))
     cases.append(("native-infer+mm", lambda L: [("infer", None), ("mm", None)], None))
     cases.append(("ours-infer50+mm50", lambda L: [("infer", ours(lib, L, "i", 50, extra=extra)), ("mm", ours(lib, L, "m", 50, extra=extra))], [0.5, 0.5]))
+    # "-prio": the inference (or named) shard issues its work on the greatest-priority stream.
+    cases.append(("native-infer-prio+mm", lambda L: [("infer", HIGH), ("mm", None)], None))
+    cases.append(("ours-infer50-prio+mm50", lambda L: [("infer", ours(lib, L, "i", 50, extra={**extra, **HIGH})), ("mm", ours(lib, L, "m", 50, extra=extra))], [0.5, 0.5]))
     cases.append(("ours-25/75-graph", lambda L: [("graph", ours(lib, L, "a", 25, extra=extra)), ("graph", ours(lib, L, "b", 75, extra=extra))], [0.25, 0.75]))
     cases.append(("ours-25/75-streams", lambda L: [("streams", ours(lib, L, "a", 25, extra=extra)), ("streams", ours(lib, L, "b", 75, extra=extra))], [0.25, 0.75]))
     if hlib:
@@ -259,6 +288,13 @@ def main():
         cases.append(("mps-alone-train-100", lambda L: [("train", mps(100))], [1.0]))
         cases.append(("mps-infer50+mm50", lambda L: [("infer", mps(50)), ("mm", mps(50))], [0.5, 0.5]))
         cases.append(("mps-infer100+mm100", lambda L: [("infer", mps(100)), ("mm", mps(100))], None))
+        cases.append(("mps-alone-infer", lambda L: [("infer", mps(100))], None))
+        cases.append(("mps-infer100+ew100", lambda L: [("infer", mps(100)), ("ew", mps(100))], None))
+        cases.append(("mps-infer100-prio+ew100", lambda L: [("infer", {**mps(100), **HIGH}), ("ew", mps(100))], None))
+        cases.append(("mps-infer100-prio+mm100", lambda L: [("infer", {**mps(100), **HIGH}), ("mm", mps(100))], None))
+        cases.append(("mps-infer50-prio+mm50", lambda L: [("infer", {**mps(50), **HIGH}), ("mm", mps(50))], [0.5, 0.5]))
+        cases.append(("mps-25/75-train-prio25", lambda L: [("train", {**mps(25), **HIGH}), ("train", mps(75))], [0.25, 0.75]))
+        cases.append(("mps-25/75-train-prio75", lambda L: [("train", mps(25)), ("train", {**mps(75), **HIGH})], [0.25, 0.75]))
         cases.append(("mps-25/75-graph", lambda L: [("graph", mps(25)), ("graph", mps(75))], [0.25, 0.75]))
     # A variant with MPS=<percent> runs its "ours" cases as MPS clients (libvgpu.so as well).
     def run_ours(name, mk, targets, vname, venv):

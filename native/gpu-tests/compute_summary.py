@@ -20,7 +20,8 @@ for line in sys.stdin:
         share = "-" if s["share_of_solo"] is None else f"{100 * s['share_of_solo']:.1f}"
         tgt = f"({round(100 * s['target'])})" if s.get("target") else ""
         lat = f" p50/p99 {s['p50_us']}/{s['p99_us']}" if "p50_us" in s else ""
-        cells.append(f"{s['kind']} {share}{tgt}{lat}")
+        prio = f"[prio {s['prio']['stream']}]" if "prio" in s else ""
+        cells.append(f"{s['kind']}{prio} {share}{tgt}{lat}")
         for st in s.get("stats", []):
             m = re.search(r"\[(.*?)\].*handover.*?(\d+) \(waited (\d+) us.*GPU time measured (\d+) us, waits for work in flight (\d+)", st)
             h = re.search(r"turns taken from a busy holder (\d+) \(waited (\d+) us", st)
