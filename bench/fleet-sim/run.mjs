@@ -9,7 +9,8 @@
 //   node bench/fleet-sim/run.mjs [--hosts 1000] [--processes 3] [--control-planes 2]
 //     [--shards-per-host 2] [--seconds 60] [--heartbeat 10] [--reconcile 30]
 //     [--life 60,3600] [--faults drop=0.01,delay=0.01,...] [--scenarios ingest,create,restart,lose]
-//     [--create-seconds 10] [--create-rates 200] [--lose 100] [--offline-seconds 30] [--no-fsync]
+//     [--create-seconds 10] [--create-rates 200] [--create-teams 1] [--lose 100]
+//     [--offline-seconds 30] [--no-fsync]
 //     [--dist apps/control-plane/dist]  (another build of the control plane, to compare)
 //     [--profile DIR]  (each control plane writes a V8 CPU profile into DIR when the run ends)
 import { fork, spawn } from 'node:child_process';
@@ -39,6 +40,9 @@ const { values: options } = parseArgs({
     scenarios: { type: 'string', default: 'ingest' },
     'create-seconds': { type: 'string', default: '10' },
     'create-rates': { type: 'string', default: '200' },
+    // The create scenario's calls go round this many teams, each with its own token: one team
+    // serialises every batch of both control planes on that team's quota lock.
+    'create-teams': { type: 'string', default: '1' },
     concurrency: { type: 'string', default: '64' },
     lose: { type: 'string', default: '100' },
     'offline-seconds': { type: 'string', default: '30' },
@@ -317,40 +321,49 @@ try {
   for (let i = 0; i < CONTROL_PLANES; i++) controlPlanes.push(await startControlPlane(i));
   const admin = (await readFile(join(dataDirs[0], 'admin-token'), 'utf8')).trim();
   const url = controlPlanes[0].graphqlUrl;
-  const { createTeam } = must(
-    await graphql(url, 'mutation { createTeam(name: "fleet-sim") { id } }', {}, admin),
-  );
-  must(
-    await graphql(
-      url,
-      `
-        mutation ($t: ID!) {
-          setQuotaPolicy(
-            teamId: $t
-            input: { maxTotal: "5000t", maxShards: 100000, maxPerShard: "1t" }
-          ) {
-            id
+  /** A team with room for the whole run, and a MEMBER token of it. */
+  const teamToken = async (name) => {
+    const { createTeam } = must(
+      await graphql(
+        url,
+        'mutation ($name: String!) { createTeam(name: $name) { id } }',
+        { name },
+        admin,
+      ),
+    );
+    must(
+      await graphql(
+        url,
+        `
+          mutation ($t: ID!) {
+            setQuotaPolicy(
+              teamId: $t
+              input: { maxTotal: "5000t", maxShards: 100000, maxPerShard: "1t" }
+            ) {
+              id
+            }
           }
-        }
-      `,
-      { t: createTeam.id },
-      admin,
-    ),
-  );
-  const token = must(
-    await graphql(
-      url,
-      `
-        mutation ($t: ID!) {
-          createApiToken(teamId: $t, role: MEMBER, name: "fleet-sim") {
-            secret
+        `,
+        { t: createTeam.id },
+        admin,
+      ),
+    );
+    return must(
+      await graphql(
+        url,
+        `
+          mutation ($t: ID!) {
+            createApiToken(teamId: $t, role: MEMBER, name: "fleet-sim") {
+              secret
+            }
           }
-        }
-      `,
-      { t: createTeam.id },
-      admin,
-    ),
-  ).createApiToken.secret;
+        `,
+        { t: createTeam.id },
+        admin,
+      ),
+    ).createApiToken.secret;
+  };
+  const token = await teamToken('fleet-sim');
 
   // Register the fleet.
   const started = performance.now();
@@ -436,7 +449,13 @@ try {
   log(results.launch);
 
   if (SCENARIOS.has('ingest')) await ingest();
-  if (SCENARIOS.has('create')) await createUnderHeartbeats(token);
+  if (SCENARIOS.has('create')) {
+    const tokens = [token];
+    for (let t = 1; t < Number(options['create-teams']); t++) {
+      tokens.push(await teamToken(`fleet-sim-${t}`));
+    }
+    await createUnderHeartbeats(tokens);
+  }
   if (SCENARIOS.has('restart')) await restart();
   if (SCENARIOS.has('lose')) await lose();
   if (!SCENARIOS.has('ingest')) await sleep(SECONDS * 1000);
@@ -552,7 +571,7 @@ async function messageCounts() {
  * statements per request (pg_stat_statements; heartbeats, state events and reconciles of the
  * same window included, so that what a createShard sets off is counted too).
  */
-async function createUnderHeartbeats(token) {
+async function createUnderHeartbeats(tokens) {
   const seconds = Number(options['create-seconds']);
   const urls = controlPlanes.map((cp) => cp.graphqlUrl);
   const load = fork(fileURLToPath(new URL('../control-plane/load.mjs', import.meta.url)), [], {
@@ -577,7 +596,7 @@ async function createUnderHeartbeats(token) {
     await stats.query('SELECT pg_stat_statements_reset()');
     const before = { cpu: cpu(), statements: await statements() };
     const answer = new Promise((r) => load.once('message', r));
-    load.send({ urls, tokens: [token], keepAlive: true, operation: 'create', ...job });
+    load.send({ urls, tokens, keepAlive: true, operation: 'create', ...job });
     const result = await answer;
     const after = { cpu: cpu(), statements: await statements() };
     const { rows: top } = await stats.query(
