@@ -123,6 +123,7 @@ for (const kind of TEST_DATABASE_KINDS) {
             'shard',
             'shard_gpu',
             'team',
+            'team_quota_usage',
             'usage_rollup',
             'usage_sample',
           ],
