@@ -28,7 +28,7 @@ after(async () => {
   await postgres?.stop();
 });
 
-const SHARD = `query ($id: ID!) { shard(id: $id) { id state hostId failureReason queuePosition queueReason priorityClass } }`;
+const SHARD = `query ($id: ID!) { shard(id: $id) { id state hostId failureReason queuePosition queueReason priorityClass startedAt } }`;
 const DELETE = `mutation ($id: ID!) { deleteShard(id: $id) { id state } }`;
 const SET_POLICY = `mutation ($teamId: ID!, $input: QuotaPolicyInput!) {
   setQuotaPolicy(teamId: $teamId, input: $input) { id quotaPolicy { guarantee { bytes } guaranteeGpuModel } }
@@ -43,6 +43,7 @@ interface ShardView {
   hostId: string | null;
   failureReason: string | null;
   queuePosition: number | null;
+  startedAt: string | null;
   queueReason: string | null;
   priorityClass: string;
 }
@@ -330,6 +331,12 @@ for (const kind of TEST_DATABASE_KINDS) {
       const borrowed = await create(lender, 'reclaim', { name: 'borrowed', memoryPerGpu: '70g' });
       await queue.admitNow();
       assert.equal((await shard(lender, borrowed.id)).state, 'PLACED');
+      const firstRun = new Date(Date.now() - 60_000);
+      await fleet.applyShardStateEvent(
+        'reclaim-1',
+        stateEvent('reclaim-1', borrowed.id, 'RUNNING', firstRun),
+      );
+      assert.equal((await shard(lender, borrowed.id)).startedAt, firstRun.toISOString());
       const share = assertOk(
         await h.graphql<{ team: { share: { borrowed: { bytes: string } } } }>(SHARE, {
           id: lender.id,
@@ -354,7 +361,9 @@ for (const kind of TEST_DATABASE_KINDS) {
         'reclaim-1',
         stateEvent('reclaim-1', borrowed.id, 'STOPPED', new Date()),
       );
-      assert.equal((await shard(lender, borrowed.id)).state, 'PENDING');
+      const requeued = await shard(lender, borrowed.id);
+      assert.equal(requeued.state, 'PENDING');
+      assert.equal(requeued.startedAt, null, 'back in the queue, its run is over');
       await queue.admitNow();
       assert.equal((await shard(owner, mine.id)).state, 'PLACED');
       assert.equal((await shard(lender, borrowed.id)).state, 'PENDING');
@@ -362,6 +371,12 @@ for (const kind of TEST_DATABASE_KINDS) {
       assertOk(await h.graphql(DELETE, { id: mine.id }, owner.member));
       await queue.admitNow();
       assert.equal((await shard(lender, borrowed.id)).state, 'PLACED');
+      const secondRun = new Date();
+      await fleet.applyShardStateEvent(
+        'reclaim-1',
+        stateEvent('reclaim-1', borrowed.id, 'RUNNING', secondRun),
+      );
+      assert.equal((await shard(lender, borrowed.id)).startedAt, secondRun.toISOString());
     });
   });
 

@@ -156,7 +156,9 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
     SELECT shard.id::text AS id, shard.team_id::text AS "teamId", shard.host_id AS "hostId",
            shard.state::text AS state, shard.bytes_per_gpu * shard.gpu_count AS "quotaBytes",
            shard.priority_class AS "priorityClass",
-           coalesce(shard.started_at, shard.created_at) AS "placedAt",
+           -- Not yet running: placed about when it last changed state (a requeued shard placed
+           -- again is young, whenever it was created).
+           coalesce(shard.started_at, shard.updated_at) AS "placedAt",
            shard.reclaim_for::text AS "reclaimFor",
            array_agg(held.gpu_uuid ORDER BY held.gpu_uuid) AS "gpuUuids",
            max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model

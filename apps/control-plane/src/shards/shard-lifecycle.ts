@@ -159,7 +159,11 @@ export class ShardLifecycle {
                        exit_code = coalesce(move.m_exit_code, exit_code),
                        container_id = CASE WHEN move.m_state = 'PENDING' THEN NULL
                                            ELSE coalesce(move.m_container_id, container_id) END,
-                       started_at = coalesce(started_at, move.m_started_at),
+                       -- Back in the queue (a requeued reclaim victim), its run is over: the
+                       -- next run's start is its own (the idle policy and the youngest-first
+                       -- victim order read it).
+                       started_at = CASE WHEN move.m_state = 'PENDING' THEN NULL
+                                         ELSE coalesce(started_at, move.m_started_at) END,
                        stopped_at = coalesce(stopped_at, move.m_stopped_at),
                        last_event_at = coalesce(move.m_last_event_at, last_event_at),
                        queued_at = CASE WHEN move.m_state = 'PENDING' THEN move.m_at
