@@ -13,6 +13,7 @@ import {
   type HeldShard,
   type Host,
   type PendingShard,
+  type Preemption,
 } from '@gpushards/limits';
 import { Prisma, PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -335,6 +336,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     effects: CommitEffects,
     fromMemory: boolean,
   ): Promise<{
+    /** The plan as applied: placements and stops skipped at commit left out. */
     plan: AdmissionPlan;
     input: PassInput;
     /** How many this pass placed. */
@@ -374,6 +376,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     }
     const teamNames = new Map(teams.map((team) => [team.id, team.name]));
     const victimStops = new Map(input.victimStops);
+    const preempted: Preemption[] = [];
     for (const preemption of plan.preemptions) {
       const victim = await this.lifecycle.lock(tx, preemption.victimId);
       if (
@@ -382,6 +385,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       ) {
         continue;
       }
+      preempted.push(preemption);
       const reason =
         `reclaimed: its team borrowed beyond its guarantee, and shard ${preemption.forShardId} ` +
         `of team ${
@@ -409,7 +413,15 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
         (commands) => commands.stop(hostId, victim.id, grace),
       );
     }
-    return { plan, input: { ...input, victimStops }, placed, settled, skipped };
+    // What was applied: placements and stops that met a shard no longer as decided are not
+    // counted (metrics, the pass's outcome).
+    const skippedIds = new Set(skipped);
+    const applied: AdmissionPlan = {
+      ...plan,
+      placements: plan.placements.filter((p) => !skippedIds.has(p.shardId)),
+      preemptions: preempted,
+    };
+    return { plan: applied, input: { ...input, victimStops }, placed, settled, skipped };
   }
 
   /**
