@@ -263,3 +263,15 @@ export function withReservedBytes(
     }),
   }));
 }
+
+/** How many of these shards (left the queue since a follower's last view) were placed. */
+export async function countPlacedAmong(
+  reader: Pick<Prisma.TransactionClient, '$queryRaw'>,
+  shardIds: readonly string[],
+): Promise<number> {
+  // A placement sets the host; a shard deleted or expired while it waited never had one.
+  const [row] = await reader.$queryRaw<{ n: number }[]>`
+    SELECT count(*)::int AS n FROM shard
+     WHERE id = ANY(${[...shardIds]}::uuid[]) AND host_id IS NOT NULL`;
+  return row?.n ?? 0;
+}

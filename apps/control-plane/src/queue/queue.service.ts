@@ -31,6 +31,7 @@ import { PendingStore } from './pending-store.js';
 import { queueEntries, type QueueEntry } from './queue-entries.js';
 import { StartEstimates } from './start-estimates.js';
 import {
+  countPlacedAmong,
   readHeld,
   readPending,
   readReclaimsInFlight,
@@ -258,6 +259,9 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const started = performance.now();
     const pending = await readPending(this.prisma, this.classes);
     const decided = await this.decide(this.prisma, pending, now);
+    await this.estimates.viewed(pending, decided.plan.waiting, (ids) =>
+      countPlacedAmong(this.prisma, ids),
+    );
     this.remember(decided.plan, decided.input);
     this.metrics.passed(
       { ...decided.plan, placements: [], preemptions: [] },

@@ -2,14 +2,17 @@ import { estimateStarts, PlacementRate, waitsOnFleet, type Waiting } from '@gpus
 
 /**
  * What the queue's start estimates need besides the plan (libs/limits `estimateStarts`): the
- * placement rate of this process's applied passes, and when the victims of each reclaim in
- * flight were told to stop, as of the last pass. In memory: a replica that has applied no
- * passes (a follower) has no rate, so it estimates reclaims only; a restarted admitter is cold
- * until it has placed enough again.
+ * queue's placement rate, and when the victims of each reclaim in flight were told to stop, as
+ * of the last pass. The admitter measures the rate from the passes it applies; a follower from
+ * its views, by the shards that left the queue between two views and were placed (`viewed`),
+ * so every replica's API gives estimates. In memory: a restarted replica is cold until it has
+ * seen enough placements again.
  */
 export class StartEstimates {
   private readonly rate = new PlacementRate();
   private victimStops: ReadonlyMap<string, readonly number[]> = new Map();
+  /** The waiting shards of this process's last view (a follower's); undefined before one. */
+  private lastViewed: ReadonlySet<string> | undefined;
 
   constructor(private readonly reclaimGraceSeconds: number) {}
 
@@ -23,6 +26,25 @@ export class StartEstimates {
       atMs,
       waiting.some((w) => waitsOnFleet(w.reason)),
     );
+  }
+
+  /**
+   * A follower's view of the queue (`pending`, decided as `waiting`): the shards that waited at
+   * its last view and no longer do count as placed if `placedAmong` finds them placed (not
+   * deleted or expired). The first view only starts the measure.
+   */
+  async viewed(
+    pending: readonly { readonly id: string }[],
+    waiting: readonly Waiting[],
+    placedAmong: (shardIds: readonly string[]) => Promise<number>,
+    atMs: number = Date.now(),
+  ): Promise<void> {
+    const ids = new Set(pending.map((shard) => shard.id));
+    const left =
+      this.lastViewed === undefined ? [] : [...this.lastViewed].filter((id) => !ids.has(id));
+    this.lastViewed = ids;
+    const placed = left.length === 0 ? 0 : await placedAmong(left);
+    this.applied(placed, waiting, atMs);
   }
 
   /** The reclaims in flight a pass saw (read, and started by it): victims' stop times (ms). */
