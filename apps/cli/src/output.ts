@@ -59,6 +59,12 @@ export function age(since: string | null | undefined, now = Date.now()): string 
   return `${Math.floor(s / 86400)}d`;
 }
 
+/** "in about 3m" until a time (an estimate), "any moment" once it has passed. */
+export function until(at: string, now = Date.now()): string {
+  const s = Math.floor((new Date(at).getTime() - now) / 1000);
+  return s <= 0 ? 'any moment' : `in about ${age(new Date(now - s * 1000).toISOString(), now)}`;
+}
+
 export function csvField(value: string | number): string {
   const text = String(value);
   return /[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;

@@ -18,6 +18,9 @@ export const ShardRow = graphql(`
     computeSharePercent
     computeMode
     idleSince
+    queuePosition
+    queueReason
+    queueEstimatedStart
     team {
       id
       name

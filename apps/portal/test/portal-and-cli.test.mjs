@@ -377,6 +377,47 @@ describe('gpushards CLI as a member', () => {
       const quota = await cli(['quota', '--json'], { env: memberEnv() });
       assert.equal(quota.code, 0, quota.stderr);
       assert.ok(quota.json.usage.shardCount >= 1);
+      // idler (25%) and cli-probe (30%) share the first GPU (binpack): half of each of the two
+      // GPUs fits the fleet, but not now. It waits in the queue.
+      const onGpu = async (name) =>
+        (await cli(['shards', 'show', name, '--json'], { env: memberEnv() })).json.gpus[0].gpuUuid;
+      assert.equal(await onGpu('idler'), await onGpu('cli-probe'), 'both on one GPU');
+      const queued = await cli(
+        ['shards', 'create', 'cli-queued', '-i', IMAGE, '-m', '1g', '-g', '2', '--compute', '50'],
+        { env: memberEnv() },
+      );
+      assert.equal(queued.code, 0, queued.stderr);
+      assert.match(queued.stdout, /^cli-queued PENDING\b.*\([0-9a-f-]{36}\)$/m);
+      let waiting;
+      do {
+        waiting = await cli(['shards', 'show', 'cli-queued', '--json'], { env: memberEnv() });
+        assert.equal(waiting.json.state, 'PENDING');
+      } while (waiting.json.queuePosition === null);
+      assert.equal(waiting.json.queuePosition, 1);
+      const explained = await cli(['shards', 'show', 'cli-queued'], { env: memberEnv() });
+      assert.match(explained.stdout, /^queue {7}position 1: no host has room for it now/m);
+      assert.match(explained.stdout, /^starts {6}(no estimate|in about|any moment)/m);
+      const refused = await cli(
+        [
+          'shards',
+          'create',
+          'cli-now',
+          '-i',
+          IMAGE,
+          '-m',
+          '1g',
+          '-g',
+          '2',
+          '--compute',
+          '50',
+          '--no-queue',
+        ],
+        { env: memberEnv() },
+      );
+      assert.equal(refused.code, 6, 'no room now, and told not to wait');
+      assert.match(refused.stderr, /NO_CAPACITY|no host/i);
+      const cancelled = await cli(['shards', 'rm', 'cli-queued', '--json'], { env: memberEnv() });
+      assert.equal(cancelled.json.state, 'DELETED', 'deleting a waiting shard cancels it');
       const stopped = await cli(
         ['shards', 'stop', 'cli-probe', '--grace', '2', '--wait', '--json'],
         {

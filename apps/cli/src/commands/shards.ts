@@ -2,7 +2,7 @@ import { Command, Option } from 'commander';
 import type { ResultOf } from 'gql.tada';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
-import { age, checkSize, printJson, table } from '../output.js';
+import { age, checkSize, printJson, table, until } from '../output.js';
 import { busyLabel, checkMode, checkShare, idleLabel, shareLabel } from '../compute.js';
 import { addComputeCommands } from './compute.js';
 import {
@@ -69,6 +69,7 @@ function describe(shard: Shard & { command?: string[] }): string {
     `compute     ${shard.computeSharePercent === null ? 'no share (the default split of what shares leave)' : `${shareLabel(shard.computeSharePercent, shard.computeMode)} of each GPU`}`,
     `activity    busy ${busyLabel(shard.gpus)}, no kernel for ${idleLabel(shard)}${shard.idleSince ? ` (reported idle since ${shard.idleSince})` : ''}`,
     `created     ${shard.createdAt} (${age(shard.createdAt)} ago)`,
+    ...queueLines(shard),
   ];
   if (shard.gpus.length > 0) {
     lines.push(
@@ -89,6 +90,26 @@ function describe(shard: Shard & { command?: string[] }): string {
     );
   }
   return lines.join('\n');
+}
+
+/** Where a PENDING shard stands in the queue, and when it is expected to start. */
+function queueLines(shard: Shard): string[] {
+  if (shard.state !== 'PENDING') return [];
+  return [
+    `queue       ${shard.queuePosition === null ? 'not yet placed in order' : `position ${shard.queuePosition}`}: ${shard.queueReason ?? 'the next admission pass decides'}`,
+    `starts      ${shard.queueEstimatedStart === null ? 'no estimate (it waits on its team, or the queue has not placed enough lately to tell)' : `${until(shard.queueEstimatedStart)} (an estimate, at ${shard.queueEstimatedStart})`}`,
+  ];
+}
+
+/** The line `create` answers with: where it runs, or where it waits. */
+function createdLine(shard: Shard): string {
+  if (shard.state !== 'PENDING') {
+    return `${shard.name} ${shard.state} on ${shard.hostId ?? '-'} (${shard.id})`;
+  }
+  const position = shard.queuePosition === null ? '' : `, position ${shard.queuePosition}`;
+  const start =
+    shard.queueEstimatedStart === null ? '' : `; starts ${until(shard.queueEstimatedStart)}`;
+  return `${shard.name} PENDING${position}: ${shard.queueReason ?? 'queued'}${start} (${shard.id})`;
 }
 
 /** A shard named by id or by name (names are unique per team among listed shards). */
@@ -175,6 +196,10 @@ export function shardsCommand(): Command {
         'guaranteed (at least its share, and any idle time) or capped (never more; needs --compute)',
       )
       .option('-e, --env <NAME=value...>', 'environment variables')
+      .option(
+        '--no-queue',
+        'refuse at once (exit 6) when no host has room now, instead of waiting in the queue',
+      )
       .option('--wait', 'wait until it is RUNNING (exit 9 if it ends otherwise)')
       .option('--timeout <seconds>', 'with --wait: give up after this long', '300')
       .argument('[command...]', 'command and arguments (after --)')
@@ -213,6 +238,7 @@ export function shardsCommand(): Command {
                 ? { placementPolicy: options['policy'] as 'BINPACK' | 'SPREAD' }
                 : {}),
               ...(share !== null ? { computeSharePercent: share, computeMode: mode } : {}),
+              ...(options['queue'] === false ? { queue: false } : {}),
               ...(env.length > 0 ? { env } : {}),
               ...(args.length > 0 ? { command: args } : {}),
             },
@@ -223,11 +249,7 @@ export function shardsCommand(): Command {
             show(command, final, `${final.name} ${final.state} on ${final.hostId} (${final.id})`);
             return;
           }
-          show(
-            command,
-            shard,
-            `${shard.name} ${shard.state} on ${shard.hostId ?? '-'} (${shard.id})`,
-          );
+          show(command, shard, createdLine(shard));
         },
       ),
     [
@@ -235,6 +257,7 @@ export function shardsCommand(): Command {
       'gpushards shards create probe -i gpushards/demo-probe:local -m 4g --wait',
       'gpushards shards create server -i ghcr.io/org/server:3 -m 8g --compute 25 --compute-mode capped',
       'gpushards shards create big -i pytorch/pytorch -m 40g -g 2 --model H100 -- python train.py',
+      'gpushards shards create now-or-never -i ghcr.io/org/job:1 -m 40g --no-queue',
     ],
   );
 

@@ -35,6 +35,15 @@ export class QueueResolver {
     return this.queue.entry(shard.id)?.reason ?? 'queued; the next admission pass decides';
   }
 
+  @ResolveField(() => Date, {
+    nullable: true,
+    description:
+      'PENDING: when it is expected to start, as pendingQueue.estimatedStart (an estimate, not a promise); null when none can be given, and for other states.',
+  })
+  queueEstimatedStart(@Parent() shard: Shard): Date | null {
+    return shard.state === 'PENDING' ? (this.queue.entry(shard.id)?.estimatedStart ?? null) : null;
+  }
+
   @Query(() => [QueuedShard], {
     description:
       'Waiting shards in queue order (admins: all teams, others: their own), optionally of one team and one requested GPU model (part of the name).',
