@@ -79,6 +79,9 @@ export const ShardFields = graphql(`
     computeSharePercent
     computeMode
     idleSince
+    queuePosition
+    queueReason
+    queueEstimatedStart
     memoryPerGpu {
       bytes
       human

@@ -397,6 +397,13 @@ describe('gpushards CLI as a member', () => {
       const explained = await cli(['shards', 'show', 'cli-queued'], { env: memberEnv() });
       assert.match(explained.stdout, /^queue {7}position 1: no host has room for it now/m);
       assert.match(explained.stdout, /^starts {6}(no estimate|in about|any moment)/m);
+      // The team's page shows it waiting too.
+      const page = await signIn(memberToken);
+      const note = page.locator('tr[data-shard="cli-queued"] [data-testid="queue-note"]');
+      await note.waitFor();
+      assert.match(await note.innerText(), /^#1 in the queue/);
+      assert.match((await note.getAttribute('title')) ?? '', /no host has room for it now/);
+      await page.context().close();
       const refused = await cli(
         [
           'shards',

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { mergeShards, realBytes, usedBytes } from './shards.js';
+import { mergeShards, queueNote, realBytes, usedBytes } from './shards.js';
 
 describe('mergeShards', () => {
   const a = { id: 'a', state: 'PLACED', createdAt: '2026-01-01T00:00:01Z', version: 1 };
@@ -42,5 +42,25 @@ describe('realBytes', () => {
     ).toBe(10);
     expect(realBytes([{ releasedAt: null, real: null }])).toBeNull();
     expect(realBytes([])).toBeNull();
+  });
+});
+
+describe('queueNote', () => {
+  const now = new Date('2026-11-27T12:00:00Z');
+  const pending = { state: 'PENDING', queuePosition: 3, queueEstimatedStart: null };
+  it('says where a waiting shard stands, and nothing for the others', () => {
+    expect(queueNote(pending, now)).toBe('#3 in the queue');
+    expect(queueNote({ ...pending, queuePosition: null }, now)).toBe('queued');
+    expect(queueNote({ ...pending, state: 'RUNNING' }, now)).toBeNull();
+  });
+  it('adds the estimated start, "any moment" once it has passed', () => {
+    const inFive = new Date(now.getTime() + 5 * 60_000).toISOString();
+    expect(queueNote({ ...pending, queueEstimatedStart: inFive }, now)).toBe(
+      '#3 in the queue, starts in about 5m',
+    );
+    const past = new Date(now.getTime() - 1_000).toISOString();
+    expect(queueNote({ ...pending, queueEstimatedStart: past }, now)).toBe(
+      '#3 in the queue, starts any moment',
+    );
   });
 });

@@ -1,4 +1,5 @@
 /** The live shards table: the listed page, updated by shardEvents as they arrive. */
+import { age } from './format.js';
 
 export interface ShardLike {
   readonly id: string;
@@ -38,4 +39,23 @@ export function realBytes(
   const live = gpus.filter((g) => g.releasedAt === null);
   if (live.length === 0 || live.some((g) => !g.real)) return null;
   return live.reduce((n, g) => n + Number(g.real!.bytes), 0);
+}
+
+/** What the table says of a PENDING shard: its place in the queue and, when known, its start. */
+export function queueNote(
+  shard: {
+    readonly state: string;
+    readonly queuePosition: number | null;
+    readonly queueEstimatedStart: string | null;
+  },
+  now: Date = new Date(),
+): string | null {
+  if (shard.state !== 'PENDING') return null;
+  const place = shard.queuePosition === null ? 'queued' : `#${shard.queuePosition} in the queue`;
+  if (shard.queueEstimatedStart === null) return place;
+  const seconds = Math.floor(
+    (new Date(shard.queueEstimatedStart).getTime() - now.getTime()) / 1000,
+  );
+  if (seconds <= 0) return `${place}, starts any moment`;
+  return `${place}, starts in about ${age(new Date(now.getTime() - seconds * 1000), now)}`;
 }

@@ -19,7 +19,7 @@ import {
   humanBytes,
   parseSizeInput,
 } from '../../logic/format.js';
-import { mergeShards, realBytes, usedBytes } from '../../logic/shards.js';
+import { mergeShards, queueNote, realBytes, usedBytes } from '../../logic/shards.js';
 import {
   busyRatio,
   computeProblem,
@@ -114,6 +114,7 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
   const live = shard.gpus.filter((g) => g.releasedAt === null);
   const busy = busyRatio(shard.gpus);
   const quietSince = shard.state === 'RUNNING' ? idleSince(shard) : null;
+  const queue = queueNote(shard);
 
   async function submitCompute(event: FormEvent) {
     event.preventDefault();
@@ -159,6 +160,11 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
         </td>
         <td>
           <span className={`state state-${shard.state}`}>{shard.state}</span>
+          {queue !== null && (
+            <div className="muted small" data-testid="queue-note" title={shard.queueReason ?? ''}>
+              {queue}
+            </div>
+          )}
           {shard.failureReason && <div className="muted small">{shard.failureReason}</div>}
           {shard.exitCode !== null && <div className="muted small">exit {shard.exitCode}</div>}
         </td>
