@@ -48,6 +48,34 @@ interface ShardView {
   priorityClass: string;
 }
 
+/** One host of its own per test: 1 GPU of `gpuGiB`, model `model`, label pool=<pool>. */
+async function registerPoolHost(
+  fleet: AgentReportsService,
+  pool: string,
+  model = 'NVIDIA H100 80GB HBM3',
+  gpuGiB = 80,
+): Promise<void> {
+  await fleet.registerHost(
+    registerRequest(`${pool}-1`, { gpus: 1, gpuBytes: gpuGiB * GiB, model, labels: { pool } }),
+  );
+}
+
+/** A shard of `team` that may wait in the queue, on the hosts labelled pool=<pool>. */
+async function createInPool(
+  h: ApiTestHarness,
+  team: TestTeam,
+  pool: string,
+  input: Record<string, unknown>,
+) {
+  return assertOk(
+    await createShard(h, team.member, {
+      queue: true,
+      hostSelector: [{ key: 'pool', value: pool }],
+      ...input,
+    }),
+  ).createShard;
+}
+
 for (const kind of TEST_DATABASE_KINDS) {
   describe(`the queue on ${kind}`, () => {
     let h: ApiTestHarness;
@@ -55,25 +83,13 @@ for (const kind of TEST_DATABASE_KINDS) {
     let queue: QueueService;
     const commands = new FakeShardCommands();
 
-    /** One host of its own per test: 1 GPU of `gpuGiB`, model `model`, label pool=<pool>. */
-    async function host(pool: string, model = 'NVIDIA H100 80GB HBM3', gpuGiB = 80) {
-      await fleet.registerHost(
-        registerRequest(`${pool}-1`, { gpus: 1, gpuBytes: gpuGiB * GiB, model, labels: { pool } }),
-      );
-    }
+    const host = (pool: string, model?: string, gpuGiB?: number) =>
+      registerPoolHost(fleet, pool, model, gpuGiB);
+    const create = (team: TestTeam, pool: string, input: Record<string, unknown>) =>
+      createInPool(h, team, pool, input);
 
     async function shard(team: TestTeam, id: string): Promise<ShardView> {
       return assertOk(await h.graphql<{ shard: ShardView }>(SHARD, { id }, team.member)).shard;
-    }
-
-    async function create(team: TestTeam, pool: string, input: Record<string, unknown>) {
-      return assertOk(
-        await createShard(h, team.member, {
-          queue: true,
-          hostSelector: [{ key: 'pool', value: pool }],
-          ...input,
-        }),
-      ).createShard;
     }
 
     before(async () => {
@@ -396,15 +412,8 @@ for (const kind of TEST_DATABASE_KINDS) {
       await h?.close();
     });
 
-    async function create(team: TestTeam, pool: string, input: Record<string, unknown>) {
-      return assertOk(
-        await createShard(h, team.member, {
-          queue: true,
-          hostSelector: [{ key: 'pool', value: pool }],
-          ...input,
-        }),
-      ).createShard;
-    }
+    const create = (team: TestTeam, pool: string, input: Record<string, unknown>) =>
+      createInPool(h, team, pool, input);
 
     /** The team's waiting shards: reason and estimated start (ms; null: none) by shard id. */
     async function estimates(team: TestTeam) {
@@ -430,14 +439,8 @@ for (const kind of TEST_DATABASE_KINDS) {
 
     it("a reclaim: its victims' grace end; waiting for capacity: null while the queue is cold, then by its placement rate", async () => {
       const fleet = h.controlPlane.app.get(AgentReportsService);
-      for (const [pool, model] of [
-        ['eta', 'NVIDIA H100 80GB HBM3'],
-        ['eta-reclaim', 'QGPU-E 80GB'],
-      ] as const) {
-        await fleet.registerHost(
-          registerRequest(`${pool}-1`, { gpus: 1, gpuBytes: 80 * GiB, model, labels: { pool } }),
-        );
-      }
+      await registerPoolHost(fleet, 'eta');
+      await registerPoolHost(fleet, 'eta-reclaim', 'QGPU-E 80GB');
       // Cold: nothing was placed from the queue yet.
       const team = await createTestTeam(h, 'eta-waiters');
       let holder = await create(team, 'eta', { name: 'holder-0', memoryPerGpu: '40g' });
