@@ -25,6 +25,7 @@ import { parseArgs } from 'node:util';
 
 import pg from 'pg';
 import { childrenOf, cpuOf, postgresCpu } from '../proc-cpu.mjs';
+import { quantile } from '../quantile.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -242,12 +243,6 @@ function ask(worker, message, answer) {
   });
 }
 
-const quantile = (values, q) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted.length === 0
-    ? NaN
-    : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-};
 const ms = (v) => (Number.isNaN(v) ? '-' : `${v.toFixed(1)} ms`);
 
 // ---------- the run ----------

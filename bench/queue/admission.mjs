@@ -33,6 +33,7 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
+import { quantile } from '../quantile.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -225,10 +226,6 @@ async function runOnce(dist, database, pgPid) {
       fromFreedMs.push(t1 - freedAt);
     }
     const cpu1 = { node: nodeCpu(), pg: postgresCpu(pgPid) };
-    const quantile = (values, q) => {
-      const sorted = [...values].sort((a, b) => a - b);
-      return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-    };
     Object.assign(result, {
       p50: quantile(ms, 0.5),
       p99: quantile(ms, 0.99),
