@@ -12,7 +12,7 @@
 //     [--create-seconds 10] [--create-rates 200] [--create-teams 1] [--lose 100]
 //     [--offline-seconds 30] [--no-fsync]
 //     [--dist apps/control-plane/dist]  (another build of the control plane, to compare)
-//     [--profile DIR]  (each control plane writes a V8 CPU profile into DIR when the run ends)
+//     [--profile DIR]  (each control plane writes a V8 CPU profile of each create case into DIR)
 import { fork, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -143,15 +143,13 @@ async function freePort() {
   });
 }
 
-/** With --profile: SIGUSR2 exits normally, so that --cpu-prof writes its file. */
+/** With --profile: SIGUSR2 starts and stops a profile of one case (bench/profile-window.mjs). */
 const profiling = options.profile
-  ? [
-      '--cpu-prof',
-      `--cpu-prof-dir=${resolve(options.profile)}`,
-      '--import',
-      `data:text/javascript,process.on('SIGUSR2',()=>process.exit(0))`,
-    ]
+  ? ['--import', pathToFileURL(join(ROOT, 'bench/profile-window.mjs')).href]
   : [];
+const toggleProfiles = () => {
+  if (options.profile) for (const cp of controlPlanes) cp.child.kill('SIGUSR2');
+};
 
 async function startControlPlane(index) {
   const dataDir = dataDirs[index];
@@ -168,6 +166,7 @@ async function startControlPlane(index) {
       GPUSHARDS_HOST_OFFLINE_SECONDS: options['offline-seconds'],
       GPUSHARDS_NATS_URL: nats.url,
       GPUSHARDS_NATS_NKEY_SEED_FILE: nats.controlPlane.seedFile,
+      ...(options.profile ? { PROFILE_WINDOW_DIR: resolve(options.profile) } : {}),
       // One token creates every shard here: the API's rate limits are not what is measured.
       GPUSHARDS_RATE_LIMIT_PER_SECOND: '1000000',
       GPUSHARDS_RATE_LIMIT_BURST: '1000000',
@@ -296,7 +295,7 @@ function cleanUp() {
       worker.child.kill();
     }
     for (const cp of controlPlanes) {
-      await stopControlPlane(cp, options.profile ? 'SIGUSR2' : 'SIGTERM').catch(() => undefined);
+      await stopControlPlane(cp).catch(() => undefined);
     }
     await nats.stop().catch(() => undefined);
     await stats.end().catch(() => undefined);
@@ -591,8 +590,10 @@ async function createUnderHeartbeats(tokens) {
     await stats.query('SELECT pg_stat_statements_reset()');
     const before = { cpu: cpu(), statements: await statements() };
     const answer = new Promise((r) => load.once('message', r));
+    toggleProfiles();
     load.send({ urls, tokens, keepAlive: true, operation: 'create', ...job });
     const result = await answer;
+    toggleProfiles();
     const after = { cpu: cpu(), statements: await statements() };
     const { rows: top } = await stats.query(
       `SELECT calls, total_exec_time AS exec, query FROM pg_stat_statements
