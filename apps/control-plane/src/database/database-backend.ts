@@ -1,5 +1,6 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { PrismaPg } from '@prisma/adapter-pg';
+import pg from 'pg';
 import type {
   SqlDriverAdapter,
   SqlMigrationAwareDriverAdapterFactory,
@@ -24,23 +25,23 @@ export interface DatabaseBackend {
   readonly migrationAdapter: SqlMigrationAwareDriverAdapterFactory;
   /** The embedded database, for code that needs PGlite itself (tests, dumps). */
   readonly pglite?: PGlite;
-  /** Closes the embedded database. PostgreSQL pools are closed by whoever connected them. */
+  /** Closes the client's pool (PostgreSQL) or the embedded database. */
   close(): Promise<void>;
 }
 
 export async function openDatabaseBackend(config: DatabaseConfig): Promise<DatabaseBackend> {
   if (config.url !== undefined) {
     const url = config.url;
+    // One pool for PrismaClient and DirectSql (each connects its own adapter to it), so the
+    // configured pool size bounds both together.
+    const pool = new pg.Pool({ connectionString: url, max: config.poolSize ?? DEFAULT_POOL_SIZE });
     return {
       kind: 'postgres',
-      clientAdapter: new PrismaPg({
-        connectionString: url,
-        max: config.poolSize ?? DEFAULT_POOL_SIZE,
-      }),
+      clientAdapter: new PrismaPg(pool),
       migrationAdapter: new PostgresMigrationAdapterFactory(
         new PrismaPg({ connectionString: url, max: 1 }),
       ),
-      close: async () => {},
+      close: () => pool.end(),
     };
   }
   const embedded = await openEmbeddedDatabase(config.embeddedDataDir, {

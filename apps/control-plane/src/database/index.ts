@@ -32,6 +32,7 @@ export {
   prismaFolderAt,
   type PrismaFolder,
 } from './migrations/migration-files.js';
+export { DirectSql, DirectSqlError, type RawSql } from './direct-sql.js';
 export { DATABASE_CONFIG, PrismaService } from './prisma.service.js';
 export { lockTeamForUpdate, lockTeamsForUpdate } from './team-lock.js';
 export * from './generated/client.js';

@@ -10,6 +10,7 @@ import type {
   SqlMigrationAwareDriverAdapterFactory,
 } from '@prisma/driver-adapter-utils';
 import { openDatabaseBackend, type DatabaseBackend } from './database-backend.js';
+import { DirectSql } from './direct-sql.js';
 import { describeDatabase, type DatabaseConfig } from './database-config.js';
 import { PrismaClient } from './generated/client.js';
 import { applyPendingMigrations } from './migrations/migrate.js';
@@ -36,11 +37,14 @@ export const DATABASE_CONFIG = Symbol('DatabaseConfig');
 export class PrismaService extends PrismaClient implements OnModuleInit, OnModuleDestroy {
   private readonly logger = new Logger(PrismaService.name);
   private readonly connection: DeferredBackend;
+  /** Raw SQL on the client's own pool without the client's interpreter, for hot paths. */
+  readonly direct: DirectSql;
 
   constructor(@Inject(DATABASE_CONFIG) readonly config: DatabaseConfig) {
     const connection = new DeferredBackend(config);
     super({ adapter: connection.clientAdapterFactory() });
     this.connection = connection;
+    this.direct = new DirectSql(() => connection.directAdapter());
   }
 
   /** A connected, migrated service outside Nest (scripts, tests). */
@@ -101,6 +105,7 @@ export class PrismaService extends PrismaClient implements OnModuleInit, OnModul
  */
 class DeferredBackend {
   private opening: Promise<DatabaseBackend> | undefined;
+  private direct: Promise<SqlDriverAdapter> | undefined;
 
   constructor(private readonly config: DatabaseConfig) {}
 
@@ -109,9 +114,18 @@ class DeferredBackend {
     return this.opening;
   }
 
+  /** DirectSql's adapter: on PostgreSQL over the client's pool, on PGlite over the same PGlite. */
+  directAdapter(): Promise<SqlDriverAdapter> {
+    this.direct ??= this.open().then((backend) => backend.clientAdapter.connect());
+    return this.direct;
+  }
+
   async close(): Promise<void> {
     const opening = this.opening;
+    const direct = this.direct;
     this.opening = undefined;
+    this.direct = undefined;
+    if (direct !== undefined) await (await direct).dispose();
     if (opening !== undefined) await (await opening).close();
   }
 

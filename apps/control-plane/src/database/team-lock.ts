@@ -1,3 +1,4 @@
+import type { RawSql } from './direct-sql.js';
 import type { Prisma } from './generated/client.js';
 
 /**
@@ -30,10 +31,7 @@ export async function lockTeamForUpdate(
  * in a later statement: under READ COMMITTED a statement sees the database as it was when it
  * started, before it waited for the locks.
  */
-export async function lockTeamsForUpdate(
-  tx: Prisma.TransactionClient,
-  teamIds: readonly string[],
-): Promise<void> {
+export async function lockTeamsForUpdate(tx: RawSql, teamIds: readonly string[]): Promise<void> {
   if (teamIds.length === 0) return;
   await tx.$executeRaw`
     SELECT pg_advisory_xact_lock(${TEAM_LOCK_SPACE}::int4, key)

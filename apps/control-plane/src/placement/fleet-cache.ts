@@ -20,7 +20,7 @@ import {
   type PlacementResult,
 } from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
-import { PrismaService, type Prisma } from '../database/index.js';
+import { PrismaService, type Prisma, type RawSql } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { stringRecord } from '../shards/shard-record.js';
 import { QueueSignal } from './queue-signal.js';
@@ -34,7 +34,7 @@ import { QueueSignal } from './queue-signal.js';
 export const FLEET_REFRESH_INTERVAL_MS = 1000;
 
 /** A client that can read: the service itself, or a transaction's client (PGlite: only that). */
-export type DatabaseReader = Pick<Prisma.TransactionClient, '$queryRaw'>;
+export type DatabaseReader = Pick<RawSql, '$queryRaw'>;
 
 interface CachedGpu {
   readonly uuid: GpuUuid;

@@ -1,6 +1,6 @@
 import type { Placed } from '@gpushards/limits';
 import type { Caller } from '../auth/caller.js';
-import { Prisma } from '../database/index.js';
+import type { RawSql } from '../database/index.js';
 import { requestFingerprint } from './idempotency.js';
 import type { ShardRequest } from './shard-input.js';
 import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
@@ -17,7 +17,7 @@ export interface PlannedShard {
 
 /** The shards already created under these (team, idempotency key) pairs, by `${teamId}/${key}`. */
 export async function findByIdempotencyKeys(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   keys: readonly { teamId: string; key: string }[],
 ): Promise<Map<string, ShardRecord>> {
   if (keys.length === 0) return new Map();
@@ -56,7 +56,7 @@ export interface BatchWritten {
  * commits.
  */
 export async function writeBatch(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   planned: readonly PlannedShard[],
 ): Promise<BatchWritten> {
   const wanted = wantedPerGpu(planned);
@@ -167,7 +167,7 @@ function wantedPerGpu(
 
 /** Lowers GPUs' reserved bytes and compute again: what left-out shards of a batch took on them. */
 export async function giveBack(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   taken: ReadonlyMap<string, { readonly bytes: bigint; readonly permille: number }>,
 ): Promise<void> {
   if (taken.size === 0) return;
@@ -233,7 +233,7 @@ function computeDetails(request: ShardRequest): Record<string, unknown> {
 
 /** A shard that fits nowhere now, written PENDING (no host, no reservation) with its audit event. */
 export async function writePending(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   shard: {
     shardId: string;
     auditId: string;

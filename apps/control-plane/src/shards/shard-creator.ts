@@ -19,7 +19,7 @@ import {
   isUniqueViolation,
   lockTeamsForUpdate,
   postgresErrorCode,
-  Prisma,
+  type RawSql,
   PrismaService,
 } from '../database/index.js';
 import {
@@ -228,7 +228,7 @@ export class ShardCreator {
     const effects = new CommitEffects();
     let lostRaces = false;
     try {
-      await this.prisma.$transaction(async (tx) => {
+      await this.prisma.direct.transaction(async (tx) => {
         const teamIds = [...new Set(batch.map((pending) => pending.teamId))];
         await lockTeamsForUpdate(tx, teamIds);
         const teams = await readTeamStates(tx, teamIds, nonPreemptibleTeamsOf(batch), {
@@ -399,7 +399,7 @@ export class ShardCreator {
    * Returns whether any call lost a race (its team's usage and the cache counted it meanwhile).
    */
   private async write(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     plans: Map<Pending, Plan>,
     verdicts: Map<Pending, Verdict>,
     effects: CommitEffects,
@@ -474,7 +474,7 @@ export class ShardCreator {
 
   /** Writes the calls that wait as PENDING; their verdict becomes the written shard. */
   private async writeQueued(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     batch: readonly Pending[],
     verdicts: Map<Pending, Verdict>,
     effects: CommitEffects,

@@ -7,7 +7,7 @@ import {
   type QuotaPolicy,
   type TeamUsage,
 } from '@gpushards/limits';
-import { Prisma } from '../database/index.js';
+import { Prisma, type RawSql } from '../database/index.js';
 import { QuotaExceededError } from '../errors/domain-errors.js';
 import type { PlacementRequestInput } from './shard-input.js';
 
@@ -40,7 +40,7 @@ export interface TeamState {
   readonly reservedBytes: bigint;
 }
 
-type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
+type Reader = Pick<RawSql, '$queryRaw'>;
 
 /**
  * The teams that exist among `teamIds`, by id. Lock them first when the answer decides a write.
