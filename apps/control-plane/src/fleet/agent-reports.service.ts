@@ -16,7 +16,7 @@ import {
   type ContainerObservation,
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
-import { PrismaService, type ShardState } from '../database/index.js';
+import { PrismaService, type RawSql, type ShardState } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
@@ -178,11 +178,11 @@ export class AgentReportsService {
     // row locks while taking the next's would deadlock with placement and with releases,
     // which lock the same rows in another order.
     const alive = await touchLiveHosts(
-      this.prisma,
+      this.prisma.direct,
       beats.map((beat) => beat.hostId),
       now,
     );
-    const samples = await writeReports(this.prisma, beats, alive);
+    const samples = await writeReports(this.prisma.direct, beats, alive);
     const revived = new Set<string>();
     const back = new Set<string>();
     for (const { hostId, heartbeat } of beats) {
@@ -197,7 +197,7 @@ export class AgentReportsService {
       if (await this.liveness.revive(hostId, running, now)) revived.add(hostId);
     }
     if (back.size > 0) {
-      samples.push(...(await writeReports(this.prisma, beats, back)));
+      samples.push(...(await writeReports(this.prisma.direct, beats, back)));
     }
     const samplesOf = new Map<string, number>();
     for (const hostId of samples) samplesOf.set(hostId, (samplesOf.get(hostId) ?? 0) + 1);
@@ -258,7 +258,7 @@ export class AgentReportsService {
     // Most reconciles find nothing to settle: decided on a plain read first, and only what
     // needs a move is decided again on the locked rows and written (a transaction of four
     // statements saved per period and host: 33 reconciles a second at 1,000 hosts).
-    if (settle(await readHostShards(this.prisma, hostId, SETTLED_STATES)).length > 0) {
+    if (settle(await readHostShards(this.prisma.direct, hostId, SETTLED_STATES)).length > 0) {
       const effects = new CommitEffects();
       await this.prisma.$transaction(async (tx) => {
         const moves = settle(await lockHostShards(tx, hostId, SETTLED_STATES));
@@ -275,8 +275,8 @@ export class AgentReportsService {
    * the agent removes any other shard container.
    */
   async desiredShardsFor(hostId: string): Promise<DesiredState> {
-    const runnable = await runnableShards(this.prisma, hostId, RUNNABLE_STATES);
-    const stopped = await newestShardIds(this.prisma, hostId, STOPPED_FOR_AGENT);
+    const runnable = await runnableShards(this.prisma.direct, hostId, RUNNABLE_STATES);
+    const stopped = await newestShardIds(this.prisma.direct, hostId, STOPPED_FOR_AGENT);
     return {
       desired: runnable
         .filter((shard) => shard.gpuUuids !== null && shard.gpuUuids.length > 0)
@@ -350,7 +350,7 @@ function observationOfReport(
  * returns the reporting host of each new sample.
  */
 async function writeReports(
-  sql: PrismaService,
+  sql: RawSql,
   beats: readonly { readonly hostId: string; readonly heartbeat: Heartbeat }[],
   hosts: ReadonlySet<string>,
 ): Promise<string[]> {

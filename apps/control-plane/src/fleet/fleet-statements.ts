@@ -1,13 +1,11 @@
 import { MAX_SHARDS_PER_HOST, type RegisterRequest } from '@gpushards/protocol';
-import type { HostState, Prisma, ShardState } from '../database/index.js';
+import type { HostState, RawSql, ShardState } from '../database/index.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 
 /**
  * The fleet's SQL: host and GPU rows, what agents report, and the shards of a host. Each
  * statement takes the client or transaction it runs in; the services decide.
  */
-
-type Sql = Pick<Prisma.TransactionClient, '$queryRaw' | '$executeRaw'>;
 
 /** What an operator's change of a host decides on. */
 export interface LockedHost {
@@ -21,7 +19,7 @@ export interface LockedHost {
  * ONLINE (CORDONED if cordoned). Returns its state and the state it had (null: new).
  */
 export async function upsertRegisteredHost(
-  tx: Sql,
+  tx: RawSql,
   host: RegisterRequest['host'],
   now: Date,
 ): Promise<{ state: HostState; previous: HostState | null }> {
@@ -47,7 +45,7 @@ export async function upsertRegisteredHost(
 
 /** Creates or updates the GPUs; marks the host's unlisted GPUs missing. Returns GPUs whose total was kept. */
 export async function upsertGpus(
-  tx: Sql,
+  tx: RawSql,
   hostId: string,
   gpus: RegisterRequest['gpus'],
   now: Date,
@@ -82,7 +80,7 @@ export async function upsertGpus(
 
 /** Marks the hosts that are not OFFLINE alive; returns those it marked (not OFFLINE, known). */
 export async function touchLiveHosts(
-  sql: Sql,
+  sql: RawSql,
   hostIds: readonly string[],
   now: Date,
 ): Promise<Set<string>> {
@@ -131,7 +129,7 @@ export class HeartbeatRows {
 }
 
 /** Each GPU's used bytes as its host reports them (only rows that change are written). */
-export async function writeGpuUsage(sql: Sql, rows: HeartbeatRows): Promise<void> {
+export async function writeGpuUsage(sql: RawSql, rows: HeartbeatRows): Promise<void> {
   if (rows.gpuUuids.length === 0) return;
   const uuids = [...new Set(rows.gpuUuids)].sort();
   // GPU rows locked in UUID order, the order placement locks them in (queue.service.ts).
@@ -148,7 +146,7 @@ export async function writeGpuUsage(sql: Sql, rows: HeartbeatRows): Promise<void
 }
 
 /** Each live reservation's used bytes, for shards of the reporting host only. */
-export async function writeShardUsage(sql: Sql, rows: HeartbeatRows): Promise<void> {
+export async function writeShardUsage(sql: RawSql, rows: HeartbeatRows): Promise<void> {
   if (rows.shardIds.length === 0) return;
   await sql.$executeRaw`
     UPDATE shard_gpu SET used_bytes = reported.used
@@ -166,7 +164,7 @@ export async function writeShardUsage(sql: Sql, rows: HeartbeatRows): Promise<vo
  * One usage sample per shard and GPU at its heartbeat's time (a repeated heartbeat writes
  * none); returns the reporting host of each new sample.
  */
-export async function insertUsageSamples(sql: Sql, rows: HeartbeatRows): Promise<string[]> {
+export async function insertUsageSamples(sql: RawSql, rows: HeartbeatRows): Promise<string[]> {
   if (rows.shardIds.length === 0) return [];
   const written = await sql.$queryRaw<{ hostId: string }[]>`
     WITH written AS (
@@ -185,7 +183,7 @@ export async function insertUsageSamples(sql: Sql, rows: HeartbeatRows): Promise
 
 /** A state event that changes no state: its time and container id. */
 export async function noteShardEvent(
-  sql: Sql,
+  sql: RawSql,
   shardId: string,
   at: Date,
   containerId: string | undefined,
@@ -198,7 +196,7 @@ export async function noteShardEvent(
 
 /** The host's shards in `states`, by id, not locked (lockHostShards to decide a write). */
 export function readHostShards(
-  sql: Sql,
+  sql: RawSql,
   hostId: string,
   states: readonly ShardState[],
 ): Promise<ShardRecord[]> {
@@ -210,7 +208,7 @@ export function readHostShards(
 
 /** The host's shards in `states`, row-locked by id as ShardLifecycle.lock locks one. */
 export function lockHostShards(
-  tx: Sql,
+  tx: RawSql,
   hostId: string,
   states: readonly ShardState[],
 ): Promise<ShardRecord[]> {
@@ -222,7 +220,7 @@ export function lockHostShards(
 
 /** The host's shards in `states` with the GPUs they hold, oldest first, bounded by the protocol. */
 export function runnableShards(
-  sql: Sql,
+  sql: RawSql,
   hostId: string,
   states: readonly ShardState[],
 ): Promise<(ShardRecord & { gpuUuids: string[] | null })[]> {
@@ -239,7 +237,7 @@ export function runnableShards(
 
 /** Ids of the host's shards in `states`, newest first, bounded by the protocol. */
 export async function newestShardIds(
-  sql: Sql,
+  sql: RawSql,
   hostId: string,
   states: readonly ShardState[],
 ): Promise<string[]> {
@@ -252,7 +250,7 @@ export async function newestShardIds(
 }
 
 /** Hosts not OFFLINE whose last heartbeat is older than `deadline` (or never came). */
-export async function silentHostIds(sql: Sql, deadline: Date): Promise<string[]> {
+export async function silentHostIds(sql: RawSql, deadline: Date): Promise<string[]> {
   const rows = await sql.$queryRaw<{ id: string }[]>`
     SELECT id FROM host
      WHERE state <> 'OFFLINE' AND (last_heartbeat_at IS NULL OR last_heartbeat_at < ${deadline})
@@ -262,7 +260,7 @@ export async function silentHostIds(sql: Sql, deadline: Date): Promise<string[]>
 
 /** OFFLINE, if still silent past `deadline`; undefined when it is not (any more). */
 export async function markHostOffline(
-  tx: Sql,
+  tx: RawSql,
   hostId: string,
   deadline: Date,
 ): Promise<{ previous: HostState; lastHeartbeatAt: Date | null } | undefined> {
@@ -278,7 +276,7 @@ export async function markHostOffline(
 
 /** An OFFLINE host back ONLINE (CORDONED if cordoned); undefined when it was not OFFLINE. */
 export async function reviveHost(
-  tx: Sql,
+  tx: RawSql,
   hostId: string,
   now: Date,
 ): Promise<HostState | undefined> {
@@ -291,14 +289,14 @@ export async function reviveHost(
 }
 
 /** The host row, locked for an operator's change. */
-export async function lockHost(tx: Sql, hostId: string): Promise<LockedHost | undefined> {
+export async function lockHost(tx: RawSql, hostId: string): Promise<LockedHost | undefined> {
   const rows = await tx.$queryRaw<LockedHost[]>`
     SELECT id, state::text AS state, cordoned FROM host WHERE id = ${hostId} FOR UPDATE`;
   return rows[0];
 }
 
 export async function setHostState(
-  tx: Sql,
+  tx: RawSql,
   hostId: string,
   cordoned: boolean,
   state: HostState,

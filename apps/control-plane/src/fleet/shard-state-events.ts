@@ -1,6 +1,6 @@
 import type { ShardStateEvent } from '@gpushards/protocol';
 import { nextOnReport } from '@gpushards/limits';
-import type { Prisma, PrismaService, ShardState } from '../database/index.js';
+import type { PrismaService, RawSql, ShardState } from '../database/index.js';
 import type { Logger } from '../logging/logger.js';
 import {
   CommitEffects,
@@ -64,7 +64,7 @@ export class ShardStateEvents {
       .sort((a, b) => (a.shardId < b.shardId ? -1 : a.shardId > b.shardId ? 1 : a.index - b.index));
     const applyAll = async (batch: typeof pending): Promise<void> => {
       const effects = new CommitEffects();
-      const applied = await this.prisma.$transaction(
+      const applied = await this.prisma.direct.transaction(
         (tx) => this.applyInTransaction(tx, batch, effects),
         STATE_EVENTS_TRANSACTION,
       );
@@ -89,7 +89,7 @@ export class ShardStateEvents {
 
   /** The batch's outcomes in its order; `batch` is sorted by shard id, then arrival. */
   private async applyInTransaction(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     batch: readonly (HostStateEvent & { readonly shardId: string })[],
     effects: CommitEffects,
   ): Promise<StateEventOutcome[]> {

@@ -5,7 +5,7 @@ import {
   type HostState,
   type TransitionCause,
 } from '@gpushards/limits';
-import { Prisma, type ShardState } from '../database/index.js';
+import type { RawSql, ShardState } from '../database/index.js';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache, type GpuDelta } from '../placement/fleet-cache.js';
@@ -79,7 +79,7 @@ export class ShardLifecycle {
    * whose foreign-key checks would otherwise wait on it and deadlock a heartbeat batch against
    * a batch of state events.
    */
-  async lock(tx: Prisma.TransactionClient, shardId: string): Promise<ShardRecord | undefined> {
+  async lock(tx: RawSql, shardId: string): Promise<ShardRecord | undefined> {
     const rows = await tx.$queryRaw<ShardRecord[]>`
       SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ${shardId}::uuid FOR NO KEY UPDATE`;
     return rows[0];
@@ -89,10 +89,7 @@ export class ShardLifecycle {
    * lock for many shards in one statement: the rows that exist, by id, locked in id order (the
    * order every batch locks shards in, so two batches cannot wait on each other).
    */
-  async lockMany(
-    tx: Prisma.TransactionClient,
-    shardIds: readonly string[],
-  ): Promise<Map<string, ShardRecord>> {
+  async lockMany(tx: RawSql, shardIds: readonly string[]): Promise<Map<string, ShardRecord>> {
     if (shardIds.length === 0) return new Map();
     const rows = await tx.$queryRaw<ShardRecord[]>`
       SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ANY(${[...shardIds]}::uuid[])
@@ -107,7 +104,7 @@ export class ShardLifecycle {
    * a reservation (placement, recovery) must have taken it before. Returns the updated row.
    */
   async moveTo(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     shard: ShardRecord,
     state: ShardState,
     cause: TransitionCause,
@@ -126,7 +123,7 @@ export class ShardLifecycle {
    * in the order of `moves`.
    */
   async moveMany(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     moves: readonly ShardMove[],
     effects: CommitEffects,
     at: Date = new Date(),
@@ -195,7 +192,7 @@ export class ShardLifecycle {
 
   /** Releases every live reservation of the shards and lowers their GPUs' reserved bytes. */
   async releaseReservations(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     shardIds: readonly string[],
     effects: CommitEffects,
   ): Promise<void> {
@@ -229,11 +226,7 @@ export class ShardLifecycle {
    * Takes a released shard's reservation again on the GPUs it last held (a LOST shard whose
    * host came back still running it). All or nothing; false when a GPU no longer has room.
    */
-  async reacquire(
-    tx: Prisma.TransactionClient,
-    shard: ShardRecord,
-    effects: CommitEffects,
-  ): Promise<boolean> {
+  async reacquire(tx: RawSql, shard: ShardRecord, effects: CommitEffects): Promise<boolean> {
     const size = shard.limitBytesPerGpu;
     const permille = shard.computeSharePermille;
     const taken = await tx.$queryRaw<{ uuid: string }[]>`
@@ -274,7 +267,7 @@ export class ShardLifecycle {
    * row holds it now (the caller raised the GPUs' guaranteed_compute_permille for it).
    */
   async openReservations(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     shardId: string,
     gpuUuids: readonly string[],
     size: bigint,
@@ -293,7 +286,7 @@ export class ShardLifecycle {
 
   /** openReservations for many shards (distinct) in one statement: the queue's placements. */
   async openReservationsMany(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     opened: readonly { shardId: string; gpuUuids: readonly string[]; size: bigint }[],
   ): Promise<void> {
     const rows = opened.flatMap(({ shardId, gpuUuids, size }) =>
