@@ -198,7 +198,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   async refreshReservations(): Promise<void> {
     if (this.reading !== undefined) return;
     const startedAt = performance.now();
-    const [row] = await this.prisma.$queryRaw<
+    const [row] = await this.prisma.direct.$queryRaw<
       {
         hosts: number;
         changedAt: string | null;
@@ -382,7 +382,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   private async readAll(startedAt: number): Promise<void> {
     // Aggregated to one JSON value per table: parsing one string is much cheaper than
     // decoding 8,000 rows, and the event loop is not held for long.
-    const [hosts] = await this.prisma.$queryRaw<
+    const [hosts] = await this.prisma.direct.$queryRaw<
       {
         rows: [string, string, HostState, Prisma.JsonValue, number][] | null;
         count: number;
@@ -393,7 +393,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
                       ORDER BY id) AS rows,
              count(*)::int AS count, max(updated_at)::text AS "changedAt"
         FROM host`;
-    const [gpus] = await this.prisma.$queryRaw<
+    const [gpus] = await this.prisma.direct.$queryRaw<
       { rows: [string, string, number, string, number, number, number, number][] | null }[]
     >`
       SELECT json_agg(json_build_array(uuid, host_id, index, model, total_bytes, reserved_bytes,
