@@ -30,6 +30,7 @@ import {
 } from '../shards/shard-lifecycle.js';
 import { InjectClock, type Clock } from './clock.js';
 import {
+  hostStateOf,
   insertUsageSamples,
   lockHostShards,
   newestShardIds,
@@ -243,16 +244,13 @@ export class AgentReportsService {
    * never registered (it must register first).
    */
   async reconcile(hostId: string, request: ReconcileRequest): Promise<ReconcileReply> {
-    const host = await this.prisma.host.findUnique({
-      where: { id: hostId },
-      select: { state: true },
-    });
-    if (host === null) throw new NotFoundError('host', hostId);
+    const hostState = await hostStateOf(this.prisma.direct, hostId);
+    if (hostState === undefined) throw new NotFoundError('host', hostId);
     const running = new Set(request.containers.filter((c) => c.running).map((c) => c.shardId));
     const reported = new Map(request.containers.map((c) => [c.shardId, c]));
     const observedAt = request.observedAt === undefined ? undefined : new Date(request.observedAt);
     const now = this.clock.now();
-    if (host.state === 'OFFLINE') await this.liveness.revive(hostId, running, now);
+    if (hostState === 'OFFLINE') await this.liveness.revive(hostId, running, now);
     const settle = (shards: readonly ShardRecord[]): ShardMove[] =>
       settlingMoves(shards, reported, observedAt, now);
     // Most reconciles find nothing to settle: decided on a plain read first, and only what

@@ -194,6 +194,13 @@ export async function noteShardEvent(
      WHERE id = ${shardId}::uuid`;
 }
 
+/** The host's state; undefined for a host that never registered. */
+export async function hostStateOf(sql: RawSql, hostId: string): Promise<HostState | undefined> {
+  const [row] = await sql.$queryRaw<{ state: HostState }[]>`
+    SELECT state::text AS state FROM host WHERE id = ${hostId}`;
+  return row?.state;
+}
+
 /** The host's shards in `states`, by id, not locked (lockHostShards to decide a write). */
 export function readHostShards(
   sql: RawSql,
