@@ -7,7 +7,8 @@ import { Session } from 'node:inspector';
 import { join } from 'node:path';
 
 const dir = process.env.PROFILE_WINDOW_DIR;
-if (!dir) throw new Error('profile-window.mjs: set PROFILE_WINDOW_DIR to the folder for the profiles');
+if (!dir)
+  throw new Error('profile-window.mjs: set PROFILE_WINDOW_DIR to the folder for the profiles');
 
 const session = new Session();
 session.connect();

@@ -51,8 +51,19 @@ const { values: options } = parseArgs({
     'no-fsync': { type: 'boolean', default: false },
     profile: { type: 'string' },
     dist: { type: 'string', default: 'apps/control-plane/dist' },
+    help: { type: 'boolean', default: false },
   },
 });
+if (options.help) {
+  // The usage is this file's opening comment.
+  const source = readFileSync(fileURLToPath(import.meta.url), 'utf8');
+  console.log(
+    source
+      .slice(source.indexOf('// Build first'), source.indexOf('import '))
+      .replace(/^\/\/ ?/gm, ''),
+  );
+  process.exit(0);
+}
 const HOSTS = Number(options.hosts);
 const PROCESSES = Number(options.processes);
 const CONTROL_PLANES = Number(options['control-planes']);
@@ -598,7 +609,7 @@ async function createUnderHeartbeats(tokens) {
     const { rows: top } = await stats.query(
       `SELECT calls, total_exec_time AS exec, query FROM pg_stat_statements
         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-        ORDER BY calls DESC LIMIT 12`,
+        ORDER BY total_exec_time DESC LIMIT 12`,
     );
     const ok = result.ms.filter((m) => m >= 0);
     const n = Math.max(1, result.ms.length);
@@ -616,6 +627,7 @@ async function createUnderHeartbeats(tokens) {
       top.map((row) => ({
         'calls/req': (Number(row.calls) / n).toFixed(2),
         'exec ms/call': (row.exec / Number(row.calls)).toFixed(3),
+        'exec ms/req': (row.exec / n).toFixed(3),
         query: row.query.replace(/\s+/g, ' ').slice(0, 90),
       })),
     );
