@@ -24,7 +24,7 @@ static int load_link(struct api *a)
         cuMemPoolDestroy, cuMemPoolTrimTo, cuMemPoolSetAttribute, cuMemPoolGetAttribute, cuDeviceGetDefaultMemPool,
         cuStreamCreate, cuStreamSynchronize, cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap, cuMemAddressReserve,
         cuMemRetainAllocationHandle, cuArrayCreate_v2, cuArray3DCreate_v2, cuMipmappedArrayCreate, cuArrayDestroy,
-        cuMipmappedArrayDestroy, legacy_cuMemAlloc, legacy_cuMemFree, nvmlInit_v2, nvmlDeviceGetHandleByIndex_v2,
+        cuMipmappedArrayDestroy, legacy_cuMemAlloc, legacy_cuMemFree, nvmlInit_v2, nvmlShutdown, nvmlDeviceGetHandleByIndex_v2,
         nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo_v2};
     return 0;
 }
@@ -84,6 +84,7 @@ static const struct named cuda_names[] = {
 };
 static const struct named nvml_names[] = {
     N(nvmlInit_v2, "nvmlInit_v2", NULL, 0, 0),
+    N(nvmlShutdown, "nvmlShutdown", NULL, 0, 0),
     N(nvmlDeviceGetHandleByIndex_v2, "nvmlDeviceGetHandleByIndex_v2", NULL, 0, 0),
     N(nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo", NULL, 0, 0),
     N(nvmlDeviceGetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2", NULL, 0, 0),

@@ -60,6 +60,7 @@ struct api {
     CUresult (*cuMemAlloc32)(CUdeviceptr32 *, unsigned int);
     CUresult (*cuMemFree32)(CUdeviceptr32);
     nvmlReturn_t (*nvmlInit_v2)(void);
+    nvmlReturn_t (*nvmlShutdown)(void);
     nvmlReturn_t (*nvmlDeviceGetHandleByIndex_v2)(unsigned int, nvmlDevice_t *);
     nvmlReturn_t (*nvmlDeviceGetMemoryInfo)(nvmlDevice_t, nvmlMemory_t *);
     nvmlReturn_t (*nvmlDeviceGetMemoryInfo_v2)(nvmlDevice_t, nvmlMemory_v2_t *);

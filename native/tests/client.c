@@ -21,6 +21,7 @@
 
 #include "api.h"
 #include "client_cap.h"
+#include "client_nvml.h"
 #include "client_compute.h"
 #include "gpushards_region.h"
 
@@ -1040,6 +1041,8 @@ int main(int argc, char **argv)
     if (!strcmp(s, "startup")) return s_startup();
     if (!strcmp(s, "uncapped")) return s_uncapped();
     if (!strcmp(s, "passthrough")) return s_passthrough();
+    int nvml = nvml_scenario(&A, s, argc, argv);
+    if (nvml >= 0) return nvml;
     int cap = cap_scenario(&A, s, argc, argv);
     if (cap >= 0) return cap;
     int compute = compute_scenario(s, argc, argv);

@@ -257,6 +257,23 @@ static int t_path(const void *arg)
     return 0;
 }
 
+/* NVML's memory queries before nvmlInit and after nvmlShutdown
+ * (client_nvml.c names the views). */
+struct nvml_uninit_case {
+    const char *mode, *view;
+    const char *env[2];
+};
+
+static int t_nvml_uninit(const void *arg)
+{
+    const struct nvml_uninit_case *c = arg;
+    if (run(c->env, c->mode, "nvml-uninit", c->view, NULL)) return 1;
+    H_CHECK(strstr(out_text, "ok") != NULL, "no ok; stdout: %s", out_text);
+    uint64_t u = region_used(0);
+    H_CHECK(u == 0 || u == UINT64_MAX, "the region shows %llu bytes used after the process exited", (unsigned long long)u);
+    return 0;
+}
+
 static int t_layout(const void *arg)
 {
     FILE *f = popen(REGION_LAYOUT, "r");
@@ -710,6 +727,17 @@ int main(int argc, char **argv)
     ADD("a full allocation table: pointers sized by the driver, handles refused", t_path, &misc[5]);
     ADD("8 threads of stream-ordered alloc/free: bounded by the cap, back to zero", t_path, &misc[6]);
     ADD("NVML before any CUDA call reports the shard", t_path, &misc[7]);
+    static const struct nvml_uninit_case nvml_uninit[] = {
+        {"link", "held", {"CUDA_DEVICE_MEMORY_LIMIT_0=1g", NULL}},
+        {"dlsym", "empty", {"CUDA_DEVICE_MEMORY_LIMIT_0=1g", NULL}},
+        {"link", "closed", {"CUDA_DEVICE_MEMORY_LIMIT=abc", NULL}},
+    };
+    ADD("NVML before init and after shutdown: UNINITIALIZED, nothing written (CUDA memory held)", t_nvml_uninit,
+        &nvml_uninit[0]);
+    ADD("NVML before init and after shutdown: UNINITIALIZED, nothing written (no CUDA call)", t_nvml_uninit,
+        &nvml_uninit[1]);
+    ADD("NVML before init and after shutdown: UNINITIALIZED, nothing written (failed closed)", t_nvml_uninit,
+        &nvml_uninit[2]);
 #define POOL_CAP_ENV(limit, ctx) \
     "CUDA_DEVICE_MEMORY_LIMIT=" limit, "GPUSHARDS_CONTEXT_BYTES=" ctx, "GPUSHARDS_FAKE_CONTEXT_BYTES=" ctx, \
         "GPUSHARDS_FAKE_POOL_CHUNK=32m"

@@ -17,10 +17,11 @@ import {
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
 import { PrismaService, type RawSql, type ShardState } from '../database/index.js';
+import { SecretsKeyError } from '../secrets/secret-box.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
-import { launchSpecOf } from '../shards/launch-spec.js';
+import { tryLaunchSpecOf } from '../shards/launch-spec.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 import {
   CommitEffects,
@@ -28,6 +29,7 @@ import {
   type ShardMove,
   type TransitionFields,
 } from '../shards/shard-lifecycle.js';
+import { failUnopenableLaunches } from '../shards/unopenable-launches.js';
 import { InjectClock, type Clock } from './clock.js';
 import {
   hostStateOf,
@@ -275,12 +277,20 @@ export class AgentReportsService {
   async desiredShardsFor(hostId: string): Promise<DesiredState> {
     const runnable = await runnableShards(this.prisma.direct, hostId, RUNNABLE_STATES);
     const stopped = await newestShardIds(this.prisma.direct, hostId, STOPPED_FOR_AGENT);
-    return {
-      desired: runnable
-        .filter((shard) => shard.gpuUuids !== null && shard.gpuUuids.length > 0)
-        .map((shard) => launchSpecOf(shard, shard.gpuUuids ?? [])),
-      stoppedShardIds: stopped,
-    };
+    const desired: ShardLaunchSpec[] = [];
+    const unopenable: string[] = [];
+    for (const shard of runnable) {
+      if (shard.gpuUuids === null || shard.gpuUuids.length === 0) continue;
+      const opened = tryLaunchSpecOf(shard, shard.gpuUuids);
+      if ('spec' in opened) desired.push(opened.spec);
+      else if (shard.state === 'PLACED') unopenable.push(shard.id);
+      // A launched shard has its environment already; what to tell its agent without its
+      // secrets is not decided here (docs/operations.md, "Secrets key").
+      else throw new SecretsKeyError(`shard ${shard.id} (${shard.state}): ${opened.unopenable}`);
+    }
+    // Not launched yet and never launchable from here: FAILED (its GPUs freed), not listed.
+    await failUnopenableLaunches(this.prisma, this.lifecycle, this.logger, unopenable);
+    return { desired, stoppedShardIds: stopped };
   }
 }
 

@@ -17,7 +17,7 @@ import { AuditService } from '../audit/audit.service.js';
 import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
 import { PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { launchSpecOf } from '../shards/launch-spec.js';
+import { tryLaunchSpecOf } from '../shards/launch-spec.js';
 import { InjectShardCommands, type ShardCommands } from '../shards/shard-commands.js';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../shards/shard-mutations.service.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
@@ -235,7 +235,15 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
     if (hostId === null) return;
     let sent: Promise<void> | undefined;
     if (action === 'resend-launch' && shard.gpuUuids !== null && shard.gpuUuids.length > 0) {
-      sent = this.commands.launch(hostId, launchSpecOf(shard, shard.gpuUuids));
+      const opened = tryLaunchSpecOf(shard, shard.gpuUuids);
+      if ('spec' in opened) {
+        sent = this.commands.launch(hostId, opened.spec);
+      } else {
+        this.logger.warn(
+          { shardId: shard.id, teamId: shard.teamId, hostId, reason: opened.unopenable },
+          "launch not sent again: its secret env does not open here (a PLACED shard fails at its host's next reconcile)",
+        );
+      }
     } else if (action === 'resend-stop') {
       sent = this.commands.stop(hostId, shard.id, DEFAULT_STOP_GRACE_SECONDS);
     }

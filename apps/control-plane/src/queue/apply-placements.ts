@@ -9,7 +9,7 @@
  */
 import type { Placement } from '@gpushards/limits';
 import type { Prisma } from '../database/index.js';
-import { launchSpecOf } from '../shards/launch-spec.js';
+import { tryLaunchSpecOf } from '../shards/launch-spec.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 import type { CommitEffects, ShardLifecycle, ShardMove } from '../shards/shard-lifecycle.js';
 
@@ -107,13 +107,26 @@ export async function applyPlacements(
     fields: {},
   }));
   const updated = await lifecycle.moveMany(tx, moves, effects);
+  const unopenable: ShardMove[] = [];
   updated.forEach((shard, i) => {
     const { placed } = live[i]!.placement;
-    const spec = launchSpecOf(shard, placed.gpuUuids);
+    const opened = tryLaunchSpecOf(shard, placed.gpuUuids);
+    if ('unopenable' in opened) {
+      unopenable.push({
+        shard,
+        state: 'FAILED',
+        cause: 'failed',
+        fields: { failureReason: opened.unopenable },
+      });
+      return;
+    }
     const hostId = placed.hostId;
     effects.command({ shardId: shard.id, hostId, command: 'launch', from: 'queue' }, (commands) =>
-      commands.launch(hostId, spec),
+      commands.launch(hostId, opened.spec),
     );
   });
+  // Its secret env does not open here, so no launch can be sent: it ends FAILED in the same
+  // transaction, its reservation released again (its failureReason names the key).
+  await lifecycle.moveMany(tx, unopenable, effects);
   return skipped;
 }

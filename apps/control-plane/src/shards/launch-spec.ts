@@ -1,6 +1,6 @@
 import type { ShardLaunchSpec } from '@gpushards/protocol';
 import { computeSpecOf } from '../compute/compute-input.js';
-import { openSealedEnv } from '../secrets/secret-box.js';
+import { openSealedEnv, SecretsKeyError } from '../secrets/secret-box.js';
 import { stringRecord, type ShardRecord } from './shard-record.js';
 
 /**
@@ -23,4 +23,21 @@ export function launchSpecOf(shard: ShardRecord, gpuUuids: readonly string[]): S
     // Always sent, 0 included: a share taken away must reach the agent's limits file too.
     compute: computeSpecOf({ sharePermille: shard.computeSharePermille, mode: shard.computeMode }),
   };
+}
+
+/**
+ * launchSpecOf, or why this control plane cannot launch the shard: its secret env does not
+ * open (sealed with a key it does not hold, or damaged). Such a shard never launches here, so
+ * the callers fail it (FAILED, the reason naming the key) instead of retrying forever.
+ */
+export function tryLaunchSpecOf(
+  shard: ShardRecord,
+  gpuUuids: readonly string[],
+): { readonly spec: ShardLaunchSpec } | { readonly unopenable: string } {
+  try {
+    return { spec: launchSpecOf(shard, gpuUuids) };
+  } catch (error) {
+    if (!(error instanceof SecretsKeyError)) throw error;
+    return { unopenable: `cannot launch: ${error.message}` };
+  }
 }
