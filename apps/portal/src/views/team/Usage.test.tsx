@@ -1,15 +1,12 @@
 import { act } from 'react';
-import { createRoot, type Root } from 'react-dom/client';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { button, mount, typeInto } from '../../testing/dom.js';
 import { Usage } from './Usage.js';
 
 // urql's own React is another copy than the portal's under Vitest (the build dedupes them):
 // the component gets its client from this stand-in instead of urql's Provider.
 const clientInUse = vi.hoisted(() => ({ current: undefined as unknown }));
 vi.mock('urql', () => ({ useClient: () => clientInUse.current }));
-
-// React only flushes effects inside act() when told it runs in a test environment.
-(globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
 
 /** A client whose usage answers wait until the test releases them. */
 function heldClient() {
@@ -39,47 +36,29 @@ function heldClient() {
   return { client, pending, answerAll };
 }
 
-let container: HTMLDivElement;
-let root: Root;
-beforeEach(() => {
-  container = document.createElement('div');
-  document.body.append(container);
-  root = createRoot(container);
-});
-afterEach(() => {
-  act(() => root.unmount());
-  container.remove();
-});
+let view: ReturnType<typeof mount>;
+afterEach(() => view.unmount());
 
-const exportButton = () =>
-  [...container.querySelectorAll('button')].find((b) => b.textContent === 'Export CSV')!;
 const summary = () =>
-  [...container.querySelectorAll('p')].find((p) => /GiB-hours reserved/.test(p.textContent ?? ''))
-    ?.textContent;
-
-/** Sets a controlled date input the way a person does: React hears the input event. */
-function typeDate(input: HTMLInputElement, value: string) {
-  const setter = Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value')!.set!;
-  act(() => {
-    setter.call(input, value);
-    input.dispatchEvent(new Event('input', { bubbles: true }));
-  });
-}
+  [...view.container.querySelectorAll('p')].find((p) =>
+    /GiB-hours reserved/.test(p.textContent ?? ''),
+  )?.textContent;
 
 describe('Usage', () => {
   it('keeps the rows it shows, and their export, while a new window loads', async () => {
     const { client, pending, answerAll } = heldClient();
     clientInUse.current = client;
-    act(() => root.render(<Usage teamId="t1" teamName="demo" />));
+    view = mount(<Usage teamId="t1" teamName="demo" />);
+    const exportButton = () => button(view.container, 'Export CSV');
     expect(exportButton().disabled).toBe(true);
     await answerAll();
     expect(exportButton().disabled).toBe(false);
     const shown = summary();
     expect(shown).toMatch(/^7 GiB-hours reserved/);
 
-    const from = container.querySelector<HTMLInputElement>('input[type="date"]')!;
+    const from = view.container.querySelector<HTMLInputElement>('input[type="date"]')!;
     const earlier = new Date(Date.parse(`${from.value}T00:00:00Z`) - 86_400_000);
-    typeDate(from, earlier.toISOString().slice(0, 10));
+    typeInto(from, earlier.toISOString().slice(0, 10));
     expect(pending.length).toBeGreaterThan(0);
 
     // While the new window's answers are outstanding, the old rows stay, still exportable.
