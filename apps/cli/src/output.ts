@@ -27,7 +27,13 @@ export function table(head: string[], rows: (string | number | null | undefined)
   });
   for (const row of rows)
     t.push(row.map((cell) => (cell === null || cell === undefined ? '-' : String(cell))));
-  return t.toString();
+  // cli-table3 pads every cell to its column's width, the last one too: no line may end in
+  // spaces (they show up in diffs, in copied output and in exact-line comparisons).
+  return t
+    .toString()
+    .split('\n')
+    .map((line) => line.trimEnd())
+    .join('\n');
 }
 
 export function printJson(value: unknown): void {

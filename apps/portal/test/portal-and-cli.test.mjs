@@ -352,6 +352,7 @@ describe('gpushards CLI as a member', () => {
       );
       assert.match(table.stdout, /cli-probe\s+RUNNING\s+demo\s.*\s20% guaranteed\s/);
       assert.match(table.stdout, /idler\s+RUNNING\s+demo\s.*\s25% capped\s/);
+      assert.doesNotMatch(table.stdout, / +$/m, 'no line of the table ends with spaces');
       const show = await cli(['shards', 'show', 'cli-probe', '--json'], { env: memberEnv() });
       assert.equal(show.json.memoryPerGpu.human, '1 GiB');
       const overBound = await cli(['shards', 'set-compute', 'cli-probe', '60'], {
@@ -559,6 +560,7 @@ describe('idle shards', { timeout: 240_000 }, () => {
     assert.equal(asMember.code, 0, asMember.stderr);
     assert.match(asMember.stdout, /^NAME\s+TEAM\s+HOST\s+IDLE FOR/m);
     assert.match(asMember.stdout, /^idler\s+demo\s/m);
+    assert.doesNotMatch(asMember.stdout, / +$/m, 'no line of the table ends with spaces');
     const shown = await cli(['shards', 'show', 'idler'], { env: memberEnv() });
     assert.match(
       shown.stdout,

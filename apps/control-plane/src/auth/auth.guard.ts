@@ -21,13 +21,13 @@ export class AuthGuard implements CanActivate {
     const targets = [context.getHandler(), context.getClass()];
     if (this.reflector.getAllAndOverride<boolean>(PUBLIC_KEY, targets)) return true;
     const request = requestContextOf(context);
-    request.caller ??= await this.auth.authenticate(request.authorization);
+    const caller = await this.auth.authenticateRequest(request);
     const minimum =
       this.reflector.getAllAndOverride<Role>(MIN_ROLE_KEY, targets) ?? defaultMinRole(context);
-    if (!roleAtLeast(request.caller.role, minimum)) {
+    if (!roleAtLeast(caller.role, minimum)) {
       throw new ForbiddenError(
-        `this needs a ${minimum} token or stronger; the token "${request.caller.tokenName}" is ${request.caller.role}`,
-        { requiredRole: minimum, role: request.caller.role },
+        `this needs a ${minimum} token or stronger; the token "${caller.tokenName}" is ${caller.role}`,
+        { requiredRole: minimum, role: caller.role },
       );
     }
     return true;

@@ -4,6 +4,7 @@ import { UnauthenticatedError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { hashTokenSecret, looksLikeTokenSecret } from './api-token-secret.js';
 import { Role, type Caller, type TokenLimits } from './caller.js';
+import type { RequestContext } from './request-context.js';
 
 /** lastUsedAt is a hint for people, not an audit trail: written at most this often per token. */
 const LAST_USED_RESOLUTION_MS = 60_000;
@@ -31,6 +32,27 @@ interface CachedCaller {
   readonly expiresAt: number;
 }
 
+/** A token's row as authenticating a request read it (all but the secret's hash). */
+export interface TokenRecord {
+  readonly id: string;
+  readonly name: string;
+  readonly role: Role;
+  readonly prefix: string;
+  readonly teamId: string | null;
+  readonly createdAt: Date;
+  readonly lastUsedAt: Date | null;
+  readonly revokedAt: Date | null;
+  readonly ratePerSecond: number | null;
+  readonly rateBurst: number | null;
+  readonly maxConcurrent: number | null;
+}
+
+/** Who a secret stands for, and its row when finding that out read it (a cache miss). */
+interface Authenticated {
+  readonly caller: Caller;
+  readonly token?: TokenRecord;
+}
+
 const BEARER = /^Bearer +(\S+)\s*$/i;
 
 @Injectable()
@@ -43,7 +65,7 @@ export class AuthService {
   /** Token id → when this process last wrote (or read) its lastUsedAt. */
   private readonly lastUsed = new Map<string, number>();
   /** sha256 of the secret → the read of its row in flight. */
-  private readonly lookups = new Map<string, Promise<Caller>>();
+  private readonly lookups = new Map<string, Promise<Authenticated>>();
   /** Token id → whether its row still stands for the caller seen, until expiresAt. */
   private readonly current = new Map<string, { ok: Promise<boolean>; expiresAt: number }>();
   private readonly forgetListeners = new Set<(tokenId: string) => void>();
@@ -57,6 +79,22 @@ export class AuthService {
 
   /** The caller behind an Authorization value ("Bearer gps_..."), or UNAUTHENTICATED. */
   async authenticate(authorization: string | undefined): Promise<Caller> {
+    return (await this.resolve(authorization)).caller;
+  }
+
+  /**
+   * Authenticates a request once: sets its caller and, when that read the token's row, the row
+   * too (`me` answers from it rather than reading it again). Later calls reuse the caller.
+   */
+  async authenticateRequest(request: RequestContext): Promise<Caller> {
+    if (request.caller !== undefined) return request.caller;
+    const { caller, token } = await this.resolve(request.authorization);
+    request.caller = caller;
+    if (token !== undefined) request.token = token;
+    return caller;
+  }
+
+  private async resolve(authorization: string | undefined): Promise<Authenticated> {
     if (authorization === undefined || authorization.trim() === '') {
       throw new UnauthenticatedError(
         'no token: send the header "Authorization: Bearer gps_..." with an API token',
@@ -74,7 +112,7 @@ export class AuthService {
     const cached = this.cache.get(hash);
     if (cached !== undefined && cached.expiresAt > now) {
       this.touch(cached.caller.tokenId, now);
-      return cached.caller;
+      return { caller: cached.caller };
     }
     // Requests that miss together (a busy token's entry just expired) share one read.
     // (forgetToken drops the reads in flight: a request after it reads the row anew.)
@@ -90,13 +128,13 @@ export class AuthService {
   }
 
   /** Reads the token row behind `hash` and remembers its caller (valid tokens only). */
-  private async lookUp(hash: string, now: number): Promise<Caller> {
+  private async lookUp(hash: string, now: number): Promise<Authenticated> {
     const generation = this.generation;
     // Raw SQL: this runs about once a second per token in use, and Prisma's findUnique costs
     // about twice the CPU of the same read as $queryRaw.
     const rows = await this.prisma.$queryRaw<TokenLookupRow[]>`
-      SELECT id::text AS id, name, role::text AS role, team_id::text AS "teamId",
-             revoked_at AS "revokedAt", last_used_at AS "lastUsedAt",
+      SELECT id::text AS id, name, role::text AS role, team_id::text AS "teamId", prefix,
+             created_at AS "createdAt", revoked_at AS "revokedAt", last_used_at AS "lastUsedAt",
              rate_per_second AS "ratePerSecond", rate_burst AS "rateBurst",
              max_concurrent AS "maxConcurrent"
         FROM api_token WHERE token_hash = ${hash}`;
@@ -115,7 +153,23 @@ export class AuthService {
       this.lastUsed.set(token.id, token.lastUsedAt.getTime());
     }
     this.touch(token.id, now);
-    return caller;
+    const { revokedAt, lastUsedAt, createdAt, prefix } = token;
+    return {
+      caller,
+      token: {
+        id: token.id,
+        name: token.name,
+        role: caller.role,
+        prefix,
+        teamId: token.teamId,
+        createdAt,
+        lastUsedAt,
+        revokedAt,
+        ratePerSecond: token.ratePerSecond ?? null,
+        rateBurst: token.rateBurst ?? null,
+        maxConcurrent: token.maxConcurrent ?? null,
+      },
+    };
   }
 
   /**
@@ -201,6 +255,8 @@ export class AuthService {
 }
 
 interface TokenLookupRow extends TokenRow {
+  readonly prefix: string;
+  readonly createdAt: Date;
   readonly revokedAt: Date | null;
   readonly lastUsedAt: Date | null;
 }

@@ -1,3 +1,4 @@
+import type { TokenRecord } from './auth.service.js';
 import type { Caller } from './caller.js';
 
 /**
@@ -8,4 +9,6 @@ export interface RequestContext {
   authorization?: string | undefined;
   /** Set once the guard authenticated the request; reused by later resolvers of the request. */
   caller?: Caller;
+  /** The token's row, when authenticating this request read it (its caller was not cached). */
+  token?: TokenRecord;
 }

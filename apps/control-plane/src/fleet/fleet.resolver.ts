@@ -60,8 +60,13 @@ export class FleetResolver {
   @ResolveField(() => ShardConnection, {
     description: "Shards on this host that the caller may see (team tokens: their team's only).",
   })
-  async shards(@CurrentCaller() caller: Caller, @Parent() host: Host, @Args() args: ShardsArgs) {
-    const page = await this.shardsService.list(caller, { ...args, hostId: host.id });
+  async shards(
+    @CurrentCaller() caller: Caller,
+    @Parent() host: Host,
+    @Args() args: ShardsArgs,
+    @Loaders() loaders: RequestLoaders,
+  ) {
+    const page = await this.shardsService.listOnHost(loaders, caller, host.id, args);
     return { ...page, edges: page.edges.map((edge) => ({ ...edge, node: shardView(edge.node) })) };
   }
 }

@@ -50,9 +50,7 @@ export function requestGuardPlugin(
           operation,
         }) {
           const context = contextValue;
-          if (context.caller === undefined && context.authorization !== undefined) {
-            context.caller = await auth.authenticate(context.authorization);
-          }
+          if (context.authorization !== undefined) await auth.authenticateRequest(context);
           const caller = context.caller;
           if (
             caller === undefined &&

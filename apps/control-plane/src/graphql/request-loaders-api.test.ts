@@ -103,6 +103,88 @@ for (const kind of TEST_DATABASE_KINDS) {
       );
     });
 
+    it('hosts with their shards: one shard query for N hosts, each page as shards(hostId) pages it', async (t) => {
+      const hostsWithShards = (first: number) => `{ hosts(first: 10) { edges { node {
+        id
+        shards(first: ${first}) { edges { cursor node { id hostId teamId state } } pageInfo { hasNextPage endCursor } }
+        running: shards(first: 20, states: [RUNNING, PLACED]) { edges { node { id } } }
+      } } } }`;
+      type HostPage = {
+        edges: { cursor: string; node: { id: string; hostId: string; state: string } }[];
+        pageInfo: { hasNextPage: boolean; endCursor: string | null };
+      };
+      type HostNode = {
+        id: string;
+        shards: HostPage;
+        running: { edges: { node: { id: string } }[] };
+      };
+      const onHost = async (hostId: string, first: number, token?: string) =>
+        assertOk(
+          await h.graphql<{ shards: HostPage }>(
+            `query ($hostId: ID!, $first: Int!) { shards(hostId: $hostId, first: $first) {
+              edges { cursor node { id hostId teamId state } } pageInfo { hasNextPage endCursor } } }`,
+            { hostId, first },
+            token,
+          ),
+        ).shards;
+
+      for (const first of [20, 2]) {
+        const { result, statements } = await recordStatements(h.prisma, () =>
+          h.graphql<{ hosts: { edges: { node: HostNode }[] } }>(hostsWithShards(first)),
+        );
+        const hosts = assertOk(result).hosts.edges.map((edge) => edge.node);
+        assert.equal(hosts.length, HOSTS);
+        t.diagnostic(
+          `${statements.length} statements for ${HOSTS} hosts' shards (first: ${first})`,
+        );
+        // One query per field (shards, running) for all the hosts; background sweepers may
+        // add one of their own, never one per host.
+        assert.ok(readsOf(statements, 'shard').length <= 3, statements.join('\n'));
+        let listed = 0;
+        for (const host of hosts) {
+          assert.deepEqual(host.shards, await onHost(host.id, first), `host ${host.id}`);
+          assert.deepEqual(
+            host.running.edges.map((edge) => edge.node.id),
+            (await onHost(host.id, 100)).edges
+              .filter((edge) => ['RUNNING', 'PLACED'].includes(edge.node.state))
+              .map((edge) => edge.node.id),
+          );
+          listed += host.shards.edges.length;
+        }
+        if (first === 20) assert.equal(listed, TEAMS * SHARDS_PER_TEAM);
+        else assert.ok(hosts.some((host) => host.shards.pageInfo.hasNextPage));
+      }
+
+      // The next page of one host, and a team token seeing its own shards only.
+      const team = teams[1]!;
+      const firstPages = assertOk(
+        await h.graphql<{ hosts: { edges: { node: HostNode }[] } }>(
+          hostsWithShards(1),
+          {},
+          team.viewer,
+        ),
+      ).hosts.edges.map((edge) => edge.node);
+      for (const host of firstPages) {
+        assert.deepEqual(host.shards, await onHost(host.id, 1, team.viewer));
+        assert.ok(host.shards.edges.every((edge) => edge.node.hostId === host.id));
+      }
+      const paged = firstPages.find((host) => host.shards.pageInfo.hasNextPage);
+      assert.ok(paged, "a host with more than two of the team's shards");
+      const next = assertOk(
+        await h.graphql<{ host: { shards: HostPage } }>(
+          `query ($id: ID!, $after: String) { host(id: $id) { shards(first: 1, after: $after) {
+            edges { cursor node { id hostId teamId state } } pageInfo { hasNextPage endCursor } } } }`,
+          { id: paged.id, after: paged.shards.pageInfo.endCursor },
+          team.viewer,
+        ),
+      ).host.shards;
+      const all = await onHost(paged.id, 100, team.viewer);
+      assert.deepEqual(
+        next.edges.map((edge) => edge.node.id),
+        all.edges.slice(1, 2).map((edge) => edge.node.id),
+      );
+    });
+
     it('the loaders belong to one request: the next request reads again and sees changes', async () => {
       const team = teams[0]!;
       const first = await recordStatements(h.prisma, () =>

@@ -1,6 +1,17 @@
-import { Args, ID, Int, Mutation, Parent, Query, ResolveField, Resolver } from '@nestjs/graphql';
+import {
+  Args,
+  Context,
+  ID,
+  Int,
+  Mutation,
+  Parent,
+  Query,
+  ResolveField,
+  Resolver,
+} from '@nestjs/graphql';
 import { Role, type Caller } from '../auth/caller.js';
 import { CurrentCaller, MinRole } from '../auth/decorators.js';
+import type { RequestContext } from '../auth/request-context.js';
 import { Loaders, type RequestLoaders } from '../graphql/request-loaders.js';
 import { ConnectionArgs } from '../graphql/connection.js';
 import { Team } from '../teams/team.model.js';
@@ -16,8 +27,8 @@ export class ApiTokensResolver {
   ) {}
 
   @Query(() => ApiToken, { description: 'The token this request was made with.' })
-  me(@CurrentCaller() caller: Caller) {
-    return this.tokens.current(caller);
+  me(@CurrentCaller() caller: Caller, @Context() request: RequestContext) {
+    return this.tokens.current(caller, request.token);
   }
 
   @MinRole(Role.ADMIN)

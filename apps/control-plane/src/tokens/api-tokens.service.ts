@@ -3,7 +3,7 @@ import { AuditService } from '../audit/audit.service.js';
 import { ADMIN_TOKENS_LOCK_KEY } from '../auth/admin-token.bootstrap.js';
 import { generateTokenSecret } from '../auth/api-token-secret.js';
 import { TOKEN_REVOKED_CHANNEL } from '../auth/token-revocation-listener.js';
-import { AuthService } from '../auth/auth.service.js';
+import { AuthService, type TokenRecord } from '../auth/auth.service.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible } from '../auth/team-scope.js';
 import { PrismaService } from '../database/index.js';
@@ -45,8 +45,12 @@ export class ApiTokensService {
     this.logger = logger.child({ module: 'tokens' });
   }
 
-  /** The caller's own token. */
-  async current(caller: Caller): Promise<ApiToken> {
+  /**
+   * The caller's own token: `read`, the row authenticating this request read (a cache miss),
+   * else its row read now. Either way one read of it per request.
+   */
+  async current(caller: Caller, read?: TokenRecord): Promise<ApiToken> {
+    if (read?.id === caller.tokenId) return read;
     return this.prisma.apiToken.findUniqueOrThrow({ where: { id: caller.tokenId } });
   }
 

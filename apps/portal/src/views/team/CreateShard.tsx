@@ -88,7 +88,14 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
   const p = preview.data?.placementPreview;
   return (
     <Section title="New shard">
-      <form className="create" onSubmit={submit} aria-label="New shard" data-team={teamId}>
+      <form
+        className="create"
+        onSubmit={submit}
+        // Any edit starts the next request: the last one's "… is PLACED on …" no longer applies.
+        onChange={() => setDone(null)}
+        aria-label="New shard"
+        data-team={teamId}
+      >
         <label>
           Name
           <input

@@ -19,6 +19,13 @@ Chart.register(BarController, BarElement, CategoryScale, LinearScale, Legend, To
 
 const DAY_MS = 86_400_000;
 
+interface UsageReport {
+  /** The window the rows are of, which may differ from the one being asked for. */
+  readonly first: string;
+  readonly last: string;
+  readonly rows: DayUsage[];
+}
+
 async function inBatches<T, R>(items: readonly T[], size: number, run: (item: T) => Promise<R>) {
   const results: R[] = [];
   for (let i = 0; i < items.length; i += size) {
@@ -32,7 +39,10 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
   const today = dayString(new Date());
   const [first, setFirst] = useState(dayString(new Date(Date.now() - 6 * DAY_MS)));
   const [last, setLast] = useState(today);
-  const [rows, setRows] = useState<DayUsage[] | null>(null);
+  // The rows shown, with the window they are of: they stay (chart, total, export) while another
+  // window loads, until its rows replace them, so an export never finds them gone mid-way.
+  const [report, setReport] = useState<UsageReport | null>(null);
+  const [loading, setLoading] = useState(true);
   const [error, setError] = useState<ErrorLike | null>(null);
   const canvas = useRef<HTMLCanvasElement>(null);
 
@@ -50,7 +60,7 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
       return;
     }
     setError(null);
-    setRows(null);
+    setLoading(true);
     // One small report per day (the API answers one window per request), four at a time so
     // a 31-day window stays within the per-token concurrency limit.
     const ask = (w: (typeof windows)[number]) =>
@@ -59,24 +69,29 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
         .toPromise();
     void inBatches(windows, 4, ask).then((results) => {
       if (cancelled) return;
+      setLoading(false);
       const failed = results.find((r) => r.error);
       if (failed?.error) {
         setError(failed.error);
         return;
       }
-      setRows(
-        results.map((r, i) => ({
+      setReport({
+        first,
+        last,
+        rows: results.map((r, i) => ({
           day: windows[i]!.day,
           reservedGibHours: r.data?.usage.reservedGibHours ?? 0,
           usedGibHours: r.data?.usage.usedGibHours ?? 0,
           peakUsedBytes: bytesOf(r.data?.usage.peakUsed.bytes),
         })),
-      );
+      });
     });
     return () => {
       cancelled = true;
     };
   }, [client, teamId, first, last]);
+
+  const rows = report?.rows;
 
   useEffect(() => {
     if (!rows || !canvas.current) return;
@@ -101,11 +116,11 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
   }, [rows]);
 
   function download() {
-    if (!rows) return;
+    if (!report) return;
     // A data: URL, not a blob: one, so nothing has to be revoked while the download starts.
     const link = document.createElement('a');
-    link.href = `data:text/csv;charset=utf-8,${encodeURIComponent(usageCsv(teamName, rows))}`;
-    link.download = `gpushards-usage-${teamName}-${first}-${last}.csv`;
+    link.href = `data:text/csv;charset=utf-8,${encodeURIComponent(usageCsv(teamName, report.rows))}`;
+    link.download = `gpushards-usage-${teamName}-${report.first}-${report.last}.csv`;
     document.body.append(link);
     link.click();
     link.remove();
@@ -131,17 +146,18 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
             to{' '}
             <input type="date" value={last} max={today} onChange={(e) => setLast(e.target.value)} />
           </label>
-          <button onClick={download} disabled={!rows}>
+          <button onClick={download} disabled={!report}>
             Export CSV
           </button>
         </div>
       }
     >
       <ErrorBox error={error} />
-      {!rows && !error && <Loading what="usage" />}
-      {rows && (
+      {loading && !error && <Loading what="usage" />}
+      {report && (
         <p className="muted">
-          {gibHours(total)} GiB-hours reserved, {gibHours(used)} used, UTC days {first} to {last}.
+          {gibHours(total)} GiB-hours reserved, {gibHours(used)} used, UTC days {report.first} to{' '}
+          {report.last}.
         </p>
       )}
       <div className="chart">

@@ -1,0 +1,58 @@
+import { act } from 'react';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { button, mount, typeInto } from '../../testing/dom.js';
+import { CreateShard } from './CreateShard.js';
+
+// The form's mutation and preview come from these stand-ins instead of urql (whose React is
+// another copy than the portal's under Vitest).
+const api = vi.hoisted(() => ({ creates: [] as ((name: string) => void)[] }));
+vi.mock('urql', () => ({
+  useQuery: () => [{ fetching: false }],
+  useMutation: () => [
+    { fetching: false },
+    (variables: { input: { name: string } }) =>
+      new Promise((resolve) =>
+        api.creates.push((hostId) =>
+          resolve({
+            data: { createShard: { name: variables.input.name, state: 'PLACED', hostId } },
+          }),
+        ),
+      ),
+  ],
+}));
+
+let view: ReturnType<typeof mount>;
+afterEach(() => view.unmount());
+
+const status = () => view.container.querySelector('[role="status"]')?.textContent ?? null;
+const nameInput = () => view.container.querySelector<HTMLInputElement>('form input')!;
+
+async function createNamed(name: string, hostId: string) {
+  typeInto(nameInput(), name);
+  act(() => button(view.container, 'Create').click());
+  await act(async () => api.creates.shift()!(hostId));
+}
+
+describe('CreateShard', () => {
+  it('says where the shard went until the form changes', async () => {
+    view = mount(<CreateShard teamId="t1" />);
+    await createNamed('first', 'host-a');
+    expect(status()).toBe('Shard first is PLACED on host-a.');
+
+    typeInto(nameInput(), 's');
+    expect(status()).toBeNull();
+  });
+
+  it('says nothing of the last shard while the next request is out', async () => {
+    view = mount(<CreateShard teamId="t1" />);
+    await createNamed('first', 'host-a');
+    expect(status()).toBe('Shard first is PLACED on host-a.');
+
+    // The name field empties after a create: a repeat with the same name sends a new request.
+    typeInto(nameInput(), 'second');
+    act(() => button(view.container, 'Create').click());
+    expect(status()).toBeNull();
+    await act(async () => api.creates.shift()!('host-b'));
+    expect(status()).toBe('Shard second is PLACED on host-b.');
+  });
+});
