@@ -17,13 +17,15 @@ const GiB = 2 ** 30;
 const UUID = 'GPU-cache-0';
 
 function scriptedReader(answers: (() => Promise<unknown>)[]): PrismaService {
-  return {
+  const reader = {
     $queryRaw: () => {
       const next = answers.shift();
       if (next === undefined) throw new Error('no scripted answer left');
       return next();
     },
-  } as unknown as PrismaService;
+  };
+  // The cache reads through prisma.direct; either way the next scripted answer comes.
+  return { ...reader, direct: reader } as unknown as PrismaService;
 }
 
 const silent = {
