@@ -36,9 +36,8 @@ const DEFAULT_TIMEOUT_MS = 5_000;
 /**
  * Raw SQL straight on the driver adapter that PrismaClient uses (the same pool on PostgreSQL,
  * the same PGlite), without the client's query interpreter and transaction manager, which
- * cost about three times the CPU of the statement itself (bench/README.md, "Control plane",
- * 2026-11-27 third session: 236 against 79 µs per statement, 722 against 287 µs for a
- * transaction of three). For the statements run per createShard and per agent message;
+ * cost about three times the CPU of the statement itself (bench/control-plane/raw-sql.mjs:
+ * 187 against 68 µs per statement, 870 against 309 µs for a transaction of three). For the statements run per createShard and per agent message;
  * everything else stays on PrismaClient.
  *
  * Parameters, results and errors follow `$queryRaw` exactly, so a statement gives the same
