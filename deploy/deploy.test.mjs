@@ -31,6 +31,11 @@ test('compose.yaml runs PostgreSQL, NATS, migrations and the control plane from 
   ]);
   const controlPlane = compose.services['control-plane'];
   assert.equal(controlPlane.build.dockerfile, 'deploy/control-plane/Dockerfile');
+  // The Dockerfile's base image argument reaches the build, defaulting to the Dockerfile's own.
+  const dockerfileBase = /^ARG NODE_IMAGE=(\S+)$/m.exec(
+    read('deploy/control-plane/Dockerfile'),
+  )?.[1];
+  assert.equal(controlPlane.build.args.NODE_IMAGE, `\${NODE_IMAGE:-${dockerfileBase}}`);
   assert.ok(existsSync(join(here, controlPlane.build.context, controlPlane.build.dockerfile)));
   assert.match(controlPlane.environment.DATABASE_URL, /^postgresql:\/\/.*@postgres:5432\//);
   assert.equal(controlPlane.environment.GPUSHARDS_NATS_URL, 'nats://nats:4222');
