@@ -140,8 +140,16 @@ for (const kind of TEST_DATABASE_KINDS) {
         .transaction(
           async (tx) => {
             await tx.$executeRaw`INSERT INTO team (id, name) VALUES (gen_random_uuid(), ${name})`;
-            // Set after the transaction's 1 ms timer, due no earlier: it fires after that one.
-            await new Promise((resolve) => setTimeout(resolve, 2));
+            // Keeps the transaction busy until it says it has run past its timeout.
+            for (;;) {
+              const expired = await tx.$queryRaw`SELECT 1`.then(
+                () => false,
+                (error: { code?: string }) => error.code === 'P2028',
+              );
+              if (expired) return;
+              // PGlite answers without leaving the microtask queue: let the timer phase run.
+              await new Promise((resolve) => setImmediate(resolve));
+            }
           },
           { timeout: 1 },
         )
