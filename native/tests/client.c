@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "client_check.h"
 #include "client_cap.h"
 #include "client_nvml.h"
 #include "client_compute.h"
@@ -31,17 +32,6 @@
 static struct api A;
 static struct gpushards_region *R;
 static const char *mode;
-
-#define CHECK(cond, ...)                                                                                 \
-    do {                                                                                                 \
-        if (!(cond)) {                                                                                   \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                     \
-            fprintf(stderr, __VA_ARGS__);                                                                \
-            fprintf(stderr, "\n");                                                                       \
-            return 1;                                                                                    \
-        }                                                                                                \
-    } while (0)
-#define OK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
 
 /* ---- the region, read as the agent reads it ------------------------------- */
 static int region_map(void)

@@ -16,18 +16,8 @@
 #include <string.h>
 
 #include "api.h"
+#include "client_check.h"
 #include "client_cap.h"
-
-#define CHECK(cond, ...)                                                                                 \
-    do {                                                                                                 \
-        if (!(cond)) {                                                                                   \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                     \
-            fprintf(stderr, __VA_ARGS__);                                                                \
-            fprintf(stderr, "\n");                                                                       \
-            return 1;                                                                                    \
-        }                                                                                                \
-    } while (0)
-#define OK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
 
 static int s_try(const struct api *A, const char *bytes_text)
 {

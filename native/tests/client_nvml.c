@@ -16,22 +16,12 @@
 #include <string.h>
 
 #include "api.h"
+#include "client_check.h"
 #include "client_nvml.h"
 
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
 #define SENTINEL 0xabu
-
-#define CHECK(cond, ...)                                                                                 \
-    do {                                                                                                 \
-        if (!(cond)) {                                                                                   \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                     \
-            fprintf(stderr, __VA_ARGS__);                                                                \
-            fprintf(stderr, "\n");                                                                       \
-            return 1;                                                                                    \
-        }                                                                                                \
-    } while (0)
-#define OK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
 
 typedef nvmlReturn_t (*procs_fn)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
 
