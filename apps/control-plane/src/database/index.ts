@@ -34,5 +34,5 @@ export {
 } from './migrations/migration-files.js';
 export { DirectSql, DirectSqlError, type RawSql } from './direct-sql.js';
 export { DATABASE_CONFIG, PrismaService } from './prisma.service.js';
-export { lockTeamForUpdate, lockTeamsForUpdate } from './team-lock.js';
+export { lockTeamForUpdate, TEAM_LOCK_SPACE } from './team-lock.js';
 export * from './generated/client.js';

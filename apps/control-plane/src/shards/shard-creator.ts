@@ -17,7 +17,6 @@ import type { Caller } from '../auth/caller.js';
 import {
   isDatabaseBusy,
   isUniqueViolation,
-  lockTeamsForUpdate,
   postgresErrorCode,
   type RawSql,
   PrismaService,
@@ -135,9 +134,9 @@ function isTransient(error: unknown): boolean {
 /**
  * createShard's transactions, one batch at a time per process (group commit): calls that
  * arrive while a batch runs wait and go together in the next one. A batch is one transaction
- * of five statements whatever its size: BEGIN, the teams' locks, their quota and usage (and
- * idempotency keys), the conditional reservation with every shard, reservation and audit row
- * (`writeBatch`), COMMIT. Within a batch the calls are decided in arrival order, each seeing
+ * of four statements whatever its size (five with idempotency keys): BEGIN, the teams' locks
+ * with their quota and usage read in the same round trip, (the idempotency keys,) the
+ * conditional reservation with every shard, reservation and audit row (`writeBatch`), COMMIT. Within a batch the calls are decided in arrival order, each seeing
  * what the earlier ones reserved and held, exactly as if they had run one after another; the
  * team locks serialize against other control planes and resizes as before.
  *
@@ -230,9 +229,8 @@ export class ShardCreator {
     try {
       await this.prisma.direct.transaction(async (tx) => {
         const teamIds = [...new Set(batch.map((pending) => pending.teamId))];
-        await lockTeamsForUpdate(tx, teamIds);
         const teams = await readTeamStates(tx, teamIds, nonPreemptibleTeamsOf(batch), {
-          foldUsage: true,
+          lockAndFold: true,
         });
         const existing = await findByIdempotencyKeys(tx, idempotencyKeysOf(batch));
         this.decide(batch, teams, existing, verdicts, plans);

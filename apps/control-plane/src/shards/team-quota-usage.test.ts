@@ -113,24 +113,69 @@ for (const kind of TEST_DATABASE_KINDS) {
       );
     });
 
-    it('a fold leaves one row per team with the same totals', async () => {
+    it('a locking read folds each of its teams into one row, with the same totals', async () => {
       await db.prisma.$executeRaw`DELETE FROM shard`;
       await db.prisma.$executeRaw`DELETE FROM team_quota_usage`;
-      const teamId = teams[0]!;
-      for (let i = 0; i < 5; i++) await insert(teamId, 'RUNNING', 2, 1);
-      await db.prisma.$executeRaw`UPDATE shard SET state = 'EXITED' WHERE name = 'usage-0'`;
-      const before = (await readTeamStates(db.prisma, [teamId])).get(teamId);
+      const [first, second, other] = [teams[0]!, teams[2]!, teams[1]!];
+      for (let i = 0; i < 5; i++) await insert(first, 'RUNNING', 2, 1);
+      await db.prisma.$executeRaw`
+        UPDATE shard SET state = 'EXITED' WHERE id = (SELECT min(id::text)::uuid FROM shard)`;
+      for (let i = 0; i < 3; i++) await insert(second, 'RUNNING', 1, 1);
+      for (let i = 0; i < 2; i++) await insert(other, 'RUNNING', 1, 1);
+      const before = await readTeamStates(db.prisma, [first, second]);
       const folded = await db.prisma.$transaction((tx) =>
-        readTeamStates(tx, [teamId], [], { foldUsage: true }),
+        readTeamStates(tx, [first, second], [], { lockAndFold: true }),
       );
-      const [rows] = await db.prisma.$queryRaw<{ n: number }[]>`
-        SELECT count(*)::int AS n FROM team_quota_usage WHERE team_id = ${teamId}::uuid`;
-      assert.equal(rows?.n, 1);
-      assert.equal(before?.shardCount, 4);
-      assert.equal(folded.get(teamId)?.shardCount, 4);
-      assert.equal(folded.get(teamId)?.reservedBytes, 4n * 2n * GiB);
-      assert.deepEqual((await readTeamStates(db.prisma, [teamId])).get(teamId), folded.get(teamId));
+      const rows = await db.prisma.$queryRaw<{ teamId: string; n: number }[]>`
+        SELECT team_id::text AS "teamId", count(*)::int AS n FROM team_quota_usage
+         GROUP BY team_id`;
+      const rowsOf = (teamId: string) => rows.find((row) => row.teamId === teamId)?.n;
+      assert.equal(rowsOf(first), 1);
+      assert.equal(rowsOf(second), 1);
+      assert.equal(rowsOf(other), 2, 'a team the read did not lock is left as it is');
+      assert.equal(folded.get(first)?.shardCount, 4);
+      assert.equal(folded.get(first)?.reservedBytes, 4n * 2n * GiB);
+      assert.deepEqual(before, folded);
+      assert.deepEqual(await readTeamStates(db.prisma, [first, second]), folded);
     });
+
+    // PGlite has one connection: its transactions never overlap.
+    if (kind === 'postgres')
+      it('a locking read waits for the lock holder, then counts what it committed', async () => {
+        await db.prisma.$executeRaw`DELETE FROM shard`;
+        await db.prisma.$executeRaw`DELETE FROM team_quota_usage`;
+        const teamId = teams[1]!;
+        let release!: () => void;
+        const released = new Promise<void>((resolve) => (release = resolve));
+        let holding!: () => void;
+        const held = new Promise<void>((resolve) => (holding = resolve));
+        const holder = db.prisma.$transaction(async (tx) => {
+          await readTeamStates(tx, [teamId], [], { lockAndFold: true });
+          holding();
+          await released;
+          await tx.$executeRaw`
+          INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count,
+                             limit_bytes_per_gpu, state, updated_at)
+          VALUES (${randomUUID()}::uuid, ${teamId}::uuid, 'usage-held', 'example/x:1',
+                  ${3n * GiB}, 1, ${3n * GiB}, 'PLACED', now())`;
+        });
+        await held;
+        const waiter = db.prisma.$transaction((tx) =>
+          readTeamStates(tx, [teamId], [], { lockAndFold: true }),
+        );
+        // The waiter's read has begun once PostgreSQL shows its lock request waiting.
+        for (;;) {
+          const [row] = await db.prisma.$queryRaw<{ waiting: number }[]>`
+          SELECT count(*)::int AS waiting FROM pg_locks
+           WHERE locktype = 'advisory' AND NOT granted`;
+          if (row!.waiting > 0) break;
+        }
+        release();
+        await holder;
+        const seen = (await waiter).get(teamId);
+        assert.equal(seen?.shardCount, 1);
+        assert.equal(seen?.reservedBytes, 3n * GiB);
+      });
 
     let named = 0;
     async function insert(
@@ -193,7 +238,7 @@ for (const kind of TEST_DATABASE_KINDS) {
         }
         case 'fold':
           await db.prisma.$transaction((tx) =>
-            readTeamStates(tx, [teams[c.team]!], [], { foldUsage: true }),
+            readTeamStates(tx, [teams[c.team]!], [], { lockAndFold: true }),
           );
           return;
         default:

@@ -7,7 +7,7 @@ import {
   type QuotaPolicy,
   type TeamUsage,
 } from '@gpushards/limits';
-import { Prisma, type RawSql } from '../database/index.js';
+import { TEAM_LOCK_SPACE, type RawSql } from '../database/index.js';
 import { QuotaExceededError } from '../errors/domain-errors.js';
 import type { PlacementRequestInput } from './shard-input.js';
 
@@ -43,67 +43,25 @@ export interface TeamState {
 type Reader = Pick<RawSql, '$queryRaw'>;
 
 /**
- * The teams that exist among `teamIds`, by id. Lock them first when the answer decides a write.
- * `coveredFor`: the teams whose guaranteedModelBytes is wanted (those placing a
- * non-preemptible shard); the others' is left null, unread.
+ * The teams that exist among `teamIds`, by id (`team_quota_states`, migration
+ * 20261127110500_team_quota_states). `coveredFor`: the teams whose guaranteedModelBytes is
+ * wanted (those placing a non-preemptible shard); the others' is left null, unread.
+ *
+ * `lockAndFold`: first take the teams' locks for the rest of the transaction (as
+ * lockTeamForUpdate does, in key order) and fold each team's usage rows into one, in the same
+ * round trip as the read. Use it where the answer decides a write; only there, since only lock
+ * holders may fold. Must run inside a transaction.
  */
 export async function readTeamStates(
   reader: Reader,
   teamIds: readonly string[],
   coveredFor: readonly string[] = [],
-  { foldUsage = false }: { foldUsage?: boolean } = {},
+  { lockAndFold = false }: { lockAndFold?: boolean } = {},
 ): Promise<Map<string, TeamState>> {
-  // Folding rewrites the teams' usage rows as one row each; the SELECT below still sums the
-  // rows as they were when the statement began, which add up to the same. Only a holder of the
-  // teams' locks folds (createShard): two folds at once could each miss the other's new row.
-  const fold = foldUsage
-    ? Prisma.sql`
-      WITH folded AS (
-        DELETE FROM team_quota_usage WHERE team_id = ANY(${[...teamIds]}::uuid[])
-        RETURNING team_id, shards, bytes
-      ), refolded AS (
-        INSERT INTO team_quota_usage (team_id, shards, bytes)
-        SELECT team_id, sum(shards)::int, sum(bytes)::bigint FROM folded GROUP BY team_id
-      )`
-    : Prisma.empty;
+  const lockSpace = lockAndFold ? TEAM_LOCK_SPACE : null;
   const rows = await reader.$queryRaw<TeamState[]>`
-    ${fold}
-    SELECT team.id::text AS "teamId",
-           quota.team_id IS NOT NULL AS "hasPolicy",
-           quota.max_total_bytes AS "maxTotalBytes", quota.max_shards AS "maxShards",
-           quota.max_bytes_per_shard AS "maxBytesPerShard",
-           quota.max_gpus_per_shard AS "maxGpusPerShard",
-           quota.allowed_gpu_models AS "allowedGpuModels",
-           quota.allowed_images AS "allowedImages", quota.priority,
-           quota.guarantee_bytes AS "guaranteeBytes",
-           quota.guarantee_gpu_model AS "guaranteeGpuModel",
-           covered.bytes AS "guaranteedModelBytes",
-           quota.max_priority_class AS "maxPriorityClass",
-           quota.max_compute_share_percent AS "maxComputeSharePercent",
-           held.shards AS "shardCount", held.bytes AS "reservedBytes"
-      FROM team
-      LEFT JOIN quota_policy quota ON quota.team_id = team.id
-      CROSS JOIN LATERAL (
-        -- What its shards in the quota states request: the rows the shard trigger appends.
-        SELECT coalesce(sum(usage.shards), 0)::int AS shards,
-               coalesce(sum(usage.bytes), 0)::bigint AS bytes
-          FROM team_quota_usage usage
-         WHERE usage.team_id = team.id
-      ) held
-      CROSS JOIN LATERAL (
-        -- CASE runs the sum only for the teams asked (it reads every live shard's GPUs).
-        SELECT CASE WHEN team.id = ANY(${[...coveredFor]}::uuid[]) THEN (
-          SELECT coalesce(sum(shard.bytes_per_gpu * shard.gpu_count), 0)::bigint
-            FROM shard
-           WHERE shard.team_id = team.id AND shard.state IN ('PLACED', 'STARTING', 'RUNNING')
-             AND EXISTS (
-               SELECT 1 FROM shard_gpu JOIN gpu ON gpu.uuid = shard_gpu.gpu_uuid
-                WHERE shard_gpu.shard_id = shard.id AND shard_gpu.released_at IS NULL
-                  AND strpos(lower(gpu.model),
-                             lower(trim(coalesce(quota.guarantee_gpu_model, '')))) > 0)
-        ) END AS bytes
-      ) covered
-     WHERE team.id = ANY(${[...teamIds]}::uuid[])`;
+    SELECT * FROM team_quota_states(${[...teamIds]}::text[], ${[...coveredFor]}::text[],
+                                    ${lockSpace}::int4)`;
   return new Map(rows.map((row) => [row.teamId, row]));
 }
 
