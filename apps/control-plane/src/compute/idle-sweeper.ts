@@ -84,21 +84,27 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
 
   /** One pass over every team with an idle policy; returns the actions applied. */
   async sweep(now: number = Date.now()): Promise<IdleAction[]> {
+    // The watched teams first, then their running shards by the (team_id, state) index: joined
+    // the other way round the planner read every running shard's GPUs of the fleet (55-92 ms
+    // at 1,000 hosts, every 15 s on each replica) to keep those of a few teams, or of none.
     const rows = await this.prisma.$queryRaw<Row[]>`
+      WITH watched AS MATERIALIZED (
+        SELECT id, name, idle_after_seconds, idle_stop_after_seconds FROM team
+         WHERE idle_after_seconds IS NOT NULL
+      )
       SELECT shard.id::text AS "shardId", team.id::text AS "teamId", team.name AS "teamName",
              shard.host_id AS "hostId", team.idle_after_seconds AS "idleAfterSeconds",
              team.idle_stop_after_seconds AS "stopAfterSeconds",
              shard.started_at AS "startedAt", shard.updated_at AS "updatedAt",
              activity.last_kernel AS "lastKernelAt", activity.observed,
              shard.idle_since AS "idleSince"
-        FROM team JOIN shard ON shard.team_id = team.id
+        FROM watched team JOIN shard ON shard.team_id = team.id AND shard.state = 'RUNNING'
         CROSS JOIN LATERAL (
           SELECT max(held.last_kernel_at) AS last_kernel,
                  coalesce(bool_or(held.busy_ratio IS NOT NULL OR held.last_kernel_at IS NOT NULL),
                           false) AS observed
             FROM shard_gpu held
-           WHERE held.shard_id = shard.id AND held.released_at IS NULL) activity
-       WHERE team.idle_after_seconds IS NOT NULL AND shard.state = 'RUNNING'`;
+           WHERE held.shard_id = shard.id AND held.released_at IS NULL) activity`;
     const byTeam = new Map<string, Row[]>();
     for (const row of rows) {
       const list = byTeam.get(row.teamId) ?? [];
