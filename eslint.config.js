@@ -1,4 +1,5 @@
 import js from '@eslint/js';
+import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
@@ -12,5 +13,10 @@ export default tseslint.config(
       eqeqeq: ['error', 'always'],
       'no-console': 'off',
     },
+  },
+  {
+    // Node's own scripts (benches, deployment helpers, the test runner) are plain ES modules.
+    files: ['**/*.mjs'],
+    languageOptions: { globals: globals.node },
   },
 );

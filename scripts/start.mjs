@@ -252,7 +252,9 @@ function printBanner(facts) {
   );
   say('');
   say(`   portal        ${controlPlane.url}/    (sign in with the admin token below)`);
-  say(`   GraphQL       ${controlPlane.graphqlUrl}   (POST; in a browser: ${controlPlane.url}/explorer)`);
+  say(
+    `   GraphQL       ${controlPlane.graphqlUrl}   (POST; in a browser: ${controlPlane.url}/explorer)`,
+  );
   say(
     `   CLI           npx gpushards login --url ${controlPlane.url} --token "$(cat ${shown(facts.tokenFile)})"`,
   );

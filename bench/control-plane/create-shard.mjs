@@ -89,8 +89,6 @@ const { AgentReportsService } = await import(`${dist}/fleet/agent-reports.servic
 /** Preloaded with --profile: SIGUSR2 exits normally, so that --cpu-prof writes its file. */
 const exitOnSignal = `data:text/javascript,process.on('SIGUSR2',()=>process.exit(0))`;
 
-const CREATE = `mutation ($input: CreateShardInput!) { createShard(input: $input) { id hostId } }`;
-
 async function graphql(url, query, variables, token) {
   const response = await fetch(url, {
     method: 'POST',

@@ -24,7 +24,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import pg from 'pg';
-import { childrenOf, cpuOf, postgresCpu } from '../proc-cpu.mjs';
+import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
 import { quantile } from '../quantile.mjs';
 
 const { values: options } = parseArgs({

@@ -1,5 +1,5 @@
 // How much each NVML call the fence could use costs on this machine (wall and CPU per call).
-import { join, resolve, dirname } from 'node:path';
+import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { spawn } from 'node:child_process';
 const here = dirname(fileURLToPath(import.meta.url));

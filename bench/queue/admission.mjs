@@ -32,7 +32,7 @@ import { performance } from 'node:perf_hooks';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
+import { postgresCpu } from '../proc-cpu.mjs';
 import { quantile } from '../quantile.mjs';
 
 const { values: options } = parseArgs({

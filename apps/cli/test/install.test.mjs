@@ -1,4 +1,3 @@
-/* global process */
 // gpushards installed as a user installs it: `npm install -g` of a packed tarball and of the
 // folder, into a temporary prefix, offline with an empty npm cache (so nothing can come from a
 // registry: the build bundles @gpushards/limits and the third-party dependencies into

@@ -1,4 +1,3 @@
-/* global process */
 // One real control plane for the portal and CLI tests: `npm start` (scripts/start.mjs) in a
 // temporary data folder on a free port, PGlite, simulated GPUs, the in-process agent and the
 // local Docker engine, plus the demo image built locally.

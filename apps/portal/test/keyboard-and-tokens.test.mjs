@@ -1,4 +1,4 @@
-/* global process, document, getComputedStyle */
+/* global document, getComputedStyle */
 // The portal without a mouse, and the admin's tokens page, in Chromium (Debian's package, driven
 // by playwright-core) against one real control plane (npm start: PGlite, simulated GPUs, the
 // in-process agent, Docker). Screenshots go to test-results/; UPDATE_SCREENSHOTS=1 also writes

@@ -1,4 +1,3 @@
-/* global process, localStorage */
 // The portal in Chromium (Debian's package, driven by playwright-core) and the gpushards CLI as
 // processes, against one real control plane (npm start: PGlite, simulated GPUs, the in-process
 // agent, Docker). Screenshots go to test-results/; UPDATE_SCREENSHOTS=1 also writes docs/.
