@@ -20,9 +20,17 @@ import {
   type PlacementResult,
 } from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
-import { PrismaService, type Prisma, type RawSql } from '../database/index.js';
+import { PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { stringRecord } from '../shards/shard-record.js';
+import {
+  readHosts,
+  readReservations,
+  readWholeFleet,
+  type DatabaseReader,
+  type GpuRow,
+  type HostRow,
+} from './fleet-reads.js';
 import { QueueSignal } from './queue-signal.js';
 
 /**
@@ -32,9 +40,6 @@ import { QueueSignal } from './queue-signal.js';
  * hosts did.
  */
 export const FLEET_REFRESH_INTERVAL_MS = 1000;
-
-/** A client that can read: the service itself, or a transaction's client (PGlite: only that). */
-export type DatabaseReader = Pick<RawSql, '$queryRaw'>;
 
 interface CachedGpu {
   readonly uuid: GpuUuid;
@@ -67,25 +72,6 @@ interface CachedHost {
   readonly labels: Readonly<Record<string, string>>;
   readonly contextOverheadBytes: Bytes;
   gpus: CachedGpu[];
-}
-
-interface HostRow {
-  id: string;
-  name: string;
-  state: HostState;
-  labels: Prisma.JsonValue;
-  contextOverheadBytes: bigint | number;
-}
-
-interface GpuRow {
-  uuid: string;
-  hostId: string;
-  index: number;
-  model: string;
-  totalBytes: bigint | number;
-  reservedBytes: bigint | number;
-  overcommitRatio: number;
-  guaranteedComputePermille: number;
 }
 
 /** A change of one GPU's reserved bytes that a transaction committed. */
@@ -198,30 +184,16 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   async refreshReservations(): Promise<void> {
     if (this.reading !== undefined) return;
     const startedAt = performance.now();
-    const [row] = await this.prisma.direct.$queryRaw<
-      {
-        hosts: number;
-        changedAt: string | null;
-        reserved: Record<string, number> | null;
-        compute: Record<string, number> | null;
-      }[]
-    >`
-      SELECT (SELECT count(*) FROM host)::int AS hosts,
-             (SELECT max(updated_at) FROM host)::text AS "changedAt",
-             (SELECT json_object_agg(uuid, reserved_bytes) FROM gpu
-               WHERE missing_since IS NULL) AS reserved,
-             (SELECT json_object_agg(uuid, guaranteed_compute_permille) FROM gpu
-               WHERE missing_since IS NULL AND guaranteed_compute_permille > 0) AS compute`;
-    if (row === undefined) return;
-    if (row.hosts !== this.seenHosts.count || (row.changedAt ?? '') !== this.seenHosts.changedAt) {
+    const row = await readReservations(this.prisma.direct);
+    if (row.hostCount !== this.seenHosts.count || row.hostsChangedAt !== this.seenHosts.changedAt) {
       await this.refreshedSince(performance.now());
       // A host of another control plane came online, was uncordoned or joined.
       this.signal.freed();
       return;
     }
-    const compute = row.compute ?? {};
+    const compute = row.compute;
     let freed = false;
-    for (const [uuid, reserved] of Object.entries(row.reserved ?? {})) {
+    for (const [uuid, reserved] of Object.entries(row.reserved)) {
       const gpu = this.gpusByUuid.get(uuid);
       if (gpu === undefined || gpu.localAt > startedAt) continue;
       const permille = compute[uuid] ?? 0;
@@ -255,15 +227,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   ): Promise<void> {
     if (ids.length === 0) return;
     const startedAt = performance.now();
-    const hosts = await reader.$queryRaw<HostRow[]>`
-      SELECT id, name, state::text AS state, labels,
-             context_overhead_bytes AS "contextOverheadBytes"
-        FROM host WHERE id = ANY(${[...ids]}::text[])`;
-    const gpus = await reader.$queryRaw<GpuRow[]>`
-      SELECT uuid, host_id AS "hostId", index, model, total_bytes AS "totalBytes",
-             reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio",
-             guaranteed_compute_permille AS "guaranteedComputePermille"
-        FROM gpu WHERE host_id = ANY(${[...ids]}::text[]) AND missing_since IS NULL`;
+    const { hosts, gpus } = await readHosts(reader, ids);
     const committed = (gpu: GpuRow): GpuRow => ({
       ...gpu,
       reservedBytes: Number(gpu.reservedBytes) - (uncommitted.get(gpu.uuid) ?? 0),
@@ -380,60 +344,17 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private async readAll(startedAt: number): Promise<void> {
-    // Aggregated to one JSON value per table: parsing one string is much cheaper than
-    // decoding 8,000 rows, and the event loop is not held for long.
-    const [hosts] = await this.prisma.direct.$queryRaw<
-      {
-        rows: [string, string, HostState, Prisma.JsonValue, number][] | null;
-        count: number;
-        changedAt: string | null;
-      }[]
-    >`
-      SELECT json_agg(json_build_array(id, name, state, labels, context_overhead_bytes)
-                      ORDER BY id) AS rows,
-             count(*)::int AS count, max(updated_at)::text AS "changedAt"
-        FROM host`;
-    const [gpus] = await this.prisma.direct.$queryRaw<
-      { rows: [string, string, number, string, number, number, number, number][] | null }[]
-    >`
-      SELECT json_agg(json_build_array(uuid, host_id, index, model, total_bytes, reserved_bytes,
-                                       overcommit_ratio, guaranteed_compute_permille)) AS rows
-        FROM gpu WHERE missing_since IS NULL`;
+    const fleet = await readWholeFleet(this.prisma.direct);
     const gpusByHost = new Map<string, GpuRow[]>();
-    for (const [
-      uuid,
-      hostId,
-      index,
-      model,
-      totalBytes,
-      reservedBytes,
-      overcommitRatio,
-      guaranteedComputePermille,
-    ] of gpus?.rows ?? []) {
-      const gpu = {
-        uuid,
-        hostId,
-        index,
-        model,
-        totalBytes,
-        reservedBytes,
-        overcommitRatio,
-        guaranteedComputePermille,
-      };
-      const list = gpusByHost.get(hostId);
-      if (list === undefined) gpusByHost.set(hostId, [gpu]);
+    for (const gpu of fleet.gpus) {
+      const list = gpusByHost.get(gpu.hostId);
+      if (list === undefined) gpusByHost.set(gpu.hostId, [gpu]);
       else list.push(gpu);
     }
     this.replaceHosts(
-      (hosts?.rows ?? []).map(([id, name, state, labels, contextOverheadBytes]) =>
-        this.toHost(
-          { id, name, state, labels, contextOverheadBytes },
-          gpusByHost.get(id) ?? [],
-          startedAt,
-        ),
-      ),
+      fleet.hosts.map((row) => this.toHost(row, gpusByHost.get(row.id) ?? [], startedAt)),
     );
-    this.seenHosts = { count: hosts?.count ?? 0, changedAt: hosts?.changedAt ?? '' };
+    this.seenHosts = { count: fleet.hostCount, changedAt: fleet.hostsChangedAt };
     this.lastReadStartedAt = startedAt;
   }
 

@@ -1,0 +1,137 @@
+import type { HostState } from '@gpushards/limits';
+import type { Prisma, RawSql } from '../database/index.js';
+
+/** A client that can read: the service itself, or a transaction's client (PGlite: only that). */
+export type DatabaseReader = Pick<RawSql, '$queryRaw'>;
+
+export interface HostRow {
+  id: string;
+  name: string;
+  state: HostState;
+  labels: Prisma.JsonValue;
+  contextOverheadBytes: bigint | number;
+}
+
+export interface GpuRow {
+  uuid: string;
+  hostId: string;
+  index: number;
+  model: string;
+  totalBytes: bigint | number;
+  reservedBytes: bigint | number;
+  overcommitRatio: number;
+  guaranteedComputePermille: number;
+}
+
+/** Every host and every GPU not missing, for the fleet cache's whole read. */
+export interface WholeFleet {
+  readonly hosts: readonly HostRow[];
+  readonly gpus: readonly GpuRow[];
+  /** How many hosts there are, and the newest host.updated_at (text): what a later read compares. */
+  readonly hostCount: number;
+  readonly hostsChangedAt: string;
+}
+
+export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet> {
+  // Aggregated to one JSON value per table: parsing one string is much cheaper than
+  // decoding 8,000 rows, and the event loop is not held for long.
+  const [hosts] = await reader.$queryRaw<
+    {
+      rows: [string, string, HostState, Prisma.JsonValue, number][] | null;
+      count: number;
+      changedAt: string | null;
+    }[]
+  >`
+    SELECT json_agg(json_build_array(id, name, state, labels, context_overhead_bytes)
+                    ORDER BY id) AS rows,
+           count(*)::int AS count, max(updated_at)::text AS "changedAt"
+      FROM host`;
+  const [gpus] = await reader.$queryRaw<
+    { rows: [string, string, number, string, number, number, number, number][] | null }[]
+  >`
+    SELECT json_agg(json_build_array(uuid, host_id, index, model, total_bytes, reserved_bytes,
+                                     overcommit_ratio, guaranteed_compute_permille)) AS rows
+      FROM gpu WHERE missing_since IS NULL`;
+  return {
+    hosts: (hosts?.rows ?? []).map(([id, name, state, labels, contextOverheadBytes]) => ({
+      id,
+      name,
+      state,
+      labels,
+      contextOverheadBytes,
+    })),
+    gpus: (gpus?.rows ?? []).map(
+      ([
+        uuid,
+        hostId,
+        index,
+        model,
+        totalBytes,
+        reservedBytes,
+        overcommitRatio,
+        guaranteedComputePermille,
+      ]) => ({
+        uuid,
+        hostId,
+        index,
+        model,
+        totalBytes,
+        reservedBytes,
+        overcommitRatio,
+        guaranteedComputePermille,
+      }),
+    ),
+    hostCount: hosts?.count ?? 0,
+    hostsChangedAt: hosts?.changedAt ?? '',
+  };
+}
+
+/** What the periodic read brings: whether hosts changed, and every GPU's reservations. */
+export interface Reservations {
+  readonly hostCount: number;
+  readonly hostsChangedAt: string;
+  /** Reserved bytes by GPU UUID (GPUs not missing). */
+  readonly reserved: Readonly<Record<string, number>>;
+  /** Guaranteed compute permille by GPU UUID, for the GPUs that have some. */
+  readonly compute: Readonly<Record<string, number>>;
+}
+
+export async function readReservations(reader: DatabaseReader): Promise<Reservations> {
+  const [row] = await reader.$queryRaw<
+    {
+      hosts: number;
+      changedAt: string | null;
+      reserved: Record<string, number> | null;
+      compute: Record<string, number> | null;
+    }[]
+  >`
+    SELECT (SELECT count(*) FROM host)::int AS hosts,
+           (SELECT max(updated_at) FROM host)::text AS "changedAt",
+           (SELECT json_object_agg(uuid, reserved_bytes) FROM gpu
+             WHERE missing_since IS NULL) AS reserved,
+           (SELECT json_object_agg(uuid, guaranteed_compute_permille) FROM gpu
+             WHERE missing_since IS NULL AND guaranteed_compute_permille > 0) AS compute`;
+  return {
+    hostCount: row?.hosts ?? 0,
+    hostsChangedAt: row?.changedAt ?? '',
+    reserved: row?.reserved ?? {},
+    compute: row?.compute ?? {},
+  };
+}
+
+/** These hosts and their GPUs (not missing), as rows. */
+export async function readHosts(
+  reader: DatabaseReader,
+  ids: readonly string[],
+): Promise<{ hosts: HostRow[]; gpus: GpuRow[] }> {
+  const hosts = await reader.$queryRaw<HostRow[]>`
+    SELECT id, name, state::text AS state, labels,
+           context_overhead_bytes AS "contextOverheadBytes"
+      FROM host WHERE id = ANY(${[...ids]}::text[])`;
+  const gpus = await reader.$queryRaw<GpuRow[]>`
+    SELECT uuid, host_id AS "hostId", index, model, total_bytes AS "totalBytes",
+           reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio",
+           guaranteed_compute_permille AS "guaranteedComputePermille"
+      FROM gpu WHERE host_id = ANY(${[...ids]}::text[]) AND missing_since IS NULL`;
+  return { hosts, gpus };
+}
