@@ -74,13 +74,13 @@ type RelayedChange = z.infer<typeof relayedChangeSchema>;
  *
  * What this process publishes on the bus is sent on, after its transaction committed, by
  * NOTIFY on SHARD_EVENTS_CHANNEL: shard ids and states only (a payload must stay under 8 kB),
- * the changes of RELAY_GATHER_MS in one message. Each other replica LISTENs on its own connection
- * and, when it has subscribers, reads those shards and delivers the changes; the shard in such
- * an event is the row as read then, which may already be past the change. Messages from this
- * process are ignored (its subscribers heard them first hand). A replica that is disconnected
- * from the database misses what is sent meanwhile (it reconnects every second); subscriptions
- * are live notifications, the shards query is the record. The embedded database serves one
- * process, so there is nothing to relay.
+ * the changes of RELAY_GATHER_MS in one message. Each other replica LISTENs on its own
+ * connection and, when it has subscribers, reads those shards and delivers the changes; the
+ * shard in such an event is the row as read then, which may already be past the change.
+ * Messages from this process are ignored (its subscribers heard them first hand). A replica
+ * that is disconnected from the database misses what is sent meanwhile (it reconnects every
+ * second); subscriptions are live notifications, the shards query is the record. The embedded
+ * database serves one process, so there is nothing to relay.
  */
 @Injectable()
 export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShutdown {

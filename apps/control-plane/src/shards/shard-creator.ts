@@ -136,9 +136,10 @@ function isTransient(error: unknown): boolean {
  * arrive while a batch runs wait and go together in the next one. A batch is one transaction
  * of four statements whatever its size (five with idempotency keys): BEGIN, the teams' locks
  * with their quota and usage read in the same round trip, (the idempotency keys,) the
- * conditional reservation with every shard, reservation and audit row (`writeBatch`), COMMIT. Within a batch the calls are decided in arrival order, each seeing
- * what the earlier ones reserved and held, exactly as if they had run one after another; the
- * team locks serialize against other control planes and resizes as before.
+ * conditional reservation with every shard, reservation and audit row (`writeBatch`), COMMIT.
+ * Within a batch the calls are decided in arrival order, each seeing what the earlier ones
+ * reserved and held, exactly as if they had run one after another; the team locks serialize
+ * against other control planes and resizes as before.
  *
  * One batch at a time keeps the pool free for everything else and makes the fleet cache's
  * held bytes exactly those of the running batch, so a NO_CAPACITY decided on it is as true as
