@@ -10,6 +10,18 @@ import { EmbeddedAdapterFactory, openEmbeddedDatabase } from './embedded-databas
 import { WholeScriptAdapter } from './whole-script-adapter.js';
 
 /**
+ * The name under which a statement is prepared once per connection and then only bound and
+ * executed, for the statements that begin with a `/* prepared:<name> *\/` comment; '' (run
+ * unnamed, parsed and planned at every execution) for the rest. Kept for the few statements
+ * whose planning showed inside createShard's team lock: a named statement stays prepared on
+ * its connection, which a transaction-mode pooler must support (PgBouncer 1.21 and later,
+ * `max_prepared_statements`).
+ */
+export function preparedStatementName(sql: string): string {
+  return /^\s*\/\* prepared:([a-z_]+) \*\//.exec(sql)?.[1] ?? '';
+}
+
+/**
  * One open database, whichever kind: the driver adapter factories for PrismaClient and for
  * the schema engine (migrations), and how to let go of it.
  */
@@ -37,7 +49,9 @@ export async function openDatabaseBackend(config: DatabaseConfig): Promise<Datab
     const pool = new pg.Pool({ connectionString: url, max: config.poolSize ?? DEFAULT_POOL_SIZE });
     return {
       kind: 'postgres',
-      clientAdapter: new PrismaPg(pool),
+      clientAdapter: new PrismaPg(pool, {
+        statementNameGenerator: (query) => preparedStatementName(query.sql),
+      }),
       migrationAdapter: new PostgresMigrationAdapterFactory(
         new PrismaPg({ connectionString: url, max: 1 }),
       ),

@@ -6,6 +6,7 @@ import {
   postgresErrorCode,
   violatedCheckConstraint,
 } from './database-errors.js';
+import { preparedStatementName } from './database-backend.js';
 import { Prisma } from './generated/client.js';
 import {
   createTestDatabase,
@@ -193,5 +194,38 @@ describe('DirectSql transactions on PostgreSQL serialize with Prisma transaction
     finish();
     await holder;
     assert.equal(await waiter, `held-${id}`);
+  });
+});
+
+describe('prepared statements on PostgreSQL', () => {
+  let db: TestDatabase;
+  before(async () => {
+    db = await createTestDatabase('postgres', { server: postgres! });
+  });
+  after(async () => {
+    await db?.cleanup();
+  });
+
+  it('names only the statements that ask for it', () => {
+    assert.equal(
+      preparedStatementName('\n  /* prepared:write_batch */\n  WITH x AS (SELECT 1)'),
+      'write_batch',
+    );
+    assert.equal(preparedStatementName('SELECT 1 /* prepared:write_batch */'), '');
+    assert.equal(preparedStatementName('SELECT 1'), '');
+  });
+
+  it('prepares a marked statement on its connection once, and no other', async () => {
+    const prepared = await db.prisma.direct.transaction(async (tx) => {
+      for (let i = 0; i < 2; i++) {
+        await tx.$queryRaw`/* prepared:direct_sql_probe */ SELECT ${i}::int AS i`;
+        await tx.$queryRaw`SELECT ${i}::int AS unnamed`;
+      }
+      return tx.$queryRaw<{ name: string }[]>`SELECT name FROM pg_prepared_statements`;
+    });
+    assert.deepEqual(
+      prepared.map((row) => row.name),
+      ['direct_sql_probe'],
+    );
   });
 });

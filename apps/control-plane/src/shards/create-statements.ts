@@ -66,6 +66,7 @@ export async function writeBatch(
   // planner sizes a parameter array exactly and probes the primary keys, where it guesses
   // 100 rows for jsonb_to_recordset and then reads all 8,000 GPUs.
   const rows = await tx.$queryRaw<(ShardRecord & { takenUuids: string[] | null })[]>`
+    /* prepared:write_batch */
     WITH batch AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(planned.map(batchRowOf))}::jsonb) AS b(
         id uuid, team_id uuid, name text, image text, command text[], env jsonb,
