@@ -162,7 +162,7 @@ for (const kind of TEST_DATABASE_KINDS) {
   });
 }
 
-describe('DirectSql transactions on PostgreSQL serialize with Prisma transactions', () => {
+describe('DirectSql on PostgreSQL', () => {
   let db: TestDatabase;
   before(async () => {
     db = await createTestDatabase('postgres', { server: postgres! });
@@ -171,61 +171,56 @@ describe('DirectSql transactions on PostgreSQL serialize with Prisma transaction
     await db?.cleanup();
   });
 
-  it('waits for a row lock that a Prisma transaction holds, then sees its commit', async () => {
-    const id = randomUUID();
-    await db.prisma.$executeRaw`INSERT INTO team (id, name) VALUES (${id}::uuid, ${`lock-${id}`})`;
-    let locked!: () => void;
-    const lockTaken = new Promise<void>((resolve) => (locked = resolve));
-    let finish!: () => void;
-    const finishing = new Promise<void>((resolve) => (finish = resolve));
-    const holder = db.prisma.$transaction(async (tx) => {
-      await tx.$queryRaw`SELECT id FROM team WHERE id = ${id}::uuid FOR UPDATE`;
-      locked();
-      await finishing;
-      await tx.$executeRaw`UPDATE team SET name = ${`held-${id}`} WHERE id = ${id}::uuid`;
-    });
-    await lockTaken;
-    // Without the wait it would read the name as it was before the holder's update.
-    const waiter = db.prisma.direct.transaction(async (tx) => {
-      const [row] = await tx.$queryRaw<{ name: string }[]>`
+  describe('DirectSql transactions on PostgreSQL serialize with Prisma transactions', () => {
+    it('waits for a row lock that a Prisma transaction holds, then sees its commit', async () => {
+      const id = randomUUID();
+      await db.prisma
+        .$executeRaw`INSERT INTO team (id, name) VALUES (${id}::uuid, ${`lock-${id}`})`;
+      let locked!: () => void;
+      const lockTaken = new Promise<void>((resolve) => (locked = resolve));
+      let finish!: () => void;
+      const finishing = new Promise<void>((resolve) => (finish = resolve));
+      const holder = db.prisma.$transaction(async (tx) => {
+        await tx.$queryRaw`SELECT id FROM team WHERE id = ${id}::uuid FOR UPDATE`;
+        locked();
+        await finishing;
+        await tx.$executeRaw`UPDATE team SET name = ${`held-${id}`} WHERE id = ${id}::uuid`;
+      });
+      await lockTaken;
+      // Without the wait it would read the name as it was before the holder's update.
+      const waiter = db.prisma.direct.transaction(async (tx) => {
+        const [row] = await tx.$queryRaw<{ name: string }[]>`
         SELECT name FROM team WHERE id = ${id}::uuid FOR UPDATE`;
-      return row!.name;
+        return row!.name;
+      });
+      finish();
+      await holder;
+      assert.equal(await waiter, `held-${id}`);
     });
-    finish();
-    await holder;
-    assert.equal(await waiter, `held-${id}`);
-  });
-});
-
-describe('prepared statements on PostgreSQL', () => {
-  let db: TestDatabase;
-  before(async () => {
-    db = await createTestDatabase('postgres', { server: postgres! });
-  });
-  after(async () => {
-    await db?.cleanup();
   });
 
-  it('names only the statements that ask for it', () => {
-    assert.equal(
-      preparedStatementName('\n  /* prepared:write_batch */\n  WITH x AS (SELECT 1)'),
-      'write_batch',
-    );
-    assert.equal(preparedStatementName('SELECT 1 /* prepared:write_batch */'), '');
-    assert.equal(preparedStatementName('SELECT 1'), '');
-  });
-
-  it('prepares a marked statement on its connection once, and no other', async () => {
-    const prepared = await db.prisma.direct.transaction(async (tx) => {
-      for (let i = 0; i < 2; i++) {
-        await tx.$queryRaw`/* prepared:direct_sql_probe */ SELECT ${i}::int AS i`;
-        await tx.$queryRaw`SELECT ${i}::int AS unnamed`;
-      }
-      return tx.$queryRaw<{ name: string }[]>`SELECT name FROM pg_prepared_statements`;
+  describe('prepared statements on PostgreSQL', () => {
+    it('names only the statements that ask for it', () => {
+      assert.equal(
+        preparedStatementName('\n  /* prepared:write_batch */\n  WITH x AS (SELECT 1)'),
+        'write_batch',
+      );
+      assert.equal(preparedStatementName('SELECT 1 /* prepared:write_batch */'), '');
+      assert.equal(preparedStatementName('SELECT 1'), '');
     });
-    assert.deepEqual(
-      prepared.map((row) => row.name),
-      ['direct_sql_probe'],
-    );
+
+    it('prepares a marked statement on its connection once, and no other', async () => {
+      const prepared = await db.prisma.direct.transaction(async (tx) => {
+        for (let i = 0; i < 2; i++) {
+          await tx.$queryRaw`/* prepared:direct_sql_probe */ SELECT ${i}::int AS i`;
+          await tx.$queryRaw`SELECT ${i}::int AS unnamed`;
+        }
+        return tx.$queryRaw<{ name: string }[]>`SELECT name FROM pg_prepared_statements`;
+      });
+      assert.deepEqual(
+        prepared.map((row) => row.name),
+        ['direct_sql_probe'],
+      );
+    });
   });
 });

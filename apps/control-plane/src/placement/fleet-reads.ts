@@ -53,34 +53,23 @@ export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet
                                      overcommit_ratio, guaranteed_compute_permille)) AS rows
       FROM gpu WHERE missing_since IS NULL`;
   return {
-    hosts: (hosts?.rows ?? []).map(([id, name, state, labels, contextOverheadBytes]) => ({
-      id,
-      name,
-      state,
-      labels,
-      contextOverheadBytes,
+    hosts: (hosts?.rows ?? []).map((row) => ({
+      id: row[0],
+      name: row[1],
+      state: row[2],
+      labels: row[3],
+      contextOverheadBytes: row[4],
     })),
-    gpus: (gpus?.rows ?? []).map(
-      ([
-        uuid,
-        hostId,
-        index,
-        model,
-        totalBytes,
-        reservedBytes,
-        overcommitRatio,
-        guaranteedComputePermille,
-      ]) => ({
-        uuid,
-        hostId,
-        index,
-        model,
-        totalBytes,
-        reservedBytes,
-        overcommitRatio,
-        guaranteedComputePermille,
-      }),
-    ),
+    gpus: (gpus?.rows ?? []).map((row) => ({
+      uuid: row[0],
+      hostId: row[1],
+      index: row[2],
+      model: row[3],
+      totalBytes: row[4],
+      reservedBytes: row[5],
+      overcommitRatio: row[6],
+      guaranteedComputePermille: row[7],
+    })),
     hostCount: hosts?.count ?? 0,
     hostsChangedAt: hosts?.changedAt ?? '',
   };
