@@ -6,7 +6,17 @@
 //   node native/docker-tests/run.mjs <native build dir>
 // Prints one line per check and `N passed, N failed`.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -37,7 +47,10 @@ function findFile(dir, name) {
 }
 
 function must(path, what) {
-  if (!path) throw new Error(`${what} not found under ${buildDir}: build native/ first (native/run-tests.sh)`);
+  if (!path)
+    throw new Error(
+      `${what} not found under ${buildDir}: build native/ first (native/run-tests.sh)`,
+    );
   return path;
 }
 
@@ -59,14 +72,19 @@ function buildImage(probe, fakeCuda, interposer) {
   chmodSync(join(root, 'probe'), 0o755);
   place(fakeCuda, '/usr/lib/x86_64-linux-gnu/libcuda.so.1');
   const libraryPath = { LD_LIBRARY_PATH: dirname(fakeCuda) };
-  const needed = new Set([...libraryDependencies(probe, libraryPath), ...libraryDependencies(interposer, libraryPath)]);
+  const needed = new Set([
+    ...libraryDependencies(probe, libraryPath),
+    ...libraryDependencies(interposer, libraryPath),
+  ]);
   for (const library of needed) {
     if (basename(library) === 'libcuda.so.1') continue;
     place(library, library);
   }
   mkdirSync(join(root, 'tmp'), { recursive: true });
   chmodSync(join(root, 'tmp'), 0o1777);
-  execFileSync('sh', ['-c', `tar -C "${root}" -c . | docker import - ${image}`], { stdio: 'ignore' });
+  execFileSync('sh', ['-c', `tar -C "${root}" -c . | docker import - ${image}`], {
+    stdio: 'ignore',
+  });
 }
 
 function runContainer(name, args, { interposed = true, env = {}, volumes = [] } = {}) {
@@ -98,7 +116,9 @@ function waitForJson(name) {
     if (line) return JSON.parse(line);
     spawnSync('sleep', ['0.1']);
   }
-  throw new Error(`container ${name} printed nothing: ${spawnSync('docker', ['logs', name], { encoding: 'utf8' }).stderr}`);
+  throw new Error(
+    `container ${name} printed nothing: ${spawnSync('docker', ['logs', name], { encoding: 'utf8' }).stderr}`,
+  );
 }
 
 function execJson(name, args) {
@@ -126,8 +146,15 @@ const fakeCudaPath = must(findFile(buildDir, 'libcuda.so.1'), 'the fake libcuda.
 const preloadFile = join(work, 'ld.so.preload');
 writeFileSync(preloadFile, '/usr/lib/gpushards/libvgpu.so\n');
 const probePath = join(work, 'probe');
-execFileSync('gcc', ['-O2', '-o', probePath, join(here, 'probe.c'), '-I/usr/local/cuda/include',
-  `-L${dirname(fakeCudaPath)}`, '-l:libcuda.so.1']);
+execFileSync('gcc', [
+  '-O2',
+  '-o',
+  probePath,
+  join(here, 'probe.c'),
+  '-I/usr/local/cuda/include',
+  `-L${dirname(fakeCudaPath)}`,
+  '-l:libcuda.so.1',
+]);
 
 try {
   buildImage(probePath, fakeCudaPath, interposerPath);
@@ -146,8 +173,14 @@ try {
     const fill = waitForJson(`${prefix}-fill`);
     expect(fill.refusal === 2, `refusal code ${fill.refusal}, wanted 2 (CUDA_ERROR_OUT_OF_MEMORY)`);
     expect(fill.reached + contextBytes <= cap, `reached ${fill.reached} + context past the cap`);
-    expect(fill.free_before === cap - contextBytes, `free ${fill.free_before}, wanted cap - context`);
-    expect(fill.reached > fill.free_before - 64 * MiB, `reached ${fill.reached}, free was ${fill.free_before}`);
+    expect(
+      fill.free_before === cap - contextBytes,
+      `free ${fill.free_before}, wanted cap - context`,
+    );
+    expect(
+      fill.reached > fill.free_before - 64 * MiB,
+      `reached ${fill.reached}, free was ${fill.free_before}`,
+    );
     return `reached ${fill.reached / MiB} MiB of ${cap / MiB} MiB, context charged ${contextBytes / MiB} MiB`;
   });
 
@@ -161,7 +194,10 @@ try {
     const together = second.reached + held + 2 * contextBytes;
     expect(together <= cap, `together ${together / MiB} MiB past the cap`);
     expect(second.reached > 0, 'the second process got nothing');
-    expect(second.free_before === cap - held - 2 * contextBytes, `second saw ${second.free_before / MiB} MiB free`);
+    expect(
+      second.free_before === cap - held - 2 * contextBytes,
+      `second saw ${second.free_before / MiB} MiB free`,
+    );
     return `first holds ${held / MiB} MiB, second reached ${second.reached / MiB} MiB`;
   });
 
@@ -195,11 +231,24 @@ try {
     const members = {};
     for (let i = 0; i < 32; i++) {
       const base = 128 + i * 128;
-      const name = ledger.subarray(base, base + 48).toString('latin1').replace(/\0.*$/s, '');
-      if (name) members[name] = { share: ledger.readUInt32LE(base + 48), busy: ledger.readBigUInt64LE(base + 64) };
+      const name = ledger
+        .subarray(base, base + 48)
+        .toString('latin1')
+        .replace(/\0.*$/s, '');
+      if (name)
+        members[name] = {
+          share: ledger.readUInt32LE(base + 48),
+          busy: ledger.readBigUInt64LE(base + 64),
+        };
     }
-    expect(members['shard-a']?.share === 250 && members['shard-b']?.share === 750, JSON.stringify(members, (k, v) => (typeof v === 'bigint' ? String(v) : v)));
-    expect(members['shard-a'].busy > 0n && members['shard-b'].busy > 0n, 'a shard was never charged GPU time');
+    expect(
+      members['shard-a']?.share === 250 && members['shard-b']?.share === 750,
+      JSON.stringify(members, (k, v) => (typeof v === 'bigint' ? String(v) : v)),
+    );
+    expect(
+      members['shard-a'].busy > 0n && members['shard-b'].busy > 0n,
+      'a shard was never charged GPU time',
+    );
     return `members ${Object.keys(members).join(', ')}, busy ${members['shard-a'].busy} / ${members['shard-b'].busy} ns`;
   });
 
