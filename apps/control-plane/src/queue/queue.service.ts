@@ -13,7 +13,6 @@ import {
   type HeldShard,
   type Host,
   type PendingShard,
-  type Preemption,
 } from '@gpushards/limits';
 import { Prisma, PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -22,6 +21,7 @@ import { QueueSignal } from '../placement/queue-signal.js';
 import { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 import { sizeOf } from '../graphql/size.model.js';
 import { applyPlacements, StalePlan } from './apply-placements.js';
+import { applyExpiries, applyReclaims } from './apply-stops.js';
 import { QueueMetrics } from './queue-metrics.js';
 import type { TeamShare } from './queue.model.js';
 import { QUEUE_OPTIONS, type QueueOptions } from './queue-options.js';
@@ -359,64 +359,24 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const { plan, input } = await this.decide(tx, queued, now);
     const { pending, teams } = input;
     const skipped = await applyPlacements(tx, this.lifecycle, plan.placements, effects);
-    const settled = plan.placements.map((p) => p.shardId).filter((id) => !skipped.includes(id));
-    const placed = settled.length;
-    for (const shardId of plan.expired) {
-      const shard = await this.lifecycle.lock(tx, shardId);
-      if (shard?.state !== 'PENDING') {
-        skipped.push(shardId);
-        continue;
-      }
-      await this.lifecycle.moveTo(
-        tx,
-        shard,
-        'EXPIRED',
-        'expired',
-        { failureReason: 'waited in the queue past its maximum wait' },
-        effects,
-        now,
-      );
-      settled.push(shardId);
-    }
-    const teamNames = new Map(teams.map((team) => [team.id, team.name]));
-    const victimStops = new Map(input.victimStops);
-    const preempted: Preemption[] = [];
-    for (const preemption of plan.preemptions) {
-      const victim = await this.lifecycle.lock(tx, preemption.victimId);
-      if (
-        victim === undefined ||
-        !(victim.state === 'PLACED' || victim.state === 'STARTING' || victim.state === 'RUNNING')
-      ) {
-        continue;
-      }
-      preempted.push(preemption);
-      const reason =
-        `reclaimed: its team borrowed beyond its guarantee, and shard ${preemption.forShardId} ` +
-        `of team ${
-          teamNames.get(pending.find((p) => p.id === preemption.forShardId)?.teamId ?? '') ?? '?'
-        } waits within its own`;
-      const stopping = await this.lifecycle.moveTo(
-        tx,
-        victim,
-        'STOPPING',
-        'reclaim',
-        { failureReason: reason },
-        effects,
-        now,
-      );
-      const stops = victimStops.get(preemption.forShardId) ?? [];
-      victimStops.set(preemption.forShardId, [...stops, stopping.updatedAt.getTime()]);
-      await tx.$executeRaw`
-        UPDATE shard SET stop_intent = ${victim.requeue ? 'requeue' : 'preempt'},
-                         reclaim_for = ${preemption.forShardId}::uuid
-         WHERE id = ${victim.id}::uuid`;
-      const hostId = preemption.hostId;
-      const grace = this.options.reclaimGraceSeconds;
-      effects.command(
-        { shardId: victim.id, hostId, command: 'stop', reason: 'reclaim' },
-        (commands) => commands.stop(hostId, victim.id, grace),
-      );
-    }
+    const placedIds = plan.placements.map((p) => p.shardId).filter((id) => !skipped.includes(id));
+    const placed = placedIds.length;
+    const expiries = await applyExpiries(tx, this.lifecycle, plan.expired, effects, now);
+    const { preempted, victimStops } = await applyReclaims(
+      tx,
+      this.lifecycle,
+      plan.preemptions,
+      {
+        pending,
+        teamNames: new Map(teams.map((team) => [team.id, team.name])),
+        victimStops: input.victimStops,
+        graceSeconds: this.options.reclaimGraceSeconds,
+      },
+      effects,
+      now,
+    );
+    const settled = [...placedIds, ...expiries.settled];
+    skipped.push(...expiries.skipped);
     // What was applied: placements and stops that met a shard no longer as decided are not
     // counted (metrics, the pass's outcome).
     const skippedIds = new Set(skipped);
