@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { countResults, failureLines } from './test-output.mjs';
 
 /** The `*.test.mjs` files of some folders: Node 20's runner, given a folder, also runs its helpers. */
 const testFiles = (...folders) =>
@@ -73,21 +74,6 @@ function run(command, args, { quiet = false } = {}) {
   });
 }
 
-/**
- * Counts from whichever runner the tier used: Node's test runner (TAP `# pass N` or spec
- * `ℹ pass N`, once per `node --test` invocation) or our native harness (`N passed, N failed`).
- */
-export function countResults(output) {
-  const sum = (pattern) => [...output.matchAll(pattern)].reduce((n, m) => n + Number(m[1]), 0);
-  const nodePassed = sum(/^(?:[\w-]+: )?(?:#|ℹ) pass (\d+)$/gm);
-  const nodeFailed =
-    sum(/^(?:[\w-]+: )?(?:#|ℹ) fail (\d+)$/gm) + sum(/^(?:[\w-]+: )?(?:#|ℹ) cancelled (\d+)$/gm);
-  const plain = [...output.matchAll(/^(?:[\w-]+: )?(\d+) passed, (\d+) failed/gm)];
-  const plainPassed = plain.reduce((n, m) => n + Number(m[1]), 0);
-  const plainFailed = plain.reduce((n, m) => n + Number(m[2]), 0);
-  return { passed: nodePassed + plainPassed, failed: nodeFailed + plainFailed };
-}
-
 async function main() {
   const selected = tiers.filter((tier) => wanted.size === 0 || wanted.has(tier.name));
   if (selected.length === 0) {
@@ -130,7 +116,7 @@ async function main() {
       counts.failed = 1;
       note += ', ran no test';
     }
-    summaries.push({ tier: tier.name, ...counts, note });
+    summaries.push({ tier: tier.name, ...counts, note, failures: failureLines(result.output) });
   }
 
   console.log('\n== summary ==');
@@ -139,6 +125,9 @@ async function main() {
     console.log(
       `${verdict} ${s.tier.padEnd(14)} ${s.passed} passed, ${s.failed} failed (${s.note})`,
     );
+  }
+  for (const s of summaries.filter((s) => s.failed > 0 && s.failures?.length > 0)) {
+    console.log(`\n${s.tier}, what failed:\n${s.failures.map((line) => `  ${line}`).join('\n')}`);
   }
   const passed = summaries.reduce((n, s) => n + s.passed, 0);
   const failed = summaries.reduce((n, s) => n + s.failed, 0);
