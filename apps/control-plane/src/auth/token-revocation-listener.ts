@@ -4,8 +4,8 @@ import {
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
-import pg from 'pg';
 import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
+import { ListeningConnection } from '../database/listening-connection.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { AuthService } from './auth.service.js';
 
@@ -14,7 +14,6 @@ import { AuthService } from './auth.service.js';
  * delivers it exactly when the revocation commits.
  */
 export const TOKEN_REVOKED_CHANNEL = 'gpushards_token_revoked';
-const RECONNECT_DELAY_MS = 1_000;
 
 /**
  * Makes a token revoked through another control plane on the same PostgreSQL database refused
@@ -24,73 +23,34 @@ const RECONNECT_DELAY_MS = 1_000;
  */
 @Injectable()
 export class TokenRevocationListener implements OnApplicationBootstrap, OnApplicationShutdown {
-  private readonly logger: Logger;
-  private client: pg.Client | undefined;
-  private reconnectTimer: NodeJS.Timeout | undefined;
-  private closed = false;
+  private readonly connection: ListeningConnection | undefined;
 
   constructor(
-    @Inject(CONTROL_PLANE_CONFIG) private readonly config: ControlPlaneConfig,
-    private readonly auth: AuthService,
+    @Inject(CONTROL_PLANE_CONFIG) config: ControlPlaneConfig,
+    auth: AuthService,
     @Inject(LOGGER) logger: Logger,
   ) {
-    this.logger = logger.child({ module: 'token-revocation-listener' });
+    const url = config.database.url;
+    this.connection =
+      url === undefined
+        ? undefined
+        : new ListeningConnection({
+            url,
+            channel: TOKEN_REVOKED_CHANNEL,
+            name: 'token revocation listener',
+            whileDown: 'revocations elsewhere take up to the token cache TTL until it is back',
+            onNotification: (tokenId) => {
+              if (tokenId !== undefined) auth.forgetToken(tokenId);
+            },
+            logger: logger.child({ module: 'token-revocation-listener' }),
+          });
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    if (this.config.database.url === undefined) return;
-    await this.connect();
+    await this.connection?.open();
   }
 
   async onApplicationShutdown(): Promise<void> {
-    this.closed = true;
-    clearTimeout(this.reconnectTimer);
-    const client = this.client;
-    this.client = undefined;
-    await client?.end().catch(() => undefined);
-  }
-
-  private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.config.database.url });
-    const lost = (error?: Error) => {
-      if (this.client !== client) return;
-      this.client = undefined;
-      client.end().catch(() => undefined);
-      if (this.closed) return;
-      this.logger.warn(
-        { err: error },
-        'token revocation listener lost its database connection; revocations elsewhere take up to the token cache TTL until it is back',
-      );
-      this.reconnectTimer = setTimeout(() => this.reconnect(), RECONNECT_DELAY_MS);
-    };
-    client.on('error', lost);
-    client.on('end', () => lost());
-    client.on('notification', (message) => {
-      if (message.channel !== TOKEN_REVOKED_CHANNEL || message.payload === undefined) return;
-      this.auth.forgetToken(message.payload);
-    });
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${TOKEN_REVOKED_CHANNEL}`);
-    } catch (error) {
-      client.removeAllListeners('end');
-      await client.end().catch(() => undefined);
-      throw error;
-    }
-    this.client = client;
-  }
-
-  private reconnect(): void {
-    if (this.closed) return;
-    this.connect().then(
-      () => this.logger.info('token revocation listener connected again'),
-      (error: unknown) => {
-        this.logger.warn(
-          { err: error },
-          'token revocation listener could not connect; trying again',
-        );
-        this.reconnectTimer = setTimeout(() => this.reconnect(), RECONNECT_DELAY_MS);
-      },
-    );
+    await this.connection?.close();
   }
 }

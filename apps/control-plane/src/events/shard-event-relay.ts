@@ -5,11 +5,11 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import pg from 'pg';
 import { z } from 'zod';
 import type { IdleActionKind } from '../compute/idle.model.js';
 import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
 import { CapPolicy, PrismaService } from '../database/index.js';
+import { ListeningConnection } from '../database/listening-connection.js';
 import type { CapViolation } from '../fence/cap-policy.model.js';
 import { sizeOf } from '../graphql/size.model.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -21,8 +21,6 @@ export const SHARD_EVENTS_CHANNEL = 'gpushards_shard_events';
 
 /** NOTIFY refuses payloads of 8,000 bytes and more; a message is cut well before. */
 export const MAX_NOTIFY_PAYLOAD_BYTES = 7_000;
-
-const RECONNECT_DELAY_MS = 1_000;
 
 /**
  * How long a change waits for others before they are sent in one NOTIFY. Each NOTIFY is a
@@ -87,7 +85,7 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
   private readonly logger: Logger;
   /** Tells this process's messages from other replicas'. */
   private readonly origin = randomUUID();
-  private client: pg.Client | undefined;
+  private connection: ListeningConnection | undefined;
   private outgoing: RelayedChange[] = [];
   /**
    * Changes gathered for RELAY_GATHER_MS, then sent; one NOTIFY at a time on the connection,
@@ -96,8 +94,6 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
   private sending: Promise<void> | undefined;
   /** Incoming messages are delivered one after the other, in the order they came. */
   private delivering: Promise<void> = Promise.resolve();
-  private reconnectTimer: NodeJS.Timeout | undefined;
-  private closed = false;
 
   constructor(
     @Inject(CONTROL_PLANE_CONFIG) private readonly config: ControlPlaneConfig,
@@ -109,59 +105,25 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    if (this.config.database.url === undefined) return;
+    const url = this.config.database.url;
+    if (url === undefined) return;
+    this.connection = new ListeningConnection({
+      url,
+      channel: SHARD_EVENTS_CHANNEL,
+      name: 'shard event relay',
+      whileDown: 'other replicas miss changes until it is back',
+      onNotification: (payload) => {
+        this.delivering = this.delivering.then(() => this.receive(payload));
+      },
+      logger: this.logger,
+    });
     this.bus.forwardTo((change) => this.send(change));
-    await this.connect();
+    await this.connection.open();
   }
 
   async onApplicationShutdown(): Promise<void> {
-    this.closed = true;
-    clearTimeout(this.reconnectTimer);
-    const client = this.client;
-    this.client = undefined;
-    await client?.end().catch(() => undefined);
+    await this.connection?.close();
     await this.delivering;
-  }
-
-  private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.config.database.url });
-    const lost = (error?: Error) => {
-      if (this.client !== client) return;
-      this.client = undefined;
-      client.end().catch(() => undefined);
-      if (this.closed) return;
-      this.logger.warn(
-        { err: error },
-        'shard event relay lost its database connection; other replicas miss changes until it is back',
-      );
-      this.reconnectTimer = setTimeout(() => this.reconnect(), RECONNECT_DELAY_MS);
-    };
-    client.on('error', lost);
-    client.on('end', () => lost());
-    client.on('notification', (message) => {
-      if (message.channel !== SHARD_EVENTS_CHANNEL) return;
-      this.delivering = this.delivering.then(() => this.receive(message.payload));
-    });
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${SHARD_EVENTS_CHANNEL}`);
-    } catch (error) {
-      client.removeAllListeners('end');
-      await client.end().catch(() => undefined);
-      throw error;
-    }
-    this.client = client;
-  }
-
-  private reconnect(): void {
-    if (this.closed) return;
-    this.connect().then(
-      () => this.logger.info('shard event relay connected again'),
-      (error: unknown) => {
-        this.logger.warn({ err: error }, 'shard event relay could not connect; trying again');
-        this.reconnectTimer = setTimeout(() => this.reconnect(), RECONNECT_DELAY_MS);
-      },
-    );
   }
 
   private send(change: ShardStateChange): void {
@@ -194,7 +156,7 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
     while (this.outgoing.length > 0) {
       const changes = this.outgoing;
       this.outgoing = [];
-      const client = this.client;
+      const client = this.connection?.current;
       if (client === undefined) return;
       try {
         for (const payload of payloadsOf(this.origin, changes)) {
