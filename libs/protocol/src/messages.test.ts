@@ -50,6 +50,20 @@ describe('every message round-trips through encode and decode', () => {
     for (const reply of examples.commandReplies) roundTrip(commandReplySchema, reply);
   });
 
+  test('a reconcile request that accepts kept shards, and a reply that keeps some', () => {
+    roundTrip(reconcileRequestSchema, { ...examples.reconcileRequest, acceptsKeptShards: true });
+    roundTrip(reconcileReplySchema, { ...examples.reconcileReply, keptShardIds: ['shard_01HZX3'] });
+    roundTrip(registerRequestSchema, { ...examples.registerRequest, acceptsKeptShards: true });
+    const accepted = examples.registerAccepted;
+    assert.ok(accepted.accepted);
+    roundTrip(registerReplySchema, { ...accepted, keptShardIds: ['shard_01HZX3'] });
+    const notAnId = decodeMessage(
+      reconcileReplySchema,
+      JSON.stringify({ ...examples.reconcileReply, keptShardIds: ['not an id!'] }),
+    );
+    assert.equal(notAnId.ok, false, 'kept shards are shard ids');
+  });
+
   test('a launch spec without the optional command and overhead', () => {
     const { command: _command, contextOverheadBytes: _overhead, ...bare } = examples.launchSpec;
     roundTrip(commandSchema, { ...examples.commands[0]!, type: 'launch', shard: bare });

@@ -125,7 +125,8 @@ export type ShardLaunchSpec = z.infer<typeof shardLaunchSpecSchema>;
 /**
  * The level-triggered answer to "what should run here": shards in `desired` must run
  * with that spec; shards in `stoppedShardIds` must stay stopped (containers kept);
- * any other labelled container is stopped and removed.
+ * shards in `keptShardIds` are left as they are; any other labelled container is stopped and
+ * removed.
  */
 const desiredStateFields = {
   desired: z
@@ -133,7 +134,17 @@ const desiredStateFields = {
     .max(MAX_SHARDS_PER_HOST)
     .superRefine(uniqueBy((spec: ShardLaunchSpec) => spec.shardId, 'shard')),
   stoppedShardIds: z.array(shardIdSchema).max(MAX_SHARDS_PER_HOST),
+  /**
+   * Shards that should run but whose launch spec the control plane cannot give (a secret env
+   * value sealed with a key it does not hold): not launched, caps not rewritten, not stopped,
+   * not removed. Sent only to an agent whose request said `acceptsKeptShards`: an older agent
+   * would drop the field and remove them.
+   */
+  keptShardIds: z.array(shardIdSchema).max(MAX_SHARDS_PER_HOST).optional(),
 };
+
+/** In a register or reconcile request: the agent honours a reply's `keptShardIds`. */
+const acceptsKeptShards = z.boolean().optional();
 
 // ---------------------------------------------------------------------------------------
 // register: agent -> control plane, request/reply, on start and after losing the link.
@@ -189,6 +200,7 @@ export const registerRequestSchema = z
       .superRefine(uniqueBy((gpu: GpuInfo) => gpu.uuid, 'GPU'))
       .superRefine(uniqueBy((gpu: GpuInfo) => gpu.index, 'GPU index')),
     runningShards: z.array(runningShardSchema).max(MAX_SHARDS_PER_HOST),
+    acceptsKeptShards,
   })
   .refine((request) => request.host.hostId === request.hostId, {
     message: 'host.hostId must equal hostId',
@@ -356,6 +368,7 @@ export const reconcileRequestSchema = z
      * this report when it applied an event of that shard at or after this time.
      */
     observedAt: timestampSchema.optional(),
+    acceptsKeptShards,
   })
   .describe('reconcile request');
 export type ReconcileRequest = z.infer<typeof reconcileRequestSchema>;

@@ -169,7 +169,11 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
         if (!reply.accepted)
           throw new RegistrationRejectedError(reply.error.code, reply.error.message);
         this.logger.info(
-          { desired: reply.desired.length, stopped: reply.stoppedShardIds.length },
+          {
+            desired: reply.desired.length,
+            stopped: reply.stoppedShardIds.length,
+            kept: reply.keptShardIds?.length ?? 0,
+          },
           'registered with the control plane',
         );
         await this.reconciler.apply(reply, mark);
@@ -210,6 +214,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
             ? []
             : [{ shardId: shard.shardId, containerId: shard.containerId, state: shard.state }],
         ),
+      acceptsKeptShards: true,
     };
   }
 

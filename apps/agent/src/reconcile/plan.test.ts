@@ -49,6 +49,30 @@ describe('planReconcile', () => {
     assert.deepEqual(ids(plan.launch), []);
   });
 
+  it('leaves kept shards as they are (their spec could not be given), and removes the unlisted', () => {
+    const plan = planReconcile(
+      [
+        { shardId: 'kept-running', state: 'RUNNING', observed: 'running' },
+        { shardId: 'kept-paused', state: 'RUNNING', observed: 'paused' },
+        { shardId: 'stray', state: 'RUNNING', observed: 'running' },
+      ],
+      {
+        desired: [spec('other')],
+        stoppedShardIds: [],
+        keptShardIds: ['kept-running', 'kept-paused'],
+      },
+      new Set(),
+    );
+    assert.deepEqual(plan, {
+      launch: [spec('other')],
+      applyLimits: [],
+      unpause: [],
+      stop: [],
+      discard: [],
+      remove: ['stray'],
+    });
+  });
+
   it('leaves shards that got a command after the request alone', () => {
     const plan = planReconcile(
       [known('new', 'PULLING'), known('stop-me', 'RUNNING')],

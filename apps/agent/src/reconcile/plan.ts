@@ -12,6 +12,8 @@ export interface KnownShard {
 export interface DesiredState {
   readonly desired: readonly ShardLaunchSpec[];
   readonly stoppedShardIds: readonly string[];
+  /** Left as they are: the control plane cannot give their spec (their secrets do not open there). */
+  readonly keptShardIds?: readonly string[];
 }
 
 export interface ReconcilePlan {
@@ -48,8 +50,9 @@ export function observedKind(shard: KnownShard): ContainerKind {
 /**
  * Turns a reconcile (or register) reply into actions by the convergence table's container
  * half (libs/limits containerActionFor): `desired` must run, `stoppedShardIds` must stay
- * stopped, anything else goes. Shards in `skip` got a command or changed after the request
- * was sent, so the reply may be older than that: they are left for the next round.
+ * stopped, `keptShardIds` are left alone, anything else goes. Shards in `skip` got a command
+ * or changed after the request was sent, so the reply may be older than that: they are left
+ * for the next round.
  *
  * A desired shard that the agent knows ended (it exited, failed, was stopped or vanished) is
  * not started again here: the agent reported that, and the control plane decides. So a
@@ -64,6 +67,7 @@ export function planReconcile(
   const byId = new Map(known.map((shard) => [shard.shardId, shard]));
   const desiredIds = new Set(reply.desired.map((spec) => spec.shardId));
   const stoppedIds = new Set(reply.stoppedShardIds);
+  const keptIds = new Set(reply.keptShardIds);
   const plan = {
     launch: [] as ShardLaunchSpec[],
     applyLimits: [] as ShardLaunchSpec[],
@@ -97,7 +101,9 @@ export function planReconcile(
     }
   }
   for (const shard of known) {
-    if (skip.has(shard.shardId) || desiredIds.has(shard.shardId)) continue;
+    if (skip.has(shard.shardId) || desiredIds.has(shard.shardId) || keptIds.has(shard.shardId)) {
+      continue;
+    }
     if (!stoppedIds.has(shard.shardId)) {
       plan.remove.push(shard.shardId);
       continue;

@@ -55,6 +55,7 @@ export class ReconcileService {
       hostId: this.config.hostId,
       containers,
       observedAt,
+      acceptsKeptShards: true,
     });
     await this.apply(reply, mark);
   }
@@ -66,6 +67,12 @@ export class ReconcileService {
   async apply(desired: DesiredState, mark: number): Promise<void> {
     const skip = this.shards.commandedSince(mark);
     const plan = planReconcile(this.shards.list(), desired, skip);
+    if ((desired.keptShardIds?.length ?? 0) > 0) {
+      this.logger.warn(
+        { kept: desired.keptShardIds },
+        "the control plane cannot open these shards' secrets: their containers are left as they are",
+      );
+    }
     const count =
       plan.launch.length +
       plan.stop.length +

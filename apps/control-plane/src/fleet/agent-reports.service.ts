@@ -56,6 +56,8 @@ import {
 export interface DesiredState {
   readonly desired: ShardLaunchSpec[];
   readonly stoppedShardIds: string[];
+  /** Launched shards whose spec cannot be given here (their secrets do not open): left alone. */
+  readonly keptShardIds?: string[];
 }
 
 export interface HeartbeatOutcome {
@@ -155,7 +157,7 @@ export class AgentReportsService {
     this.lifecycle.afterCommit(effects);
     this.cache.requestRefresh();
     this.logger.info({ hostId: host.hostId, gpus: gpus.length }, 'host registered');
-    const desired = await this.desiredShardsFor(host.hostId);
+    const desired = await this.desiredShardsFor(host.hostId, request.acceptsKeptShards === true);
     return { protocolVersion: PROTOCOL_VERSION, hostId: host.hostId, accepted: true, ...desired };
   }
 
@@ -266,30 +268,43 @@ export class AgentReportsService {
       }, RECONCILE_TRANSACTION);
       this.lifecycle.afterCommit(effects);
     }
-    return { protocolVersion: PROTOCOL_VERSION, hostId, ...(await this.desiredShardsFor(hostId)) };
+    const desired = await this.desiredShardsFor(hostId, request.acceptsKeptShards === true);
+    return { protocolVersion: PROTOCOL_VERSION, hostId, ...desired };
   }
 
   /**
    * What should run on the host (PLACED, STARTING, RUNNING, with their caps) and which shards
    * must stay stopped with their containers kept (the newest, up to the protocol's bound);
    * the agent removes any other shard container.
+   *
+   * A shard whose secret env does not open here (a key this control plane does not hold) has
+   * no spec to send. Not launched yet, it FAILS (its GPUs freed). Launched, its container has
+   * its environment: it is listed as kept (left as it is) to an agent that `acceptsKept`;
+   * to an older agent, which would remove it, the whole answer is refused (SecretsKeyError).
    */
-  async desiredShardsFor(hostId: string): Promise<DesiredState> {
+  async desiredShardsFor(hostId: string, acceptsKept: boolean): Promise<DesiredState> {
     const runnable = await runnableShards(this.prisma.direct, hostId, RUNNABLE_STATES);
     const stopped = await newestShardIds(this.prisma.direct, hostId, STOPPED_FOR_AGENT);
     const desired: ShardLaunchSpec[] = [];
     const unopenable: string[] = [];
+    const kept: { id: string; reason: string }[] = [];
     for (const shard of runnable) {
       if (shard.gpuUuids === null || shard.gpuUuids.length === 0) continue;
       const opened = tryLaunchSpecOf(shard, shard.gpuUuids);
       if ('spec' in opened) desired.push(opened.spec);
       else if (shard.state === 'PLACED') unopenable.push(shard.id);
-      // A launched shard has its environment already; what to tell its agent without its
-      // secrets is not decided here (docs/operations.md, "Secrets key").
+      else if (acceptsKept) kept.push({ id: shard.id, reason: opened.unopenable });
       else throw new SecretsKeyError(`shard ${shard.id} (${shard.state}): ${opened.unopenable}`);
     }
     // Not launched yet and never launchable from here: FAILED (its GPUs freed), not listed.
     await failUnopenableLaunches(this.prisma, this.lifecycle, this.logger, unopenable);
+    if (kept.length > 0) {
+      this.logger.warn(
+        { hostId, kept },
+        'shards whose secrets this control plane cannot open are left as they are on their host; start it with the key they were sealed with (docs/operations.md, "Secrets key")',
+      );
+      return { desired, stoppedShardIds: stopped, keptShardIds: kept.map((shard) => shard.id) };
+    }
     return { desired, stoppedShardIds: stopped };
   }
 }

@@ -136,6 +136,58 @@ for (const kind of TEST_DATABASE_KINDS) {
       assertFailedNamingKey(await stateOf(locked.id));
     });
 
+    it('a RUNNING shard: kept as it is for an agent that accepts it, the host answered for its other shards; an older agent is refused', async () => {
+      await fleet.registerHost(registerRequest('sealed-4', { gpus: 1, labels: { pool: 'kept' } }));
+      const running = await create('kept', {
+        name: 'running-sealed',
+        secretEnv: [{ name: 'DB_PASSWORD', value: 'hunter2' }],
+      });
+      const neighbour = await create('kept', { name: 'neighbour' });
+      const reconcile = (containers: { shardId: string; running: boolean }[], accepts: boolean) =>
+        fleet.reconcile('sealed-4', {
+          protocolVersion: PROTOCOL_VERSION,
+          hostId: 'sealed-4',
+          containers: containers.map((c) => ({
+            ...c,
+            containerId: `container-${c.shardId}`,
+            ...(c.running ? { status: 'running' as const } : {}),
+          })),
+          ...(accepts ? { acceptsKeptShards: true as const } : {}),
+        });
+      await reconcile([{ shardId: running.id, running: true }], true);
+      assert.equal((await stateOf(running.id)).state, 'RUNNING', 'its container runs');
+      await sealWithForeignKey(running.id);
+
+      const reply = await reconcile([{ shardId: running.id, running: true }], true);
+      assert.deepEqual(reply.keptShardIds, [running.id]);
+      assert.deepEqual(
+        reply.desired.map((spec) => spec.shardId),
+        [neighbour.id],
+        'the neighbour is still to run',
+      );
+      assert.equal((await stateOf(running.id)).state, 'RUNNING', 'not failed: it runs');
+      assert.equal(await openReservations(running.id), 1, 'it keeps its GPU');
+
+      const registered = await fleet.registerHost({
+        ...registerRequest('sealed-4', { gpus: 1, labels: { pool: 'kept' } }),
+        runningShards: [
+          { shardId: running.id, containerId: `container-${running.id}`, state: 'RUNNING' },
+        ],
+        acceptsKeptShards: true,
+      });
+      assert.ok(registered.accepted);
+      assert.deepEqual(registered.keptShardIds, [running.id], 'registering again: kept too');
+
+      // An agent that does not know the field would remove the container: no answer for it.
+      await assert.rejects(
+        reconcile([{ shardId: running.id, running: true }], false),
+        (error: Error) =>
+          error.name === 'SecretsKeyError' &&
+          new RegExp(`key ${FOREIGN_KEY_ID}`).test(error.message),
+      );
+      assert.equal((await stateOf(running.id)).state, 'RUNNING');
+    });
+
     it('the stuck-shard sweep sends no launch for it and goes on to the next stuck shard', async () => {
       await fleet.registerHost(registerRequest('sealed-2', { gpus: 1, labels: { pool: 'swept' } }));
       const locked = await create('swept', {

@@ -868,7 +868,7 @@ for (const kind of TEST_DATABASE_KINDS) {
           }),
         ).createShard;
         assert.equal(shard.state, 'PLACED');
-        const desired = await fleet.desiredShardsFor('unreachable-1');
+        const desired = await fleet.desiredShardsFor('unreachable-1', true);
         assert.deepEqual(
           desired.desired.map((spec) => spec.shardId),
           [shard.id],
