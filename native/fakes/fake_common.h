@@ -62,4 +62,7 @@ FAKE_HIDDEN int fake_procs_on(int g, struct fake_proc_usage *out, int max);
 FAKE_HIDDEN void fake_uuid_format(const uint8_t u[16], char out[41]);
 FAKE_HIDDEN int fake_parse_size(const char *s, uint64_t *out);
 
+/* fake_launch.c (libcuda.so.1 only): a graph launch takes simulated kernel time. */
+FAKE_HIDDEN void fake_launch_graph(void);
+
 #endif

@@ -1576,7 +1576,9 @@ API CUresult cuGraphUpload(CUgraphExec exec, CUstream s)
 
 API CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 {
-    return graph_make_real(exec);
+    CUresult r = graph_make_real(exec);
+    if (r == CUDA_SUCCESS) fake_launch_graph();
+    return r;
 }
 
 API CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s)
@@ -1586,7 +1588,9 @@ API CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s)
 
 API CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
 {
-    return graph_make_real(exec);
+    CUresult r = graph_make_real(exec);
+    if (r == CUDA_SUCCESS) fake_launch_graph();
+    return r;
 }
 
 API CUresult cuGraphExecDestroy(CUgraphExec exec)

@@ -177,6 +177,20 @@ int compute_scenario(const char *s, int argc, char **argv)
         }
         FAIL("graph launches never showed in the ledger for %s", shard);
     }
+    if (!strcmp(s, "compute-depth") && argc > 3) {
+        /* argv[3] "graph" or "kernel": ten launches of that kind queued at
+         * once while bound; the in-flight waits show in the stats at exit. */
+        if (context() != 0) FAIL("no context");
+        CUgraph g;
+        CUgraphExec x;
+        int graph = !strcmp(argv[3], "graph");
+        if (graph && (cuGraphCreate(&g, 0) != CUDA_SUCCESS || cuGraphInstantiateWithFlags(&x, g, 0) != CUDA_SUCCESS))
+            FAIL("no graph");
+        for (int i = 0; i < 10; i++)
+            if ((graph ? cuGraphLaunch(x, NULL) : launch()) != CUDA_SUCCESS) FAIL("launch %d failed", i);
+        printf("queued\n");
+        return 0;
+    }
     if (!strcmp(s, "compute-sync-release")) {
         /* Take the turn (a lease far longer than the test), wait until
          * another shard waits for it, then synchronize: the turn must be

@@ -188,6 +188,32 @@ static int t_compute_queue_end(const void *arg)
     return run(env, "link", "compute-queue-end", NULL, NULL);
 }
 
+/* The "waits for work in flight" count of the stats a run printed at exit. */
+static long inflight_waits(void)
+{
+    const char *at = strstr(err_text, "waits for work in flight ");
+    return at == NULL ? -1 : strtol(at + strlen("waits for work in flight "), NULL, 10);
+}
+
+static int t_compute_graph_depth(const void *arg)
+{
+    /* While bound (capped), ten launches queued at once with a 1 s depth:
+     * kernel launches never wait (none is older than 1 s, and ten fit the
+     * ring), graph launches wait whenever two are unfinished (how often
+     * depends on where the capped shard's turns end, which drain too). */
+    ledger_fresh();
+    const char *env[] = {ledger_env, "GPUSHARDS_SHARD_ID=d", "GPUSHARDS_COMPUTE_SHARE=50",
+                         "GPUSHARDS_COMPUTE_MODE=capped", "GPUSHARDS_COMPUTE_DEPTH_US=1000000",
+                         "GPUSHARDS_FAKE_KERNEL_US=2000", "GPUSHARDS_COMPUTE_STATS=1", NULL};
+    if (run(env, "link", "compute-depth", "kernel", NULL)) return 1;
+    long kernel = inflight_waits();
+    if (run(env, "link", "compute-depth", "graph", NULL)) return 1;
+    long graph = inflight_waits();
+    H_CHECK(kernel == 0, "kernel launches waited %ld times for work in flight (expected none)", kernel);
+    H_CHECK(graph > 0, "graph launches never waited for work in flight (ten queued at once)");
+    return 0;
+}
+
 static void add_compute_tests(struct t *tests, int *n)
 {
 #define ADDC(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -197,6 +223,7 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute: two shards in two processes share one ledger", t_compute_two_shards, NULL);
     ADDC("compute: a share changed in the limits file reaches the ledger", t_compute_resize, NULL);
     ADDC("compute: graph launches take turns like kernel launches", t_compute_graph, NULL);
+    ADDC("compute: graph launches keep at most two in flight while bound, whatever their age", t_compute_graph_depth, NULL);
     ADDC("compute: a synchronize hands the turn to a waiting shard", t_compute_sync_release, NULL);
     ADDC("compute: GPU time is measured from timed events and charged as virtual time", t_compute_measured, NULL);
     ADDC("compute: bound by time, a holder publishes when its queue ends", t_compute_queue_end, NULL);

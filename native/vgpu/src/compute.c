@@ -170,7 +170,7 @@ static void acquire(struct cdev *c, uint64_t now)
 }
 
 /* ---- what the launch hooks call ----------------------------------------- */
-void *gs_compute_admit(CUstream s)
+static void *admit(CUstream s, int graph)
 {
     if (GS_LIKELY(!gs_compute_conf())) return NULL;
     /* A launch into a capturing stream runs nothing now, and waiting or
@@ -209,7 +209,7 @@ again:;
     }
     uint32_t zero = 0;
     if (!__atomic_compare_exchange_n(&c->ring_lock, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return NULL;
-    if (!gs_compute_bound(c, s, &now)) {
+    if (!gs_compute_bound(c, s, graph, &now)) {
         __atomic_store_n(&c->ring_lock, 0, __ATOMIC_RELEASE);
         return NULL;
     }
@@ -221,6 +221,16 @@ again:;
         goto again;
     }
     return c; /* gs_compute_launched records the event and unlocks */
+}
+
+void *gs_compute_admit(CUstream s)
+{
+    return admit(s, 0);
+}
+
+void *gs_compute_admit_graph(CUstream s)
+{
+    return admit(s, 1);
 }
 
 void gs_compute_launched(void *token, CUstream stream, CUresult launched)

@@ -70,11 +70,16 @@ void gs_compute_forget(struct cdev *c)
 /* Before a launch on stream s while contended (ring_lock held): forget
  * what has finished, then wait while too much is in flight.  By age (the
  * default): while two or more launches are unfinished and the oldest was
- * made more than depth_ns ago.  By time: while the unfinished launches'
- * estimated GPU time passes depth_ns (one 2 ms graph launch then counts as
- * 2 ms, ten 20 us kernels as 200 us).  A turn therefore ends soon after
- * its lease, whatever the kernels' sizes.  0: nothing can be recorded. */
-int gs_compute_bound(struct cdev *c, CUstream s, uint64_t *now_io)
+ * made more than depth_ns ago; a graph launch waits whenever two are
+ * unfinished, whatever their age: a graph is many kernels (ten 180 us
+ * matmuls make 1.8 ms), and a CPU that queues graphs in microseconds would
+ * otherwise queue far past the lease, which the next holder waits for only
+ * one slice before its work and ours run at once (under MPS on the same
+ * SMs).  By time: while the unfinished launches' estimated GPU time passes
+ * depth_ns (one 2 ms graph launch then counts as 2 ms, ten 20 us kernels
+ * as 200 us).  A turn therefore ends soon after its lease, whatever the
+ * kernels' sizes.  0: nothing can be recorded. */
+int gs_compute_bound(struct cdev *c, CUstream s, int graph, uint64_t *now_io)
 {
     CUcontext ctx = NULL;
     if (gs_real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return 0;
@@ -99,7 +104,7 @@ int gs_compute_bound(struct cdev *c, CUstream s, uint64_t *now_io)
         /* RING - 2: the slot popped last stays intact for the next elapsed time. */
         if (c->count >= RING - 2) wait = 1;
         else if (gs_cc.depth_by_time && c->est_ns != 0) wait = c->count >= 1 && c->count * c->est_ns > gs_cc.depth_ns;
-        else wait = c->count >= 2 && c->rec_ns[c->head] + gs_cc.depth_ns < now;
+        else wait = c->count >= 2 && (graph || c->rec_ns[c->head] + gs_cc.depth_ns < now);
         if (!wait) break;
         (void)gs_real_cuEventSynchronize(c->ev[c->head]);
         pop(c);

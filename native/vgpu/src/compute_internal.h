@@ -89,7 +89,8 @@ void gs_compute_wake_all(struct gpushards_ledger *L);
 /* compute_inflight.c (callers hold c->ring_lock where said) */
 void gs_compute_drain(struct cdev *c);
 void gs_compute_forget(struct cdev *c);                  /* not contended: nothing recorded */
-int gs_compute_bound(struct cdev *c, CUstream s, uint64_t *now); /* ring_lock held; 0 = cannot record */
+/* ring_lock held; graph: the launch is a graph's; 0 = cannot record */
+int gs_compute_bound(struct cdev *c, CUstream s, int graph, uint64_t *now);
 void gs_compute_record(struct cdev *c, CUstream s);      /* ring_lock held */
 
 #endif

@@ -171,7 +171,7 @@ static CUresult make_real(CUgraphExec exec, CUstream s, CUresult (*fn)(CUgraphEx
 GS_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 {
     ENTER(gs_real_cuGraphLaunch);
-    void *t = gs_compute_admit(s); /* compute share: docs/compute.md */
+    void *t = gs_compute_admit_graph(s); /* compute share: docs/compute.md */
     CUresult r = make_real(exec, s, gs_real_cuGraphLaunch);
     gs_compute_launched(t, s, r);
     return r;
@@ -181,7 +181,7 @@ GS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
 {
     ENTER(gs_real_cuGraphLaunch_ptsz);
     CUstream ps = s == NULL ? (CUstream)0x2 : s;
-    void *t = gs_compute_admit(ps); /* compute share: docs/compute.md */
+    void *t = gs_compute_admit_graph(ps); /* compute share: docs/compute.md */
     CUresult r = make_real(exec, s, gs_real_cuGraphLaunch_ptsz);
     gs_compute_launched(t, ps, r);
     return r;

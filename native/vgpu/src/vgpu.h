@@ -190,6 +190,9 @@ extern CUresult (*gs_real_cuEventElapsedTime_v1)(float *, CUevent, CUevent);
  * GPU; returns a token for gs_compute_launched (NULL when nothing is to be
  * recorded). */
 void *gs_compute_admit(CUstream s);
+/* The same for a graph launch: many kernels, so while bound it counts as old
+ * work at once (compute_inflight.c). */
+void *gs_compute_admit_graph(CUstream s);
 void gs_compute_synced(void);
 void gs_compute_launched(void *token, CUstream stream, CUresult launched);
 void gs_compute_reset_process(void);
