@@ -19,6 +19,7 @@ export {
 export * from './subjects.js';
 export * from './env.js';
 export * from './nats-auth.js';
+export * from './env-variables.js';
 export * from './messages.js';
 export * from './codec.js';
 export * from './request.js';

@@ -2,7 +2,13 @@ import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 
 import { parseSize } from '@gpushards/limits';
-import { formatIssues, hostIdSchema, hostInfoSchema, readNatsAuth } from '@gpushards/protocol';
+import {
+  formatIssues,
+  hostIdSchema,
+  hostInfoSchema,
+  readEnvVariables,
+  readNatsAuth,
+} from '@gpushards/protocol';
 import { z } from 'zod';
 
 import { parseSimulatedGpus, SimulatedGpuSpecError } from '../gpus/simulated-gpus.js';
@@ -96,27 +102,13 @@ const SECRET = new Set(['GPUSHARDS_NATS_PASSWORD']);
  * Empty variables count as unset. Throws ConfigError naming every bad variable.
  */
 export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): AgentOptions {
-  const present = Object.fromEntries(
-    Object.keys(envSchema.shape)
-      .map((key) => [key, env[key]] as const)
-      .filter(([, value]) => value !== undefined && value !== ''),
-  );
-  const problems: string[] = [];
-  const shown = (name: string): string =>
-    SECRET.has(name) ? '(hidden)' : JSON.stringify(present[name] ?? '(unset)');
-  const parsed = envSchema.safeParse(present);
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues) {
-      const name = issue.path.join('.');
-      problems.push(
-        present[name] === undefined
-          ? `${name} is required (${REQUIRED_HINTS[name] ?? 'see docs/agent.md'})`
-          : `${name} ${issue.message}, got ${shown(name)}`,
-      );
-    }
+  const { values: vars, problems } = readEnvVariables(envSchema, env, {
+    secret: SECRET,
+    requiredHint: (name) => REQUIRED_HINTS[name] ?? 'see docs/agent.md',
+  });
+  if (vars === undefined) {
     throw new ConfigError(`invalid agent configuration:\n  ${problems.join('\n  ')}`);
   }
-  const vars = parsed.data;
   const auth = readNatsAuth(vars, (path) => resolve(path), problems);
   let gpus: AgentOptions['gpus'] = {
     kind: 'nvml',

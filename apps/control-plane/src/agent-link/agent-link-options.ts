@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { readNatsAuth } from '@gpushards/protocol';
+import { readEnvVariables, readNatsAuth } from '@gpushards/protocol';
 import { z } from 'zod';
 import { ConfigError } from '../config/control-plane-config.js';
 import type { Logger } from '../logging/logger.js';
@@ -102,22 +102,10 @@ export function agentLinkFromEnv(
   env: NodeJS.ProcessEnv = process.env,
   cwd: string = process.cwd(),
 ): AgentLinkOptions | undefined {
-  const present = Object.fromEntries(
-    Object.keys(envSchema.shape)
-      .map((key) => [key, env[key]] as const)
-      .filter(([, value]) => value !== undefined && value !== ''),
-  );
-  const problems: string[] = [];
-  const parsed = envSchema.safeParse(present);
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues) {
-      const name = String(issue.path[0]);
-      const shown = SECRET.has(name) ? '' : `, got ${JSON.stringify(present[name])}`;
-      problems.push(`${name} ${issue.message}${shown}`);
-    }
+  const { present, values: vars, problems } = readEnvVariables(envSchema, env, { secret: SECRET });
+  if (vars === undefined) {
     throw new ConfigError(`invalid configuration:\n  ${problems.join('\n  ')}`);
   }
-  const vars = parsed.data;
   const auth = readNatsAuth(vars, (path) => resolve(cwd, path), problems);
   if (vars.GPUSHARDS_NATS_URL === undefined) {
     const stray = Object.keys(present);

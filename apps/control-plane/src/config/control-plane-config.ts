@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { parseStuckSeconds, type StuckSeconds } from '@gpushards/limits';
+import { readEnvVariables } from '@gpushards/protocol';
 import { z } from 'zod';
 import {
   databaseConfigFromEnv,
@@ -137,23 +138,9 @@ export function loadConfigFromEnv(
   env: NodeJS.ProcessEnv = process.env,
   cwd: string = process.cwd(),
 ): ControlPlaneEnv {
-  const present = Object.fromEntries(
-    Object.keys(envSchema.shape)
-      .map((key) => [key, env[key]] as const)
-      .filter(([, value]) => value !== undefined && value !== ''),
-  );
-  const problems: string[] = [];
-  const parsed = envSchema.safeParse(present);
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues) {
-      const name = issue.path.join('.');
-      const got =
-        name === 'GPUSHARDS_METRICS_TOKEN' || name === 'GPUSHARDS_SECRETS_KEY'
-          ? ''
-          : `, got ${JSON.stringify(present[name])}`;
-      problems.push(`${name} ${issue.message}${got}`);
-    }
-  }
+  const { values, problems } = readEnvVariables(envSchema, env, {
+    secret: new Set(['GPUSHARDS_METRICS_TOKEN', 'GPUSHARDS_SECRETS_KEY']),
+  });
   let database: DatabaseConfig | undefined;
   try {
     database = databaseConfigFromEnv(env, cwd);
@@ -161,26 +148,26 @@ export function loadConfigFromEnv(
     if (!(error instanceof DatabaseConfigError)) throw error;
     problems.push(error.message);
   }
-  if (!parsed.success || database === undefined) {
+  if (values === undefined || database === undefined) {
     throw new ConfigError(`invalid configuration:\n  ${problems.join('\n  ')}`);
   }
   return {
-    port: parsed.data.GPUSHARDS_PORT,
-    host: parsed.data.GPUSHARDS_HOST,
-    dataDir: resolve(cwd, parsed.data.GPUSHARDS_DATA_DIR),
+    port: values.GPUSHARDS_PORT,
+    host: values.GPUSHARDS_HOST,
+    dataDir: resolve(cwd, values.GPUSHARDS_DATA_DIR),
     database,
-    hostOfflineSeconds: parsed.data.GPUSHARDS_HOST_OFFLINE_SECONDS,
-    ...(parsed.data.GPUSHARDS_STUCK_SECONDS === undefined
+    hostOfflineSeconds: values.GPUSHARDS_HOST_OFFLINE_SECONDS,
+    ...(values.GPUSHARDS_STUCK_SECONDS === undefined
       ? {}
-      : { stuckSeconds: parsed.data.GPUSHARDS_STUCK_SECONDS }),
-    capPolicy: parsed.data.GPUSHARDS_CAP_POLICY,
-    security: securityConfigOf(parsed.data),
-    logLevel: parsed.data.GPUSHARDS_LOG_LEVEL,
-    ...(parsed.data.GPUSHARDS_SECRETS_KEY === undefined
+      : { stuckSeconds: values.GPUSHARDS_STUCK_SECONDS }),
+    capPolicy: values.GPUSHARDS_CAP_POLICY,
+    security: securityConfigOf(values),
+    logLevel: values.GPUSHARDS_LOG_LEVEL,
+    ...(values.GPUSHARDS_SECRETS_KEY === undefined
       ? {}
-      : { secretsKey: parsed.data.GPUSHARDS_SECRETS_KEY }),
-    ...(parsed.data.GPUSHARDS_PORTAL_DIR === undefined
+      : { secretsKey: values.GPUSHARDS_SECRETS_KEY }),
+    ...(values.GPUSHARDS_PORTAL_DIR === undefined
       ? {}
-      : { portalDir: resolve(cwd, parsed.data.GPUSHARDS_PORTAL_DIR) }),
+      : { portalDir: resolve(cwd, values.GPUSHARDS_PORTAL_DIR) }),
   };
 }
