@@ -95,8 +95,12 @@ export type CapPolicyValue = z.infer<typeof capPolicySchema>;
  * 0 = none asked (an equal split of what the shares leave); guaranteed (at least its share,
  * and idle time beyond it) or capped (never more). The agent writes it into the shard's limits
  * file, where libvgpu.so reads it at the shard's next turn.
+ *
+ * isolated: the share is of the GPU's SMs, in the MPS partition the host keeps for such shards
+ * (`HostInfo.isolatedComputePermille`): the shard takes no turns and no neighbour reaches its
+ * SMs; never more than its share. Sent only to a host that reported a partition.
  */
-export const COMPUTE_MODE_VALUES = ['guaranteed', 'capped'] as const;
+export const COMPUTE_MODE_VALUES = ['guaranteed', 'capped', 'isolated'] as const;
 export const computeShareSchema = z.object({
   sharePermille: z.int().min(0).max(1000),
   mode: z.enum(COMPUTE_MODE_VALUES),
@@ -168,6 +172,13 @@ export const hostInfoSchema = z.object({
   simulated: z.boolean(),
   /** Measured size of one CUDA context on this host's GPUs. */
   contextOverheadBytes: bytesSchema,
+  /**
+   * The part of every GPU of this host, in permille, that runs MPS clients for isolated
+   * shards only (the host's MPS partition, docs/compute.md); every other shard of the host is
+   * an MPS client at the remaining 1000 − this. Absent or 0: the host runs no MPS partition and
+   * takes no isolated shard.
+   */
+  isolatedComputePermille: z.int().min(0).max(900).optional(),
 });
 export type HostInfo = z.infer<typeof hostInfoSchema>;
 

@@ -37,6 +37,7 @@
 #define GPUSHARDS_COMPUTE_UNSET 0u
 #define GPUSHARDS_COMPUTE_GUARANTEED 1u /* at least its share; idle time beyond it */
 #define GPUSHARDS_COMPUTE_CAPPED 2u     /* never more than its share */
+#define GPUSHARDS_COMPUTE_ISOLATED 3u   /* an MPS partition of its own: no turns (docs/compute.md) */
 
 /* turn word: bits 0-7 holder member + 1 (0 = nobody), 8-15 generation,
  * 16-63 lease end in microseconds of CLOCK_MONOTONIC. */

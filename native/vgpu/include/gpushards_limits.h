@@ -48,8 +48,11 @@ struct gpushards_limits_device {
     uint64_t real_bytes;         /* NVML: what the whole shard really holds on this GPU; 0 = unknown */
     uint64_t real_sampled_at_ms; /* CLOCK_REALTIME ms of that sample; 0 = never */
     uint32_t compute_share_permille; /* compute share on this GPU, 1..1000; 0 = unset (see docs/compute.md) */
-    uint32_t compute_mode;       /* 0 unset (guaranteed), 1 guaranteed, 2 capped (gpushards_ledger.h) */
-    uint8_t reserved1[56];       /* zero */
+    uint32_t compute_mode;       /* 0 unset (guaranteed), 1 guaranteed, 2 capped, 3 isolated (gpushards_ledger.h) */
+    uint32_t mps_thread_percent; /* 1..100: the shard is an MPS client with this active-thread
+                                  * percentage, forced at cuInit whatever its own environment
+                                  * says; 0 = the host runs no MPS partition (docs/compute.md) */
+    uint8_t reserved1[52];       /* zero */
 };
 
 struct gpushards_limits_header {
@@ -90,7 +93,8 @@ _Static_assert(offsetof(struct gpushards_limits_device, real_bytes) == 48, "layo
 _Static_assert(offsetof(struct gpushards_limits_device, real_sampled_at_ms) == 56, "layout");
 _Static_assert(offsetof(struct gpushards_limits_device, compute_share_permille) == 64, "layout");
 _Static_assert(offsetof(struct gpushards_limits_device, compute_mode) == 68, "layout");
-_Static_assert(offsetof(struct gpushards_limits_device, reserved1) == 72, "layout");
+_Static_assert(offsetof(struct gpushards_limits_device, mps_thread_percent) == 72, "layout");
+_Static_assert(offsetof(struct gpushards_limits_device, reserved1) == 76, "layout");
 _Static_assert(sizeof(struct gpushards_limits_device) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_limits, devices) == 128, "layout");

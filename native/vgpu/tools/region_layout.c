@@ -89,7 +89,8 @@ int main(void)
     FIELD(gpushards_limits_device, real_bytes, 0);
     FIELD(gpushards_limits_device, real_sampled_at_ms, 0);
     FIELD(gpushards_limits_device, compute_share_permille, 0);
-    FIELD(gpushards_limits_device, compute_mode, 1);
+    FIELD(gpushards_limits_device, compute_mode, 0);
+    FIELD(gpushards_limits_device, mps_thread_percent, 1);
     printf("      }\n    }\n    }\n  }\n}\n");
     return 0;
 }

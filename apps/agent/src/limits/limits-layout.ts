@@ -33,8 +33,10 @@ export const LIMITS_DEVICE_FIELDS = {
   real_sampled_at_ms: { offset: 56, size: 8 },
   /** Compute share on this GPU in permille (1..1000), 0 = unset (docs/compute.md). */
   compute_share_permille: { offset: 64, size: 4 },
-  /** 0 unset (guaranteed), 1 guaranteed, 2 capped. */
+  /** 0 unset (guaranteed), 1 guaranteed, 2 capped, 3 isolated. */
   compute_mode: { offset: 68, size: 4 },
+  /** 1..100: the MPS active-thread percentage libvgpu.so forces at cuInit; 0 = no MPS partition. */
+  mps_thread_percent: { offset: 72, size: 4 },
 } as const satisfies Record<string, Field>;
 
 export const LIMITS_HEADER_SIZE = 128;
