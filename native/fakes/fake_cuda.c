@@ -225,6 +225,19 @@ static int phys_of(CUdevice d)
 }
 
 /* ---- init and devices ---------------------------------------------------- */
+/* As the real driver does at cuInit: a process becomes an MPS client when
+ * CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps) holds the control
+ * daemon's "control" entry; CU_DEVICE_ATTRIBUTE_MPS_ENABLED then says 1. */
+static int mps_client;
+
+static void connect_mps(void)
+{
+    const char *pipes = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char control[1100];
+    snprintf(control, sizeof control, "%s/control", pipes != NULL && *pipes != '\0' ? pipes : "/tmp/nvidia-mps");
+    mps_client = access(control, F_OK) == 0;
+}
+
 API CUresult cuInit(unsigned int flags)
 {
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -233,6 +246,7 @@ API CUresult cuInit(unsigned int flags)
     if (!inited) {
         recs = calloc(REC_CAP, sizeof *recs);
         parse_visible();
+        connect_mps();
         for (int g = 0; g < FAKE_MAX_GPUS; g++) {
             default_pool[g] = (struct fpool){.magic = M_POOL, .phys = g};
             current_pool[g] = &default_pool[g];
@@ -342,6 +356,7 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice d)
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: *v = mps_client; break;
     default: *v = 0; break;
     }
     return CUDA_SUCCESS;

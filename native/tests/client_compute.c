@@ -130,6 +130,29 @@ int compute_scenario(const char *s, int argc, char **argv)
         printf("queue-end\n");
         return 0;
     }
+    if (!strcmp(s, "mps-client") && argc > 4) {
+        /* argv[3]: the active-thread percentage, argv[4]: the pipe folder
+         * the driver must have been given, whatever this process's own
+         * environment said before cuInit. */
+        if (context() != 0) FAIL("no context");
+        const char *percent = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+        const char *pipes = getenv("CUDA_MPS_PIPE_DIRECTORY");
+        if (percent == NULL || strcmp(percent, argv[3]) != 0) FAIL("MPS percentage %s, not %s", percent, argv[3]);
+        if (pipes == NULL || strcmp(pipes, argv[4]) != 0) FAIL("MPS pipes in %s, not %s", pipes, argv[4]);
+        int enabled = 0;
+        if (cuDeviceGetAttribute(&enabled, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, 0) != CUDA_SUCCESS || !enabled)
+            FAIL("not an MPS client");
+        printf("mps %s\n", percent);
+        return 0;
+    }
+    if (!strcmp(s, "mps-refused")) {
+        /* Told to be an MPS client where no control daemon answers. */
+        CUresult r = cuInit(0);
+        if (r != CUDA_ERROR_MPS_CONNECTION_FAILED) FAIL("cuInit returned %d, not CUDA_ERROR_MPS_CONNECTION_FAILED", (int)r);
+        if (cuInit(0) != CUDA_ERROR_MPS_CONNECTION_FAILED) FAIL("a second cuInit let the process use CUDA");
+        printf("refused\n");
+        return 0;
+    }
     if (!strcmp(s, "compute-hold")) {
         /* Take the turn, say so, and wait to be killed holding it. */
         if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch");

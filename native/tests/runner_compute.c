@@ -188,6 +188,79 @@ static int t_compute_queue_end(const void *arg)
     return run(env, "link", "compute-queue-end", NULL, NULL);
 }
 
+static int t_compute_isolated(const void *arg)
+{
+    /* A holds the turn; an isolated shard (compute mode 3 in its limits
+     * file) launches beside it without taking or waiting for a turn: the
+     * turn word and the ledger's last wait stay as they were, and the
+     * isolated shard's entry shows its share, mode and activity. */
+    ledger_fresh();
+    const char *ea[] = {ledger_env, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=1000000", NULL};
+    struct proc holder;
+    H_CHECK(start_ready(&holder, ea, "compute-hold", NULL) == 0, "holder did not start: %s", err_text);
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    uint64_t turn = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
+    uint64_t last_wait = __atomic_load_n(&L->last_wait_ns, __ATOMIC_ACQUIRE);
+    struct lim_entry e = {0, 8 * GiB, 0, 0};
+    struct lim_compute isolated = {300, GPUSHARDS_COMPUTE_ISOLATED, 0};
+    H_CHECK(write_limits_compute(&e, 1, NULL, &isolated) == 0, "cannot write the limits file");
+    const char *ei[] = {ledger_env, limits_env, "GPUSHARDS_SHARD_ID=i", NULL};
+    int failed = run(ei, "link", "compute-launch", NULL, NULL);
+    kill_wait(&holder);
+    if (failed) return 1;
+    H_CHECK(__atomic_load_n(&L->turn, __ATOMIC_ACQUIRE) == turn, "the isolated shard took a turn");
+    H_CHECK(__atomic_load_n(&L->last_wait_ns, __ATOMIC_ACQUIRE) == last_wait, "the isolated shard waited for a turn");
+    const struct gpushards_ledger_member *m = ledger_member(L, "i");
+    H_CHECK(m != NULL, "no member for the isolated shard");
+    H_CHECK(m->mode == GPUSHARDS_COMPUTE_ISOLATED && m->share_permille == 300, "mode %u share %u", m->mode,
+            m->share_permille);
+    H_CHECK(m->last_kernel_ns > 0 && m->busy_ns > 0 && m->vtime == 0, "last %llu busy %llu vtime %llu",
+            (unsigned long long)m->last_kernel_ns, (unsigned long long)m->busy_ns, (unsigned long long)m->vtime);
+    munmap(L, sizeof *L);
+    return 0;
+}
+
+/* A pipe folder where the fake driver finds an MPS control daemon or not. */
+static void mps_pipes(char *env, size_t size, int daemon)
+{
+    char pipes[400], control[450];
+    snprintf(pipes, sizeof pipes, "%s/mps", dir);
+    mkdir(pipes, 0755);
+    snprintf(control, sizeof control, "%s/control", pipes);
+    if (daemon) close(open(control, O_WRONLY | O_CREAT, 0644));
+    else unlink(control);
+    snprintf(env, size, "GPUSHARDS_MPS_PIPE_PATH=%s", pipes);
+}
+
+static int t_mps_forced(const void *arg)
+{
+    /* The limits file makes the shard an MPS client at 40 %: cuInit sets
+     * that and the pipe folder, whatever the process's environment said. */
+    char pipes_env[500], pipes[400];
+    mps_pipes(pipes_env, sizeof pipes_env, 1);
+    snprintf(pipes, sizeof pipes, "%s/mps", dir);
+    struct lim_entry e = {0, 8 * GiB, 0, 0};
+    struct lim_compute client = {0, 0, 40};
+    H_CHECK(write_limits_compute(&e, 1, NULL, &client) == 0, "cannot write the limits file");
+    const char *env[] = {limits_env, pipes_env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
+                         "CUDA_MPS_PIPE_DIRECTORY=/nowhere", NULL};
+    return run(env, "link", "mps-client", "40", pipes);
+}
+
+static int t_mps_refused(const void *arg)
+{
+    /* No control daemon in the pipe folder: the process would be a plain
+     * context beside the MPS clients, so CUDA is refused. */
+    char pipes_env[500];
+    mps_pipes(pipes_env, sizeof pipes_env, 0);
+    struct lim_entry e = {0, 8 * GiB, 0, 0};
+    struct lim_compute client = {0, 0, 60};
+    H_CHECK(write_limits_compute(&e, 1, NULL, &client) == 0, "cannot write the limits file");
+    const char *env[] = {limits_env, pipes_env, NULL};
+    return run(env, "link", "mps-refused", NULL, NULL);
+}
+
 /* The "waits for work in flight" count of the stats a run printed at exit. */
 static long inflight_waits(void)
 {
@@ -227,5 +300,10 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute: a synchronize hands the turn to a waiting shard", t_compute_sync_release, NULL);
     ADDC("compute: GPU time is measured from timed events and charged as virtual time", t_compute_measured, NULL);
     ADDC("compute: bound by time, a holder publishes when its queue ends", t_compute_queue_end, NULL);
+    ADDC("compute: an isolated shard launches beside the turn's holder without taking turns", t_compute_isolated,
+         NULL);
+    ADDC("mps: the limits file's percentage and pipe folder win over the process's environment", t_mps_forced, NULL);
+    ADDC("mps: a shard that must be an MPS client is refused CUDA when no control daemon answers", t_mps_refused,
+         NULL);
 #undef ADDC
 }

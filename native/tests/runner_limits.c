@@ -12,12 +12,17 @@ struct lim_entry {
     uint64_t limit, context, real;
 };
 
+/* What write_limits_compute puts on every device besides the memory fields. */
+struct lim_compute {
+    uint32_t share, mode, mps; /* compute_share_permille, compute_mode, mps_thread_percent */
+};
+
 static char limits_path[320];
 static char limits_env[400];
 
 /* Write the limits file as the agent does: the whole file at once.
  * corrupt: NULL, "magic", "version", "checksum", "short", "empty". */
-static int write_limits(const struct lim_entry *e, int n, const char *corrupt)
+static int write_limits_compute(const struct lim_entry *e, int n, const char *corrupt, const struct lim_compute *compute)
 {
     snprintf(limits_path, sizeof limits_path, "%s/limits", dir);
     snprintf(limits_env, sizeof limits_env, "GPUSHARDS_LIMITS_PATH=%s", limits_path);
@@ -38,6 +43,11 @@ static int write_limits(const struct lim_entry *e, int n, const char *corrupt)
         l.devices[i].context_bytes = e[i].context;
         l.devices[i].real_bytes = e[i].real;
         l.devices[i].real_sampled_at_ms = e[i].real ? 1 : 0;
+        if (compute != NULL) {
+            l.devices[i].compute_share_permille = compute->share;
+            l.devices[i].compute_mode = compute->mode;
+            l.devices[i].mps_thread_percent = compute->mps;
+        }
     }
     if (corrupt && !strcmp(corrupt, "version")) l.header.version = 2;
     l.header.checksum = fnv(&l.header, GPUSHARDS_LIMITS_CHECKSUM_BYTES);
@@ -53,6 +63,11 @@ static int write_limits(const struct lim_entry *e, int n, const char *corrupt)
     close(fd);
     if (rename(tmp, limits_path) != 0) return h_fail("rename");
     return 0;
+}
+
+static int write_limits(const struct lim_entry *e, int n, const char *corrupt)
+{
+    return write_limits_compute(e, n, corrupt, NULL);
 }
 
 /* The agent's in-place update of one 8-byte field of device entry i. */

@@ -33,6 +33,9 @@
 /* Where the agent mounts it.  When this path exists it is the only source
  * of limits; GPUSHARDS_LIMITS_PATH is read only when it does not. */
 #define GPUSHARDS_LIMITS_FIXED_PATH "/etc/gpushards/limits"
+/* Where the agent mounts its host's MPS pipe folder (read-only) into a shard
+ * whose devices have a nonzero mps_thread_percent. */
+#define GPUSHARDS_MPS_PIPE_FIXED_PATH "/run/gpushards/mps"
 
 /* gpushards_limits_device.state */
 #define GPUSHARDS_LIMITS_FREE 0u

@@ -160,6 +160,7 @@ static void acquire(struct cdev *c, uint64_t now)
     for (unsigned j = 0; j < GPUSHARDS_LEDGER_MEMBERS; j++) {
         if (j == m) continue;
         struct gpushards_ledger_member *o = &L->members[j];
+        if (gs_compute_is_isolated(o)) continue;
         uint64_t a = __atomic_load_n(&o->last_kernel_ns, __ATOMIC_RELAXED);
         uint64_t b = __atomic_load_n(&o->wait_hb_ns, __ATOMIC_RELAXED);
         if ((a != 0 && a + 50000000ull > now) || (b != 0 && b + 50000000ull > now)) {
@@ -187,8 +188,12 @@ static void *admit(CUstream s, int graph)
     if (gs_real_cuCtxGetDevice == NULL || gs_real_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return NULL;
     struct cdev *c = gs_compute_lookup(dev);
     if (c == NULL) return NULL;
-    struct gpushards_ledger *L = c->L;
     uint64_t now = gs_now_ns();
+    if (GS_UNLIKELY(c->isolated)) {
+        gs_compute_note_isolated(c, now);
+        return NULL;
+    }
+    struct gpushards_ledger *L = c->L;
     struct gpushards_ledger_member *e = &L->members[c->m];
 again:;
     uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);

@@ -43,6 +43,7 @@ struct cdev {
     struct gpushards_ledger *L;
     int m;     /* our member entry */
     int lim;   /* index in the limits file, -1 = none */
+    int isolated; /* an MPS partition of its own: no turns (fixed while it runs) */
     /* in-flight work while contended: an event recorded after each launch,
      * and before the launch that finds nothing in flight (timed mode) */
     uint32_t ring_lock, head, count;
@@ -85,6 +86,9 @@ void gs_compute_charge_gpu(struct cdev *c, uint64_t gpu_ns);
 int gs_compute_eligible(struct gpushards_ledger_member *e, uint64_t now);
 int gs_compute_most_entitled(struct gpushards_ledger *L, unsigned m, uint64_t now);
 void gs_compute_wake_all(struct gpushards_ledger *L);
+
+void gs_compute_note_isolated(struct cdev *c, uint64_t now);
+int gs_compute_is_isolated(const struct gpushards_ledger_member *e);
 
 /* compute_inflight.c (callers hold c->ring_lock where said) */
 void gs_compute_drain(struct cdev *c);

@@ -137,6 +137,14 @@ struct cdev *gs_compute_lookup(CUdevice dev)
             if (gs_limits->devices[i].state == GPUSHARDS_LIMITS_ACTIVE &&
                 memcmp(gs_limits->devices[i].uuid, u.bytes, 16) == 0)
                 c->lim = (int)i;
+    uint32_t share, mode;
+    gs_compute_share_of(c, &share, &mode);
+    c->isolated = mode == GPUSHARDS_COMPUTE_ISOLATED;
+    if (c->isolated) {
+        /* Published once: the others leave it out of turns and weights. */
+        __atomic_store_n(&L->members[m].share_permille, share, __ATOMIC_RELAXED);
+        __atomic_store_n(&L->members[m].mode, mode, __ATOMIC_RELEASE);
+    }
     __atomic_store_n(&c->state, 1, __ATOMIC_RELEASE);
     return c;
 }
@@ -152,7 +160,9 @@ void gs_compute_share_of(struct cdev *c, uint32_t *share, uint32_t *mode)
         uint32_t ls = __atomic_load_n(&d->compute_share_permille, __ATOMIC_RELAXED);
         uint32_t lm = __atomic_load_n(&d->compute_mode, __ATOMIC_RELAXED);
         if (ls != 0 && ls <= 1000) s = ls;
-        if (lm == GPUSHARDS_COMPUTE_GUARANTEED || lm == GPUSHARDS_COMPUTE_CAPPED) md = lm;
+        if (lm == GPUSHARDS_COMPUTE_GUARANTEED || lm == GPUSHARDS_COMPUTE_CAPPED ||
+            lm == GPUSHARDS_COMPUTE_ISOLATED)
+            md = lm;
     }
     *share = s;
     *mode = md;
@@ -168,7 +178,7 @@ uint32_t gs_compute_weight(struct gpushards_ledger *L, unsigned i, uint64_t now)
     for (unsigned j = 0; j < GPUSHARDS_LEDGER_MEMBERS; j++) {
         struct gpushards_ledger_member *e = &L->members[j];
         uint64_t seen = __atomic_load_n(&e->seen_ns, __ATOMIC_RELAXED);
-        if (e->shard[0] == '\0' || now - seen > ACTIVE_NS) continue;
+        if (e->shard[0] == '\0' || now - seen > ACTIVE_NS || gs_compute_is_isolated(e)) continue;
         uint32_t sj = __atomic_load_n(&e->share_permille, __ATOMIC_RELAXED);
         if (sj != 0) taken += sj;
         else unset++;
@@ -176,6 +186,28 @@ uint32_t gs_compute_weight(struct gpushards_ledger *L, unsigned i, uint64_t now)
     uint32_t left = taken < 1000 ? 1000 - taken : 0;
     uint32_t w = unset > 0 ? left / unset : left;
     return w < MIN_WEIGHT ? MIN_WEIGHT : w;
+}
+
+/* An isolated shard runs in an MPS partition of its own: it takes no
+ * turns, and the shards that do leave it out of their weights and of
+ * "another shard used the GPU". */
+int gs_compute_is_isolated(const struct gpushards_ledger_member *e)
+{
+    return __atomic_load_n(&e->mode, __ATOMIC_RELAXED) == GPUSHARDS_COMPUTE_ISOLATED;
+}
+
+/* An isolated shard's launch: only its activity is kept.  busy_ns, which
+ * for the others is GPU time held, is here the time between launches less
+ * than the idle threshold apart (a shard launching steadily is busy). */
+void gs_compute_note_isolated(struct cdev *c, uint64_t now)
+{
+    struct gpushards_ledger_member *e = &c->L->members[c->m];
+    uint64_t last = __atomic_exchange_n(&e->last_kernel_ns, now, __ATOMIC_RELAXED);
+    if (last != 0 && now > last && now - last < gs_cc.idle_ns)
+        __atomic_add_fetch(&e->busy_ns, now - last, __ATOMIC_RELAXED);
+    /* Keep the entry ours (a stale one is reused after 10 s). */
+    if (now - __atomic_load_n(&e->seen_ns, __ATOMIC_RELAXED) > ACTIVE_NS / 4)
+        __atomic_store_n(&e->seen_ns, now, __ATOMIC_RELAXED);
 }
 
 /* Charge the holder for [from, min(to, lease_end)]: a holder that died is

@@ -67,11 +67,12 @@ int gs_remember(uint64_t key, uint32_t kind, int dev, uint64_t size, uint64_t ow
 GS_EXPORT CUresult cuInit(unsigned int flags)
 {
     if (gs_resolve_cuda() != 0 || gs_real_cuInit == NULL) return CUDA_ERROR_NOT_INITIALIZED;
+    /* Before the driver initialises: it reads the MPS settings then. */
+    gs_init();
+    gs_mps_before_init();
     CUresult r = gs_real_cuInit(flags);
-    if (r == CUDA_SUCCESS) {
-        gs_init();
-        if (gs_mode == GS_MODE_COUNTING) gs_devices_map_all();
-    }
+    if (r == CUDA_SUCCESS) r = gs_mps_after_init();
+    if (r == CUDA_SUCCESS && gs_mode == GS_MODE_COUNTING) gs_devices_map_all();
     return r;
 }
 

@@ -86,6 +86,13 @@ int gs_limits_lookup(int dev, struct gs_dev_limits *out);
 uint64_t gs_limits_context_bytes(int dev);
 uint64_t gs_limits_pool_growth_bytes(int dev);
 
+/* ---- mps.c ---------------------------------------------------------- */
+/* Around the real cuInit: set the MPS client's percentage and pipe folder
+ * from the limits file, then refuse CUDA unless the driver made this
+ * process an MPS client. */
+void gs_mps_before_init(void);
+CUresult gs_mps_after_init(void);
+
 /* ---- budget.c ------------------------------------------------------- */
 enum { GS_MODE_UNINIT = 0, GS_MODE_COUNTING, GS_MODE_PASSTHROUGH, GS_MODE_FAIL_CLOSED };
 extern int gs_mode;
