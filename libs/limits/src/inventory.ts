@@ -41,6 +41,13 @@ export interface Gpu {
   readonly overcommitRatio?: number;
   /** Sum of the compute shares (permille) of the shards placed on this GPU; absent: 0. */
   readonly guaranteedComputePermille?: number;
+  /** Of that sum, the shares of its ISOLATED shards; absent: 0. */
+  readonly isolatedComputePermille?: number;
+  /**
+   * The part of this GPU (permille) its host's MPS partition keeps for ISOLATED shards; absent
+   * or 0: none (compute-share.ts computeShareFits).
+   */
+  readonly isolatedPoolPermille?: number;
 }
 
 export interface Host {

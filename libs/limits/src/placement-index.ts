@@ -98,6 +98,8 @@ export class PlacementIndex {
       plan.filter.exclude ?? [],
       plan.selector,
       plan.computeShare,
+      // GUARANTEED and CAPPED shares fit alike; an ISOLATED one fits in the partitions.
+      plan.computeMode === 'ISOLATED',
     ]);
     let shape = this.shapes.get(key);
     if (shape !== undefined) {

@@ -4,7 +4,7 @@
  * package: placement.ts and placement-index.ts are the API.
  */
 import { type Bytes, bytes, isBytes, MAX_BYTES } from './sizes.js';
-import { FULL_GPU_PERMILLE, guaranteedShareFits } from './compute-share.js';
+import { computeShareFits, FULL_GPU_PERMILLE, type ComputeMode } from './compute-share.js';
 import {
   DEFAULT_CONTEXT_OVERHEAD_BYTES,
   DEFAULT_OVERCOMMIT_RATIO,
@@ -73,6 +73,8 @@ export interface Plan {
   readonly defaultRatio: number;
   /** Compute share per GPU, permille; 0: none asked. */
   readonly computeShare: number;
+  /** Its mode: ISOLATED shares fit in the hosts' isolated partitions, the others beside them. */
+  readonly computeMode: ComputeMode;
 }
 
 export function planOf(request: PlacementRequest, options: PlacementOptions): Plan {
@@ -95,6 +97,10 @@ export function planOf(request: PlacementRequest, options: PlacementOptions): Pl
       `computeSharePermille must be a whole number from 0 to 1000, not ${computeShare}`,
     );
   }
+  const computeMode = request.computeMode ?? 'GUARANTEED';
+  if (computeMode !== 'GUARANTEED' && computeMode !== 'CAPPED' && computeMode !== 'ISOLATED') {
+    throw new RangeError(`computeMode must be GUARANTEED, CAPPED or ISOLATED, not ${computeMode}`);
+  }
   const filter = request.gpuModel ?? {};
   return {
     bytesPerGpu: request.bytesPerGpu,
@@ -106,12 +112,13 @@ export function planOf(request: PlacementRequest, options: PlacementOptions): Pl
     defaultOverhead,
     defaultRatio,
     computeShare,
+    computeMode,
   };
 }
 
-/** The GPU can still guarantee the plan's compute share (compute-share.ts). */
+/** The GPU can still take the plan's compute share in its mode (compute-share.ts). */
 export function computeFits(gpu: Gpu, plan: Plan): boolean {
-  return guaranteedShareFits(gpu.guaranteedComputePermille ?? 0, plan.computeShare);
+  return computeShareFits(gpu, plan.computeShare, plan.computeMode);
 }
 
 export function compareText(a: string, b: string): number {

@@ -13,6 +13,7 @@
  * smaller UUID, so the result does not depend on the order of the fleet or of its GPUs.
  */
 import { type Bytes, bytes, clampBytes, formatSize } from './sizes.js';
+import { freeComputePermille, type ComputeMode } from './compute-share.js';
 import {
   DEFAULT_CONTEXT_OVERHEAD_BYTES,
   DEFAULT_OVERCOMMIT_RATIO,
@@ -62,9 +63,14 @@ export interface PlacementRequest {
   readonly policy?: PlacementPolicy;
   /**
    * Compute share per GPU (permille, compute-share.ts); absent or 0: none. A GPU takes it only
-   * while its placed shares stay ≤ 100%.
+   * while its placed shares stay ≤ 100% (computeShareFits).
    */
   readonly computeSharePermille?: number;
+  /**
+   * GUARANTEED when absent. ISOLATED: only GPUs whose host keeps an isolated (MPS) partition,
+   * within it; other shares go beside it.
+   */
+  readonly computeMode?: ComputeMode;
 }
 
 export interface PlacementOptions {
@@ -90,12 +96,16 @@ export interface GpuFree {
   readonly index: number;
   readonly model: string;
   readonly freeBytes: Bytes;
+  /** When a compute share was asked: what the GPU has left for one in its mode, permille. */
+  readonly freeComputePermille?: number;
 }
 
 export type NoFitReason =
   | { readonly kind: 'host-offline' }
   | { readonly kind: 'host-cordoned' }
   | { readonly kind: 'host-draining' }
+  /** An ISOLATED share was asked and no GPU of the host (that the model filter admits) has a partition. */
+  | { readonly kind: 'no-isolated-partition' }
   | {
       readonly kind: 'label-mismatch';
       readonly key: string;
@@ -116,6 +126,8 @@ export type NoFitReason =
       readonly neededBytesPerGpu: Bytes;
       /** The compute share asked for, when one was: a fitting GPU has room for it too. */
       readonly neededComputePermille?: number;
+      /** The share asked for is ISOLATED: the room is in the host's isolated partition. */
+      readonly isolatedCompute?: boolean;
       /** How many GPUs on the host have that much free. */
       readonly fittingGpus: number;
       /** GPUs left out by the model filter (absent from `gpus`). */
@@ -191,26 +203,40 @@ export function matchesGpuModel(model: string, filter: GpuModelFilter = {}): boo
   return modelMatcher(filter)(model);
 }
 
+const NO_PARTITION: NoFitReason = { kind: 'no-isolated-partition' };
+
 /** Why a host that passed the gate cannot take the shard. */
 function capacityReason(host: Host, plan: Plan): NoFitReason {
   const need = needOn(host, plan);
+  const isolated = plan.computeMode === 'ISOLATED';
+  const withCompute = plan.computeShare > 0 || isolated;
   const gpus: GpuFree[] = [];
   let fittingGpus = 0;
+  let partitioned = false;
   for (const gpu of host.gpus) {
     if (!plan.modelMatches(gpu.model)) continue;
     const free = Math.max(0, rawCapacity(gpu, plan.defaultRatio) - gpu.reservedBytes) as Bytes;
     if (free >= need && computeFits(gpu, plan)) fittingGpus++;
-    gpus.push({ uuid: gpu.uuid, index: gpu.index, model: gpu.model, freeBytes: free });
+    if ((gpu.isolatedPoolPermille ?? 0) > 0) partitioned = true;
+    gpus.push({
+      uuid: gpu.uuid,
+      index: gpu.index,
+      model: gpu.model,
+      freeBytes: free,
+      ...(withCompute ? { freeComputePermille: freeComputePermille(gpu, plan.computeMode) } : {}),
+    });
   }
   if (host.gpus.length > 0 && gpus.length === 0) {
     const models = [...new Set(host.gpus.map((gpu) => gpu.model))].sort(compareText);
     return { kind: 'model-excluded', models, filter: plan.filter };
   }
+  if (isolated && !partitioned) return NO_PARTITION;
   return {
     kind: 'not-enough-gpus',
     neededGpus: plan.gpuCount,
     neededBytesPerGpu: clampBytes(need),
-    ...(plan.computeShare > 0 ? { neededComputePermille: plan.computeShare } : {}),
+    ...(withCompute ? { neededComputePermille: plan.computeShare } : {}),
+    ...(isolated ? { isolatedCompute: true } : {}),
     fittingGpus,
     excludedByModel: host.gpus.length - gpus.length,
     gpus: gpus.sort((a, b) => a.index - b.index || compareText(a.uuid, b.uuid)),
@@ -277,6 +303,8 @@ export function describeNoFitReason(reason: NoFitReason): string {
       return 'host is cordoned: it takes no new shards';
     case 'host-draining':
       return 'host is draining: its shards are being moved off';
+    case 'no-isolated-partition':
+      return 'host runs no isolated (MPS) partition, which an ISOLATED shard needs';
     case 'label-mismatch':
       return reason.actual === null
         ? `label "${reason.key}" is not set, wanted "${reason.wanted}"`
@@ -291,16 +319,27 @@ export function describeNoFitReason(reason: NoFitReason): string {
         reason.gpus.length === 0
           ? 'no GPUs'
           : 'free: ' +
-            reason.gpus.map((gpu) => `#${gpu.index} ${formatSize(gpu.freeBytes)}`).join(', ');
+            reason.gpus
+              .map(
+                (gpu) =>
+                  `#${gpu.index} ${formatSize(gpu.freeBytes)}` +
+                  (gpu.freeComputePermille === undefined
+                    ? ''
+                    : ` with ${gpu.freeComputePermille / 10}% ` +
+                      (reason.isolatedCompute === true ? 'isolated' : 'compute')),
+              )
+              .join(', ');
       const excluded =
         reason.excludedByModel > 0
           ? `; ${countOf(reason.excludedByModel, 'GPU')} left out by the model filter`
           : '';
       return (
         `needs ${countOf(reason.neededGpus, 'GPU')} with ${formatSize(reason.neededBytesPerGpu)} ` +
-        (reason.neededComputePermille !== undefined
-          ? `and ${reason.neededComputePermille / 10}% of compute unguaranteed `
-          : '') +
+        (reason.neededComputePermille === undefined
+          ? ''
+          : reason.isolatedCompute === true
+            ? `and ${reason.neededComputePermille / 10}% of the isolated partition `
+            : `and ${reason.neededComputePermille / 10}% of compute unguaranteed `) +
         `free each, has ${reason.fittingGpus} (${free})${excluded}`
       );
     }
@@ -311,6 +350,7 @@ export function describeNoFitReason(reason: NoFitReason): string {
 
 const TALLY_ORDER: readonly { readonly kind: NoFitReasonKind; readonly words: string }[] = [
   { kind: 'not-enough-gpus', words: 'without enough free GPU memory' },
+  { kind: 'no-isolated-partition', words: 'without an isolated (MPS) partition' },
   { kind: 'model-excluded', words: 'without a matching GPU model' },
   { kind: 'label-mismatch', words: 'not matching the host selector' },
   { kind: 'host-offline', words: 'offline' },
@@ -324,6 +364,9 @@ const HOSTS_NAMED_IN_SUMMARY = 3;
 function summarizeNoFit(plan: Plan, reasons: readonly HostNoFit[]): string {
   const what =
     `no host can take ${countOf(plan.gpuCount, 'GPU')} × ${formatSize(plan.bytesPerGpu)} ` +
+    (plan.computeMode === 'ISOLATED'
+      ? `with ${plan.computeShare / 10}% isolated compute each `
+      : '') +
     `(plus context overhead per GPU)`;
   if (reasons.length === 0) return `${what}: the fleet has no hosts`;
   if (reasons.length <= HOSTS_NAMED_IN_SUMMARY) {

@@ -119,6 +119,12 @@ export interface AdmissionPlan {
 
 type MutableGpu = { -readonly [K in keyof Gpu]: Gpu[K] };
 
+/** Compute shares a pass placed on one GPU: all of them, and the ISOLATED ones among them. */
+interface ComputeAdded {
+  permille: number;
+  isolated: number;
+}
+
 /** One fleet copy per view, GPUs mutable, and a placement index over it. */
 class View {
   readonly hosts: Host[];
@@ -142,11 +148,12 @@ class View {
     gpu.reservedBytes = bytes(reserved);
     this.index.changed(hostId);
   }
-  /** A compute share guaranteed on the GPU by a shard placed in this pass. */
-  addCompute(hostId: string, uuid: string, permille: number): void {
+  /** Compute shares guaranteed on the GPU by shards placed in this pass (`isolated` of them ISOLATED). */
+  addCompute(hostId: string, uuid: string, added: ComputeAdded): void {
     const gpu = this.gpus.get(uuid);
     if (gpu === undefined) return;
-    gpu.guaranteedComputePermille = (gpu.guaranteedComputePermille ?? 0) + permille;
+    gpu.guaranteedComputePermille = (gpu.guaranteedComputePermille ?? 0) + added.permille;
+    gpu.isolatedComputePermille = (gpu.isolatedComputePermille ?? 0) + added.isolated;
     this.index.changed(hostId);
   }
 }
@@ -174,7 +181,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   const spots = new Map<string, number>();
   const spotOwners = new Map<string, string[]>();
   /** Compute shares guaranteed by this pass's placements, per GPU. */
-  const computeAdded = new Map<string, number>();
+  const computeAdded = new Map<string, ComputeAdded>();
   /** GPUs whose views differ from the fleet as given (placed on, or kept as a spot). */
   const touched = new Set<string>();
 
@@ -234,8 +241,8 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   const built = (view: View, set: (view: View, uuid: string) => void): View => {
     for (const uuid of touched) {
       set(view, uuid);
-      const permille = computeAdded.get(uuid);
-      if (permille !== undefined) view.addCompute(hostOf(uuid), uuid, permille);
+      const added = computeAdded.get(uuid);
+      if (added !== undefined) view.addCompute(hostOf(uuid), uuid, added);
     }
     return view;
   };
@@ -249,6 +256,7 @@ export function admit(input: AdmissionInput): AdmissionPlan {
             ...gpu,
             reservedBytes: bytes(0),
             guaranteedComputePermille: 0,
+            isolatedComputePermille: 0,
           })),
         })),
         options,
@@ -417,10 +425,17 @@ export function admit(input: AdmissionInput): AdmissionPlan {
       add(inPass, placed);
       const permille = shard.request.computeSharePermille ?? 0;
       if (permille > 0) {
+        const one = {
+          permille,
+          isolated: shard.request.computeMode === 'ISOLATED' ? permille : 0,
+        };
         for (const uuid of placed.gpuUuids) {
-          computeAdded.set(uuid, (computeAdded.get(uuid) ?? 0) + permille);
+          const sum = computeAdded.get(uuid) ?? { permille: 0, isolated: 0 };
+          sum.permille += one.permille;
+          sum.isolated += one.isolated;
+          computeAdded.set(uuid, sum);
           for (const view of [now_, both, all, shadow]) {
-            view?.addCompute(placed.hostId, uuid, permille);
+            view?.addCompute(placed.hostId, uuid, one);
           }
         }
       }

@@ -1,0 +1,470 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import {
+  COMPUTE_MODES,
+  computeShareFits,
+  describeComputeRefusal,
+  freeComputePermille,
+  FULL_GPU_PERMILLE,
+  isolatedShareChangeRefusal,
+  resizeComputeShare,
+  resolveComputeShare,
+  type ComputeMode,
+  type GpuComputeLoad,
+} from './compute-share.js';
+import { gpuUuid, hostId, type Host } from './inventory.js';
+import { describeNoFitReason, place } from './placement.js';
+import { PlacementIndex } from './placement-index.js';
+import { fleetArb, requestArb } from './placement-arbitraries.js';
+import { admit } from './queue/admission.js';
+import type { PendingShard } from './queue/model.js';
+import { bytes, GiB } from './sizes.js';
+
+/** The isolated compute mode (issue 17): an MPS partition of P permille per GPU of a host. */
+
+const poolArb = fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 900 }));
+const modeArb = fc.constantFrom<ComputeMode>(...COMPUTE_MODES);
+const shareArb = fc.integer({ min: 0, max: 1000 });
+
+/**
+ * A GPU's compute as the database can hold it: isolated ≤ guaranteed ≤ 1000, any pool 0..900,
+ * so also a pool that grew or shrank under running shards.
+ */
+const loadArb: fc.Arbitrary<Required<GpuComputeLoad>> = fc
+  .record({
+    a: fc.integer({ min: 0, max: 1000 }),
+    b: fc.integer({ min: 0, max: 1000 }),
+    pool: poolArb,
+  })
+  .map(({ a, b, pool }) => ({
+    guaranteedComputePermille: Math.max(a, b),
+    isolatedComputePermille: Math.min(a, b),
+    isolatedPoolPermille: pool,
+  }));
+
+/** A GPU's compute with the pool respected, as placement keeps it while P does not change. */
+const consistentLoadArb: fc.Arbitrary<Required<GpuComputeLoad>> = poolArb.chain((pool) =>
+  fc
+    .record({
+      isolated: fc.integer({ min: 0, max: pool }),
+      others: fc.integer({ min: 0, max: FULL_GPU_PERMILLE - pool }),
+    })
+    .map(({ isolated, others }) => ({
+      guaranteedComputePermille: isolated + others,
+      isolatedComputePermille: isolated,
+      isolatedPoolPermille: pool,
+    })),
+);
+
+function after(load: Required<GpuComputeLoad>, share: number, mode: ComputeMode) {
+  return {
+    ...load,
+    guaranteedComputePermille: load.guaranteedComputePermille + share,
+    isolatedComputePermille: load.isolatedComputePermille + (mode === 'ISOLATED' ? share : 0),
+  };
+}
+
+describe('isolated compute: the request', () => {
+  test('ISOLATED needs a share; with one it is stored as permille', () => {
+    const none = resolveComputeShare({ mode: 'ISOLATED' });
+    assert.equal(!none.ok && none.refusal.kind, 'isolated-without-share');
+    assert.match(describeComputeRefusal(!none.ok ? none.refusal : (undefined as never)), /share/);
+    assert.deepEqual(resolveComputeShare({ mode: 'ISOLATED', sharePercent: 30 }), {
+      ok: true,
+      value: { sharePermille: 300, mode: 'ISOLATED' },
+    });
+  });
+});
+
+describe('isolated compute: the fit rule', () => {
+  test('exactly the rule: ISOLATED within the pool, the rest within 1000 − pool', () => {
+    fc.assert(
+      fc.property(consistentLoadArb, shareArb, modeArb, (load, share, mode) => {
+        const g = load.guaranteedComputePermille;
+        const i = load.isolatedComputePermille;
+        const p = load.isolatedPoolPermille;
+        const expected =
+          mode === 'ISOLATED' ? p > 0 && i + share <= p : share === 0 || g - i + share <= 1000 - p;
+        assert.equal(computeShareFits(load, share, mode), expected);
+        assert.equal(
+          freeComputePermille(load, mode) >= share && (mode !== 'ISOLATED' || p > 0),
+          expected || (mode !== 'ISOLATED' && share === 0),
+        );
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('whatever the state (a pool changed under running shards), a fitting share keeps all shares ≤ 1000', () => {
+    fc.assert(
+      fc.property(loadArb, shareArb, modeArb, (load, share, mode) => {
+        if (!computeShareFits(load, share, mode)) return;
+        const next = after(load, share, mode);
+        assert.ok(next.guaranteedComputePermille <= FULL_GPU_PERMILLE);
+        if (mode === 'ISOLATED') {
+          assert.ok(load.isolatedPoolPermille > 0);
+          assert.ok(next.isolatedComputePermille <= load.isolatedPoolPermille);
+        } else if (share > 0) {
+          assert.ok(
+            next.guaranteedComputePermille - next.isolatedComputePermille <=
+              FULL_GPU_PERMILLE - load.isolatedPoolPermille,
+          );
+        }
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('shares placed one after another never pass the pool, 1000 − pool, or 1000', () => {
+    fc.assert(
+      fc.property(
+        poolArb,
+        fc.array(fc.tuple(fc.integer({ min: 1, max: 100 }), modeArb), { maxLength: 40 }),
+        (pool, asks) => {
+          let load = {
+            guaranteedComputePermille: 0,
+            isolatedComputePermille: 0,
+            isolatedPoolPermille: pool,
+          };
+          for (const [percent, mode] of asks) {
+            const fits = computeShareFits(load, percent * 10, mode);
+            if (pool === 0 && mode === 'ISOLATED') assert.equal(fits, false);
+            if (fits) load = after(load, percent * 10, mode);
+            assert.ok(load.isolatedComputePermille <= pool);
+            assert.ok(load.guaranteedComputePermille - load.isolatedComputePermille <= 1000 - pool);
+            assert.ok(load.guaranteedComputePermille <= FULL_GPU_PERMILLE);
+          }
+        },
+      ),
+    );
+  });
+
+  test('the example of the issue: P = 50%, ISOLATED 30 fits, 30 more does not, GUARANTEED 60 does not, 40 does', () => {
+    let load = {
+      guaranteedComputePermille: 0,
+      isolatedComputePermille: 0,
+      isolatedPoolPermille: 500,
+    };
+    assert.ok(computeShareFits(load, 300, 'ISOLATED'));
+    load = after(load, 300, 'ISOLATED');
+    assert.ok(!computeShareFits(load, 300, 'ISOLATED'));
+    assert.ok(!computeShareFits(load, 600, 'GUARANTEED'));
+    assert.ok(!computeShareFits(load, 600, 'CAPPED'));
+    assert.ok(computeShareFits(load, 400, 'GUARANTEED'));
+    assert.ok(computeShareFits(load, 200, 'ISOLATED'));
+    assert.equal(freeComputePermille(load, 'ISOLATED'), 200);
+    assert.equal(freeComputePermille(load, 'GUARANTEED'), 500);
+  });
+});
+
+describe('isolated compute: a running shard', () => {
+  test("an isolated shard's share and mode are fixed, and no running shard becomes isolated", () => {
+    fc.assert(
+      fc.property(
+        fc.record({ sharePermille: shareArb, mode: modeArb }),
+        fc.record({ sharePermille: shareArb, mode: modeArb }),
+        (from, to) => {
+          const refusal = isolatedShareChangeRefusal(from, to);
+          const same = from.mode === to.mode && from.sharePermille === to.sharePermille;
+          const involved = from.mode === 'ISOLATED' || to.mode === 'ISOLATED';
+          assert.equal(refusal !== undefined, involved && !same);
+          if (refusal !== undefined) {
+            assert.equal(refusal.kind, 'isolated-share-fixed');
+            assert.match(describeComputeRefusal(refusal), /fixed while it/);
+            assert.match(describeComputeRefusal(refusal), /stop it and start it/);
+          }
+        },
+      ),
+    );
+  });
+
+  test('resizeComputeShare refuses changing an isolated shard, and bounds the others by 1000 − pool', () => {
+    const gpus = [
+      {
+        gpuUuid: 'GPU-0',
+        othersPermille: 300,
+        othersIsolatedPermille: 300,
+        isolatedPoolPermille: 500,
+      },
+    ];
+    const current = { sharePermille: 200, mode: 'ISOLATED' as const };
+    const grow = resizeComputeShare({ sharePercent: 20 + 5, mode: 'ISOLATED' }, {}, gpus, current);
+    assert.equal(!grow.ok && grow.refusal.kind, 'isolated-share-fixed');
+    const toGuaranteed = resizeComputeShare({ sharePercent: 20 }, {}, gpus, current);
+    assert.equal(!toGuaranteed.ok && toGuaranteed.refusal.kind, 'isolated-share-fixed');
+    const becomes = resizeComputeShare({ sharePercent: 10, mode: 'ISOLATED' }, {}, gpus, {
+      sharePermille: 100,
+      mode: 'GUARANTEED',
+    });
+    assert.equal(!becomes.ok && becomes.refusal.kind, 'isolated-share-fixed');
+
+    // A GUARANTEED shard beside a 50% partition holding 30%: at most 50% for the rest.
+    const beside = [
+      {
+        gpuUuid: 'GPU-0',
+        othersPermille: 300,
+        othersIsolatedPermille: 300,
+        isolatedPoolPermille: 500,
+      },
+    ];
+    const guaranteed = { sharePermille: 100, mode: 'GUARANTEED' as const };
+    assert.ok(resizeComputeShare({ sharePercent: 50 }, {}, beside, guaranteed).ok);
+    const over = resizeComputeShare({ sharePercent: 60 }, {}, beside, guaranteed);
+    assert.equal(!over.ok && over.refusal.kind, 'gpu-over-guaranteed');
+    assert.match(
+      describeComputeRefusal(!over.ok ? over.refusal : (undefined as never)),
+      /would pass 50% \(what its host's 50% isolated partition leaves\)/,
+    );
+  });
+
+  test('resize without a current share: ISOLATED on a GPU without a partition names it', () => {
+    const d = resizeComputeShare({ sharePercent: 10, mode: 'ISOLATED' }, {}, [
+      { gpuUuid: 'GPU-0', othersPermille: 0 },
+    ]);
+    assert.equal(!d.ok && d.refusal.kind, 'gpu-over-isolated-pool');
+    assert.match(
+      describeComputeRefusal(!d.ok ? d.refusal : (undefined as never)),
+      /no isolated \(MPS\) partition/,
+    );
+  });
+});
+
+/** fleetArb with each GPU's compute (consistent with its host's pool, one pool per host). */
+const computeFleetArb: fc.Arbitrary<Host[]> = fleetArb.chain((fleet) =>
+  fc
+    .array(
+      fc.record({
+        pool: poolArb,
+        isolatedShare: fc.double({ min: 0, max: 1, noNaN: true }),
+        othersShare: fc.double({ min: 0, max: 1, noNaN: true }),
+      }),
+      { minLength: fleet.length, maxLength: fleet.length },
+    )
+    .map((specs): Host[] =>
+      fleet.map((host, h) => {
+        const { pool, isolatedShare, othersShare } = specs[h]!;
+        return {
+          ...host,
+          gpus: host.gpus.map((gpu, k) => {
+            const isolated = Math.floor(pool * isolatedShare * ((k % 3) / 2));
+            const others = Math.floor((1000 - pool) * othersShare * (((k + 1) % 3) / 2));
+            return {
+              ...gpu,
+              isolatedPoolPermille: pool,
+              isolatedComputePermille: isolated,
+              guaranteedComputePermille: isolated + others,
+            };
+          }),
+        };
+      }),
+    ),
+);
+
+describe('isolated compute: placement', () => {
+  test('place() takes a GPU only where the share fits in its mode; the index answers the same', () => {
+    fc.assert(
+      fc.property(
+        computeFleetArb,
+        requestArb,
+        fc.integer({ min: 1, max: 100 }),
+        modeArb,
+        (fleet, request, percent, mode) => {
+          const asked = { ...request, computeSharePermille: percent * 10, computeMode: mode };
+          const result = place(asked, fleet);
+          const index = new PlacementIndex();
+          index.reset(fleet);
+          assert.deepEqual(index.place(asked), result);
+          const gpus = new Map(fleet.flatMap((h) => h.gpus).map((g) => [g.uuid as string, g]));
+          if (result.kind === 'placed') {
+            for (const uuid of result.gpuUuids) {
+              const g = gpus.get(uuid)!;
+              assert.ok(computeShareFits(g, percent * 10, mode));
+              if (mode === 'ISOLATED') {
+                assert.ok(g.isolatedComputePermille! + percent * 10 <= g.isolatedPoolPermille!);
+              } else {
+                assert.ok(
+                  g.guaranteedComputePermille! - g.isolatedComputePermille! + percent * 10 <=
+                    1000 - g.isolatedPoolPermille!,
+                );
+              }
+            }
+          } else {
+            for (const { reason } of result.reasons) {
+              assert.ok(describeNoFitReason(reason).length > 0);
+              if (reason.kind === 'no-isolated-partition') assert.equal(mode, 'ISOLATED');
+              if (reason.kind !== 'not-enough-gpus') continue;
+              for (const free of reason.gpus) {
+                const g = gpus.get(free.uuid)!;
+                assert.equal(free.freeComputePermille, freeComputePermille(g, mode));
+              }
+            }
+          }
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  test('ISOLATED on a fleet without a partition: no host fits, and the reasons name the partition', () => {
+    const fleet: Host[] = ['a', 'b'].map((name) => ({
+      id: hostId(name),
+      name,
+      state: 'ONLINE',
+      labels: {},
+      gpus: [
+        {
+          uuid: gpuUuid(`GPU-${name}`),
+          index: 0,
+          model: 'NVIDIA H200',
+          totalBytes: bytes(141 * GiB),
+          reservedBytes: bytes(0),
+        },
+      ],
+    }));
+    const result = place(
+      {
+        bytesPerGpu: bytes(4 * GiB),
+        gpuCount: 1,
+        computeSharePermille: 300,
+        computeMode: 'ISOLATED',
+      },
+      fleet,
+    );
+    assert.equal(result.kind, 'no-fit');
+    if (result.kind !== 'no-fit') return;
+    assert.deepEqual(
+      result.reasons.map((r) => r.reason.kind),
+      ['no-isolated-partition', 'no-isolated-partition'],
+    );
+    assert.match(result.message, /with 30% isolated compute each/);
+    assert.match(result.message, /a: host runs no isolated \(MPS\) partition/);
+    // The same request without the mode fits.
+    assert.equal(
+      place({ bytesPerGpu: bytes(4 * GiB), gpuCount: 1, computeSharePermille: 300 }, fleet).kind,
+      'placed',
+    );
+
+    // With a partition that is full, the reason says how much of it is left.
+    const full = fleet.map((h) => ({
+      ...h,
+      gpus: h.gpus.map((g) => ({
+        ...g,
+        isolatedPoolPermille: 500,
+        isolatedComputePermille: 300,
+        guaranteedComputePermille: 300,
+      })),
+    }));
+    const refused = place(
+      {
+        bytesPerGpu: bytes(4 * GiB),
+        gpuCount: 1,
+        computeSharePermille: 300,
+        computeMode: 'ISOLATED',
+      },
+      full,
+    );
+    assert.equal(refused.kind, 'no-fit');
+    assert.match(
+      refused.kind === 'no-fit' ? refused.message : '',
+      /and 30% of the isolated partition free each, has 0 \(free: #0 141 GiB with 20% isolated\)/,
+    );
+  });
+});
+
+describe('isolated compute: admission', () => {
+  const host = (pool: number, gpus = 1): Host => ({
+    id: hostId('h'),
+    name: 'h',
+    state: 'ONLINE',
+    labels: {},
+    gpus: Array.from({ length: gpus }, (_, index) => ({
+      uuid: gpuUuid(`GPU-h-${index}`),
+      index,
+      model: 'NVIDIA H200',
+      totalBytes: bytes(141 * GiB),
+      reservedBytes: bytes(0),
+      isolatedPoolPermille: pool,
+    })),
+  });
+  const pending = (n: number, percent: number, mode: ComputeMode): PendingShard => ({
+    id: `p-${String(n).padStart(2, '0')}`,
+    teamId: 't',
+    request: {
+      bytesPerGpu: bytes(GiB),
+      gpuCount: 1,
+      computeSharePermille: percent * 10,
+      computeMode: mode,
+    },
+    priorityRank: 0,
+    preemptible: true,
+    arrivedAt: n,
+  });
+  const pass = (fleet: Host[], shards: PendingShard[]) =>
+    admit({
+      fleet,
+      held: [],
+      pending: shards,
+      teams: [{ id: 't', guarantee: { bytes: bytes(0) }, decayedGiBHours: 0 }],
+      now: 1000,
+    });
+
+  test("a pass counts the shares it places: the issue's example in one pass", () => {
+    const plan = pass(
+      [host(500)],
+      [
+        pending(1, 30, 'ISOLATED'),
+        pending(2, 30, 'ISOLATED'),
+        pending(3, 60, 'GUARANTEED'),
+        pending(4, 40, 'CAPPED'),
+      ],
+    );
+    assert.deepEqual(
+      plan.placements.map((p) => p.shardId),
+      ['p-01', 'p-04'],
+    );
+    assert.deepEqual(
+      plan.waiting.map((w) => [w.shardId, w.reason.kind]),
+      [
+        ['p-02', 'capacity'],
+        ['p-03', 'capacity'],
+      ],
+    );
+  });
+
+  test('whatever it places in one pass, every GPU stays within its pool, 1000 − pool and 1000', () => {
+    fc.assert(
+      fc.property(
+        poolArb,
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(fc.tuple(fc.integer({ min: 1, max: 100 }), modeArb), { maxLength: 16 }),
+        (pool, gpus, asks) => {
+          const plan = pass(
+            [host(pool, gpus)],
+            asks.map(([percent, mode], n) => pending(n, percent, mode)),
+          );
+          const sums = new Map<string, { all: number; isolated: number }>();
+          for (const placement of plan.placements) {
+            const [, percent, mode] = [0, ...asks[Number(placement.shardId.slice(2))]!] as const;
+            for (const uuid of placement.placed.gpuUuids) {
+              const sum = sums.get(uuid) ?? { all: 0, isolated: 0 };
+              sum.all += percent * 10;
+              if (mode === 'ISOLATED') sum.isolated += percent * 10;
+              sums.set(uuid, sum);
+            }
+          }
+          for (const sum of sums.values()) {
+            assert.ok(sum.all <= FULL_GPU_PERMILLE);
+            assert.ok(sum.isolated <= pool);
+            assert.ok(sum.all - sum.isolated <= FULL_GPU_PERMILLE - pool);
+          }
+          if (pool === 0) {
+            for (const placement of plan.placements) {
+              assert.notEqual(asks[Number(placement.shardId.slice(2))]![1], 'ISOLATED');
+            }
+          }
+        },
+      ),
+    );
+  });
+});
