@@ -30,6 +30,9 @@ describe('reserved environment keys', () => {
       'NVIDIA_DRIVER_CAPABILITIES',
       'GPUSHARDS_REGION',
       'GPUSHARDS_',
+      'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE',
+      'CUDA_MPS_PIPE_DIRECTORY',
+      'CUDA_MPS_CLIENT_PRIORITY',
     ]) {
       assert.equal(reservedEnvKey(key), true, key);
     }
@@ -44,6 +47,7 @@ describe('reserved environment keys', () => {
       'CUDA_HOME',
       'CUDA_DEVICE_ORDER',
       'CUDA_DEVICE_MEMORY_LIMITS', // not the variable nor its `_<i>` form
+      'CUDA_MPS', // only the CUDA_MPS_ prefix
       'ld_preload', // the loader reads the exact name
       'MY_GPUSHARDS_X',
       'NVIDIA',

@@ -22,6 +22,7 @@ export const RESERVED_ENV_KEY_PREFIXES: readonly string[] = [
   'CUDA_DEVICE_MEMORY_LIMIT_', // per-device caps
   'NVIDIA_', // NVIDIA container toolkit: which host GPUs and driver parts enter the container
   'GPUSHARDS_', // our own configuration
+  'CUDA_MPS_', // an MPS client's pipe folder and thread percentage: the host's partition
 ];
 
 export function reservedEnvKey(key: string): boolean {
