@@ -145,4 +145,52 @@ describe('limits file', () => {
       await file.close();
     }
   });
+
+  it('carries isolated mode (code 3) and the MPS thread percentage at device offset 72, which setCompute leaves', async () => {
+    const path = join(work, 'isolated');
+    await writeLimitsFile(path, [
+      {
+        uuid: GPU0,
+        limitBytes: 1000,
+        contextBytes: 10,
+        computeSharePermille: 300,
+        computeMode: 'isolated',
+        mpsThreadPercent: 30,
+      },
+      { uuid: GPU1, limitBytes: 2000, contextBytes: 10, mpsThreadPercent: 60 },
+    ]);
+    const bytes = readFileSync(path);
+    assert.equal(bytes.readUInt32LE(128 + 68), 3, 'isolated is compute_mode 3');
+    assert.equal(bytes.readUInt32LE(128 + 72), 30, 'mps_thread_percent at device offset 72');
+    assert.equal(bytes.readUInt32LE(256 + 72), 60);
+    assert.throws(
+      () => encodeLimits([{ uuid: GPU0, limitBytes: 1, contextBytes: 1, mpsThreadPercent: 101 }]),
+      /MPS thread percentage is 0..100/,
+    );
+    const file = await LimitsFile.open(path);
+    try {
+      // A live share change rewrites share and mode only: an MPS client keeps its percentage.
+      assert.equal(await file.setCompute(GPU0, 200, 'isolated'), true);
+      assert.equal(await file.setCompute(GPU1, 500, 'guaranteed'), true);
+      assert.deepEqual(
+        decodeLimits(readFileSync(path)).map((d) => [
+          d.computeSharePermille,
+          d.computeMode,
+          d.mpsThreadPercent,
+        ]),
+        [
+          [200, 'isolated', 30],
+          [500, 'guaranteed', 60],
+        ],
+      );
+      assert.deepEqual(
+        (await file.read()).map((d) => d.mpsThreadPercent),
+        [30, 60],
+      );
+    } finally {
+      await file.close();
+    }
+    const without = decodeLimits(encodeLimits([{ uuid: GPU0, limitBytes: 1, contextBytes: 1 }]));
+    assert.equal('mpsThreadPercent' in without[0]!, false, 'absent on a host without MPS');
+  });
 });

@@ -30,11 +30,34 @@ export interface LimitsDevice {
   /** Compute share on this GPU, permille 1..1000; 0 or absent = unset (docs/compute.md). */
   readonly computeSharePermille?: number;
   readonly computeMode?: ComputeMode;
+  /**
+   * The MPS active-thread percentage (1..100) libvgpu.so forces at cuInit on a host with an MPS
+   * partition; 0 or absent = none. Fixed for the life of the container: an MPS client cannot
+   * change it, so it is written only with the whole file.
+   */
+  readonly mpsThreadPercent?: number;
 }
 
-/** How libvgpu.so reads compute_mode: guaranteed (at least the share, work-conserving) or capped. */
-export type ComputeMode = 'guaranteed' | 'capped';
-const COMPUTE_MODE_CODE: Record<ComputeMode, number> = { guaranteed: 1, capped: 2 };
+/**
+ * How libvgpu.so reads compute_mode: guaranteed (at least the share, work-conserving), capped
+ * (never more), isolated (an MPS client in the host's partition for such shards: no turns).
+ */
+export type ComputeMode = 'guaranteed' | 'capped' | 'isolated';
+export const COMPUTE_MODE_CODE: Record<ComputeMode, number> = {
+  guaranteed: 1,
+  capped: 2,
+  isolated: 3,
+};
+const COMPUTE_MODE_BY_CODE = new Map(
+  Object.entries(COMPUTE_MODE_CODE).map(([mode, code]) => [code, mode as ComputeMode]),
+);
+
+function checkMpsPercent(value: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > 100) {
+    throw new RangeError(`an MPS thread percentage is 0..100, got ${value}`);
+  }
+  return value;
+}
 
 function checkShare(value: number): number {
   if (!Number.isInteger(value) || value < 0 || value > 1000) {
@@ -95,6 +118,10 @@ export function encodeLimits(devices: readonly LimitsDevice[]): Buffer {
       device.computeMode ? COMPUTE_MODE_CODE[device.computeMode] : 0,
       base + LIMITS_DEVICE_FIELDS.compute_mode.offset,
     );
+    buffer.writeUInt32LE(
+      checkMpsPercent(device.mpsThreadPercent ?? 0),
+      base + LIMITS_DEVICE_FIELDS.mps_thread_percent.offset,
+    );
   });
   return buffer;
 }
@@ -124,6 +151,7 @@ export function decodeLimits(buffer: Buffer): LimitsDevice[] {
       Number(buffer.readBigUInt64LE(base + LIMITS_DEVICE_FIELDS[field].offset));
     const share = buffer.readUInt32LE(base + LIMITS_DEVICE_FIELDS.compute_share_permille.offset);
     const mode = buffer.readUInt32LE(base + LIMITS_DEVICE_FIELDS.compute_mode.offset);
+    const mps = buffer.readUInt32LE(base + LIMITS_DEVICE_FIELDS.mps_thread_percent.offset);
     devices.push({
       uuid: formatUuid(buffer.subarray(base, base + 16)),
       limitBytes: get('limit_bytes'),
@@ -132,9 +160,9 @@ export function decodeLimits(buffer: Buffer): LimitsDevice[] {
       realBytes: get('real_bytes'),
       realSampledAtMs: get('real_sampled_at_ms'),
       ...(share !== 0 ? { computeSharePermille: share } : {}),
-      ...(mode !== 0
-        ? { computeMode: mode === 2 ? ('capped' as const) : ('guaranteed' as const) }
-        : {}),
+      // Any other code reads as guaranteed, the default.
+      ...(mode !== 0 ? { computeMode: COMPUTE_MODE_BY_CODE.get(mode) ?? 'guaranteed' } : {}),
+      ...(mps !== 0 ? { mpsThreadPercent: mps } : {}),
     });
   }
   return devices;
@@ -220,6 +248,7 @@ export class LimitsFile {
    * Sets a GPU's compute share and mode in place with one aligned 8-byte write (share at 64,
    * mode at 68), so libvgpu.so never sees one without the other; it takes effect at the
    * shard's next turn. False when the file has no such GPU; RangeError on a bad share.
+   * mps_thread_percent (offset 72) is left as it is: a running MPS client cannot change it.
    */
   async setCompute(gpuUuid: string, sharePermille: number, mode: ComputeMode): Promise<boolean> {
     const index = this.index.get(gpuUuid.toLowerCase());
