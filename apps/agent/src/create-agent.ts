@@ -9,6 +9,7 @@ import { assertValidHostId } from '@gpushards/protocol';
 import Docker from 'dockerode';
 
 import { AgentModule } from './agent.module.js';
+import { checkMpsPartition } from './compute/mps-partition.js';
 import { DEFAULTS, type AgentConfig, type AgentOptions } from './config/agent-options.js';
 import { GpusService, type GpuInventory } from './gpus/gpus.service.js';
 import type { AgentLink } from './link/agent-link.js';
@@ -39,6 +40,14 @@ export interface Agent {
 export async function createAgent(options: AgentOptions): Promise<Agent> {
   const config = resolveConfig(options);
   const logger = createLogger(options.logLevel ?? 'info', config.hostId, options.logDestination);
+  if (config.mps !== undefined && config.containers.user === undefined) {
+    // The MPS control daemon serves one user id at a time: a client of another uid waits
+    // until every client of the running server has exited.
+    logger.warn(
+      { mpsPipeDir: config.mps.pipeDir },
+      'an MPS partition without GPUSHARDS_CONTAINER_USER: shards whose images run as different users will wait for one another on the MPS server',
+    );
+  }
   const link: AgentLink =
     'custom' in options.link
       ? options.link.custom
@@ -104,6 +113,14 @@ function resolveConfig(options: AgentOptions): AgentConfig {
     regionRoot: resolve(options.regionRoot ?? `${stateDir}/regions`),
     ...(options.computeLedgerDir !== undefined
       ? { computeLedgerDir: resolve(options.computeLedgerDir) }
+      : {}),
+    ...(options.mps !== undefined
+      ? {
+          mps: checkMpsPartition({
+            pipeDir: resolve(options.mps.pipeDir),
+            isolatedPercent: options.mps.isolatedPercent,
+          }),
+        }
       : {}),
     heartbeatSeconds: positive(
       'heartbeatSeconds',

@@ -1,6 +1,7 @@
 import type Docker from 'dockerode';
 import type { DestinationStream } from 'pino';
 
+import type { MpsPartition } from '../compute/mps-partition.js';
 import type { SimulatedGpu } from '../gpus/simulated-gpus.js';
 import type { AgentLink } from '../link/agent-link.js';
 import type { NatsLinkOptions } from '../link/nats-agent-link.js';
@@ -70,6 +71,13 @@ export interface AgentOptions {
    * into heartbeats. Unset (the default): compute is not governed.
    */
   readonly computeLedgerDir?: string;
+  /**
+   * The host's MPS partition (docs/agent.md, "MPS partition"): the MPS control daemon's pipe
+   * folder, which must hold its `control` socket, and P, the whole percent of every GPU kept
+   * for isolated shards (1..90). Every shard is then an MPS client: isolated ones at their share,
+   * the others at 100 − P. Unset (the default): no partition, and isolated shards fail to launch.
+   */
+  readonly mps?: MpsPartition;
   /** Default 10. */
   readonly heartbeatSeconds?: number;
   /** Default 30. */
@@ -96,6 +104,7 @@ export interface AgentConfig {
   readonly stateDir: string;
   readonly regionRoot: string;
   readonly computeLedgerDir?: string;
+  readonly mps?: MpsPartition;
   readonly heartbeatSeconds: number;
   readonly reconcileSeconds: number;
   readonly stopGraceSeconds: number;

@@ -1,5 +1,9 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
 
 import { agentOptionsFromEnv, ConfigError } from './env.js';
 
@@ -172,5 +176,81 @@ describe('agentOptionsFromEnv', () => {
         }),
       /set one way to authenticate/,
     );
+  });
+
+  describe('the MPS partition', () => {
+    const work = mkdtempSync(join(tmpdir(), 'gpushards-env-mps-'));
+    const daemon = createServer((socket) => socket.end());
+    after(async () => {
+      await new Promise((resolve) => daemon.close(resolve));
+      rmSync(work, { recursive: true, force: true });
+    });
+    const read = (vars: Record<string, string>) =>
+      agentOptionsFromEnv({ GPUSHARDS_HOST_ID: 'box-1', ...vars });
+
+    it("reads the pipe folder and P where the control daemon's socket is", async () => {
+      const pipeDir = join(work, 'nvidia-mps');
+      mkdirSync(pipeDir);
+      await new Promise<void>((resolve) => daemon.listen(join(pipeDir, 'control'), resolve));
+      const options = read({
+        GPUSHARDS_MPS_PIPE_DIR: pipeDir,
+        GPUSHARDS_MPS_ISOLATED_PERCENT: '40',
+      });
+      assert.deepEqual(options.mps, { pipeDir, isolatedPercent: 40 });
+      assert.equal('mps' in read({}), false, 'no partition unless asked');
+      assert.equal(
+        read({ GPUSHARDS_MPS_PIPE_DIR: pipeDir, GPUSHARDS_MPS_ISOLATED_PERCENT: '90' }).mps
+          ?.isolatedPercent,
+        90,
+      );
+    });
+
+    it('takes both settings or neither', () => {
+      assert.throws(
+        () => read({ GPUSHARDS_MPS_PIPE_DIR: join(work, 'nvidia-mps') }),
+        (error: Error) =>
+          error instanceof ConfigError &&
+          /GPUSHARDS_MPS_PIPE_DIR and GPUSHARDS_MPS_ISOLATED_PERCENT go together: set both .* or neither; only GPUSHARDS_MPS_PIPE_DIR is set/.test(
+            error.message,
+          ),
+      );
+      assert.throws(
+        () => read({ GPUSHARDS_MPS_ISOLATED_PERCENT: '40' }),
+        /go together: .* only GPUSHARDS_MPS_ISOLATED_PERCENT is set/,
+      );
+    });
+
+    it('refuses a P that is not a whole percent from 1 to 90', () => {
+      for (const bad of ['0', '91', '100', '12.5', '40%', 'half']) {
+        assert.throws(
+          () =>
+            read({
+              GPUSHARDS_MPS_PIPE_DIR: join(work, 'nvidia-mps'),
+              GPUSHARDS_MPS_ISOLATED_PERCENT: bad,
+            }),
+          /GPUSHARDS_MPS_ISOLATED_PERCENT must be a whole percent from 1 to 90/,
+          bad,
+        );
+      }
+    });
+
+    it('refuses a pipe folder where no MPS control daemon runs', () => {
+      const empty = join(work, 'empty');
+      mkdirSync(empty);
+      for (const [folder, what] of [
+        [empty, /holds no "control" socket/],
+        [join(work, 'absent'), /does not exist/],
+      ] as const) {
+        assert.throws(
+          () => read({ GPUSHARDS_MPS_PIPE_DIR: folder, GPUSHARDS_MPS_ISOLATED_PERCENT: '40' }),
+          (error: Error) =>
+            error instanceof ConfigError &&
+            what.test(error.message) &&
+            /GPUSHARDS_MPS_PIPE_DIR: .*the MPS control daemon does not seem to run there; start it with CUDA_MPS_PIPE_DIRECTORY=/.test(
+              error.message,
+            ),
+        );
+      }
+    });
   });
 });

@@ -11,6 +11,7 @@ import {
 } from '@gpushards/protocol';
 import { z } from 'zod';
 
+import { mpsPipeDirProblem, type MpsPartition } from '../compute/mps-partition.js';
 import { parseSimulatedGpus, SimulatedGpuSpecError } from '../gpus/simulated-gpus.js';
 import { DEFAULTS, type AgentOptions } from './agent-options.js';
 
@@ -58,6 +59,13 @@ const envSchema = z.object({
   GPUSHARDS_STATE_DIR: path.default(DEFAULTS.stateDir),
   GPUSHARDS_REGION_ROOT: path.optional(),
   GPUSHARDS_COMPUTE_LEDGER_DIR: path.optional(),
+  GPUSHARDS_MPS_PIPE_DIR: path.optional(),
+  GPUSHARDS_MPS_ISOLATED_PERCENT: z
+    .string()
+    .regex(/^\d+$/, 'must be a whole percent from 1 to 90, like 40')
+    .transform(Number)
+    .refine((value) => value >= 1 && value <= 90, 'must be a whole percent from 1 to 90')
+    .optional(),
   GPUSHARDS_HEARTBEAT_SECONDS: seconds(3600).default(DEFAULTS.heartbeatSeconds),
   GPUSHARDS_RECONCILE_SECONDS: seconds(3600).default(DEFAULTS.reconcileSeconds),
   GPUSHARDS_STOP_GRACE_SECONDS: seconds(600).default(DEFAULTS.stopGraceSeconds),
@@ -148,6 +156,7 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     if (size.ok) toleranceBytes = size.bytes;
     else problems.push(`GPUSHARDS_CAP_TOLERANCE: ${size.error.message}`);
   }
+  const mps = readMpsPartition(vars, problems);
   if (problems.length > 0) {
     throw new ConfigError(`invalid agent configuration:\n  ${problems.join('\n  ')}`);
   }
@@ -172,6 +181,7 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     ...(vars.GPUSHARDS_COMPUTE_LEDGER_DIR
       ? { computeLedgerDir: resolve(vars.GPUSHARDS_COMPUTE_LEDGER_DIR) }
       : {}),
+    ...(mps !== undefined ? { mps } : {}),
     heartbeatSeconds: vars.GPUSHARDS_HEARTBEAT_SECONDS,
     reconcileSeconds: vars.GPUSHARDS_RECONCILE_SECONDS,
     stopGraceSeconds: vars.GPUSHARDS_STOP_GRACE_SECONDS,
@@ -193,6 +203,33 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
         : {}),
     },
   };
+}
+
+/**
+ * The host's MPS partition: both settings or neither, and a pipe folder where the MPS control
+ * daemon runs (its `control` socket is there), checked now so that a host never registers a
+ * partition it does not have.
+ */
+function readMpsPartition(
+  vars: { GPUSHARDS_MPS_PIPE_DIR?: string; GPUSHARDS_MPS_ISOLATED_PERCENT?: number },
+  problems: string[],
+): MpsPartition | undefined {
+  const pipeDir = vars.GPUSHARDS_MPS_PIPE_DIR;
+  const percent = vars.GPUSHARDS_MPS_ISOLATED_PERCENT;
+  if (pipeDir === undefined && percent === undefined) return undefined;
+  if (pipeDir === undefined || percent === undefined) {
+    problems.push(
+      `GPUSHARDS_MPS_PIPE_DIR and GPUSHARDS_MPS_ISOLATED_PERCENT go together: set both (the MPS control daemon's pipe folder and the percent of every GPU kept for isolated shards) or neither; only ${pipeDir === undefined ? 'GPUSHARDS_MPS_ISOLATED_PERCENT' : 'GPUSHARDS_MPS_PIPE_DIR'} is set`,
+    );
+    return undefined;
+  }
+  const folder = resolve(pipeDir);
+  const problem = mpsPipeDirProblem(folder);
+  if (problem !== undefined) {
+    problems.push(`GPUSHARDS_MPS_PIPE_DIR: ${problem}`);
+    return undefined;
+  }
+  return { pipeDir: folder, isolatedPercent: percent };
 }
 
 function parseLabels(text: string | undefined): Record<string, string> {

@@ -6,6 +6,7 @@ import {
 } from '@nestjs/common';
 import { PROTOCOL_VERSION, type RegisterRequest } from '@gpushards/protocol';
 
+import { isolatedComputePermille } from '../compute/mps-partition.js';
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { DockerRuntime } from '../containers/docker-runtime.js';
 import { EnforcementService } from '../enforcement/enforcement.service.js';
@@ -205,6 +206,10 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
         cudaVersion: inventory.cudaVersion,
         simulated: inventory.simulated,
         contextOverheadBytes: inventory.contextOverheadBytes,
+        // The host's MPS partition for isolated shards; absent: it takes none.
+        ...(this.config.mps !== undefined
+          ? { isolatedComputePermille: isolatedComputePermille(this.config.mps) }
+          : {}),
       },
       gpus: inventory.gpus.map((gpu) => ({ ...gpu, usedBytes: samples.get(gpu.uuid) ?? 0 })),
       runningShards: this.shards
