@@ -70,6 +70,29 @@ describe('buildCreateOptions', () => {
     assert.ok(!without.HostConfig?.Binds?.some((b) => b.includes('ledger')));
   });
 
+  it("on a host with an MPS partition: the daemon's pipe folder read-only, the shard's MPS percentage in its environment", () => {
+    const options = buildCreateOptions({
+      ...plan,
+      mps: { pipeDir: '/tmp/nvidia-mps', threadPercent: 30 },
+    });
+    assert.ok(options.HostConfig?.Binds?.includes('/tmp/nvidia-mps:/run/gpushards/mps:ro'));
+    assert.ok(options.Env?.includes('CUDA_MPS_PIPE_DIRECTORY=/run/gpushards/mps'));
+    assert.ok(options.Env?.includes('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30'));
+    // Whatever reaches the plan, the agent's values are the ones the container gets.
+    const lifted = buildCreateOptions({
+      ...plan,
+      env: { CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: '100', CUDA_MPS_PIPE_DIRECTORY: '/tmp/own' },
+      mps: { pipeDir: '/tmp/nvidia-mps', threadPercent: 60 },
+    });
+    assert.deepEqual(
+      lifted.Env?.filter((e) => e.startsWith('CUDA_MPS_')),
+      ['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60', 'CUDA_MPS_PIPE_DIRECTORY=/run/gpushards/mps'],
+    );
+    const without = buildCreateOptions(plan);
+    assert.ok(!without.Env?.some((e) => e.startsWith('CUDA_MPS_')));
+    assert.ok(!without.HostConfig?.Binds?.some((b) => b.includes('/run/gpushards/mps')));
+  });
+
   it('keeps the image command when the spec gives none', () => {
     const { command: _command, ...withoutCommand } = plan;
     assert.equal('Cmd' in buildCreateOptions(withoutCommand), false);

@@ -10,6 +10,12 @@ export const CONTAINER_PATHS = {
   regionDir: '/run/gpushards',
   /** The host's compute ledger folder, read-write (docs/compute.md); only when the host has one. */
   ledgerDir: '/run/gpushards/ledger',
+  /**
+   * The MPS control daemon's pipe folder, read-only, on a host with an MPS partition: clients
+   * connect to its sockets (a read-only mount allows that) but cannot plant or replace any.
+   * libvgpu.so points CUDA_MPS_PIPE_DIRECTORY here whatever the shard's environment says.
+   */
+  mpsPipeDir: '/run/gpushards/mps',
   regionFile: '/run/gpushards/region',
   /** The agent's limits file, read-only: the caps libvgpu.so enforces (docs/interposer.md). */
   limits: '/etc/gpushards/limits',
@@ -53,6 +59,8 @@ export interface ContainerPlan {
   readonly limitsFile: string;
   /** The host's compute ledger folder; absent = compute not governed. */
   readonly ledgerDir?: string;
+  /** On a host with an MPS partition: the daemon's pipe folder and this shard's percentage. */
+  readonly mps?: { readonly pipeDir: string; readonly threadPercent: number };
   /** "uid[:gid]" the container runs as instead of the image's user. */
   readonly user?: string;
   /** Most processes and threads in the container. */
@@ -115,6 +123,14 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
     ...(plan.contextBytes !== undefined
       ? { GPUSHARDS_CONTEXT_BYTES: String(plan.contextBytes) }
       : {}),
+    // An MPS client of the host's daemon at the shard's percentage (libvgpu.so forces both
+    // from the limits file at cuInit too; users may not set CUDA_MPS_* keys).
+    ...(plan.mps !== undefined
+      ? {
+          CUDA_MPS_PIPE_DIRECTORY: CONTAINER_PATHS.mpsPipeDir,
+          CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: String(plan.mps.threadPercent),
+        }
+      : {}),
   };
   gpus.forEach((gpu, ordinal) => {
     env[`CUDA_DEVICE_MEMORY_LIMIT_${ordinal}`] = String(gpu.limitBytes);
@@ -126,6 +142,7 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
     `${plan.limitsFile}:${CONTAINER_PATHS.limits}:ro`,
   ];
   if (plan.ledgerDir !== undefined) binds.push(`${plan.ledgerDir}:${CONTAINER_PATHS.ledgerDir}:rw`);
+  if (plan.mps !== undefined) binds.push(`${plan.mps.pipeDir}:${CONTAINER_PATHS.mpsPipeDir}:ro`);
   if (plan.simulatedDriver) {
     binds.push(
       `${plan.simulatedDriver.cudaLibrary}:${CONTAINER_PATHS.driverDir}/libcuda.so.1:ro`,

@@ -27,6 +27,8 @@ interface Entry {
   stampedAt: number;
   /** The compute share its file holds on every GPU; undefined: none written. */
   compute?: ComputeShareSpec;
+  /** The MPS percentage its file was written with (fixed while the container runs). */
+  mpsThreadPercent?: number;
 }
 
 /** real_sampled_at_ms is rewritten at least this often while real_bytes stays the same. */
@@ -59,13 +61,17 @@ export class LimitsService implements OnModuleDestroy {
     return join(this.folder(), shardId);
   }
 
-  /** Writes the shard's file from scratch (before its container is created); returns its path. */
+  /**
+   * Writes the shard's file from scratch (before its container is created); returns its path.
+   * `mpsThreadPercent`: on a host with an MPS partition, the shard's percentage on every GPU.
+   */
   prepare(
     shardId: string,
     gpus: readonly GpuLimit[],
     contextBytes: number,
     policy: CapPolicy | undefined,
     compute?: ComputeShareSpec,
+    mpsThreadPercent?: number,
   ): Promise<string> {
     return this.mutex.run(shardId, async () => {
       await this.closeFile(shardId);
@@ -77,6 +83,7 @@ export class LimitsService implements OnModuleDestroy {
         ...(compute === undefined
           ? {}
           : { computeSharePermille: compute.sharePermille, computeMode: compute.mode }),
+        ...(mpsThreadPercent === undefined ? {} : { mpsThreadPercent }),
       }));
       await fs.mkdir(this.folder(), { recursive: true, mode: 0o755 });
       await writeLimitsFile(this.file(shardId), devices);
@@ -86,6 +93,7 @@ export class LimitsService implements OnModuleDestroy {
         real: new Map(),
         stampedAt: 0,
         ...(compute === undefined ? {} : { compute }),
+        ...(mpsThreadPercent === undefined ? {} : { mpsThreadPercent }),
       });
       return this.file(shardId);
     });
@@ -130,7 +138,12 @@ export class LimitsService implements OnModuleDestroy {
     });
   }
 
-  /** Writes the compute share into the open file when it is given and differs from what it holds. */
+  /**
+   * Writes the compute share into the open file when it is given and differs from what it
+   * holds: share and mode only. An MPS client's percentage (mps_thread_percent) stays what the
+   * container started with; the control plane refuses such a change, so one that comes anyway
+   * is logged.
+   */
   private async writeCompute(
     shardId: string,
     entry: Entry,
@@ -142,6 +155,16 @@ export class LimitsService implements OnModuleDestroy {
     const same =
       entry.compute?.sharePermille === compute.sharePermille && entry.compute.mode === compute.mode;
     if (same) return;
+    if (
+      entry.mpsThreadPercent !== undefined &&
+      entry.compute !== undefined &&
+      (entry.compute.mode === 'isolated' || compute.mode === 'isolated')
+    ) {
+      this.logger.warn(
+        { shardId, from: entry.compute, to: compute, mpsThreadPercent: entry.mpsThreadPercent },
+        "an isolated shard's compute changed while it runs: its MPS percentage stays as it started",
+      );
+    }
     for (const gpu of gpus) await file.setCompute(gpu.uuid, compute.sharePermille, compute.mode);
     entry.compute = compute;
     this.logger.info({ shardId, compute }, 'compute share written');

@@ -6,6 +6,7 @@ import { LimitsModule } from '../limits/limits.module.js';
 import { RegionsModule } from '../regions/regions.module.js';
 import { CommandsController } from './commands.controller.js';
 import { CommandsService } from './commands.service.js';
+import { ContainerSetup } from './container-setup.js';
 import { ReconcileRequests } from './reconcile-requests.js';
 import { ShardsService } from './shards.service.js';
 import { StateReporter } from './state-reporter.js';
@@ -13,7 +14,7 @@ import { StateReporter } from './state-reporter.js';
 @Module({
   imports: [ContainersModule, GpusModule, RegionsModule, LimitsModule],
   controllers: [CommandsController],
-  providers: [ShardsService, CommandsService, StateReporter, ReconcileRequests],
+  providers: [ShardsService, ContainerSetup, CommandsService, StateReporter, ReconcileRequests],
   exports: [ShardsService, CommandsService, ReconcileRequests],
 })
 export class ShardsModule {}

@@ -11,20 +11,19 @@ import {
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { KeyedMutex } from '../common/keyed-mutex.js';
 import { errorMessage } from '@gpushards/protocol';
-import { prepareLedgerDir } from '../compute/ledger-activity.js';
-import { buildCreateOptions, orderGpus, type ShardGpu } from '../containers/container-spec.js';
+import { orderGpus, type ShardGpu } from '../containers/container-spec.js';
 import {
   DockerRuntime,
   type ContainerEvent,
   type ShardContainer,
 } from '../containers/docker-runtime.js';
-import { InterposerFiles } from '../containers/interposer-files.js';
 import { containerName } from '../containers/labels.js';
 import type { PullProgress } from '../containers/pull-progress.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { RegionsService } from '../regions/regions.service.js';
+import { ContainerSetup } from './container-setup.js';
 import { StateReporter, type StateDetails } from './state-reporter.js';
 
 /** What the agent knows of one shard of this host. */
@@ -81,7 +80,7 @@ export class ShardsService {
     private readonly regions: RegionsService,
     private readonly limits: LimitsService,
     private readonly gpus: GpusService,
-    private readonly interposer: InterposerFiles,
+    private readonly setup: ContainerSetup,
     private readonly reporter: StateReporter,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -122,7 +121,9 @@ export class ShardsService {
 
   /**
    * Makes the shard run with this spec. Resolves once the launch is taken on: RUNNING when
-   * the image was there, PULLING when it is being pulled (the outcome follows as events).
+   * the image was there, PULLING when it is being pulled (the outcome follows as events),
+   * FAILED (with a FAILED event giving the reason) when this host cannot run it as asked: an
+   * isolated shard on a host without an MPS partition, or one too large for it.
    * A running shard stays as it is (its caps updated): launching twice starts nothing twice.
    */
   launch(spec: ShardLaunchSpec): Promise<LaunchResult> {
@@ -159,6 +160,13 @@ export class ShardsService {
       };
       if (record?.containerId !== undefined) await this.docker.removeContainer(record.containerId);
       this.records.set(spec.shardId, next);
+      // Never run as another kind of shard than it asked to be: FAILED, with the reason.
+      const refusal = this.setup.refusal(spec);
+      if (refusal !== undefined) {
+        this.logger.warn({ shardId: spec.shardId, reason: refusal }, 'launch refused');
+        await this.fail(next, refusal);
+        return { state: 'FAILED' };
+      }
       let present: boolean;
       try {
         present = await this.docker.imagePresent(spec.image);
@@ -448,43 +456,8 @@ export class ShardsService {
   ): Promise<string> {
     await this.report(record, 'STARTING');
     try {
-      // A fresh region: counters of an earlier container must not carry over.
-      await this.regions.remove(spec.shardId);
-      const regionDir = await this.regions.prepare(spec.shardId);
-      const contextBytes = this.gpus.inventory.contextOverheadBytes;
-      const limitsFile = await this.limits.prepare(
-        spec.shardId,
-        orderGpus(gpus).map((gpu) => ({ uuid: gpu.uuid, limitBytes: gpu.limitBytes })),
-        contextBytes,
-        spec.capPolicy,
-        spec.compute,
-      );
       await this.docker.removeContainer(containerName(this.config.hostId, spec.shardId));
-      if (this.config.computeLedgerDir !== undefined)
-        await prepareLedgerDir(this.config.computeLedgerDir);
-      const options = buildCreateOptions({
-        hostId: this.config.hostId,
-        shardId: spec.shardId,
-        teamId: spec.teamId,
-        image: spec.image,
-        ...(spec.command ? { command: spec.command } : {}),
-        env,
-        gpus,
-        interposerPath: this.interposer.interposerPath,
-        preloadFile: this.interposer.preloadFile,
-        regionDir,
-        limitsFile,
-        ...(this.config.computeLedgerDir !== undefined
-          ? { ledgerDir: this.config.computeLedgerDir }
-          : {}),
-        pidsLimit: this.config.containers.pidsLimit,
-        ...(this.config.containers.user !== undefined ? { user: this.config.containers.user } : {}),
-        ...(this.gpus.inventory.contextOverheadBytes > 0
-          ? { contextBytes: this.gpus.inventory.contextOverheadBytes }
-          : {}),
-        simulated: this.gpus.inventory.simulated,
-        ...(this.gpus.simulatedDriver ? { simulatedDriver: this.gpus.simulatedDriver } : {}),
-      });
+      const options = await this.setup.prepare(spec, gpus, env);
       record.containerId = await this.docker.createContainer(options);
       record.observed = 'created';
       await this.docker.startContainer(record.containerId);

@@ -9,6 +9,15 @@
  *                                       write the limits file, remount it read-write, unmount
  *                                       it; prints {"write":E,"remount":E,"umount":E} (errno,
  *                                       0 when the attempt succeeded)
+ *   cuda-probe mps <dir>                what an MPS client of the host's daemon finds: prints
+ *                                       {"pipe":"$CUDA_MPS_PIPE_DIRECTORY",
+ *                                       "percent":"$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+ *                                       "control":1 when <dir>/control is a socket,
+ *                                       "connect":E connecting to it, "create":E making a file
+ *                                       in <dir>, "remove":E removing the socket (errno, 0
+ *                                       when it succeeded), then "cuinit":N and the two
+ *                                       variables as they are after cuInit ("pipe_after",
+ *                                       "percent_after": libvgpu.so sets them at cuInit)}
  * N is the CUresult of the first call that failed, 0 when all succeeded. */
 #include <cuda.h>
 #include <errno.h>
@@ -18,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static void on_term(int signo)
@@ -57,6 +69,41 @@ static int tamper(const char *path)
     return 0;
 }
 
+static int mps(const char *dir)
+{
+    char control[sizeof(((struct sockaddr_un *)0)->sun_path)], planted[512];
+    struct stat st;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    int connect_errno = 0, create_errno = 0, remove_errno = 0;
+    const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    const char *percent = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    snprintf(control, sizeof control, "%s/control", dir);
+    int is_socket = stat(control, &st) == 0 && S_ISSOCK(st.st_mode);
+    memcpy(addr.sun_path, control, sizeof control);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&addr, sizeof addr) != 0) connect_errno = errno;
+    if (s >= 0) close(s);
+    snprintf(planted, sizeof planted, "%s/planted", dir);
+    int fd = open(planted, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) {
+        create_errno = errno;
+    } else {
+        close(fd);
+        unlink(planted);
+    }
+    if (unlink(control) != 0) remove_errno = errno;
+    printf("{\"pipe\":\"%s\",\"percent\":\"%s\",\"control\":%d,\"connect\":%d,\"create\":%d,"
+           "\"remove\":%d,",
+           pipe ? pipe : "", percent ? percent : "", is_socket, connect_errno, create_errno,
+           remove_errno);
+    CUresult r = cuInit(0);
+    pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    percent = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    printf("\"cuinit\":%d,\"pipe_after\":\"%s\",\"percent_after\":\"%s\"}\n", (int)r,
+           pipe ? pipe : "", percent ? percent : "");
+    return 0;
+}
+
 static int launch(long n, int hold)
 {
     CUdevice device;
@@ -79,12 +126,13 @@ static int launch(long n, int hold)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "tamper") == 0) return tamper(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "mps") == 0) return mps(argv[2]);
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "launch") == 0) {
         signal(SIGTERM, on_term);
         return launch(strtol(argv[2], NULL, 10), argc == 4 && strcmp(argv[3], "hold") == 0);
     }
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | tamper <path>\n");
+        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | launch <n> [hold] | tamper <path> | mps <dir>\n");
         return 2;
     }
     signal(SIGTERM, on_term);
