@@ -196,6 +196,32 @@ def ours(lib, ledger, shard, share=None, mode=None, extra=None):
     if extra: e.update(extra)
     return e
 
+def gpu0_uuid():
+    out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"], text=True,
+                         capture_output=True, check=True).stdout.strip()
+    return bytes.fromhex(out.removeprefix("GPU-").replace("-", ""))
+
+def write_limits(path, share_permille, mode, mps_percent, limit_bytes=20 << 30):
+    """The limits file the agent writes (native/vgpu/include/gpushards_limits.h), one GPU."""
+    import struct
+    header = struct.pack("<QIIQIIII", 0x31544D494C555047, 1, 128, 128 + 16 * 128, 16, 128, 1, 0)
+    x = 0xcbf29ce484222325
+    for b in header[:40]: x = ((x ^ b) * 0x100000001b3) & (2**64 - 1)
+    header = (header + struct.pack("<Q", x)).ljust(128, b"\0")
+    device = (gpu0_uuid() + struct.pack("<IIQQQQQIII", 1, 0, limit_bytes, 0, 0, 0, 0, share_permille, mode,
+                                         mps_percent)).ljust(128, b"\0")
+    with open(path, "wb") as f: f.write(header + device + b"\0" * 128 * 15)
+
+def prod(lib, ledger, shard, share_percent, mode, mps_percent, extra=None):
+    """A shard as the agent starts it on an MPS host: limits file, ledger, pipe folder (standing in
+    for the mount); its own environment asks for 100 % and a wrong pipe folder."""
+    limits = f"{ledger}/limits-{shard}"
+    write_limits(limits, int(share_percent * 10), mode, mps_percent)
+    return {"LD_PRELOAD": lib, "GPUSHARDS_LEDGER_DIR": ledger, "GPUSHARDS_SHARD_ID": shard,
+            "GPUSHARDS_REGION_PATH": f"{ledger}/region-{shard}", "GPUSHARDS_LIMITS_PATH": limits,
+            "GPUSHARDS_MPS_PIPE_PATH": MPS["CUDA_MPS_PIPE_DIRECTORY"],
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100", "CUDA_MPS_PIPE_DIRECTORY": "/nowhere", **(extra or {})}
+
 MPS = {}
 HIGH = {"GS_STREAM_PRIORITY": "high"}  # the worker's work on the greatest-priority stream
 
@@ -315,6 +341,20 @@ def main():
         cases.append(("part-infer+mm+mm@25", lambda L: [("infer", iso()), ("mm", quarter(L, "a", 25)), ("mm", quarter(L, "b", 25))], [None, 0.25, 0.25]))
         # The rest split 25/75 between two training shards (12.5 % and 37.5 % of the GPU).
         cases.append(("part-infer+train13+train37", lambda L: [("infer", iso()), ("train", rest(L, "a", 13)), ("train", rest(L, "b", 37))], [None, 0.125, 0.375]))
+        # The same partition as the product sets it up (docs/compute.md, "Isolated shards"): each
+        # shard's limits file, as the agent writes it, carries its mode, share and MPS percentage;
+        # libvgpu.so makes it that MPS client at cuInit. Every worker's own environment asks for
+        # 100 % and a wrong pipe folder (a tenant lifting its limit), which libvgpu.so overrides.
+        # "@age" / "@time": the rest's in-flight bound (GPUSHARDS_COMPUTE_DEPTH_BY).
+        prod_iso = lambda L, t, share: prod(lib, L, t, share, 3, share)
+        for depth in ("age", "time"):
+            prod_rest = lambda L, t, share, depth=depth: prod(lib, L, t, share, 1, 50, {"GPUSHARDS_COMPUTE_DEPTH_BY": depth})
+            cases.append((f"prod-infer+mm+mm@{depth}", lambda L, r=prod_rest: [("infer", prod_iso(L, "i", 50)), ("mm", r(L, "a", 25)), ("mm", r(L, "b", 25))], [None, 0.25, 0.25]))
+            cases.append((f"prod-infer+train13+train37@{depth}", lambda L, r=prod_rest: [("infer", prod_iso(L, "i", 50)), ("train", r(L, "a", 12.5)), ("train", r(L, "b", 37.5))], [None, 0.125, 0.375]))
+            cases.append((f"prod-infer+graph+mm@{depth}", lambda L, r=prod_rest: [("infer", prod_iso(L, "i", 50)), ("graph", r(L, "a", 25)), ("mm", r(L, "b", 25))], [None, 0.25, 0.25]))
+        cases.append(("prod-alone-infer", lambda L: [("infer", prod(lib, L, "i", 50, 3, 50))], None))
+        cases.append(("prod-alone-mm-rest", lambda L: [("mm", prod(lib, L, "m", 50, 1, 50))], None))
+        cases.append(("mps-alone-mm-100", lambda L: [("mm", mps(100))], None))
     # A variant with MPS=<percent> runs its "ours" cases as MPS clients (libvgpu.so as well).
     def run_ours(name, mk, targets, vname, venv):
         base = dict(extra); venv = dict(venv)
@@ -324,20 +364,20 @@ def main():
         finally: extra.clear(); extra.update(base)
     deferred = []
     for name, mk, targets in cases:
-        if not want(name) or name.startswith(("mps-", "part-")): continue
+        if not want(name) or name.startswith(("mps-", "part-", "prod-")): continue
         if name.startswith("ours-") and variants:
             for vname, venv in variants:
                 if "MPS" in venv: deferred.append((name, mk, targets, vname, venv))
                 else: run_ours(name, mk, targets, vname, venv)
         else:
             report(name, run(mk(ledger()), secs, name, probe=name == "native-infer+mm"), targets)
-    mcases = [c for c in cases if c[0].startswith(("mps-", "part-")) and want(c[0])]
+    mcases = [c for c in cases if c[0].startswith(("mps-", "part-", "prod-")) and want(c[0])]
     if mcases or deferred:
         mps_start()
         try:
             for d in deferred: run_ours(*d)
             for name, mk, targets in mcases:
-                report(name, run(mk(ledger() if name.startswith("part-") else None), secs, name, probe=True), targets)
+                report(name, run(mk(ledger() if name.startswith(("part-", "prod-")) else None), secs, name, probe=True), targets)
         finally:
             mps_stop()
 

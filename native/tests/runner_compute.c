@@ -261,6 +261,22 @@ static int t_mps_refused(const void *arg)
     return run(env, "link", "mps-refused", NULL, NULL);
 }
 
+static int t_mps_rest_bound_by_time(const void *arg)
+{
+    /* A shard of a partition's rest (an MPS client, turns in the ledger)
+     * bounds its work in flight by queued GPU time, and so publishes its
+     * queue's end, though its environment asks for the bound by age. */
+    ledger_fresh();
+    char pipes_env[500];
+    mps_pipes(pipes_env, sizeof pipes_env, 1);
+    struct lim_entry e = {0, 8 * GiB, 0, 0};
+    struct lim_compute rest = {500, GPUSHARDS_COMPUTE_CAPPED, 50};
+    H_CHECK(write_limits_compute(&e, 1, NULL, &rest) == 0, "cannot write the limits file");
+    const char *env[] = {ledger_env, limits_env, pipes_env, "GPUSHARDS_SHARD_ID=q", "GPUSHARDS_COMPUTE_DEPTH_BY=age",
+                         NULL};
+    return run(env, "link", "compute-queue-end", NULL, NULL);
+}
+
 /* The "waits for work in flight" count of the stats a run printed at exit. */
 static long inflight_waits(void)
 {
@@ -305,5 +321,6 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("mps: the limits file's percentage and pipe folder win over the process's environment", t_mps_forced, NULL);
     ADDC("mps: a shard that must be an MPS client is refused CUDA when no control daemon answers", t_mps_refused,
          NULL);
+    ADDC("mps: the rest's shards bound their work in flight by queued GPU time", t_mps_rest_bound_by_time, NULL);
 #undef ADDC
 }

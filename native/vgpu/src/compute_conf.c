@@ -72,7 +72,11 @@ static void load_conf(void)
     cc->preempt = (int)env_u64("GPUSHARDS_COMPUTE_PREEMPT", 1, 0, 1);
     cc->handover_wait = (int)env_u64("GPUSHARDS_COMPUTE_HANDOVER_WAIT", 1, 0, 1);
     cc->charge = env_choice("GPUSHARDS_COMPUTE_CHARGE", "wall", "gpu", 0) ? GS_CHARGE_GPU : GS_CHARGE_WALL;
-    cc->depth_by_time = env_choice("GPUSHARDS_COMPUTE_DEPTH_BY", "age", "time", 0);
+    /* An MPS client of a partition is bound by queued GPU time whatever its
+     * environment says: by age, graph neighbours in the rest took an
+     * isolated shard's p99 to 2.2-2.9x alone, by time 1.1-1.6x (H200,
+     * native/gpu-tests/RESULTS.md, 2026-11-27 15:40). */
+    cc->depth_by_time = gs_mps_client() || env_choice("GPUSHARDS_COMPUTE_DEPTH_BY", "age", "time", 0);
     cc->timed = cc->charge == GS_CHARGE_GPU || cc->depth_by_time;
     cc->stats = (int)env_u64("GPUSHARDS_COMPUTE_STATS", 0, 0, 1);
     if (cc->stats) atexit(print_stats);

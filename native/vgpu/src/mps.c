@@ -53,7 +53,7 @@ void gs_mps_before_init(void)
 {
     uint32_t percent = wanted_percent();
     if (percent == 0) return;
-    char text[8];
+    char text[12];
     snprintf(text, sizeof text, "%u", percent);
     const char *pipes = pipe_folder();
     if (setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", text, 1) != 0 || setenv("CUDA_MPS_PIPE_DIRECTORY", pipes, 1) != 0) {
@@ -63,6 +63,12 @@ void gs_mps_before_init(void)
     }
     __atomic_store_n(&applied_percent, percent, __ATOMIC_RELEASE);
     GS_INFO("an MPS client at %u%% of the GPU's threads (pipes in %s)", percent, pipes);
+}
+
+int gs_mps_client(void)
+{
+    uint32_t percent = __atomic_load_n(&applied_percent, __ATOMIC_ACQUIRE);
+    return percent != 0 && percent != UINT32_MAX;
 }
 
 CUresult gs_mps_after_init(void)

@@ -92,6 +92,8 @@ uint64_t gs_limits_pool_growth_bytes(int dev);
  * process an MPS client. */
 void gs_mps_before_init(void);
 CUresult gs_mps_after_init(void);
+/* 1 when cuInit made this process an MPS client of its host's partition. */
+int gs_mps_client(void);
 
 /* ---- budget.c ------------------------------------------------------- */
 enum { GS_MODE_UNINIT = 0, GS_MODE_COUNTING, GS_MODE_PASSTHROUGH, GS_MODE_FAIL_CLOSED };
