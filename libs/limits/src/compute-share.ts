@@ -209,7 +209,8 @@ export interface ResizeGpu {
 /**
  * Changing a running shard's share: every GPU it holds must take the new share beside the
  * others'. With `current` (the shard's share now), an isolated shard's share and mode stay
- * as they are (isolatedShareChangeRefusal).
+ * as they are (isolatedShareChangeRefusal), and a share that does not grow always fits (a
+ * GPU whose host's partition grew under it may hold more than 1000 − P outside it).
  */
 export function resizeComputeShare(
   request: ComputeRequest,
@@ -226,6 +227,7 @@ export function resizeComputeShare(
   const resolved = resolveComputeShare(request, policy);
   if (!resolved.ok) return resolved;
   const { sharePermille, mode } = resolved.value;
+  if (current !== undefined && sharePermille <= current.sharePermille) return resolved;
   for (const gpu of gpus) {
     const load: GpuComputeLoad = {
       guaranteedComputePermille: gpu.othersPermille,

@@ -210,6 +210,13 @@ describe('isolated compute: a running shard', () => {
     ];
     const guaranteed = { sharePermille: 100, mode: 'GUARANTEED' as const };
     assert.ok(resizeComputeShare({ sharePercent: 50 }, {}, beside, guaranteed).ok);
+    // The partition grew under it: 60% outside a 50% partition; lowering still fits, growing not.
+    const grown = [{ gpuUuid: 'GPU-0', othersPermille: 500, isolatedPoolPermille: 500 }];
+    const big = { sharePermille: 100, mode: 'CAPPED' as const };
+    assert.ok(resizeComputeShare({ sharePercent: 5, mode: 'CAPPED' }, {}, grown, big).ok);
+    assert.ok(resizeComputeShare({ sharePercent: 10 }, {}, grown, big).ok);
+    const grow2 = resizeComputeShare({ sharePercent: 11 }, {}, grown, big);
+    assert.equal(!grow2.ok && grow2.refusal.kind, 'gpu-over-guaranteed');
     const over = resizeComputeShare({ sharePercent: 60 }, {}, beside, guaranteed);
     assert.equal(!over.ok && over.refusal.kind, 'gpu-over-guaranteed');
     assert.match(
