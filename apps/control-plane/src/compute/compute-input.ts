@@ -5,6 +5,7 @@ import {
   type ComputeShare,
   type TeamComputePolicy,
 } from '@gpushards/limits';
+import type { ComputeShareSpec } from '@gpushards/protocol';
 import type { ComputeMode } from '../database/index.js';
 import { QuotaExceededError } from '../errors/domain-errors.js';
 import type { InputCheck } from '../validation/input.js';
@@ -65,9 +66,12 @@ function computeQuotaError(
 export function computeSpecOf(share: {
   readonly sharePermille: number;
   readonly mode: ComputeMode;
-}): { sharePermille: number; mode: 'guaranteed' | 'capped' } {
-  return {
-    sharePermille: share.sharePermille,
-    mode: share.mode === 'CAPPED' ? 'capped' : 'guaranteed',
-  };
+}): ComputeShareSpec {
+  return { sharePermille: share.sharePermille, mode: COMPUTE_SPEC_MODES[share.mode] };
 }
+
+const COMPUTE_SPEC_MODES: Record<ComputeMode, ComputeShareSpec['mode']> = {
+  GUARANTEED: 'guaranteed',
+  CAPPED: 'capped',
+  ISOLATED: 'isolated',
+};

@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import {
   describeComputeRefusal,
   holdsReservation,
+  isolatedShareChangeRefusal,
   resizeComputeShare,
   type ComputeShare,
 } from '@gpushards/limits';
@@ -27,7 +28,9 @@ import {
  * (libs/limits resizeComputeShare), apply (the GPUs' totals by the difference, with the same
  * condition placement uses, the live reservations, the shard) in one transaction; then the
  * host's agent is told, and writes it into the shard's limits file, where libvgpu.so reads it
- * at the shard's next turn.
+ * at the shard's next turn. An ISOLATED shard is an MPS client whose percentage is fixed when
+ * its process starts: while it holds its GPUs its share and mode stay (CONFLICT), and no shard
+ * that holds its GPUs becomes ISOLATED.
  */
 @Injectable()
 export class ComputeShareService {
@@ -69,6 +72,11 @@ export class ComputeShareService {
       }
       if (share.sharePermille === shard.computeSharePermille && share.mode === shard.computeMode) {
         return shard;
+      }
+      const current = { sharePermille: shard.computeSharePermille, mode: shard.computeMode };
+      const fixed = holding ? isolatedShareChangeRefusal(current, share) : undefined;
+      if (fixed !== undefined) {
+        throw new ConflictError(`shard ${id}: ${describeComputeRefusal(fixed)}`);
       }
       const team = await readTeamState(tx, shard.teamId);
       if (team === undefined) throw new NotFoundError('team', shard.teamId);
@@ -123,12 +131,17 @@ export class ComputeShareService {
     delta: number,
     maxComputeSharePercent: number | null,
   ): Promise<{ uuid: string; limitBytes: number }[]> {
-    const live = await tx.$queryRaw<{ uuid: string; index: number; guaranteed: number }[]>`
-      SELECT gpu.uuid, gpu.index, gpu.guaranteed_compute_permille AS guaranteed
+    const live = await tx.$queryRaw<
+      { uuid: string; guaranteed: number; isolated: number; pool: number }[]
+    >`
+      SELECT gpu.uuid, gpu.guaranteed_compute_permille AS guaranteed,
+             gpu.isolated_compute_permille AS isolated, gpu.isolated_pool_permille AS pool
         FROM gpu
        WHERE gpu.uuid IN (SELECT gpu_uuid FROM shard_gpu
                            WHERE shard_id = ${shard.id}::uuid AND released_at IS NULL)
        ORDER BY gpu.uuid FOR UPDATE`;
+    const current = { sharePermille: shard.computeSharePermille, mode: shard.computeMode };
+    const ownIsolated = current.mode === 'ISOLATED' ? current.sharePermille : 0;
     const decision = resizeComputeShare(
       {
         sharePercent: share.sharePermille === 0 ? null : share.sharePermille / 10,
@@ -138,8 +151,14 @@ export class ComputeShareService {
       live.map((gpu) => ({
         gpuUuid: gpu.uuid,
         othersPermille: Math.max(0, gpu.guaranteed - shard.computeSharePermille),
+        othersIsolatedPermille: Math.max(0, gpu.isolated - ownIsolated),
+        isolatedPoolPermille: gpu.pool,
       })),
+      current,
     );
+    if (!decision.ok && decision.refusal.kind === 'isolated-share-fixed') {
+      throw new ConflictError(`shard ${shard.id}: ${describeComputeRefusal(decision.refusal)}`);
+    }
     if (!decision.ok) {
       const message = `shard ${shard.id} cannot take this compute share: ${describeComputeRefusal(decision.refusal)}`;
       const host = await tx.host.findUnique({ where: { id: shard.hostId ?? '' } });
@@ -152,10 +171,13 @@ export class ComputeShareService {
       ]);
     }
     const uuids = live.map((gpu) => gpu.uuid);
+    // Isolated shares never change here (refused above), so the isolated total stays.
     const changed = await tx.$queryRaw<{ uuid: string }[]>`
       UPDATE gpu SET guaranteed_compute_permille = guaranteed_compute_permille + ${delta}::int
        WHERE uuid = ANY(${uuids}::text[])
          AND guaranteed_compute_permille + ${delta}::int BETWEEN 0 AND 1000
+         AND gpu_compute_fits(guaranteed_compute_permille, isolated_compute_permille,
+                              isolated_pool_permille, ${delta}::int, 0)
       RETURNING uuid`;
     if (changed.length !== uuids.length) {
       throw new Error(`shard ${shard.id}: a GPU's guaranteed compute changed while locked`);

@@ -18,7 +18,7 @@ export class ComputeResolver {
 
   @Mutation(() => Shard, {
     description:
-      "A new compute share (and mode) on every GPU of the shard, like resizeShard for memory: within the team's maxComputeSharePercent (QUOTA_EXCEEDED), and each GPU's guaranteed shares at most 100% (NO_CAPACITY). A running shard takes it at its next turn on the GPU. PENDING shards: stored, checked when placed.",
+      "A new compute share (and mode) on every GPU of the shard, like resizeShard for memory: within the team's maxComputeSharePercent (QUOTA_EXCEEDED), and each GPU's guaranteed shares at most 100%, those outside its host's isolated partition at most what the partition leaves (NO_CAPACITY). A running shard takes it at its next turn on the GPU. An ISOLATED shard's share and mode are fixed while it holds its GPUs, and a shard that holds its GPUs cannot become ISOLATED (CONFLICT: stop it and start it with the new share). PENDING shards: stored, checked when placed.",
   })
   async setShardCompute(
     @CurrentCaller() caller: Caller,

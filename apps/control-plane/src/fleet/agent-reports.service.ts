@@ -131,7 +131,7 @@ export class AgentReportsService {
     );
     await this.prisma.$transaction(async (tx) => {
       const { state, previous } = await upsertRegisteredHost(tx, host, now);
-      const kept = await upsertGpus(tx, host.hostId, gpus, now);
+      const kept = await upsertGpus(tx, host.hostId, gpus, now, host.isolatedComputePermille ?? 0);
       for (const gpu of kept) {
         this.logger.warn(
           { hostId: host.hostId, gpuUuid: gpu },
@@ -150,6 +150,9 @@ export class AgentReportsService {
           gpus: gpus.length,
           agentVersion: host.agentVersion,
           simulated: host.simulated,
+          ...(host.isolatedComputePermille
+            ? { isolatedComputePermille: host.isolatedComputePermille }
+            : {}),
         },
       });
       effects.hostStates.push({ hostId: host.hostId, state });

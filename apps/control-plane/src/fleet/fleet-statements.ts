@@ -43,20 +43,26 @@ export async function upsertRegisteredHost(
   return rows[0]!;
 }
 
-/** Creates or updates the GPUs; marks the host's unlisted GPUs missing. Returns GPUs whose total was kept. */
+/**
+ * Creates or updates the GPUs, each with the host's isolated partition (`isolatedPoolPermille`,
+ * HostInfo.isolatedComputePermille; 0 = none); marks the host's unlisted GPUs missing. Returns
+ * GPUs whose total was kept.
+ */
 export async function upsertGpus(
   tx: RawSql,
   hostId: string,
   gpus: RegisterRequest['gpus'],
   now: Date,
+  isolatedPoolPermille = 0,
 ): Promise<string[]> {
   const uuids = gpus.map((gpu) => gpu.uuid);
   let kept: string[] = [];
   if (gpus.length > 0) {
     const rows = await tx.$queryRaw<{ uuid: string; totalBytes: bigint }[]>`
-      INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes, updated_at)
+      INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes,
+                       isolated_pool_permille, updated_at)
       SELECT reported.uuid, ${hostId}, reported.index, reported.model, reported.total,
-             reported.used, now()
+             reported.used, ${isolatedPoolPermille}::int, now()
         FROM unnest(${uuids}::text[], ${gpus.map((g) => g.index)}::int[],
                     ${gpus.map((g) => g.model)}::text[],
                     ${gpus.map((g) => BigInt(g.totalBytes))}::bigint[],
@@ -65,6 +71,7 @@ export async function upsertGpus(
       ON CONFLICT (uuid) DO UPDATE SET
         host_id = EXCLUDED.host_id, index = EXCLUDED.index, model = EXCLUDED.model,
         used_bytes = EXCLUDED.used_bytes, missing_since = NULL, updated_at = now(),
+        isolated_pool_permille = EXCLUDED.isolated_pool_permille,
         total_bytes = CASE
           WHEN gpu.reserved_bytes <= floor(EXCLUDED.total_bytes * gpu.overcommit_ratio)
           THEN EXCLUDED.total_bytes ELSE gpu.total_bytes END

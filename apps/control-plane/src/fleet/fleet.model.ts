@@ -64,6 +64,18 @@ export class Gpu {
   })
   computeGuaranteedPercent!: number;
 
+  @Field(() => Float, {
+    description:
+      "The part of it, percent, that its host's MPS partition keeps for ISOLATED shards (the host's computeIsolatedPoolPercent); 0: none. Shards of other modes share the rest.",
+  })
+  computeIsolatedPoolPercent!: number;
+
+  @Field(() => Float, {
+    description:
+      'Of computeGuaranteedPercent, the shares of its live ISOLATED shards, percent (placement keeps it within computeIsolatedPoolPercent).',
+  })
+  computeIsolatedPercent!: number;
+
   @Field(() => Date, {
     nullable: true,
     description: "Since when the host's registrations no longer list it; it takes no shards.",
@@ -128,6 +140,12 @@ export class Host {
   @Field({ description: 'Its GPUs are simulated (fake driver libraries).' })
   simulated!: boolean;
 
+  @Field(() => Float, {
+    description:
+      'The MPS partition its agent runs for ISOLATED shards: the part of every GPU, percent, kept for them (as last registered); 0: none, the host takes no ISOLATED shard.',
+  })
+  computeIsolatedPoolPercent!: number;
+
   @Field(() => Date, { nullable: true })
   lastHeartbeatAt!: Date | null;
 
@@ -186,6 +204,8 @@ export function gpuView(gpu: GpuRow): Gpu {
     unattributed: sizeOf(gpu.unattributedBytes),
     overcommitRatio: gpu.overcommitRatio,
     computeGuaranteedPercent: gpu.guaranteedComputePermille / 10,
+    computeIsolatedPoolPercent: gpu.isolatedPoolPermille / 10,
+    computeIsolatedPercent: gpu.isolatedComputePermille / 10,
     missingSince: gpu.missingSince,
   };
 }
@@ -208,6 +228,7 @@ export function hostView(host: HostRow & { gpus: GpuRow[] }): Host {
     driverVersion: host.driverVersion,
     cudaVersion: host.cudaVersion,
     simulated: host.simulated,
+    computeIsolatedPoolPercent: Math.max(0, ...present.map((gpu) => gpu.isolatedPoolPermille)) / 10,
     lastHeartbeatAt: host.lastHeartbeatAt,
     registeredAt: host.registeredAt,
     gpus,

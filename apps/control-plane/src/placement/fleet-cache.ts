@@ -6,13 +6,11 @@ import {
 } from '@nestjs/common';
 import {
   bytes,
-  gpuUuid,
   hostId as toHostId,
   matchesGpuModel,
   PlacementIndex,
   type Bytes,
   type GpuModelFilter,
-  type GpuUuid,
   type Host,
   type HostId,
   type HostState,
@@ -23,6 +21,15 @@ import { performance } from 'node:perf_hooks';
 import { PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { stringRecord } from '../shards/shard-record.js';
+import {
+  addCounts,
+  cachedGpuOf,
+  countsOfRow,
+  lessThan,
+  recount,
+  type CachedGpu,
+  type GpuCounts,
+} from './cached-gpu.js';
 import {
   readHosts,
   readReservations,
@@ -41,30 +48,6 @@ import { QueueSignal } from './queue-signal.js';
  */
 export const FLEET_REFRESH_INTERVAL_MS = 1000;
 
-interface CachedGpu {
-  readonly uuid: GpuUuid;
-  readonly hostId: HostId;
-  readonly index: number;
-  readonly model: string;
-  readonly totalBytes: Bytes;
-  readonly overcommitRatio: number;
-  /** What placement sees: committed + held. */
-  reservedBytes: Bytes;
-  /** As the database had it at the last read, plus this process's commits since. */
-  committedBytes: number;
-  /** Picked by this process's transactions that have not ended yet. */
-  heldBytes: number;
-  /** What placement sees of the compute shares guaranteed on it: committed + held, permille. */
-  guaranteedComputePermille: number;
-  committedPermille: number;
-  heldPermille: number;
-  /**
-   * performance.now() when this process last applied a commit of its own to it: a read that
-   * started before then may predate that commit and must not overwrite it.
-   */
-  localAt: number;
-}
-
 interface CachedHost {
   readonly id: HostId;
   readonly name: string;
@@ -81,6 +64,8 @@ export interface GpuDelta {
   readonly bytes: number;
   /** The change of its guaranteed compute share, permille; absent: none. */
   readonly permille?: number;
+  /** Of `permille`, the change of its ISOLATED shards' shares; absent: none. */
+  readonly isolatedPermille?: number;
 }
 
 /**
@@ -191,15 +176,14 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       this.signal.freed();
       return;
     }
-    const compute = row.compute;
+    const { compute, isolated } = row;
     let freed = false;
     for (const [uuid, reserved] of Object.entries(row.reserved)) {
       const gpu = this.gpusByUuid.get(uuid);
       if (gpu === undefined || gpu.localAt > startedAt) continue;
-      const permille = compute[uuid] ?? 0;
-      if (reserved < gpu.committedBytes || permille < gpu.committedPermille) freed = true;
-      gpu.committedBytes = reserved;
-      gpu.committedPermille = permille;
+      const read = { bytes: reserved, permille: compute[uuid] ?? 0, isolated: isolated[uuid] ?? 0 };
+      if (lessThan(read, gpu.committed)) freed = true;
+      Object.assign(gpu.committed, read);
       this.recount(gpu);
     }
     // Another control plane freed room: this process's queue learns of it here.
@@ -216,24 +200,27 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   /**
    * Reads these hosts and their GPUs again, after a conditional update on them missed
    * (another control plane took their GPUs first). Inside a transaction, `uncommitted` names
-   * what that transaction itself added to GPUs' reserved bytes: the rows already include it,
-   * while the cache still counts it as held until the transaction ends.
+   * what that transaction itself added to GPUs (reserved bytes, compute shares): the rows
+   * already include it, while the cache still counts it as held until the transaction ends.
    */
   async reloadHosts(
     reader: DatabaseReader,
     ids: readonly string[],
-    uncommitted: ReadonlyMap<string, number> = new Map(),
-    uncommittedPermille: ReadonlyMap<string, number> = new Map(),
+    uncommitted: ReadonlyMap<string, Readonly<GpuCounts>> = new Map(),
   ): Promise<void> {
     if (ids.length === 0) return;
     const startedAt = performance.now();
     const { hosts, gpus } = await readHosts(reader, ids);
-    const committed = (gpu: GpuRow): GpuRow => ({
-      ...gpu,
-      reservedBytes: Number(gpu.reservedBytes) - (uncommitted.get(gpu.uuid) ?? 0),
-      guaranteedComputePermille:
-        gpu.guaranteedComputePermille - (uncommittedPermille.get(gpu.uuid) ?? 0),
-    });
+    const committed = (gpu: GpuRow): GpuRow => {
+      const added = uncommitted.get(gpu.uuid);
+      if (added === undefined) return gpu;
+      return {
+        ...gpu,
+        reservedBytes: Number(gpu.reservedBytes) - added.bytes,
+        guaranteedComputePermille: gpu.guaranteedComputePermille - added.permille,
+        isolatedComputePermille: gpu.isolatedComputePermille - added.isolated,
+      };
+    };
     let replaced = this.hostList;
     for (const id of ids) {
       const row = hosts.find((host) => host.id === id);
@@ -276,38 +263,35 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     this.index.changed(host.id);
     for (const gpu of gpus) {
       const cached = this.gpusByUuid.get(gpu.uuid)!;
+      cached.isolatedPoolPermille = gpu.isolatedPoolPermille;
       if (cached.localAt > startedAt) continue;
-      cached.committedBytes = Number(gpu.reservedBytes);
-      cached.committedPermille = gpu.guaranteedComputePermille;
+      Object.assign(cached.committed, countsOfRow(gpu));
       this.recount(cached);
     }
     return true;
   }
 
   /**
-   * Counts `size` more reserved (and `permille` more compute guaranteed) on each GPU for this
-   * process's placements until `release`.
+   * Counts `each` more (reserved bytes, compute shares) on each GPU for this process's
+   * placements until `release`.
    */
-  hold(uuids: readonly string[], size: number, permille = 0): void {
+  hold(uuids: readonly string[], each: Readonly<GpuCounts>): void {
     for (const uuid of uuids) {
       const gpu = this.gpusByUuid.get(uuid);
       if (gpu === undefined) continue;
-      gpu.heldBytes += size;
-      gpu.heldPermille += permille;
+      addCounts(gpu.held, each);
       this.recount(gpu);
     }
   }
 
   /** Ends a hold; `committed` when its transaction committed the reservation. */
-  release(uuids: readonly string[], size: number, committed: boolean, permille = 0): void {
+  release(uuids: readonly string[], each: Readonly<GpuCounts>, committed: boolean): void {
     for (const uuid of uuids) {
       const gpu = this.gpusByUuid.get(uuid);
       if (gpu === undefined) continue;
-      gpu.heldBytes = Math.max(0, gpu.heldBytes - size);
-      gpu.heldPermille = Math.max(0, gpu.heldPermille - permille);
+      addCounts(gpu.held, each, -1);
       if (committed) {
-        gpu.committedBytes += size;
-        gpu.committedPermille += permille;
+        addCounts(gpu.committed, each);
         gpu.localAt = performance.now();
       }
       this.recount(gpu);
@@ -319,8 +303,11 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     for (const delta of deltas) {
       const gpu = this.gpusByUuid.get(delta.uuid);
       if (gpu === undefined) continue;
-      gpu.committedBytes = Math.max(0, gpu.committedBytes + delta.bytes);
-      gpu.committedPermille = Math.max(0, gpu.committedPermille + (delta.permille ?? 0));
+      addCounts(gpu.committed, {
+        bytes: delta.bytes,
+        permille: delta.permille ?? 0,
+        isolated: delta.isolatedPermille ?? 0,
+      });
       gpu.localAt = performance.now();
       this.recount(gpu);
     }
@@ -335,12 +322,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private recount(gpu: CachedGpu): void {
-    const reserved = gpu.committedBytes + gpu.heldBytes;
-    const permille = gpu.committedPermille + gpu.heldPermille;
-    if (reserved === gpu.reservedBytes && permille === gpu.guaranteedComputePermille) return;
-    gpu.reservedBytes = bytes(reserved);
-    gpu.guaranteedComputePermille = permille;
-    this.index.changed(gpu.hostId);
+    if (recount(gpu)) this.index.changed(gpu.hostId);
   }
 
   private async readAll(startedAt: number): Promise<void> {
@@ -358,7 +340,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     this.lastReadStartedAt = startedAt;
   }
 
-  /** A host from its rows; GPUs keep what this process holds on them. */
+  /** A host from its rows; GPUs keep what this process holds on them (cachedGpuOf). */
   private toHost(row: HostRow, gpus: readonly GpuRow[], startedAt: number): CachedHost {
     const id = toHostId(row.id);
     return {
@@ -367,30 +349,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       state: row.state,
       labels: stringRecord(row.labels),
       contextOverheadBytes: bytes(Number(row.contextOverheadBytes)),
-      gpus: gpus.map((gpu) => {
-        const cached = this.gpusByUuid.get(gpu.uuid);
-        // A commit of this process applied after the read started wins over the row.
-        const local = cached !== undefined && cached.localAt > startedAt;
-        const committedBytes = local ? cached.committedBytes : Number(gpu.reservedBytes);
-        const heldBytes = cached?.heldBytes ?? 0;
-        const committedPermille = local ? cached.committedPermille : gpu.guaranteedComputePermille;
-        const heldPermille = cached?.heldPermille ?? 0;
-        return {
-          uuid: gpuUuid(gpu.uuid),
-          hostId: id,
-          index: gpu.index,
-          model: gpu.model,
-          totalBytes: bytes(Number(gpu.totalBytes)),
-          overcommitRatio: gpu.overcommitRatio,
-          committedBytes,
-          heldBytes,
-          reservedBytes: bytes(committedBytes + heldBytes),
-          committedPermille,
-          heldPermille,
-          guaranteedComputePermille: committedPermille + heldPermille,
-          localAt: local ? cached.localAt : Number.NEGATIVE_INFINITY,
-        };
-      }),
+      gpus: gpus.map((gpu) => cachedGpuOf(gpu, id, this.gpusByUuid.get(gpu.uuid), startedAt)),
     };
   }
 

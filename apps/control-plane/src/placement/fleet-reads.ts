@@ -21,6 +21,9 @@ export interface GpuRow {
   reservedBytes: bigint | number;
   overcommitRatio: number;
   guaranteedComputePermille: number;
+  /** The host's isolated (MPS) partition on it, and the ISOLATED shards' part of the guaranteed. */
+  isolatedPoolPermille: number;
+  isolatedComputePermille: number;
 }
 
 /** Every host and every GPU not missing, for the fleet cache's whole read. */
@@ -47,10 +50,14 @@ export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet
            count(*)::int AS count, max(updated_at)::text AS "changedAt"
       FROM host`;
   const [gpus] = await reader.$queryRaw<
-    { rows: [string, string, number, string, number, number, number, number][] | null }[]
+    {
+      rows:
+        [string, string, number, string, number, number, number, number, number, number][] | null;
+    }[]
   >`
     SELECT json_agg(json_build_array(uuid, host_id, index, model, total_bytes, reserved_bytes,
-                                     overcommit_ratio, guaranteed_compute_permille)) AS rows
+                                     overcommit_ratio, guaranteed_compute_permille,
+                                     isolated_pool_permille, isolated_compute_permille)) AS rows
       FROM gpu WHERE missing_since IS NULL`;
   return {
     hosts: (hosts?.rows ?? []).map((row) => ({
@@ -69,6 +76,8 @@ export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet
       reservedBytes: row[5],
       overcommitRatio: row[6],
       guaranteedComputePermille: row[7],
+      isolatedPoolPermille: row[8],
+      isolatedComputePermille: row[9],
     })),
     hostCount: hosts?.count ?? 0,
     hostsChangedAt: hosts?.changedAt ?? '',
@@ -83,6 +92,8 @@ export interface Reservations {
   readonly reserved: Readonly<Record<string, number>>;
   /** Guaranteed compute permille by GPU UUID, for the GPUs that have some. */
   readonly compute: Readonly<Record<string, number>>;
+  /** Of that, the ISOLATED shards' permille, for the GPUs that have some. */
+  readonly isolated: Readonly<Record<string, number>>;
 }
 
 export async function readReservations(reader: DatabaseReader): Promise<Reservations> {
@@ -92,6 +103,7 @@ export async function readReservations(reader: DatabaseReader): Promise<Reservat
       changedAt: string | null;
       reserved: Record<string, number> | null;
       compute: Record<string, number> | null;
+      isolated: Record<string, number> | null;
     }[]
   >`
     SELECT (SELECT count(*) FROM host)::int AS hosts,
@@ -99,12 +111,15 @@ export async function readReservations(reader: DatabaseReader): Promise<Reservat
            (SELECT json_object_agg(uuid, reserved_bytes) FROM gpu
              WHERE missing_since IS NULL) AS reserved,
            (SELECT json_object_agg(uuid, guaranteed_compute_permille) FROM gpu
-             WHERE missing_since IS NULL AND guaranteed_compute_permille > 0) AS compute`;
+             WHERE missing_since IS NULL AND guaranteed_compute_permille > 0) AS compute,
+           (SELECT json_object_agg(uuid, isolated_compute_permille) FROM gpu
+             WHERE missing_since IS NULL AND isolated_compute_permille > 0) AS isolated`;
   return {
     hostCount: row?.hosts ?? 0,
     hostsChangedAt: row?.changedAt ?? '',
     reserved: row?.reserved ?? {},
     compute: row?.compute ?? {},
+    isolated: row?.isolated ?? {},
   };
 }
 
@@ -120,7 +135,9 @@ export async function readHosts(
   const gpus = await reader.$queryRaw<GpuRow[]>`
     SELECT uuid, host_id AS "hostId", index, model, total_bytes AS "totalBytes",
            reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio",
-           guaranteed_compute_permille AS "guaranteedComputePermille"
+           guaranteed_compute_permille AS "guaranteedComputePermille",
+           isolated_pool_permille AS "isolatedPoolPermille",
+           isolated_compute_permille AS "isolatedComputePermille"
       FROM gpu WHERE host_id = ANY(${[...ids]}::text[]) AND missing_since IS NULL`;
   return { hosts, gpus };
 }

@@ -6,6 +6,7 @@ import {
   type PlacementRequest,
 } from '@gpushards/limits';
 import { NoCapacityError, type HostRejection } from '../errors/domain-errors.js';
+import type { GpuCounts } from './cached-gpu.js';
 import { FleetCache } from './fleet-cache.js';
 
 /**
@@ -13,19 +14,27 @@ import { FleetCache } from './fleet-cache.js';
  * the transaction committed or rolled back.
  */
 export class PlacementHolds {
-  private readonly held: { uuids: readonly string[]; size: number; permille: number }[] = [];
+  private readonly held: { uuids: readonly string[]; each: GpuCounts }[] = [];
 
   constructor(private readonly cache: FleetCache) {}
 
-  /** `size` bytes and `permille` of guaranteed compute on each GPU. */
-  hold(uuids: readonly string[], size: number, permille = 0): void {
-    this.cache.hold(uuids, size, permille);
-    this.held.push({ uuids, size, permille });
+  /**
+   * `size` bytes and a compute share on each GPU (`isolated`: the part of `permille` that is an
+   * ISOLATED shard's, in the host's isolated partition).
+   */
+  hold(
+    uuids: readonly string[],
+    size: number,
+    { permille, isolated }: { permille: number; isolated: number } = { permille: 0, isolated: 0 },
+  ): void {
+    const each = { bytes: size, permille, isolated };
+    this.cache.hold(uuids, each);
+    this.held.push({ uuids, each });
   }
 
   settle(committed: boolean): void {
-    for (const { uuids, size, permille } of this.held.splice(0)) {
-      this.cache.release(uuids, size, committed, permille);
+    for (const { uuids, each } of this.held.splice(0)) {
+      this.cache.release(uuids, each, committed);
     }
   }
 }
@@ -34,7 +43,8 @@ export class PlacementHolds {
  * Placement against the in-memory fleet, made true by a conditional update in the caller's
  * transaction (ShardCreator's batch statement): reserved bytes rise only where
  * `reserved_bytes + n <= floor(total_bytes * overcommit_ratio)` (and, for a compute share,
- * `guaranteed_compute_permille + share <= 1000`) on a host that is still ONLINE.
+ * `gpu_compute_fits(...)`: the fit rule of libs/limits computeShareFits, isolated shares within
+ * the host's isolated partition, the others within the rest) on a host that is still ONLINE.
  */
 @Injectable()
 export class PlacementService {

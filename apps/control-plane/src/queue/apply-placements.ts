@@ -44,13 +44,18 @@ export async function applyPlacements(
   if (live.length === 0) return skipped;
 
   // Per GPU: what this pass adds (several placements may share a GPU).
-  const perGpu = new Map<string, { hostId: string; bytes: bigint; permille: number }>();
+  const perGpu = new Map<
+    string,
+    { hostId: string; bytes: bigint; permille: number; isolated: number }
+  >();
   for (const { placement, shard } of live) {
     const { hostId, gpuUuids, reservedBytesPerGpu } = placement.placed;
+    const isolated = shard.computeMode === 'ISOLATED' ? shard.computeSharePermille : 0;
     for (const uuid of gpuUuids) {
-      const sum = perGpu.get(uuid) ?? { hostId, bytes: 0n, permille: 0 };
+      const sum = perGpu.get(uuid) ?? { hostId, bytes: 0n, permille: 0, isolated: 0 };
       sum.bytes += BigInt(reservedBytesPerGpu);
       sum.permille += shard.computeSharePermille;
+      sum.isolated += isolated;
       perGpu.set(uuid, sum);
     }
   }
@@ -59,16 +64,19 @@ export async function applyPlacements(
   const hostIds = [...new Set(rows.map((row) => row.hostId))];
   const taken = await tx.$queryRaw<{ uuid: string }[]>`
     UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + added.bytes,
-                   guaranteed_compute_permille = gpu.guaranteed_compute_permille + added.permille
+                   guaranteed_compute_permille = gpu.guaranteed_compute_permille + added.permille,
+                   isolated_compute_permille = gpu.isolated_compute_permille + added.isolated
       FROM unnest(${uuids}::text[], ${rows.map((r) => r.hostId)}::text[],
-                  ${rows.map((r) => r.bytes)}::bigint[], ${rows.map((r) => r.permille)}::int[])
-           AS added(uuid, host_id, bytes, permille)
+                  ${rows.map((r) => r.bytes)}::bigint[], ${rows.map((r) => r.permille)}::int[],
+                  ${rows.map((r) => r.isolated)}::int[])
+           AS added(uuid, host_id, bytes, permille, isolated)
      WHERE gpu.uuid = added.uuid AND gpu.host_id = added.host_id
        AND gpu.host_id IN (SELECT id FROM host WHERE id = ANY(${hostIds}::text[])
                               AND state = 'ONLINE' FOR SHARE)
        AND gpu.missing_since IS NULL
        AND gpu.reserved_bytes + added.bytes <= floor(gpu.total_bytes * gpu.overcommit_ratio)
-       AND gpu.guaranteed_compute_permille + added.permille <= 1000
+       AND gpu_compute_fits(gpu.guaranteed_compute_permille, gpu.isolated_compute_permille,
+                            gpu.isolated_pool_permille, added.permille, added.isolated)
     RETURNING gpu.uuid`;
   if (taken.length !== uuids.length) {
     const got = new Set(taken.map((row) => row.uuid));
@@ -77,7 +85,12 @@ export async function applyPlacements(
     ]);
   }
   for (const [uuid, sum] of perGpu) {
-    effects.gpuDeltas.push({ uuid, bytes: Number(sum.bytes), permille: sum.permille });
+    effects.gpuDeltas.push({
+      uuid,
+      bytes: Number(sum.bytes),
+      permille: sum.permille,
+      isolatedPermille: sum.isolated,
+    });
   }
   await lifecycle.openReservationsMany(
     tx,

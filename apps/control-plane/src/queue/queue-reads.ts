@@ -34,6 +34,7 @@ type PendingRow = [
   expiresAtMs: number | null,
   computeSharePermille: number,
   reclaimedFor: string | null,
+  computeMode: string,
 ];
 
 /**
@@ -52,7 +53,7 @@ export async function readPending(
              host_selector, placement_policy, priority_class,
              floor(extract(epoch FROM coalesce(queued_at, created_at)) * 1000)::float8,
              floor(extract(epoch FROM expires_at) * 1000)::float8, compute_share_permille,
-             reclaim_for)) AS rows
+             reclaim_for, compute_mode)) AS rows
       FROM shard
      WHERE state = 'PENDING' ${
        ids === undefined ? Prisma.empty : Prisma.sql`AND id = ANY(${[...ids]}::uuid[])`
@@ -81,6 +82,7 @@ export async function readPending(
       expiresAtMs,
       computeSharePermille,
       reclaimedFor,
+      computeMode,
     ]) => {
       const cls = classes.get(priorityClass) ?? classes.require(DEFAULT_PRIORITY_CLASS);
       const requested = { include: gpuModelInclude, exclude: gpuModelExclude };
@@ -99,6 +101,7 @@ export async function readPending(
           hostSelector: stringRecord(hostSelector),
           policy: placementPolicy === 'SPREAD' ? 'spread' : 'binpack',
           ...(computeSharePermille > 0 ? { computeSharePermille } : {}),
+          ...(computeMode === 'ISOLATED' ? { computeMode: 'ISOLATED' as const } : {}),
         },
         priorityRank: cls.rank,
         preemptible: cls.preemptible,

@@ -46,7 +46,8 @@ export interface BatchWritten {
  * 1. Each chosen GPU's reserved bytes rise by the sum of the batch's shards on it, only where
  *    the host is still ONLINE (share-locked, so a cordon, drain or offline sweep waits for
  *    this transaction and then sees its shards) and the GPU keeps reserved ≤ floor(total ×
- *    overcommit). The GPU rows are locked in UUID order first, the order every writer of GPU
+ *    overcommit); its compute shares (and its isolated ones) rise by theirs where they fit
+ *    (`gpu_compute_fits`, the rule of libs/limits computeShareFits). The GPU rows are locked in UUID order first, the order every writer of GPU
  *    rows uses, so concurrent batches and heartbeats queue instead of deadlocking.
  * 2. Only the shards all of whose GPUs were taken are written: the shard (PLACED), its
  *    reservations and its audit event "shard.create".
@@ -79,8 +80,9 @@ export async function writeBatch(
     ), wanted AS (
       SELECT * FROM unnest(${uuids}::text[], ${wanted.map((gpu) => gpu.hostId)}::text[],
                            ${wanted.map((gpu) => String(gpu.bytes))}::bigint[],
-                           ${wanted.map((gpu) => gpu.permille)}::int[])
-                    AS w(uuid, host_id, bytes, permille)
+                           ${wanted.map((gpu) => gpu.permille)}::int[],
+                           ${wanted.map((gpu) => gpu.isolated)}::int[])
+                    AS w(uuid, host_id, bytes, permille, isolated)
     ), schedulable AS (
       SELECT id FROM host
        WHERE id = ANY(${hostIds}::text[]) AND state = 'ONLINE'
@@ -89,7 +91,8 @@ export async function writeBatch(
       SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[]) ORDER BY uuid FOR UPDATE
     ), taken AS (
       UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + wanted.bytes,
-                     guaranteed_compute_permille = gpu.guaranteed_compute_permille + wanted.permille
+                     guaranteed_compute_permille = gpu.guaranteed_compute_permille + wanted.permille,
+                     isolated_compute_permille = gpu.isolated_compute_permille + wanted.isolated
         FROM wanted
        WHERE gpu.uuid = wanted.uuid
          AND gpu.uuid = ANY(${uuids}::text[])
@@ -98,7 +101,8 @@ export async function writeBatch(
          AND gpu.host_id IN (SELECT id FROM schedulable)
          AND gpu.missing_since IS NULL
          AND gpu.reserved_bytes + wanted.bytes <= floor(gpu.total_bytes * gpu.overcommit_ratio)
-         AND gpu.guaranteed_compute_permille + wanted.permille <= 1000
+         AND gpu_compute_fits(gpu.guaranteed_compute_permille, gpu.isolated_compute_permille,
+                              gpu.isolated_pool_permille, wanted.permille, wanted.isolated)
       RETURNING gpu.uuid
     ), complete AS (
       SELECT batch.* FROM batch
@@ -139,27 +143,38 @@ export async function writeBatch(
   return { takenUuids: new Set(rows[0]?.takenUuids ?? []), shards };
 }
 
+/** What one shard's request adds to the compute of each of its GPUs. */
+export function computeAddedBy(request: ShardRequest): { permille: number; isolated: number } {
+  const permille = request.compute.sharePermille;
+  return { permille, isolated: request.compute.mode === 'ISOLATED' ? permille : 0 };
+}
+
+/** What a batch takes on one GPU (or gives back): bytes, compute shares, isolated ones. */
+export interface GpuTake {
+  bytes: bigint;
+  permille: number;
+  isolated: number;
+}
+
 /**
  * What the batch adds to each GPU (the sum of its shards' caps and compute shares there), in
  * UUID order.
  */
 function wantedPerGpu(
   planned: readonly PlannedShard[],
-): { uuid: string; hostId: string; bytes: bigint; permille: number }[] {
-  const wanted = new Map<
-    string,
-    { uuid: string; hostId: string; bytes: bigint; permille: number }
-  >();
+): ({ uuid: string; hostId: string } & GpuTake)[] {
+  const wanted = new Map<string, { uuid: string; hostId: string } & GpuTake>();
   for (const { placed, request } of planned) {
-    const permille = request.compute.sharePermille;
+    const { permille, isolated } = computeAddedBy(request);
     for (const uuid of placed.gpuUuids) {
       const gpu = wanted.get(uuid);
       const cap = BigInt(placed.reservedBytesPerGpu);
       if (gpu === undefined)
-        wanted.set(uuid, { uuid, hostId: placed.hostId, bytes: cap, permille });
+        wanted.set(uuid, { uuid, hostId: placed.hostId, bytes: cap, permille, isolated });
       else {
         gpu.bytes += cap;
         gpu.permille += permille;
+        gpu.isolated += isolated;
       }
     }
   }
@@ -167,18 +182,17 @@ function wantedPerGpu(
 }
 
 /** Lowers GPUs' reserved bytes and compute again: what left-out shards of a batch took on them. */
-export async function giveBack(
-  tx: RawSql,
-  taken: ReadonlyMap<string, { readonly bytes: bigint; readonly permille: number }>,
-): Promise<void> {
+export async function giveBack(tx: RawSql, taken: ReadonlyMap<string, GpuTake>): Promise<void> {
   if (taken.size === 0) return;
   const uuids = [...taken.keys()].sort();
+  const back = uuids.map((uuid) => taken.get(uuid)!);
   await tx.$executeRaw`
     UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - back.bytes,
-                   guaranteed_compute_permille = gpu.guaranteed_compute_permille - back.permille
-      FROM unnest(${uuids}::text[], ${uuids.map((uuid) => taken.get(uuid)!.bytes)}::bigint[],
-                  ${uuids.map((uuid) => taken.get(uuid)!.permille)}::int[])
-           AS back(uuid, bytes, permille)
+                   guaranteed_compute_permille = gpu.guaranteed_compute_permille - back.permille,
+                   isolated_compute_permille = gpu.isolated_compute_permille - back.isolated
+      FROM unnest(${uuids}::text[], ${back.map((b) => b.bytes)}::bigint[],
+                  ${back.map((b) => b.permille)}::int[], ${back.map((b) => b.isolated)}::int[])
+           AS back(uuid, bytes, permille, isolated)
      WHERE gpu.uuid = back.uuid`;
 }
 

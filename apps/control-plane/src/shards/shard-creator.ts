@@ -39,11 +39,13 @@ import {
   type PlacementHolds,
 } from '../placement/placement.service.js';
 import {
+  computeAddedBy,
   findByIdempotencyKeys,
   giveBack,
   idempotencyKeyOf,
   writeBatch,
   writePending,
+  type GpuTake,
   type PlannedShard,
 } from './create-statements.js';
 import { replayOf } from './idempotency.js';
@@ -376,7 +378,7 @@ export class ShardCreator {
       return { kind: 'refused', error: noCapacityError(placed) };
     }
     const holds = this.placement.holds();
-    holds.hold(placed.gpuUuids, placed.reservedBytesPerGpu, pending.request.compute.sharePermille);
+    holds.hold(placed.gpuUuids, placed.reservedBytesPerGpu, computeAddedBy(pending.request));
     return {
       kind: 'planned',
       placementRequest,
@@ -403,9 +405,8 @@ export class ShardCreator {
     verdicts: Map<Pending, Verdict>,
     effects: CommitEffects,
   ): Promise<boolean> {
-    /** What this transaction added to each GPU's reserved bytes (and guaranteed compute) so far. */
-    const added = new Map<string, number>();
-    const addedPermille = new Map<string, number>();
+    /** What this transaction added to each GPU's reserved bytes (and compute shares) so far. */
+    const added = new Map<string, { bytes: number; permille: number; isolated: number }>();
     let toWrite = [...plans.keys()];
     let lostRaces = false;
     for (let writes = 1; toWrite.length > 0; writes++) {
@@ -414,26 +415,30 @@ export class ShardCreator {
         toWrite.map((pending) => plans.get(pending)!.shard),
       );
       const losers: Pending[] = [];
-      const takenByLosers = new Map<string, { bytes: bigint; permille: number }>();
+      const takenByLosers = new Map<string, GpuTake>();
       for (const pending of toWrite) {
         const { placed, shardId } = plans.get(pending)!.shard;
-        const permille = pending.request.compute.sharePermille;
+        const { permille, isolated } = computeAddedBy(pending.request);
         const shard = written.shards.get(shardId);
         if (shard === undefined) {
           losers.push(pending);
           for (const uuid of placed.gpuUuids) {
             if (!written.takenUuids.has(uuid)) continue;
-            const taken = takenByLosers.get(uuid) ?? { bytes: 0n, permille: 0 };
+            const taken = takenByLosers.get(uuid) ?? { bytes: 0n, permille: 0, isolated: 0 };
             taken.bytes += BigInt(placed.reservedBytesPerGpu);
             taken.permille += permille;
+            taken.isolated += isolated;
             takenByLosers.set(uuid, taken);
           }
           continue;
         }
         verdicts.set(pending, { kind: 'placed', shard });
         for (const uuid of placed.gpuUuids) {
-          added.set(uuid, (added.get(uuid) ?? 0) + placed.reservedBytesPerGpu);
-          addedPermille.set(uuid, (addedPermille.get(uuid) ?? 0) + permille);
+          const sum = added.get(uuid) ?? { bytes: 0, permille: 0, isolated: 0 };
+          sum.bytes += placed.reservedBytesPerGpu;
+          sum.permille += permille;
+          sum.isolated += isolated;
+          added.set(uuid, sum);
         }
         effects.changes.push({ shard, previousState: null, state: 'PLACED', at: shard.createdAt });
         const spec = launchSpecOf(shard, placed.gpuUuids);
@@ -456,7 +461,7 @@ export class ShardCreator {
         }
         break;
       }
-      await this.cache.reloadHosts(tx, lostHosts, added, addedPermille);
+      await this.cache.reloadHosts(tx, lostHosts, added);
       toWrite = [];
       for (const { pending, plan } of again) {
         const planned = this.plan(pending, plan.placementRequest);
@@ -662,6 +667,7 @@ export function couldEverFit(request: PlacementRequest, fleet: readonly Host[]):
       ...gpu,
       reservedBytes: bytes(0),
       guaranteedComputePermille: 0,
+      isolatedComputePermille: 0,
     })),
   }));
   return place(request, empty).kind === 'placed';

@@ -190,35 +190,46 @@ export class ShardLifecycle {
     });
   }
 
-  /** Releases every live reservation of the shards and lowers their GPUs' reserved bytes. */
+  /**
+   * Releases every live reservation of the shards and lowers their GPUs' reserved bytes and
+   * compute shares (an ISOLATED shard's also from the GPU's isolated total: a shard's mode does
+   * not change while it holds a reservation, setShardCompute refuses it).
+   */
   async releaseReservations(
     tx: RawSql,
     shardIds: readonly string[],
     effects: CommitEffects,
   ): Promise<void> {
     if (shardIds.length === 0) return;
-    const released = await tx.$queryRaw<{ uuid: string; bytes: bigint; permille: number }[]>`
+    const released = await tx.$queryRaw<
+      { uuid: string; bytes: bigint; permille: number; isolated: number }[]
+    >`
       WITH released AS (
         UPDATE shard_gpu SET released_at = now()
          WHERE shard_id = ANY(${[...shardIds]}::uuid[]) AND released_at IS NULL
-        RETURNING gpu_uuid, reserved_bytes, compute_share_permille
+        RETURNING shard_id, gpu_uuid, reserved_bytes, compute_share_permille
       )
-      SELECT gpu_uuid AS uuid, sum(reserved_bytes)::bigint AS bytes,
-             sum(compute_share_permille)::int AS permille
-        FROM released GROUP BY gpu_uuid ORDER BY gpu_uuid`;
+      SELECT released.gpu_uuid AS uuid, sum(released.reserved_bytes)::bigint AS bytes,
+             sum(released.compute_share_permille)::int AS permille,
+             coalesce(sum(released.compute_share_permille)
+                        FILTER (WHERE shard.compute_mode = 'ISOLATED'), 0)::int AS isolated
+        FROM released JOIN shard ON shard.id = released.shard_id
+       GROUP BY released.gpu_uuid ORDER BY released.gpu_uuid`;
     if (released.length === 0) return;
     await tx.$executeRaw`
       UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - freed.bytes,
-                     guaranteed_compute_permille = gpu.guaranteed_compute_permille - freed.permille
+                     guaranteed_compute_permille = gpu.guaranteed_compute_permille - freed.permille,
+                     isolated_compute_permille = gpu.isolated_compute_permille - freed.isolated
         FROM unnest(${released.map((r) => r.uuid)}::text[], ${released.map((r) => r.bytes)}::bigint[],
-                    ${released.map((r) => r.permille)}::int[])
-             AS freed(uuid, bytes, permille)
+                    ${released.map((r) => r.permille)}::int[], ${released.map((r) => r.isolated)}::int[])
+             AS freed(uuid, bytes, permille, isolated)
        WHERE gpu.uuid = freed.uuid`;
     for (const gpu of released)
       effects.gpuDeltas.push({
         uuid: gpu.uuid,
         bytes: -Number(gpu.bytes),
         permille: -gpu.permille,
+        isolatedPermille: -gpu.isolated,
       });
   }
 
@@ -229,22 +240,26 @@ export class ShardLifecycle {
   async reacquire(tx: RawSql, shard: ShardRecord, effects: CommitEffects): Promise<boolean> {
     const size = shard.limitBytesPerGpu;
     const permille = shard.computeSharePermille;
+    const isolated = shard.computeMode === 'ISOLATED' ? permille : 0;
     const taken = await tx.$queryRaw<{ uuid: string }[]>`
       UPDATE gpu SET reserved_bytes = reserved_bytes + ${size},
-                     guaranteed_compute_permille = guaranteed_compute_permille + ${permille}::int
+                     guaranteed_compute_permille = guaranteed_compute_permille + ${permille}::int,
+                     isolated_compute_permille = isolated_compute_permille + ${isolated}::int
        WHERE uuid IN (SELECT gpu_uuid FROM shard_gpu
                        WHERE shard_id = ${shard.id}::uuid
                          AND released_at = (SELECT max(released_at) FROM shard_gpu
                                              WHERE shard_id = ${shard.id}::uuid))
          AND missing_since IS NULL
          AND reserved_bytes + ${size} <= floor(total_bytes * overcommit_ratio)
-         AND guaranteed_compute_permille + ${permille}::int <= 1000
+         AND gpu_compute_fits(guaranteed_compute_permille, isolated_compute_permille,
+                              isolated_pool_permille, ${permille}::int, ${isolated}::int)
       RETURNING uuid`;
     if (taken.length !== shard.gpuCount) {
       if (taken.length > 0) {
         await tx.$executeRaw`
           UPDATE gpu SET reserved_bytes = reserved_bytes - ${size},
-                         guaranteed_compute_permille = guaranteed_compute_permille - ${permille}::int
+                         guaranteed_compute_permille = guaranteed_compute_permille - ${permille}::int,
+                         isolated_compute_permille = isolated_compute_permille - ${isolated}::int
            WHERE uuid = ANY(${taken.map((gpu) => gpu.uuid)}::text[])`;
       }
       return false;
@@ -256,7 +271,12 @@ export class ShardLifecycle {
       size,
     );
     for (const gpu of taken) {
-      effects.gpuDeltas.push({ uuid: gpu.uuid, bytes: Number(size), permille });
+      effects.gpuDeltas.push({
+        uuid: gpu.uuid,
+        bytes: Number(size),
+        permille,
+        isolatedPermille: isolated,
+      });
     }
     return true;
   }

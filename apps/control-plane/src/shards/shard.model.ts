@@ -53,6 +53,10 @@ registerEnumType(ComputeMode, {
         'At least its share of each GPU while the GPU is contended, and any time nobody else wants (work-conserving). The default.',
     },
     CAPPED: { description: 'Never more than its share, even alone (predictable cost or latency).' },
+    ISOLATED: {
+      description:
+        "Its share of the GPU's SMs in an MPS partition of its own, on a host that runs one (Host.computeIsolatedPoolPercent > 0): never more than its share, and its latency held whatever its neighbours do (they run outside the partition). Needs computeSharePercent; the share is fixed while the shard holds its GPUs (stop it and start it with another).",
+    },
   },
 });
 
@@ -373,7 +377,8 @@ export class PlacementInput {
 
   @Field(() => ComputeMode, {
     nullable: true,
-    description: 'Default GUARANTEED. CAPPED needs computeSharePercent.',
+    description:
+      'Default GUARANTEED. CAPPED and ISOLATED need computeSharePercent; ISOLATED is placed only on hosts with an isolated partition, within it.',
   })
   computeMode?: ComputeMode | null;
 
@@ -464,7 +469,7 @@ export class HostVerdict {
 
   @Field({
     description:
-      'host-offline, host-cordoned, host-draining, label-mismatch, model-excluded or not-enough-gpus.',
+      'host-offline, host-cordoned, host-draining, label-mismatch, model-excluded, no-isolated-partition (an ISOLATED share asked, and the host runs no isolated partition) or not-enough-gpus.',
   })
   kind!: string;
 

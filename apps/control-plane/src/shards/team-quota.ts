@@ -120,5 +120,6 @@ export function placementRequestOf(
     ...(request.compute.sharePermille > 0
       ? { computeSharePermille: request.compute.sharePermille }
       : {}),
+    ...(request.compute.mode === 'ISOLATED' ? { computeMode: 'ISOLATED' as const } : {}),
   };
 }
