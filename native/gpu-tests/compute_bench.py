@@ -345,13 +345,12 @@ def main():
         # shard's limits file, as the agent writes it, carries its mode, share and MPS percentage;
         # libvgpu.so makes it that MPS client at cuInit. Every worker's own environment asks for
         # 100 % and a wrong pipe folder (a tenant lifting its limit), which libvgpu.so overrides.
-        # "@age" / "@time": the rest's in-flight bound (GPUSHARDS_COMPUTE_DEPTH_BY).
         prod_iso = lambda L, t, share: prod(lib, L, t, share, 3, share)
-        for depth in ("age", "time"):
-            prod_rest = lambda L, t, share, depth=depth: prod(lib, L, t, share, 1, 50, {"GPUSHARDS_COMPUTE_DEPTH_BY": depth})
-            cases.append((f"prod-infer+mm+mm@{depth}", lambda L, r=prod_rest: [("infer", prod_iso(L, "i", 50)), ("mm", r(L, "a", 25)), ("mm", r(L, "b", 25))], [None, 0.25, 0.25]))
-            cases.append((f"prod-infer+train13+train37@{depth}", lambda L, r=prod_rest: [("infer", prod_iso(L, "i", 50)), ("train", r(L, "a", 12.5)), ("train", r(L, "b", 37.5))], [None, 0.125, 0.375]))
-            cases.append((f"prod-infer+graph+mm@{depth}", lambda L, r=prod_rest: [("infer", prod_iso(L, "i", 50)), ("graph", r(L, "a", 25)), ("mm", r(L, "b", 25))], [None, 0.25, 0.25]))
+        prod_rest = lambda L, t, share: prod(lib, L, t, share, 1, 50)
+        cases.append(("prod-infer+mm+mm", lambda L: [("infer", prod_iso(L, "i", 50)), ("mm", prod_rest(L, "a", 25)), ("mm", prod_rest(L, "b", 25))], [None, 0.25, 0.25]))
+        cases.append(("prod-infer+train13+train37", lambda L: [("infer", prod_iso(L, "i", 50)), ("train", prod_rest(L, "a", 12.5)), ("train", prod_rest(L, "b", 37.5))], [None, 0.125, 0.375]))
+        cases.append(("prod-infer+graph+mm", lambda L: [("infer", prod_iso(L, "i", 50)), ("graph", prod_rest(L, "a", 25)), ("mm", prod_rest(L, "b", 25))], [None, 0.25, 0.25]))
+        cases.append(("prod-infer+graph+graph", lambda L: [("infer", prod_iso(L, "i", 50)), ("graph", prod_rest(L, "a", 25)), ("graph", prod_rest(L, "b", 25))], [None, 0.25, 0.25]))
         cases.append(("prod-alone-infer", lambda L: [("infer", prod(lib, L, "i", 50, 3, 50))], None))
         cases.append(("prod-alone-mm-rest", lambda L: [("mm", prod(lib, L, "m", 50, 1, 50))], None))
         cases.append(("mps-alone-mm-100", lambda L: [("mm", mps(100))], None))
