@@ -203,7 +203,7 @@ static int t_compute_isolated(const void *arg)
     uint64_t turn = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
     uint64_t last_wait = __atomic_load_n(&L->last_wait_ns, __ATOMIC_ACQUIRE);
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute isolated = {300, GPUSHARDS_COMPUTE_ISOLATED, 0};
+    struct lim_compute isolated = {300, GPUSHARDS_COMPUTE_ISOLATED, 0, NULL};
     H_CHECK(write_limits_compute(&e, 1, NULL, &isolated) == 0, "cannot write the limits file");
     const char *ei[] = {ledger_env, limits_env, "GPUSHARDS_SHARD_ID=i", NULL};
     int failed = run(ei, "link", "compute-launch", NULL, NULL);
@@ -217,6 +217,25 @@ static int t_compute_isolated(const void *arg)
             m->share_permille);
     H_CHECK(m->last_kernel_ns > 0 && m->busy_ns > 0 && m->vtime == 0, "last %llu busy %llu vtime %llu",
             (unsigned long long)m->last_kernel_ns, (unsigned long long)m->busy_ns, (unsigned long long)m->vtime);
+    munmap(L, sizeof *L);
+    return 0;
+}
+
+static int t_compute_limits_names_shard(const void *arg)
+{
+    /* The shard id in the limits file wins over GPUSHARDS_SHARD_ID: a
+     * process of the shard cannot take another shard's ledger entry. */
+    ledger_fresh();
+    struct lim_entry e = {0, 8 * GiB, 0, 0};
+    struct lim_compute named = {250, GPUSHARDS_COMPUTE_GUARANTEED, 0, "from-file"};
+    H_CHECK(write_limits_compute(&e, 1, NULL, &named) == 0, "cannot write the limits file");
+    const char *env[] = {ledger_env, limits_env, "GPUSHARDS_SHARD_ID=impostor", "GPUSHARDS_COMPUTE_SLICE_US=100", NULL};
+    if (run(env, "link", "compute-launch", NULL, NULL)) return 1;
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *m = ledger_member(L, "from-file");
+    H_CHECK(m != NULL && m->last_kernel_ns > 0, "no launches under the limits file's shard id");
+    H_CHECK(ledger_member(L, "impostor") == NULL, "the environment's shard id got a ledger entry");
     munmap(L, sizeof *L);
     return 0;
 }
@@ -241,7 +260,7 @@ static int t_mps_forced(const void *arg)
     mps_pipes(pipes_env, sizeof pipes_env, 1);
     snprintf(pipes, sizeof pipes, "%s/mps", dir);
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute client = {0, 0, 40};
+    struct lim_compute client = {0, 0, 40, NULL};
     H_CHECK(write_limits_compute(&e, 1, NULL, &client) == 0, "cannot write the limits file");
     const char *env[] = {limits_env, pipes_env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
                          "CUDA_MPS_PIPE_DIRECTORY=/nowhere", NULL};
@@ -255,7 +274,7 @@ static int t_mps_refused(const void *arg)
     char pipes_env[500];
     mps_pipes(pipes_env, sizeof pipes_env, 0);
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute client = {0, 0, 60};
+    struct lim_compute client = {0, 0, 60, NULL};
     H_CHECK(write_limits_compute(&e, 1, NULL, &client) == 0, "cannot write the limits file");
     const char *env[] = {limits_env, pipes_env, NULL};
     return run(env, "link", "mps-refused", NULL, NULL);
@@ -270,7 +289,7 @@ static int t_mps_rest_bound_by_time(const void *arg)
     char pipes_env[500];
     mps_pipes(pipes_env, sizeof pipes_env, 1);
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute rest = {500, GPUSHARDS_COMPUTE_CAPPED, 50};
+    struct lim_compute rest = {500, GPUSHARDS_COMPUTE_CAPPED, 50, NULL};
     H_CHECK(write_limits_compute(&e, 1, NULL, &rest) == 0, "cannot write the limits file");
     const char *env[] = {ledger_env, limits_env, pipes_env, "GPUSHARDS_SHARD_ID=q", "GPUSHARDS_COMPUTE_DEPTH_BY=age",
                          NULL};
@@ -322,5 +341,6 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("mps: a shard that must be an MPS client is refused CUDA when no control daemon answers", t_mps_refused,
          NULL);
     ADDC("mps: the rest's shards bound their work in flight by queued GPU time", t_mps_rest_bound_by_time, NULL);
+    ADDC("compute: the limits file's shard id wins over GPUSHARDS_SHARD_ID", t_compute_limits_names_shard, NULL);
 #undef ADDC
 }

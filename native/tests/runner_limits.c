@@ -15,6 +15,7 @@ struct lim_entry {
 /* What write_limits_compute puts on every device besides the memory fields. */
 struct lim_compute {
     uint32_t share, mode, mps; /* compute_share_permille, compute_mode, mps_thread_percent */
+    const char *shard;         /* the header's shard_id; NULL = none */
 };
 
 static char limits_path[320];
@@ -49,6 +50,8 @@ static int write_limits_compute(const struct lim_entry *e, int n, const char *co
             l.devices[i].mps_thread_percent = compute->mps;
         }
     }
+    if (compute != NULL && compute->shard != NULL)
+        snprintf(l.header.shard_id, sizeof l.header.shard_id, "%s", compute->shard);
     if (corrupt && !strcmp(corrupt, "version")) l.header.version = 2;
     l.header.checksum = fnv(&l.header, GPUSHARDS_LIMITS_CHECKSUM_BYTES);
     if (corrupt && !strcmp(corrupt, "magic")) l.header.magic ^= 0xff;

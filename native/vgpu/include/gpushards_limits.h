@@ -68,7 +68,8 @@ struct gpushards_limits_header {
     uint32_t device_count;/* entries of devices[] that may be ACTIVE */
     uint32_t reserved0;
     uint64_t checksum;    /* FNV-1a 64 of bytes [0, 40) */
-    uint8_t reserved1[80];
+    char shard_id[48];    /* the shard's id, NUL-terminated; "" = none (its ledger member) */
+    uint8_t reserved1[32];
 };
 
 struct gpushards_limits {
@@ -85,6 +86,7 @@ _Static_assert(offsetof(struct gpushards_limits_header, device_size) == 28, "lay
 _Static_assert(offsetof(struct gpushards_limits_header, device_count) == 32, "layout");
 _Static_assert(offsetof(struct gpushards_limits_header, reserved0) == 36, "layout");
 _Static_assert(offsetof(struct gpushards_limits_header, checksum) == GPUSHARDS_LIMITS_CHECKSUM_BYTES, "layout");
+_Static_assert(offsetof(struct gpushards_limits_header, shard_id) == 48, "layout");
 _Static_assert(sizeof(struct gpushards_limits_header) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_limits_device, uuid) == 0, "layout");

@@ -14,9 +14,21 @@ struct cconf gs_cc;
 struct gs_compute_stats gs_cst;
 static int conf_state; /* 0, 1 loading, 2 loaded */
 
+/* Inside a shard (its limits file at the fixed path) the host decides the
+ * ledger folder, the member and every tuning setting: a process of the
+ * shard could set GPUSHARDS_* in its own environment to leave the ledger,
+ * take another shard's entry or lengthen its turns.  Outside (tests,
+ * benchmarks) the environment does. */
+static int in_shard;
+
+static const char *setting(const char *name)
+{
+    return in_shard ? NULL : getenv(name);
+}
+
 static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi)
 {
-    const char *v = getenv(name);
+    const char *v = setting(name);
     if (v == NULL || *v == '\0') return dflt;
     char *end;
     errno = 0;
@@ -31,7 +43,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t h
 
 static int env_choice(const char *name, const char *a, const char *b, int dflt)
 {
-    const char *v = getenv(name);
+    const char *v = setting(name);
     if (v == NULL || *v == '\0') return dflt;
     if (strcmp(v, a) == 0) return 0;
     if (strcmp(v, b) == 0) return 1;
@@ -53,14 +65,18 @@ static void print_stats(void)
 static void load_conf(void)
 {
     struct cconf *cc = &gs_cc;
-    const char *dir = getenv("GPUSHARDS_LEDGER_DIR");
+    gs_init(); /* the limits file, which names the shard */
+    in_shard = access(GPUSHARDS_LIMITS_FIXED_PATH, F_OK) == 0;
+    const char *dir = setting("GPUSHARDS_LEDGER_DIR");
     if (dir == NULL || *dir == '\0') {
         if (access(GPUSHARDS_LEDGER_DEFAULT_DIR, W_OK) != 0) return; /* no ledger: compute is not governed */
         dir = GPUSHARDS_LEDGER_DEFAULT_DIR;
     }
     snprintf(cc->dir, sizeof cc->dir, "%s", dir);
-    const char *id = getenv("GPUSHARDS_SHARD_ID");
-    if (id != NULL && *id != '\0') snprintf(cc->shard, sizeof cc->shard, "%s", id);
+    /* The limits file's shard id wins; an older agent's file names none. */
+    const char *id = gs_limits != NULL && gs_limits->header.shard_id[0] != '\0' ? gs_limits->header.shard_id
+                                                                               : getenv("GPUSHARDS_SHARD_ID");
+    if (id != NULL && *id != '\0') snprintf(cc->shard, sizeof cc->shard, "%.*s", (int)sizeof cc->shard - 1, id);
     else snprintf(cc->shard, sizeof cc->shard, "pid-%d", (int)getpid());
     cc->env_share = (uint32_t)env_u64("GPUSHARDS_COMPUTE_SHARE", 0, 1, 100) * 10u;
     cc->env_mode = env_choice("GPUSHARDS_COMPUTE_MODE", "guaranteed", "capped", 0) ? GPUSHARDS_COMPUTE_CAPPED
@@ -78,7 +94,9 @@ static void load_conf(void)
      * native/gpu-tests/RESULTS.md, 2026-11-27 15:40). */
     cc->depth_by_time = gs_mps_client() || env_choice("GPUSHARDS_COMPUTE_DEPTH_BY", "age", "time", 0);
     cc->timed = cc->charge == GS_CHARGE_GPU || cc->depth_by_time;
-    cc->stats = (int)env_u64("GPUSHARDS_COMPUTE_STATS", 0, 0, 1);
+    /* Diagnostics only: read inside a shard too. */
+    const char *stats = getenv("GPUSHARDS_COMPUTE_STATS");
+    cc->stats = stats != NULL && strcmp(stats, "1") == 0;
     if (cc->stats) atexit(print_stats);
     cc->on = 1;
 }

@@ -75,7 +75,8 @@ int main(void)
     FIELD(gpushards_limits_header, max_devices, 0);
     FIELD(gpushards_limits_header, device_size, 0);
     FIELD(gpushards_limits_header, device_count, 0);
-    FIELD(gpushards_limits_header, checksum, 1);
+    FIELD(gpushards_limits_header, checksum, 0);
+    FIELD(gpushards_limits_header, shard_id, 1);
     printf("      }\n    },\n");
     printf("    \"device\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n"
            "      \"fields\": {\n",

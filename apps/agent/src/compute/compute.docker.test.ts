@@ -147,6 +147,21 @@ describe('compute share through the agent (Docker)', () => {
     const after = memberOf('c-share');
     assert.equal(after?.sharePermille, 600);
     assert.equal(after?.mode, 1, 'guaranteed');
+
+    // A process of the shard that asks, in its own environment, for another ledger, another
+    // shard's entry, a full share and long turns still launches under its own shard's entry,
+    // in the host's ledger, with the share the limits file gives.
+    const hostile = docker(
+      'exec',
+      ...['-e', 'GPUSHARDS_LEDGER_DIR=/tmp/private-ledger', '-e', 'GPUSHARDS_SHARD_ID=c-idle'],
+      ...['-e', 'GPUSHARDS_COMPUTE_SHARE=100', '-e', 'GPUSHARDS_COMPUTE_SLICE_US=1000000'],
+      ...[containerId, '/cuda-probe', 'launch', '50'],
+    );
+    assert.match(hostile, /"launched":50,"result":0/);
+    const own = memberOf('c-share');
+    assert.ok(own!.lastKernelNs > after!.lastKernelNs, "it launched under its own shard's entry");
+    assert.equal(own?.sharePermille, 600, "with the limits file's share");
+    assert.equal(memberOf('c-idle'), undefined, "it took no entry under another shard's id");
   });
 
   it("heartbeats carry each shard's activity: a launching shard's last kernel, 0 busy for one that never launched", async () => {

@@ -74,9 +74,19 @@ describe('limits file', () => {
         ),
       /at most 16 GPUs/,
     );
+    assert.throws(() => encodeLimits([], 'x'.repeat(48)), /at most 47 bytes/);
+    assert.throws(() => encodeLimits([], 'a\0b'), /without NUL/);
     const corrupt = encodeLimits([]);
     corrupt.writeUInt32LE(3, 32);
     assert.throws(() => decodeLimits(corrupt), LimitsFileError);
+  });
+
+  it("names the shard in the header, outside the checksum, NUL-terminated", () => {
+    const bytes = encodeLimits([], 'shard-7f3a');
+    assert.equal(bytes.subarray(48, 58).toString('utf8'), 'shard-7f3a');
+    assert.ok(bytes.subarray(58, 128).every((b) => b === 0));
+    assert.equal(bytes.readBigUInt64LE(40), fnv1a64(bytes.subarray(0, 40)));
+    assert.ok(encodeLimits([]).subarray(48, 128).every((b) => b === 0));
   });
 
   it('is written whole (0644) and then changed in place, field by field', async () => {

@@ -75,8 +75,21 @@ function checkBytes(name: string, value: number): bigint {
   return BigInt(value);
 }
 
-/** The whole file for these GPUs (in this order). Throws RangeError on bad input. */
-export function encodeLimits(devices: readonly LimitsDevice[]): Buffer {
+/** What the header's shard_id holds: the ledger's member entries keep as many bytes. */
+export const LIMITS_SHARD_ID_BYTES = LIMITS_HEADER_FIELDS.shard_id.size - 1;
+
+/**
+ * The whole file for these GPUs (in this order), naming the shard whose ledger entry
+ * libvgpu.so uses (a process cannot pick another through GPUSHARDS_SHARD_ID). Throws RangeError
+ * on bad input.
+ */
+export function encodeLimits(devices: readonly LimitsDevice[], shardId = ''): Buffer {
+  const shardIdBytes = Buffer.from(shardId, 'utf8');
+  if (shardIdBytes.length > LIMITS_SHARD_ID_BYTES || shardIdBytes.includes(0)) {
+    throw new RangeError(
+      `a limits file names a shard id of at most ${LIMITS_SHARD_ID_BYTES} bytes without NUL, got "${shardId}"`,
+    );
+  }
   if (devices.length > LIMITS_MAX_DEVICES) {
     throw new RangeError(
       `a limits file holds at most ${LIMITS_MAX_DEVICES} GPUs, got ${devices.length}`,
@@ -95,6 +108,7 @@ export function encodeLimits(devices: readonly LimitsDevice[]): Buffer {
     fnv1a64(buffer.subarray(0, LIMITS_CHECKSUM_BYTES)),
     LIMITS_HEADER_FIELDS.checksum.offset,
   );
+  shardIdBytes.copy(buffer, LIMITS_HEADER_FIELDS.shard_id.offset);
   devices.forEach((device, index) => {
     const uuid = parseUuid(device.uuid);
     const key = uuid.toString('hex');
@@ -176,8 +190,9 @@ export function decodeLimits(buffer: Buffer): LimitsDevice[] {
 export async function writeLimitsFile(
   path: string,
   devices: readonly LimitsDevice[],
+  shardId = '',
 ): Promise<void> {
-  const bytes = encodeLimits(devices);
+  const bytes = encodeLimits(devices, shardId);
   const temporary = `${path}.${process.pid}.tmp`;
   await fs.mkdir(dirname(path), { recursive: true, mode: 0o755 });
   try {

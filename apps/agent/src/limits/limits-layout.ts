@@ -21,6 +21,8 @@ export const LIMITS_HEADER_FIELDS = {
   device_size: { offset: 28, size: 4 },
   device_count: { offset: 32, size: 4 },
   checksum: { offset: 40, size: 8 },
+  /** The shard's id, NUL-terminated (libvgpu.so's ledger member, over GPUSHARDS_SHARD_ID). */
+  shard_id: { offset: 48, size: 48 },
 } as const satisfies Record<string, Field>;
 
 export const LIMITS_DEVICE_FIELDS = {

@@ -86,7 +86,7 @@ export class LimitsService implements OnModuleDestroy {
         ...(mpsThreadPercent === undefined ? {} : { mpsThreadPercent }),
       }));
       await fs.mkdir(this.folder(), { recursive: true, mode: 0o755 });
-      await writeLimitsFile(this.file(shardId), devices);
+      await writeLimitsFile(this.file(shardId), devices, shardId);
       this.entries.set(shardId, {
         policy: policy ?? DEFAULT_CAP_POLICY,
         capBytes: new Map(gpus.map((gpu) => [gpu.uuid, gpu.limitBytes])),
