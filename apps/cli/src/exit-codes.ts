@@ -30,9 +30,10 @@ export const EXIT_CODE_HELP = `Exit codes:
   4  the token's role may not do this (FORBIDDEN)
   5  not found (NOT_FOUND)
   6  refused for lack of room: QUOTA_EXCEEDED or NO_CAPACITY (memory, shards, or a compute
-     share over the team's bound or the GPU's unguaranteed time; \`preview\` when it does not fit)
-  7  conflict with what exists (CONFLICT), rate limited, or the database busy (UNAVAILABLE):
-     send it again
+     share over the team's bound or the GPU's unguaranteed time; an isolated share where no
+     host runs an MPS partition, or none has room in it; \`preview\` when it does not fit)
+  7  conflict with what exists (CONFLICT: e.g. a new share for an isolated shard that holds
+     its GPUs), rate limited, or the database busy (UNAVAILABLE): send it again
   8  the control plane could not be reached
   9  \`shards wait\`: another final state was reached, or the wait timed out`;
 

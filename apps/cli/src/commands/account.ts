@@ -5,7 +5,7 @@ import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
 import { checkSize, csvField, isoTime, printJson, table } from '../output.js';
 import { Me, Preview, Usage } from '../queries.js';
-import { checkMode, checkShare, shareLabel } from '../compute.js';
+import { computeInput, shareLabel, withComputeOptions } from '../compute.js';
 
 export function loginCommand(): Command {
   return examples(
@@ -149,72 +149,70 @@ export function usageCommand(): Command {
 
 export function previewCommand(): Command {
   return examples(
-    new Command('preview')
-      .description(
-        "where a shard would go now, or each host's reason why not (reserves nothing); exit 6 if it does not fit",
-      )
-      .requiredOption('-m, --memory <size>', 'memory per GPU, like 12g')
-      .option('-g, --gpus <n>', 'number of GPUs', '1')
-      .option('--team <name|id>', 'the team (admins must name one)')
-      .option('--model <parts>', 'GPU models, comma-separated')
-      .option('--compute <percent>', 'compute share of each GPU, a whole percent 1-100')
-      .option('--compute-mode <mode>', 'guaranteed or capped (needs --compute)')
-      .action(
-        async (
-          options: {
-            memory: string;
-            gpus: string;
-            team?: string;
-            model?: string;
-            compute?: string;
-            computeMode?: string;
-          },
-          command: Command,
-        ) => {
-          const memoryPerGpu = checkSize(options.memory, '--memory');
-          const share =
-            options.compute === undefined ? null : checkShare(options.compute, '--compute');
-          const mode = checkMode(options.computeMode, share);
-          const api = apiFor(command);
-          const teamId = await teamIdFor(api, options.team);
-          const result = await api.request(Preview, {
-            input: {
-              memoryPerGpu,
-              gpuCount: Number(options.gpus),
-              ...(teamId ? { teamId } : {}),
-              ...(options.model ? { gpuModelInclude: options.model.split(',') } : {}),
-              ...(share !== null ? { computeSharePercent: share, computeMode: mode } : {}),
-            },
-          });
-          const p = result.placementPreview;
-          if (globals(command).json) printJson(p);
-          else {
-            process.stdout.write(
-              p.fits
-                ? `fits on ${p.hostId}, reserving ${p.reservedPerGpu?.human} per GPU${share !== null ? ` and ${shareLabel(share, mode)} of its compute` : ''}\n`
-                : `does not fit: ${p.message}\n`,
-            );
-            if (p.quotaProblem) process.stdout.write(`quota would refuse it: ${p.quotaProblem}\n`);
-            if (p.verdict === 'WAIT') {
-              process.stdout.write(
-                `createShard would wait as PENDING${p.waitingAhead > 0 ? ` (${p.waitingAhead} in the queue)` : ''}\n`,
-              );
-            }
-            if (!p.fits && p.hosts.length > 0) {
-              process.stdout.write(
-                `${table(
-                  ['HOST', 'WHY NOT'],
-                  p.hosts.map((h) => [h.hostId, h.reason]),
-                )}\n`,
-              );
-            }
-          }
-          if (!p.fits || p.quotaProblem) process.exitCode = EXIT.REFUSED;
+    withComputeOptions(
+      new Command('preview')
+        .description(
+          "where a shard would go now, or each host's reason why not (reserves nothing); exit 6 if it does not fit",
+        )
+        .requiredOption('-m, --memory <size>', 'memory per GPU, like 12g')
+        .option('-g, --gpus <n>', 'number of GPUs', '1')
+        .option('--team <name|id>', 'the team (admins must name one)')
+        .option('--model <parts>', 'GPU models, comma-separated'),
+    ).action(
+      async (
+        options: {
+          memory: string;
+          gpus: string;
+          team?: string;
+          model?: string;
+          compute?: string;
+          computeMode?: string;
         },
-      ),
+        command: Command,
+      ) => {
+        const memoryPerGpu = checkSize(options.memory, '--memory');
+        const { share, mode, input } = computeInput(options);
+        const api = apiFor(command);
+        const teamId = await teamIdFor(api, options.team);
+        const result = await api.request(Preview, {
+          input: {
+            memoryPerGpu,
+            gpuCount: Number(options.gpus),
+            ...(teamId ? { teamId } : {}),
+            ...(options.model ? { gpuModelInclude: options.model.split(',') } : {}),
+            ...input,
+          },
+        });
+        const p = result.placementPreview;
+        if (globals(command).json) printJson(p);
+        else {
+          process.stdout.write(
+            p.fits
+              ? `fits on ${p.hostId}, reserving ${p.reservedPerGpu?.human} per GPU${share !== null ? ` and ${shareLabel(share, mode)} of its compute` : ''}\n`
+              : `does not fit: ${p.message}\n`,
+          );
+          if (p.quotaProblem) process.stdout.write(`quota would refuse it: ${p.quotaProblem}\n`);
+          if (p.verdict === 'WAIT') {
+            process.stdout.write(
+              `createShard would wait as PENDING${p.waitingAhead > 0 ? ` (${p.waitingAhead} in the queue)` : ''}\n`,
+            );
+          }
+          if (!p.fits && p.hosts.length > 0) {
+            process.stdout.write(
+              `${table(
+                ['HOST', 'WHY NOT'],
+                p.hosts.map((h) => [h.hostId, h.reason]),
+              )}\n`,
+            );
+          }
+        }
+        if (!p.fits || p.quotaProblem) process.exitCode = EXIT.REFUSED;
+      },
+    ),
     [
       'gpushards preview -m 12g',
       'gpushards preview -m 8g --compute 50 --compute-mode capped',
+      'gpushards preview -m 8g --compute 30 --compute-mode isolated',
       'gpushards preview -m 40g -g 2 --model H100 --json',
     ],
   );

@@ -13,11 +13,11 @@ export function addComputeCommands(
     shards
       .command('set-compute <shard> <percent>')
       .description(
-        "a new compute share of each of its GPUs, like resize for memory: a whole percent 1-100, or none (the default split); within the team's bound (exit 6), and each GPU's guaranteed shares at most 100% (exit 6)",
+        "a new compute share of each of its GPUs, like resize for memory: a whole percent 1-100, or none (the default split); within the team's bound (exit 6), and each GPU's guaranteed shares at most 100% (exit 6). An isolated shard's share is fixed while it holds its GPUs, and a shard that holds GPUs cannot become isolated (exit 7: stop it and start it anew)",
       )
       .option(
         '--compute-mode <mode>',
-        'guaranteed (at least its share, and idle time) or capped (never more)',
+        'guaranteed (at least its share, and idle time), capped (never more) or isolated (an MPS partition of its own, on hosts that run one; only while the shard holds no GPUs)',
         'guaranteed',
       )
       .action(

@@ -2,17 +2,9 @@ import { Command } from 'commander';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, printJson, table } from '../output.js';
-import {
-  AdminTokens,
-  Cordon,
-  CreateToken,
-  Drain,
-  Hosts,
-  Me,
-  RevokeToken,
-  TeamTokens,
-  Uncordon,
-} from '../queries.js';
+import { gpuComputeLabel } from '../compute.js';
+import { Cordon, Drain, Hosts, Uncordon } from '../fleet-queries.js';
+import { AdminTokens, CreateToken, Me, RevokeToken, TeamTokens } from '../queries.js';
 
 export function hostsCommand(): Command {
   const hosts = new Command('hosts')
@@ -22,7 +14,9 @@ export function hostsCommand(): Command {
     hosts
       .command('ls', { isDefault: true })
       .alias('list')
-      .description('every host with its GPUs')
+      .description(
+        "every host with its GPUs: memory, the compute shares guaranteed on each GPU, and the MPS partition a host keeps for isolated shards (ISOLATED; '-': none)",
+      )
       .action(async (_options: unknown, command: Command) => {
         const result = await apiFor(command).request(Hosts, { first: 100 });
         const rows = result.hosts.edges.map((e) => e.node);
@@ -30,7 +24,7 @@ export function hostsCommand(): Command {
         if (rows.length === 0) return void process.stdout.write('no hosts\n');
         process.stdout.write(
           `${table(
-            ['HOST', 'STATE', 'CORDONED', 'GPUS', 'RESERVED', 'FREE', 'HEARTBEAT'],
+            ['HOST', 'STATE', 'CORDONED', 'GPUS', 'RESERVED', 'FREE', 'ISOLATED', 'HEARTBEAT'],
             rows.map((h) => [
               h.id,
               h.state,
@@ -38,10 +32,12 @@ export function hostsCommand(): Command {
               `${h.gpus.length}${h.simulated ? ' (simulated)' : ''}`,
               `${h.memory.reserved.human} / ${h.memory.total.human}`,
               h.memory.free.human,
+              // The MPS partition its agent keeps for isolated shards.
+              h.computeIsolatedPoolPercent > 0 ? `${h.computeIsolatedPoolPercent}%` : '-',
               h.lastHeartbeatAt ? `${age(h.lastHeartbeatAt)} ago` : '-',
             ]),
           )}\n\n${table(
-            ['HOST', 'GPU', 'MODEL', 'TOTAL', 'RESERVED', 'USED'],
+            ['HOST', 'GPU', 'MODEL', 'TOTAL', 'RESERVED', 'USED', 'COMPUTE'],
             rows.flatMap((h) =>
               h.gpus.map((g) => [
                 h.id,
@@ -50,6 +46,7 @@ export function hostsCommand(): Command {
                 g.total.human,
                 g.reserved.human,
                 g.used.human,
+                gpuComputeLabel(g),
               ]),
             ),
           )}\n`,

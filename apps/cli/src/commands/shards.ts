@@ -3,7 +3,7 @@ import type { ResultOf } from 'gql.tada';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, checkSize, printJson, table, until } from '../output.js';
-import { busyLabel, checkMode, checkShare, idleLabel, shareLabel } from '../compute.js';
+import { busyLabel, computeInput, idleLabel, shareLabel, withComputeOptions } from '../compute.js';
 import { addComputeCommands } from './compute.js';
 import {
   CreateShard,
@@ -178,23 +178,19 @@ export function shardsCommand(): Command {
   );
 
   examples(
-    shards
-      .command('create <name>')
-      .description('place a shard: a container with a hard memory cap on GPUs of one host')
-      .requiredOption('-i, --image <image>', 'container image')
-      .requiredOption('-m, --memory <size>', 'memory per GPU, like 12g or 1536m (1024-based)')
-      .option('-g, --gpus <n>', 'number of GPUs', '1')
-      .option('--team <name|id>', 'the team (admins must name one)')
-      .option('--model <parts>', 'GPU models to choose from, comma-separated ("H100,A100")')
-      .addOption(new Option('--policy <policy>', 'placement policy').choices(['BINPACK', 'SPREAD']))
-      .option(
-        '--compute <percent>',
-        "compute share of each GPU, a whole percent 1-100 within the team's bound (default: none, the default split)",
-      )
-      .option(
-        '--compute-mode <mode>',
-        'guaranteed (at least its share, and any idle time) or capped (never more; needs --compute)',
-      )
+    withComputeOptions(
+      shards
+        .command('create <name>')
+        .description('place a shard: a container with a hard memory cap on GPUs of one host')
+        .requiredOption('-i, --image <image>', 'container image')
+        .requiredOption('-m, --memory <size>', 'memory per GPU, like 12g or 1536m (1024-based)')
+        .option('-g, --gpus <n>', 'number of GPUs', '1')
+        .option('--team <name|id>', 'the team (admins must name one)')
+        .option('--model <parts>', 'GPU models to choose from, comma-separated ("H100,A100")')
+        .addOption(
+          new Option('--policy <policy>', 'placement policy').choices(['BINPACK', 'SPREAD']),
+        ),
+    )
       .option('-e, --env <NAME=value...>', 'environment variables')
       .option(
         '--no-queue',
@@ -219,11 +215,7 @@ export function shardsCommand(): Command {
             if (at < 1) throw new CliError(`--env ${pair}: write NAME=value`, EXIT.USAGE);
             return { name: pair.slice(0, at), value: pair.slice(at + 1) };
           });
-          const share =
-            options['compute'] === undefined
-              ? null
-              : checkShare(String(options['compute']), '--compute');
-          const mode = checkMode(options['computeMode'] as string | undefined, share);
+          const compute = computeInput(options);
           const api = apiFor(command);
           const teamId = await teamIdFor(api, options['team'] as string | undefined);
           const created = await api.request(CreateShard, {
@@ -237,7 +229,7 @@ export function shardsCommand(): Command {
               ...(options['policy']
                 ? { placementPolicy: options['policy'] as 'BINPACK' | 'SPREAD' }
                 : {}),
-              ...(share !== null ? { computeSharePercent: share, computeMode: mode } : {}),
+              ...compute.input,
               ...(options['queue'] === false ? { queue: false } : {}),
               ...(env.length > 0 ? { env } : {}),
               ...(args.length > 0 ? { command: args } : {}),
@@ -256,6 +248,7 @@ export function shardsCommand(): Command {
       'gpushards shards create trainer -i ghcr.io/org/trainer:1.2 -m 12g',
       'gpushards shards create probe -i gpushards/demo-probe:local -m 4g --wait',
       'gpushards shards create server -i ghcr.io/org/server:3 -m 8g --compute 25 --compute-mode capped',
+      'gpushards shards create latency -i ghcr.io/org/server:3 -m 8g --compute 30 --compute-mode isolated',
       'gpushards shards create big -i pytorch/pytorch -m 40g -g 2 --model H100 -- python train.py',
       'gpushards shards create now-or-never -i ghcr.io/org/job:1 -m 40g --no-queue',
     ],
