@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   busyRatio,
   computeProblem,
+  gpuComputeLabel,
   idleSince,
   parseSharePercent,
   shareLabel,
@@ -20,6 +21,19 @@ describe('compute', () => {
     expect(shareLabel(25, 'CAPPED')).toBe('25% capped');
     expect(shareLabel(40, 'GUARANTEED')).toBe('40% guaranteed');
     expect(shareLabel(null, 'GUARANTEED')).toBe('default split');
+    expect(shareLabel(30, 'ISOLATED')).toBe('30% isolated');
+  });
+
+  it("labels a GPU's compute, with the isolated partition where its host runs one", () => {
+    const gpu = {
+      computeGuaranteedPercent: 25,
+      computeIsolatedPoolPercent: 0,
+      computeIsolatedPercent: 0,
+    };
+    expect(gpuComputeLabel(gpu)).toBe('compute 25% guaranteed');
+    expect(
+      gpuComputeLabel({ ...gpu, computeIsolatedPoolPercent: 40, computeIsolatedPercent: 10 }),
+    ).toBe('compute 25% guaranteed, isolated 10% of a 40% partition');
   });
 
   it("sums the team's guaranteed GPU time over live GPUs only", () => {
@@ -82,5 +96,7 @@ describe('compute', () => {
     expect(computeProblem('', 'CAPPED')).toMatch(/capped needs a share/);
     expect(computeProblem('150', 'GUARANTEED')).toMatch(/1 to 100/);
     expect(computeProblem('25', 'CAPPED')).toBeNull();
+    expect(computeProblem('', 'ISOLATED')).toMatch(/isolated needs a share/);
+    expect(computeProblem('30', 'ISOLATED')).toBeNull();
   });
 });

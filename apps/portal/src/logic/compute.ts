@@ -1,6 +1,14 @@
 /** Compute shares and GPU activity (docs/compute.md) as the portal shows them. */
 
-export type ComputeModeName = 'GUARANTEED' | 'CAPPED';
+export type ComputeModeName = 'GUARANTEED' | 'CAPPED' | 'ISOLATED';
+
+/** What each mode means, for the create form's hint. */
+export const COMPUTE_MODE_HINTS: Record<ComputeModeName, string> = {
+  GUARANTEED: 'at least its share while the GPU is contended, and any time nobody else wants',
+  CAPPED: 'never more than its share, even alone',
+  ISOLATED:
+    "its share of the GPU's SMs in an MPS partition of its own, only on hosts that run one; never more, and its latency held whatever its neighbours do; the share is fixed while it runs",
+};
 
 export interface ComputeGpu {
   readonly releasedAt: string | null;
@@ -15,10 +23,24 @@ export interface ComputeShard {
   readonly gpus: readonly ComputeGpu[];
 }
 
-/** "25% guaranteed", "25% capped", or "default split" for a shard that asked for no share. */
+/** "25% guaranteed", "25% capped", "25% isolated", or "default split" for a shard with no share. */
 export function shareLabel(percent: number | null, mode: ComputeModeName): string {
   if (percent === null) return 'default split';
-  return `${percent}% ${mode === 'CAPPED' ? 'capped' : 'guaranteed'}`;
+  return `${percent}% ${mode.toLowerCase()}`;
+}
+
+/**
+ * A GPU's compute as the fleet view shows it: "25% guaranteed", and on a host with an MPS
+ * partition "…, isolated 10% of a 40% partition".
+ */
+export function gpuComputeLabel(gpu: {
+  readonly computeGuaranteedPercent: number;
+  readonly computeIsolatedPoolPercent: number;
+  readonly computeIsolatedPercent: number;
+}): string {
+  const guaranteed = `compute ${gpu.computeGuaranteedPercent}% guaranteed`;
+  if (gpu.computeIsolatedPoolPercent <= 0) return guaranteed;
+  return `${guaranteed}, isolated ${gpu.computeIsolatedPercent}% of a ${gpu.computeIsolatedPoolPercent}% partition`;
 }
 
 /**
@@ -83,10 +105,15 @@ export function parseSharePercent(
   return { ok: true, percent: Number(trimmed) };
 }
 
-/** Why a share and mode cannot be sent as they are (the API's own rule: CAPPED needs a share). */
+/**
+ * Why a share and mode cannot be sent as they are (the API's own rule: CAPPED and ISOLATED need
+ * a share).
+ */
 export function computeProblem(shareText: string, mode: ComputeModeName): string | null {
   const share = parseSharePercent(shareText);
   if (!share.ok) return share.message;
   if (mode === 'CAPPED' && share.percent === null) return 'capped needs a share to cap at';
+  if (mode === 'ISOLATED' && share.percent === null)
+    return "isolated needs a share: its part of the host's MPS partition";
   return null;
 }

@@ -5,9 +5,9 @@ import {
   HostActionDrain,
   HostActionUncordon,
   HostsQuery,
-  IdleShardsQuery,
-  ShardEventsSubscription,
-} from '../../queries.js';
+} from '../../fleet-queries.js';
+import { IdleShardsQuery, ShardEventsSubscription } from '../../queries.js';
+import { gpuComputeLabel } from '../../logic/compute.js';
 import { IdleShards } from './IdleShards.js';
 import { bytesOf, humanBytes, LIVE_STATES } from '../../logic/format.js';
 import { gpuSegments, teamColor, type FleetShard } from '../../logic/fleet.js';
@@ -98,6 +98,11 @@ function HostCard({
             {host.cordoned && host.state !== 'CORDONED' ? ' · cordoned' : ''}
           </span>
           {host.simulated && <span className="muted small">simulated GPUs</span>}
+          {host.computeIsolatedPoolPercent > 0 && (
+            <span className="muted small" data-testid="isolated-pool">
+              MPS partition {host.computeIsolatedPoolPercent}% for isolated shards
+            </span>
+          )}
           {host.cordoned ? (
             <button onClick={() => void doUncordon({ id: host.id })}>Uncordon</button>
           ) : (
@@ -135,7 +140,8 @@ function HostCard({
             <div className="gpu" key={gpu.uuid}>
               <div className="gpu-label">
                 GPU {gpu.index} · {gpu.model} · {gpu.reserved.human} reserved / {gpu.capacity.human}
-                , used {gpu.used.human}
+                , used {gpu.used.human} ·{' '}
+                <span data-testid="gpu-compute">{gpuComputeLabel(gpu)}</span>
                 {gpu.missingSince && <span className="problem"> missing</span>}
               </div>
               <div

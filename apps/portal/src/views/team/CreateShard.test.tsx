@@ -55,4 +55,21 @@ describe('CreateShard', () => {
     await act(async () => api.creates.shift()!('host-b'));
     expect(status()).toBe('Shard second is PLACED on host-b.');
   });
+
+  it('offers isolated compute with what it means, and asks for a share with it', () => {
+    view = mount(<CreateShard teamId="t1" />);
+    const select = view.container.querySelector<HTMLSelectElement>('select')!;
+    expect([...select.options].map((o) => o.value)).toEqual(['GUARANTEED', 'CAPPED', 'ISOLATED']);
+    act(() => {
+      select.value = 'ISOLATED';
+      select.dispatchEvent(new Event('change', { bubbles: true }));
+    });
+    const hint = view.container.querySelector('#mode-help')!.textContent;
+    expect(hint).toMatch(/MPS partition of its own, only on hosts that run one/);
+    expect(hint).toMatch(/fixed while it runs/);
+    expect(view.container.querySelector('#share-help')!.textContent).toMatch(
+      /isolated needs a share/,
+    );
+    expect(button(view.container, 'Create').disabled).toBe(true);
+  });
 });

@@ -3,6 +3,7 @@ import { useMutation, useQuery } from 'urql';
 import { CreateShardMutation, PreviewQuery } from '../../queries.js';
 import { parseSizeInput } from '../../logic/format.js';
 import {
+  COMPUTE_MODE_HINTS,
   computeProblem,
   parseSharePercent,
   shareLabel,
@@ -150,10 +151,18 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
         </label>
         <label>
           Compute mode
-          <select value={mode} onChange={(e) => setMode(e.target.value as ComputeModeName)}>
+          <select
+            value={mode}
+            onChange={(e) => setMode(e.target.value as ComputeModeName)}
+            aria-describedby="mode-help"
+          >
             <option value="GUARANTEED">guaranteed (at least, and idle time)</option>
             <option value="CAPPED">capped (never more)</option>
+            <option value="ISOLATED">isolated (an MPS partition of its own)</option>
           </select>
+          <span id="mode-help" className="muted small" data-testid="mode-help">
+            {COMPUTE_MODE_HINTS[mode]}
+          </span>
         </label>
         <button
           type="submit"

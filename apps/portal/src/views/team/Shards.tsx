@@ -274,6 +274,8 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
                   <select value={mode} onChange={(e) => setMode(e.target.value as ComputeModeName)}>
                     <option value="GUARANTEED">guaranteed</option>
                     <option value="CAPPED">capped</option>
+                    {/* The API refuses a new share for a shard that holds GPUs in this mode. */}
+                    <option value="ISOLATED">isolated (not while it holds GPUs)</option>
                   </select>
                 </label>
                 <button type="submit" disabled={setCompute.fetching}>
