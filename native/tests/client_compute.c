@@ -36,6 +36,13 @@ static struct gpushards_ledger *ledger(void)
     return m == MAP_FAILED ? NULL : m;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
 static struct gpushards_ledger_member *member(struct gpushards_ledger *L, const char *shard)
 {
     for (unsigned i = 0; i < GPUSHARDS_LEDGER_MEMBERS; i++)
@@ -152,6 +159,35 @@ int compute_scenario(const char *s, int argc, char **argv)
         if (cuInit(0) != CUDA_ERROR_MPS_CONNECTION_FAILED) FAIL("a second cuInit let the process use CUDA");
         printf("refused\n");
         return 0;
+    }
+    if (!strcmp(s, "compute-rogue")) {
+        /* A process outside libvgpu.so that writes the ledger itself: it
+         * holds the turn under an entry of its own, never idle, never
+         * owed anything, until killed. */
+        if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch"); /* the ledger exists */
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", getenv("GPUSHARDS_LEDGER_DIR"), LEDGER_GPU0);
+        int fd = open(path, O_RDWR);
+        struct gpushards_ledger *L =
+            fd < 0 ? MAP_FAILED : mmap(NULL, sizeof *L, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (L == MAP_FAILED) FAIL("cannot map the ledger read-write");
+        unsigned r = GPUSHARDS_LEDGER_MEMBERS - 1;
+        struct gpushards_ledger_member *me = &L->members[r];
+        snprintf(me->shard, sizeof me->shard, "rogue");
+        for (int said = 0;; said = 1) {
+            uint64_t now = mono_ns();
+            __atomic_store_n(&me->vtime, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&me->last_kernel_ns, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&me->inflight_ns, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&me->seen_ns, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&L->since_ns, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&L->turn, GPUSHARDS_TURN(r + 1, 0, (now + 10000000000ull) / 1000ull), __ATOMIC_RELEASE);
+            if (!said) {
+                printf("ready\n");
+                fflush(stdout);
+            }
+            usleep(100);
+        }
     }
     if (!strcmp(s, "compute-hold")) {
         /* Take the turn, say so, and wait to be killed holding it. */

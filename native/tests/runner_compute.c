@@ -240,6 +240,23 @@ static int t_compute_limits_names_shard(const void *arg)
     return 0;
 }
 
+static int t_compute_rogue_holder(const void *arg)
+{
+    /* A process writes the ledger itself and holds the turn forever: a
+     * shard waiting for it gives up after MAX_WAIT_NS and launches without
+     * turns (plain co-location) instead of stalling. */
+    ledger_fresh();
+    const char *er[] = {ledger_env, "GPUSHARDS_SHARD_ID=rogue-setup", NULL};
+    const char *ev[] = {ledger_env, "GPUSHARDS_SHARD_ID=victim", "GPUSHARDS_COMPUTE_STATS=1", NULL};
+    struct proc rogue;
+    H_CHECK(start_ready(&rogue, er, "compute-rogue", NULL) == 0, "the rogue did not start: %s", err_text);
+    int failed = run(ev, "link", "compute-launch", NULL, NULL);
+    kill_wait(&rogue);
+    if (failed) return 1;
+    H_CHECK(strstr(err_text, "gave up waiting 1") != NULL, "the victim did not give up waiting once: %s", err_text);
+    return 0;
+}
+
 /* A pipe folder where the fake driver finds an MPS control daemon or not. */
 static void mps_pipes(char *env, size_t size, int daemon)
 {
@@ -342,5 +359,7 @@ static void add_compute_tests(struct t *tests, int *n)
          NULL);
     ADDC("mps: the rest's shards bound their work in flight by queued GPU time", t_mps_rest_bound_by_time, NULL);
     ADDC("compute: the limits file's shard id wins over GPUSHARDS_SHARD_ID", t_compute_limits_names_shard, NULL);
+    ADDC("compute: a process holding the ledger's turn from outside libvgpu.so stalls nobody for long",
+         t_compute_rogue_holder, NULL);
 #undef ADDC
 }

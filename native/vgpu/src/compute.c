@@ -51,12 +51,25 @@ static void await_handover(struct gpushards_ledger *L, unsigned h, uint64_t take
     if (gs_cc.stats) { gs_cst.handovers++; gs_cst.handover_waits_us += (now - taken) / 1000u; }
 }
 
-/* Wait until our shard holds the turn on this GPU. */
+/* The turn did not come within MAX_WAIT_NS while we were entitled to take
+ * it: launch without turns for a while rather than stall on a ledger that a
+ * process outside libvgpu.so holds. */
+static void give_up_waiting(struct cdev *c, struct gpushards_ledger_member *e, uint64_t now)
+{
+    c->ungoverned_until = now + UNGOVERNED_NS;
+    __atomic_store_n(&e->wait_hb_ns, 0, __ATOMIC_RELAXED);
+    if (gs_cc.stats) gs_cst.gave_up++;
+    gs_log(GS_LOG_WARN, "no compute turn for %llu ms on GPU %d: launching without turns for %llu s",
+           MAX_WAIT_NS / 1000000ull, (int)(c - gs_cdevs), UNGOVERNED_NS / 1000000000ull);
+}
+
+/* Wait until our shard holds the turn on this GPU (or gave up waiting). */
 static void acquire(struct cdev *c, uint64_t now)
 {
     struct gpushards_ledger *L = c->L;
     unsigned m = (unsigned)c->m, me = m + 1;
     struct gpushards_ledger_member *e = &L->members[m];
+    uint64_t entitled_since = 0; /* eligible and waiting since */
     uint32_t share, mode;
     gs_compute_share_of(c, &share, &mode);
     __atomic_store_n(&e->share_permille, share, __ATOMIC_RELAXED);
@@ -142,7 +155,14 @@ static void acquire(struct cdev *c, uint64_t now)
                 }
                 break;
             }
+            if (entitled_since == 0) entitled_since = now;
+            if (now - entitled_since > MAX_WAIT_NS) {
+                give_up_waiting(c, e, now);
+                return;
+            }
         } else {
+            /* A capped shard waiting for its own cap is not kept waiting by others. */
+            entitled_since = 0;
             uint64_t c2 = __atomic_load_n(&e->cap_ns, __ATOMIC_RELAXED);
             if (c2 > now && c2 - now < gs_cc.slice_ns * 100u) wake_at = c2;
         }
@@ -193,6 +213,7 @@ static void *admit(CUstream s, int graph)
         gs_compute_note_isolated(c, now);
         return NULL;
     }
+    if (GS_UNLIKELY(now < c->ungoverned_until)) return NULL;
     struct gpushards_ledger *L = c->L;
     struct gpushards_ledger_member *e = &L->members[c->m];
 again:;
@@ -201,6 +222,7 @@ again:;
         if (gs_cc.stats) gs_cst.acquires++;
         acquire(c, now);
         now = gs_now_ns();
+        if (now < c->ungoverned_until) return NULL;
     }
     __atomic_store_n(&e->last_kernel_ns, now, __ATOMIC_RELAXED);
     /* Contended (somebody waited within 2 ms) or capped: keep the work in

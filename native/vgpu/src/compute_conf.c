@@ -57,9 +57,9 @@ static void print_stats(void)
     fprintf(stderr, "gpushards compute [%s]: admits %lu, while capturing %lu, turns waited for %lu, synchronizes %lu, "
             "released at a synchronize %lu, turns taken from a busy holder %lu (waited %lu us for its drain), "
             "turn lost during the in-flight wait %lu, credit clamped %lu times (%lu us of its own time), "
-            "GPU time measured %lu us, waits for work in flight %lu\n", gs_cc.shard, s->admits, s->capturing,
-            s->acquires, s->syncs, s->sync_releases, s->handovers, s->handover_waits_us, s->retakes, s->clamps,
-            s->clamped_us, s->measured_us, s->bound_waits);
+            "GPU time measured %lu us, waits for work in flight %lu, gave up waiting %lu\n", gs_cc.shard, s->admits,
+            s->capturing, s->acquires, s->syncs, s->sync_releases, s->handovers, s->handover_waits_us, s->retakes,
+            s->clamps, s->clamped_us, s->measured_us, s->bound_waits, s->gave_up);
 }
 
 static void load_conf(void)

@@ -13,6 +13,12 @@
 #include "hooks.h"
 
 #define STALE_WAIT_NS 2000000ull /* a waiter that has not polled for 2 ms is gone */
+/* Turns rotate within a few slices per shard; a wait this long means the
+ * ledger is stuck or written by a process outside libvgpu.so.  The waiter
+ * then launches without turns for UNGOVERNED_NS (the hardware's own
+ * time-slicing, as plain co-location) before trying the ledger again. */
+#define MAX_WAIT_NS 1000000000ull
+#define UNGOVERNED_NS 10000000000ull
 #define ACTIVE_NS 1000000000ull  /* a member seen within 1 s counts for the default weight */
 #define MIN_WEIGHT 50u
 #define RING 16u
@@ -48,6 +54,7 @@ struct cdev {
      * and before the launch that finds nothing in flight (timed mode) */
     uint32_t ring_lock, head, count;
     uint64_t contended_until; /* another shard used this GPU recently */
+    uint64_t ungoverned_until; /* a turn did not come within MAX_WAIT_NS: no turns until then */
     CUcontext ctx;
     CUevent ev[RING];
     CUevent pre[RING];     /* timed: recorded before slot's launch when it started on an empty queue */
@@ -61,7 +68,7 @@ extern struct cdev gs_cdevs[GS_MAX_ORDINALS];
 /* Diagnostics (GPUSHARDS_COMPUTE_STATS=1): counts printed at exit. */
 struct gs_compute_stats {
     unsigned long admits, capturing, acquires, syncs, sync_releases, handovers, handover_waits_us, retakes;
-    unsigned long clamps, clamped_us, measured_us, bound_waits;
+    unsigned long clamps, clamped_us, measured_us, bound_waits, gave_up;
 };
 extern struct gs_compute_stats gs_cst;
 
