@@ -81,12 +81,16 @@ describe('limits file', () => {
     assert.throws(() => decodeLimits(corrupt), LimitsFileError);
   });
 
-  it("names the shard in the header, outside the checksum, NUL-terminated", () => {
+  it('names the shard in the header, outside the checksum, NUL-terminated', () => {
     const bytes = encodeLimits([], 'shard-7f3a');
     assert.equal(bytes.subarray(48, 58).toString('utf8'), 'shard-7f3a');
     assert.ok(bytes.subarray(58, 128).every((b) => b === 0));
     assert.equal(bytes.readBigUInt64LE(40), fnv1a64(bytes.subarray(0, 40)));
-    assert.ok(encodeLimits([]).subarray(48, 128).every((b) => b === 0));
+    assert.ok(
+      encodeLimits([])
+        .subarray(48, 128)
+        .every((b) => b === 0),
+    );
   });
 
   it('is written whole (0644) and then changed in place, field by field', async () => {
