@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { crashChecks } from './scenarios/crash.js';
 import { faultChecks } from './scenarios/faults.js';
 import { fleetChecks } from './scenarios/fleet.js';
+import { isolatedChecks } from './scenarios/isolated.js';
 import { reclaimChecks } from './scenarios/reclaim.js';
 import { REPO_ROOT } from './support/native.js';
 import { killAllGroups } from './support/processes.js';
@@ -30,6 +31,7 @@ async function main(): Promise<number> {
     if (!ok) await world.rebase();
   };
   fleetChecks(runner, world);
+  isolatedChecks(runner, world);
   reclaimChecks(runner, world);
   crashChecks(runner, world);
   faultChecks(runner, world);

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -22,10 +23,22 @@ export interface HostSpec {
   /** GPUSHARDS_SIMULATE_GPUS */
   readonly gpus: string;
   readonly labels: string;
+  /**
+   * P of an MPS partition (GPUSHARDS_MPS_ISOLATED_PERCENT): the agent gets a pipe folder whose
+   * `control` socket stands in for NVIDIA's MPS control daemon (the fake driver makes every
+   * shard process an MPS client when it is there). Every shard of the host is then an MPS
+   * client: an isolated one at its share, every other at 100 − P.
+   */
+  readonly mpsIsolatedPercent?: number;
 }
 
 export const FLEET: readonly HostSpec[] = [
-  { key: 'a', gpus: '2xNVIDIA H100 80GB HBM3:80g', labels: 'zone=dc1,tier=h100' },
+  {
+    key: 'a',
+    gpus: '2xNVIDIA H100 80GB HBM3:80g',
+    labels: 'zone=dc1,tier=h100',
+    mpsIsolatedPercent: 40,
+  },
   { key: 'b', gpus: '4xNVIDIA L4:24g', labels: 'zone=dc1,tier=l4' },
   { key: 'c', gpus: '1xNVIDIA A100-SXM4-40GB:40g', labels: 'zone=dc2,tier=a100' },
 ];
@@ -74,6 +87,8 @@ export class System {
   sql: pg.Pool | undefined;
   private native: NativeBuild | undefined;
   private credentials = new Map<string, Record<string, string>>();
+  /** The stand-in MPS control daemons by host key: they live as long as the run. */
+  private readonly mpsDaemons = new Map<string, Server>();
 
   hostId(key: string): string {
     return `${this.runId}-${key}`;
@@ -87,6 +102,11 @@ export class System {
     const agent = this.agents.get(key);
     if (agent === undefined) throw new Error(`no agent ${key}`);
     return agent;
+  }
+
+  /** The MPS pipe folder of host `key` (GPUSHARDS_MPS_PIPE_DIR), whether or not it has one. */
+  mpsPipeDir(key: string): string {
+    return join(this.workDir, `mps-${key}`);
   }
 
   log(name: string): string {
@@ -305,6 +325,7 @@ export class System {
     const stateDir = join(this.workDir, `agent-${spec.key}`);
     mkdirSync(stateDir, { recursive: true });
     const natsEnv = this.credentials.get(`agent-${hostId}`)!;
+    if (spec.mpsIsolatedPercent !== undefined) await this.startMpsDaemon(spec.key);
     const agentProcess = new ManagedProcess({
       name: `agent ${spec.key} (${hostId})`,
       command: process.execPath,
@@ -324,12 +345,38 @@ export class System {
         GPUSHARDS_HEARTBEAT_SECONDS: String(AGENT_HEARTBEAT_SECONDS),
         GPUSHARDS_RECONCILE_SECONDS: String(AGENT_RECONCILE_SECONDS),
         GPUSHARDS_STOP_GRACE_SECONDS: '2',
+        ...(spec.mpsIsolatedPercent !== undefined
+          ? {
+              GPUSHARDS_MPS_PIPE_DIR: this.mpsPipeDir(spec.key),
+              GPUSHARDS_MPS_ISOLATED_PERCENT: String(spec.mpsIsolatedPercent),
+            }
+          : {}),
         ...natsEnv,
       },
       logFile: this.log(`agent-${spec.key}`),
     });
     this.agents.set(spec.key, { spec, hostId, process: agentProcess, stateDir });
     await this.restartAgent(spec.key);
+  }
+
+  /**
+   * The host's "MPS control daemon": a unix socket named `control` in its pipe folder, what the
+   * agent checks for at start and the fake driver at each cuInit (in the shard, through the
+   * read-only mount). It accepts and closes connections, and outlives agent restarts.
+   */
+  private async startMpsDaemon(key: string): Promise<void> {
+    const pipeDir = this.mpsPipeDir(key);
+    mkdirSync(pipeDir, { recursive: true });
+    const daemon = createServer((socket) => {
+      socket.on('error', () => {});
+      socket.end();
+    });
+    await new Promise<void>((resolve, reject) => {
+      daemon.once('error', reject);
+      daemon.listen(join(pipeDir, 'control'), resolve);
+    });
+    chmodSync(join(pipeDir, 'control'), 0o777);
+    this.mpsDaemons.set(key, daemon);
   }
 
   /** Starts the agent of `key` again; resolves once it registered and started its timers. */
@@ -385,6 +432,9 @@ export class System {
     await attempt(() => this.sql?.end());
     await attempt(() => this.postgres?.stop());
     await attempt(() => removeRunContainers(this.hostIds, this.image));
+    for (const daemon of this.mpsDaemons.values()) {
+      await attempt(() => new Promise<void>((resolve) => daemon.close(() => resolve())));
+    }
     if (!keepWorkDir) {
       // The agents' state folders hold region folders that containers (root) wrote into.
       await attempt(() => rmSync(this.workDir, { recursive: true, force: true }));

@@ -36,6 +36,10 @@ export interface ShardRequest {
   /** Wait as PENDING when it fits nowhere now; default false (these scenarios expect NO_CAPACITY). */
   queue?: boolean;
   priorityClass?: string;
+  computeSharePercent?: number;
+  computeMode?: 'GUARANTEED' | 'CAPPED' | 'ISOLATED';
+  /** Labels the host must carry ({ tier: 'a100' }). */
+  hostSelector?: Record<string, string>;
   /** Default: hold 256 MiB and wait for SIGTERM. */
   command?: string[];
 }
@@ -98,6 +102,18 @@ export class World {
       ...(request.gpuModelExclude ? { gpuModelExclude: request.gpuModelExclude } : {}),
       ...(request.idempotencyKey ? { idempotencyKey: request.idempotencyKey } : {}),
       ...(request.priorityClass ? { priorityClass: request.priorityClass } : {}),
+      ...(request.computeSharePercent !== undefined
+        ? { computeSharePercent: request.computeSharePercent }
+        : {}),
+      ...(request.computeMode ? { computeMode: request.computeMode } : {}),
+      ...(request.hostSelector
+        ? {
+            hostSelector: Object.entries(request.hostSelector).map(([key, value]) => ({
+              key,
+              value,
+            })),
+          }
+        : {}),
       queue: request.queue ?? false,
     };
   }
