@@ -11,6 +11,7 @@ import {
   createTestTeam,
   gpuUuidOf,
   registerRequest,
+  SET_SHARD_COMPUTE,
   shardRowCounts,
   type TestTeam,
 } from '../testing/fleet-fixtures.js';
@@ -30,11 +31,6 @@ const SET_POLICY = `mutation ($teamId: ID!, $input: QuotaPolicyInput!) {
   setQuotaPolicy(teamId: $teamId, input: $input) { id quotaPolicy { maxComputeSharePercent } }
 }`;
 const POLICY = { maxTotal: '10t', maxShards: 1000, maxPerShard: '1t' };
-const SET_COMPUTE = `mutation ($id: ID!, $share: Int, $mode: ComputeMode) {
-  setShardCompute(id: $id, computeSharePercent: $share, computeMode: $mode) {
-    id computeSharePercent computeMode
-  }
-}`;
 const SHARD = `query ($id: ID!) { shard(id: $id) { id state computeSharePercent computeMode } }`;
 
 for (const kind of TEST_DATABASE_KINDS) {
@@ -178,18 +174,21 @@ for (const kind of TEST_DATABASE_KINDS) {
         ['a', 'c', 'd'],
       );
       // 60 + 40 = 100: a cannot grow, and nothing changes when it is refused.
-      const refused = await h.graphql(SET_COMPUTE, { id: a!.id, share: 70 }, team.member);
+      const refused = await h.graphql(SET_SHARD_COMPUTE, { id: a!.id, share: 70 }, team.member);
       assertError(refused, 'NO_CAPACITY');
       assert.equal(await guaranteed(), 1000);
       assertError(
-        await h.graphql(SET_COMPUTE, { id: a!.id, share: null, mode: 'CAPPED' }, team.member),
+        await h.graphql(SET_SHARD_COMPUTE, { id: a!.id, share: null, mode: 'CAPPED' }, team.member),
         'BAD_USER_INPUT',
       );
-      assertError(await h.graphql(SET_COMPUTE, { id: a!.id, share: 30 }, team.viewer), 'FORBIDDEN');
+      assertError(
+        await h.graphql(SET_SHARD_COMPUTE, { id: a!.id, share: 30 }, team.viewer),
+        'FORBIDDEN',
+      );
 
       const changed = assertOk(
         await h.graphql<{ setShardCompute: { computeSharePercent: number; computeMode: string } }>(
-          SET_COMPUTE,
+          SET_SHARD_COMPUTE,
           { id: a!.id, share: 30, mode: 'CAPPED' },
           team.member,
         ),
@@ -202,7 +201,7 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.equal(resize.gpus[0]!.uuid, gpu);
 
       // Now c (no share) may take 30%.
-      assertOk(await h.graphql(SET_COMPUTE, { id: c!.id, share: 30 }, team.member));
+      assertOk(await h.graphql(SET_SHARD_COMPUTE, { id: c!.id, share: 30 }, team.member));
       assert.equal(await guaranteed(), 1000);
 
       // A memory resize reopens the reservation with the same share.
@@ -225,7 +224,10 @@ for (const kind of TEST_DATABASE_KINDS) {
         );
       }
       assert.equal(await guaranteed(), 0);
-      assertError(await h.graphql(SET_COMPUTE, { id: a!.id, share: 10 }, team.member), 'CONFLICT');
+      assertError(
+        await h.graphql(SET_SHARD_COMPUTE, { id: a!.id, share: 10 }, team.member),
+        'CONFLICT',
+      );
     });
 
     it('a request that fits by memory but not by compute waits as PENDING, and the queue places it once the share is free', async () => {

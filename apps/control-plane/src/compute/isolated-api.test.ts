@@ -15,6 +15,7 @@ import {
   createTestTeam,
   gpuUuidOf,
   registerRequest,
+  SET_SHARD_COMPUTE,
   shardRowCounts,
   type TestTeam,
 } from '../testing/fleet-fixtures.js';
@@ -33,11 +34,6 @@ after(async () => {
   await postgres?.stop();
 });
 
-const SET_COMPUTE = `mutation ($id: ID!, $share: Int, $mode: ComputeMode) {
-  setShardCompute(id: $id, computeSharePercent: $share, computeMode: $mode) {
-    id computeSharePercent computeMode
-  }
-}`;
 const DELETE = `mutation ($id: ID!) { deleteShard(id: $id) { id } }`;
 const HOST = `query ($id: ID!) {
   host(id: $id) {
@@ -255,13 +251,17 @@ for (const kind of TEST_DATABASE_KINDS) {
         { share: 40, mode: 'ISOLATED' },
         { share: 30, mode: 'GUARANTEED' },
       ]) {
-        const refused = await h.graphql(SET_COMPUTE, { id: isoShard.id, ...change }, team.member);
+        const refused = await h.graphql(
+          SET_SHARD_COMPUTE,
+          { id: isoShard.id, ...change },
+          team.member,
+        );
         assertError(refused, 'CONFLICT', JSON.stringify(change));
         assert.match(refused.errors![0]!.message, /fixed while it holds its GPUs/);
         assert.match(refused.errors![0]!.message, /stop it and start it with the new share/);
       }
       const becomes = await h.graphql(
-        SET_COMPUTE,
+        SET_SHARD_COMPUTE,
         { id: other.id, share: 10, mode: 'ISOLATED' },
         team.member,
       );
@@ -274,13 +274,13 @@ for (const kind of TEST_DATABASE_KINDS) {
       );
 
       // The GUARANTEED shard may grow to what the partition leaves (50%), not past it.
-      const over = await h.graphql(SET_COMPUTE, { id: other.id, share: 60 }, team.member);
+      const over = await h.graphql(SET_SHARD_COMPUTE, { id: other.id, share: 60 }, team.member);
       assertError(over, 'NO_CAPACITY');
       assert.match(
         over.errors![0]!.message,
         /would pass 50% \(what its host's 50% isolated partition leaves\)/,
       );
-      assertOk(await h.graphql(SET_COMPUTE, { id: other.id, share: 50 }, team.member));
+      assertOk(await h.graphql(SET_SHARD_COMPUTE, { id: other.id, share: 50 }, team.member));
       assert.deepEqual(await columns(), { guaranteed: 800, isolated: 300, pool: 500 });
     });
 

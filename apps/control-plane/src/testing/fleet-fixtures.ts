@@ -164,6 +164,11 @@ export const SHARD_FIELDS = `id teamId name image command env { name value } sta
   gpus { gpuUuid index model reserved { bytes } used { bytes } releasedAt }`;
 
 export const CREATE_SHARD = `mutation ($input: CreateShardInput!) { createShard(input: $input) { ${SHARD_FIELDS} } }`;
+export const SET_SHARD_COMPUTE = `mutation ($id: ID!, $share: Int, $mode: ComputeMode) {
+  setShardCompute(id: $id, computeSharePercent: $share, computeMode: $mode) {
+    id computeSharePercent computeMode
+  }
+}`;
 
 export interface ShardResult {
   id: string;
