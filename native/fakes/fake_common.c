@@ -253,6 +253,7 @@ static struct fake_proc *proc(void)
         if (__atomic_compare_exchange_n(&state->procs[i].pid, &zero, CLAIMING, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             struct fake_proc *p = &state->procs[i];
             p->start_time = start_time_of("/proc/self");
+            memset(p->busy, 0, sizeof p->busy); /* the kernel time of the entry's last owner */
             __atomic_store_n(&p->ns_inode, my_ns_inode(), __ATOMIC_RELEASE);
             __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&p->pid, me, __ATOMIC_RELEASE);
@@ -467,6 +468,73 @@ int fake_procs_on(int g, struct fake_proc_usage *out, int max)
         /* Reaped or claimed again since: its host pid is another process's. */
         if (visible_pid == 0 || used == 0 || !unchanged(p, s)) continue;
         if (n < max) out[n] = (struct fake_proc_usage){.host_pid = (unsigned int)visible_pid, .used = used};
+        n++;
+    }
+    return n;
+}
+
+/* ---- kernel time per process (NVML's per-process utilization) ------------ */
+
+void fake_busy_note(int g, uint64_t from_ns, uint64_t to_ns)
+{
+    if (state == NULL || g < 0 || g >= FAKE_MAX_GPUS || to_ns <= from_ns) return;
+    struct fake_proc *p = proc();
+    if (p == NULL) return;
+    while (from_ns < to_ns) {
+        uint64_t bucket = from_ns / FAKE_BUSY_BUCKET_NS, end = (bucket + 1) * FAKE_BUSY_BUCKET_NS;
+        if (end > to_ns) end = to_ns;
+        uint64_t us = (end - from_ns + 500u) / 1000u, tag = bucket & 0xffffffffull;
+        uint64_t *slot = &p->busy[g][bucket % FAKE_BUSY_BUCKETS];
+        uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED), next;
+        do {
+            uint64_t held = (cur >> 32) == tag ? cur & 0xffffffffull : 0; /* an older bucket's count is dropped */
+            next = tag << 32 | (held + us);
+        } while (!__atomic_compare_exchange_n(slot, &cur, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+        from_ns = end;
+    }
+}
+
+/* Nanoseconds of kernel time p's buckets put in [from, to): a bucket that
+ * straddles an end counts in proportion to the part of it inside (the part
+ * up to `to` for the bucket still being filled, whose count may include
+ * work queued past it), never more than that part. */
+static uint64_t busy_within(const struct fake_proc *p, int g, uint64_t from, uint64_t to)
+{
+    uint64_t total = 0;
+    for (uint64_t b = from / FAKE_BUSY_BUCKET_NS; b <= (to - 1) / FAKE_BUSY_BUCKET_NS; b++) {
+        uint64_t v = __atomic_load_n(&p->busy[g][b % FAKE_BUSY_BUCKETS], __ATOMIC_ACQUIRE);
+        if ((v >> 32) != (b & 0xffffffffull)) continue;
+        uint64_t ns = (v & 0xffffffffull) * 1000u;
+        uint64_t start = b * FAKE_BUSY_BUCKET_NS, end = start + FAKE_BUSY_BUCKET_NS;
+        uint64_t filled_to = end < to ? end : to;
+        uint64_t lo = start > from ? start : from;
+        uint64_t inside = filled_to - lo, span = filled_to - start;
+        uint64_t part = (uint64_t)((double)ns * (double)inside / (double)span);
+        total += part < inside ? part : inside;
+    }
+    return total;
+}
+
+int fake_busy_on(int g, uint64_t from_ns, uint64_t to_ns, struct fake_proc_busy *out, int max)
+{
+    if (state == NULL || g < 0 || g >= FAKE_MAX_GPUS || to_ns <= from_ns) return 0;
+    uint64_t history = (FAKE_BUSY_BUCKETS - 1) * FAKE_BUSY_BUCKET_NS;
+    if (to_ns - from_ns > history) from_ns = to_ns - history;
+    struct seen seen[FAKE_MAX_PROCS];
+    int host[FAKE_MAX_PROCS];
+    pass(seen, host);
+    int n = 0;
+    for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+        struct fake_proc *p = &state->procs[i];
+        struct seen s = seen[i];
+        if (s.pid <= 0) continue;
+        int visible_pid = same_ns(p) ? s.pid : host[i];
+        uint64_t busy = busy_within(p, g, from_ns, to_ns);
+        if (visible_pid == 0 || busy == 0 || !unchanged(p, s)) continue;
+        uint64_t percent = (busy * 100u + (to_ns - from_ns) / 2u) / (to_ns - from_ns);
+        if (n < max)
+            out[n] = (struct fake_proc_busy){.host_pid = (unsigned int)visible_pid,
+                                             .percent = (unsigned int)(percent > 100 ? 100 : percent)};
         n++;
     }
     return n;

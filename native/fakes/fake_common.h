@@ -9,6 +9,11 @@
 
 #define FAKE_MAX_GPUS 16
 #define FAKE_MAX_PROCS 256
+/* Kernel time is kept per process and GPU in buckets of CLOCK_MONOTONIC
+ * time: FAKE_BUSY_BUCKETS of FAKE_BUSY_BUCKET_NS, the history that NVML's
+ * per-process utilization can look back over. */
+#define FAKE_BUSY_BUCKETS 64
+#define FAKE_BUSY_BUCKET_NS 100000000ull
 #define FAKE_HIDDEN __attribute__((visibility("hidden")))
 
 struct fake_gpu {
@@ -26,8 +31,10 @@ struct fake_proc {
     uint64_t ns_inode;    /* inode of its /proc/self/ns/pid; 0 = unknown */
     uint64_t start_time;  /* /proc/self/stat field 22 (the same in every namespace) */
     uint64_t used[FAKE_MAX_GPUS];
+    /* Per GPU and bucket: (bucket number << 32) | microseconds its kernels ran in it. */
+    uint64_t busy[FAKE_MAX_GPUS][FAKE_BUSY_BUCKETS];
 };
-#define FAKE_STATE_MAGIC 0x3254534b414647ULL /* "GFAKST2" */
+#define FAKE_STATE_MAGIC 0x3354534b414647ULL /* "GFAKST3" */
 struct fake_state {
     uint64_t magic;
     uint64_t used[FAKE_MAX_GPUS];
@@ -64,5 +71,19 @@ FAKE_HIDDEN int fake_parse_size(const char *s, uint64_t *out);
 
 /* fake_launch.c (libcuda.so.1 only): a graph launch takes simulated kernel time. */
 FAKE_HIDDEN void fake_launch_graph(void);
+/* fake_cuda.c: the physical GPU of the calling thread's current context, -1 for none. */
+FAKE_HIDDEN int fake_current_phys(void);
+
+/* This process's kernels run on GPU g over [from_ns, to_ns) of CLOCK_MONOTONIC. */
+FAKE_HIDDEN void fake_busy_note(int g, uint64_t from_ns, uint64_t to_ns);
+/* One process that ran kernels on a GPU, as NVML's per-process utilization reports it. */
+struct fake_proc_busy {
+    unsigned int host_pid;
+    unsigned int percent; /* of the window's time its kernels ran */
+};
+/* The processes whose kernels ran on GPU g within [from_ns, to_ns) of
+ * CLOCK_MONOTONIC (pids in the caller's namespace, as fake_procs_on).
+ * Returns how many there are (may exceed max). */
+FAKE_HIDDEN int fake_busy_on(int g, uint64_t from_ns, uint64_t to_ns, struct fake_proc_busy *out, int max);
 
 #endif

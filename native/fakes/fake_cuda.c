@@ -211,6 +211,12 @@ static int valid_ctx(struct fctx *c)
     return c != NULL && c->magic == M_CTX && c->alive;
 }
 
+int fake_current_phys(void)
+{
+    struct fctx *c = cur();
+    return valid_ctx(c) ? c->phys : -1;
+}
+
 #define NEED_INIT()                                                                                      \
     do {                                                                                                 \
         if (!__atomic_load_n(&inited, __ATOMIC_ACQUIRE)) return CUDA_ERROR_NOT_INITIALIZED;             \

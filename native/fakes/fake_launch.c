@@ -2,7 +2,8 @@
  * simulated kernel time: every launch "runs" GPUSHARDS_FAKE_KERNEL_US
  * microseconds (default 100) after the process's previous one, and an
  * event completes when the work recorded before it would have finished.
- * Enough for libvgpu.so's compute admission (turns, in-flight bound) to be
+ * The time each kernel runs is kept in the shared state (per process and
+ * GPU) for the fake NVML's per-process utilization.  Enough for libvgpu.so's compute admission (turns, in-flight bound) to be
  * exercised without a GPU. */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -33,7 +34,10 @@ static uint64_t kernel_ns(void)
 static CUresult launch(void)
 {
     uint64_t now = now_ns(), b = __atomic_load_n(&busy_until, __ATOMIC_RELAXED);
-    __atomic_store_n(&busy_until, (b > now ? b : now) + kernel_ns(), __ATOMIC_RELAXED);
+    uint64_t start = b > now ? b : now, end = start + kernel_ns();
+    __atomic_store_n(&busy_until, end, __ATOMIC_RELAXED);
+    /* NVML's per-process utilization reports the time it runs. */
+    fake_busy_note(fake_current_phys(), start, end);
     return CUDA_SUCCESS;
 }
 

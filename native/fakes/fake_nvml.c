@@ -4,6 +4,7 @@
  * state file. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "nvml_subset.h"
 #include "fake_common.h"
@@ -234,6 +235,45 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigne
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t *infos)
 {
     return running(d, count, infos, 0);
+}
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Like the real one: one sample per process whose kernels ran since
+ * lastSeenTimeStamp (microseconds since the epoch; 0 = as far back as the
+ * history goes), smUtil the percentage of that time they ran;
+ * NVML_ERROR_NOT_FOUND when there is none, NVML_ERROR_INSUFFICIENT_SIZE with
+ * the count when the buffer is missing or short. */
+API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizationSample_t *utilization,
+                                                 unsigned int *count, unsigned long long last_seen)
+{
+    NEED_INIT();
+    int i = index_of(d);
+    if (i < 0 || count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t mono = clock_ns(CLOCK_MONOTONIC), now_us = clock_ns(CLOCK_REALTIME) / 1000u;
+    uint64_t back = FAKE_BUSY_BUCKETS * FAKE_BUSY_BUCKET_NS; /* fake_busy_on keeps it to its history */
+    if (last_seen != 0 && last_seen < now_us && (now_us - last_seen) * 1000u < back) back = (now_us - last_seen) * 1000u;
+    struct fake_proc_busy procs[FAKE_MAX_PROCS];
+    int n = last_seen >= now_us || back >= mono ? 0 : fake_busy_on(i, mono - back, mono, procs, FAKE_MAX_PROCS);
+    if (n > FAKE_MAX_PROCS) n = FAKE_MAX_PROCS;
+    if (n == 0) {
+        *count = 0;
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (utilization == NULL || *count < (unsigned int)n) {
+        *count = (unsigned int)n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int k = 0; k < n; k++)
+        utilization[k] = (nvmlProcessUtilizationSample_t){.pid = procs[k].host_pid, .timeStamp = now_us,
+                                                          .smUtil = procs[k].percent};
+    *count = (unsigned int)n;
+    return NVML_SUCCESS;
 }
 
 /* The fake GPUs run no graphics: like a real data-centre GPU with only

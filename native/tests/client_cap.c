@@ -7,6 +7,10 @@
  *                  prints "card USED", then "pid PID USED" per process from
  *                  nvmlDeviceGetComputeRunningProcesses_v3, checked against
  *                  _v2 and the v1 call
+ *   procutil ORDINAL WINDOW_MS
+ *                  as the agent on the host: nvmlDeviceGetProcessUtilization
+ *                  since WINDOW_MS ago, its size protocol checked; prints
+ *                  "pid PID SM%" per sample, or "none"
  *   missing        hooks whose driver function the driver lacks answer
  *                  CUDA_ERROR_NOT_FOUND and charge nothing; prints "ok" */
 #define _GNU_SOURCE
@@ -14,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api.h"
 #include "client_check.h"
@@ -70,6 +75,53 @@ static int s_procs(const struct api *A, const char *ordinal_text)
         CHECK(infos[i].gpuInstanceId == 0xFFFFFFFFu && infos[i].computeInstanceId == 0xFFFFFFFFu, "MIG ids");
         CHECK(infos1[i].pid == infos[i].pid && infos1[i].usedGpuMemory == infos[i].usedGpuMemory, "v1 differs");
         printf("pid %u %llu\n", infos[i].pid, infos[i].usedGpuMemory);
+    }
+    return 0;
+}
+
+typedef nvmlReturn_t (*util_fn)(nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned int *, unsigned long long);
+
+static unsigned long long epoch_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (unsigned long long)t.tv_sec * 1000000ull + (unsigned long long)t.tv_nsec / 1000u;
+}
+
+static int s_procutil(const struct api *A, const char *ordinal_text, const char *window_text)
+{
+    CHECK(A->nvmlInit_v2() == NVML_SUCCESS, "nvmlInit");
+    nvmlDevice_t d;
+    CHECK(A->nvmlDeviceGetHandleByIndex_v2((unsigned)atoi(ordinal_text), &d) == NVML_SUCCESS, "handle");
+    util_fn util = (util_fn)dlsym(RTLD_DEFAULT, "nvmlDeviceGetProcessUtilization");
+    CHECK(util != NULL, "NVML lacks nvmlDeviceGetProcessUtilization");
+    unsigned long long before = epoch_us(), since = before - strtoull(window_text, NULL, 10) * 1000ull;
+    unsigned int n = 0;
+    CHECK(util(d, NULL, &n, before + 60000000ull) == NVML_ERROR_NOT_FOUND && n == 0, "samples from the future");
+    nvmlReturn_t r = util(d, NULL, &n, since);
+    if (r == NVML_ERROR_NOT_FOUND) {
+        CHECK(n == 0, "NOT_FOUND with a count of %u", n);
+        printf("none\n");
+        return 0;
+    }
+    CHECK(r == NVML_ERROR_INSUFFICIENT_SIZE && n > 0, "size query: %d, count %u", (int)r, n);
+    nvmlProcessUtilizationSample_t samples[64];
+    unsigned int small = n - 1;
+    CHECK(small == 0 || (util(d, samples, &small, since) == NVML_ERROR_INSUFFICIENT_SIZE && small >= n),
+          "a short buffer");
+    n = 64;
+    r = util(d, samples, &n, since);
+    unsigned long long after = epoch_us();
+    if (r == NVML_ERROR_NOT_FOUND) {
+        printf("none\n");
+        return 0;
+    }
+    CHECK(r == NVML_SUCCESS, "samples: %d", (int)r);
+    for (unsigned i = 0; i < n; i++) {
+        CHECK(samples[i].timeStamp >= before && samples[i].timeStamp <= after, "timestamp %llu outside [%llu, %llu]",
+              samples[i].timeStamp, before, after);
+        CHECK(samples[i].smUtil <= 100, "smUtil %u", samples[i].smUtil);
+        printf("pid %u %u\n", samples[i].pid, samples[i].smUtil);
     }
     return 0;
 }
@@ -274,6 +326,7 @@ int cap_scenario(const struct api *A, const char *s, int argc, char **argv)
 {
     if (!strcmp(s, "try") && argc > 3) return s_try(A, argv[3]);
     if (!strcmp(s, "procs") && argc > 3) return s_procs(A, argv[3]);
+    if (!strcmp(s, "procutil") && argc > 4) return s_procutil(A, argv[3], argv[4]);
     if (!strcmp(s, "pitch-legacy")) return s_pitch_legacy(A);
     if (!strcmp(s, "capture")) return s_capture(A);
     if (!strcmp(s, "ctx-limits")) return s_ctx_limits(A);

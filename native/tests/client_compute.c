@@ -104,9 +104,41 @@ static int share_is(const struct gpushards_ledger_member *m, uint64_t arg)
     return __atomic_load_n(&m->share_permille, __ATOMIC_RELAXED) == arg;
 }
 
+/* Keep the GPU busy until killed: batches of 500 launches (50 ms of the
+ * fake's 100 us kernels), the next batch queued once the one before it has
+ * run, so that a batch is always waiting however the process is scheduled.
+ * Prints "ready" once two batches have run. */
+static int busy_hold(void)
+{
+    CUevent done[2];
+    if (cuEventCreate(&done[0], 0) != CUDA_SUCCESS || cuEventCreate(&done[1], 0) != CUDA_SUCCESS)
+        FAIL("cuEventCreate failed");
+    for (unsigned batch = 0;; batch++) {
+        for (int i = 0; i < 500; i++)
+            if (launch() != CUDA_SUCCESS) FAIL("cuLaunchKernel failed");
+        if (cuEventRecord(done[batch % 2], NULL) != CUDA_SUCCESS) FAIL("cuEventRecord failed");
+        if (batch > 0 && cuEventSynchronize(done[(batch - 1) % 2]) != CUDA_SUCCESS) FAIL("cuEventSynchronize failed");
+        if (batch == 2) {
+            printf("ready\n");
+            fflush(stdout);
+        }
+    }
+}
+
 int compute_scenario(const char *s, int argc, char **argv)
 {
     const char *shard = getenv("GPUSHARDS_SHARD_ID");
+    if (!strcmp(s, "busy-hold")) {
+        if (context() != 0) FAIL("no context");
+        return busy_hold();
+    }
+    if (!strcmp(s, "idle-hold")) {
+        /* A context that launches nothing, until killed. */
+        if (context() != 0) FAIL("no context");
+        printf("ready\n");
+        fflush(stdout);
+        for (;;) pause();
+    }
     if (!strcmp(s, "compute-launch")) {
         /* Launches pass (with or without a ledger). */
         if (context() != 0) FAIL("no context");

@@ -44,6 +44,42 @@ static int t_reap_race(const void *arg)
     return 0;
 }
 
+/* "pid PID" followed by its percentage in a procutil listing; -1 if absent. */
+static int listed_percent(const char *text, pid_t pid)
+{
+    char want[32];
+    snprintf(want, sizeof want, "pid %d ", (int)pid);
+    const char *at = strstr(text, want);
+    return at == NULL ? -1 : atoi(at + strlen(want));
+}
+
+/* NVML's per-process utilization, as the agent's compute fence reads it:
+ * a process whose kernels keep the GPU busy is reported near 100 % over the
+ * last 100 ms, one with a context that launches nothing is not reported,
+ * and once the busy one has died nothing is. */
+static int t_nvml_process_utilization(const void *arg)
+{
+    const char *env[] = {"-LD_PRELOAD", NULL};
+    struct proc busy, idle;
+    H_CHECK(start_ready(&busy, env, "busy-hold", NULL) == 0, "busy-hold did not start: %s", err_text);
+    if (start_ready(&idle, env, "idle-hold", NULL) != 0) {
+        kill_wait(&busy);
+        return h_fail("idle-hold did not start: %s", err_text);
+    }
+    int failed = run(env, "link", "procutil", "0", "100");
+    char while_busy[sizeof out_text];
+    snprintf(while_busy, sizeof while_busy, "%s", out_text);
+    kill_wait(&busy);
+    int failed_after = failed ? 1 : run(env, "link", "procutil", "0", "100");
+    kill_wait(&idle);
+    if (failed || failed_after) return 1;
+    int percent = listed_percent(while_busy, busy.pid);
+    H_CHECK(percent >= 50, "the busy process at %d %% (-1: not listed) in:\n%s", percent, while_busy);
+    H_CHECK(listed_percent(while_busy, idle.pid) == -1, "the idle process listed in:\n%s", while_busy);
+    H_CHECK(strcmp(out_text, "none\n") == 0, "after the busy process died:\n%s", out_text);
+    return 0;
+}
+
 static void add_fake_tests(struct t *tests, int *n)
 {
 #define ADDF(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -51,5 +87,7 @@ static void add_fake_tests(struct t *tests, int *n)
          t_nvml_container_leaves_others, NULL);
     ADDF("fake NVML: a process that claims its entry while a listing reads /proc is not reaped (e2e cap flake)",
          t_reap_race, NULL);
+    ADDF("fake NVML: per-process utilization reports the process whose kernels ran, not an idle or a dead one",
+         t_nvml_process_utilization, NULL);
 #undef ADDF
 }

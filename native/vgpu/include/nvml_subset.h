@@ -88,6 +88,17 @@ typedef struct nvmlProcessInfo_st {
 } nvmlProcessInfo_t;
 typedef nvmlProcessInfo_t nvmlProcessInfo_v2_t;
 
+/* One process's utilization over a sampling period (nvmlDeviceGetProcessUtilization):
+ * timeStamp in microseconds since the Unix epoch, utilizations in percent. */
+typedef struct nvmlProcessUtilizationSample_st {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 #define NVML_DEVICE_UUID_BUFFER_SIZE 80
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_NAME_BUFFER_SIZE 64
@@ -113,6 +124,8 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                   nvmlProcessInfo_v1_t *infos);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
