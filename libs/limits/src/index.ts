@@ -12,3 +12,4 @@ export * from './rate/token-bucket.js';
 export * from './compute-share.js';
 export * from './idle-policy.js';
 export * from './durations.js';
+export * from './enforcement/compute-fence.js';
