@@ -4,6 +4,7 @@ import { performance } from 'node:perf_hooks';
 import { CudaDriver } from './cuda.js';
 import { mustRelist, processAlive, type GpuListing } from './listing-gate.js';
 import { Nvml } from './nvml.js';
+import type { NvmlProcessUtilization } from './process-utilization.js';
 import type { SimulatedGpu } from './simulated-gpus.js';
 
 export interface DiscoveredGpu {
@@ -26,6 +27,9 @@ export interface GpuProcessSample {
   readonly bytes: number;
 }
 
+/** One process's utilization sample on one GPU (host PIDs; NVML's per-process utilization). */
+export type GpuUtilizationSample = NvmlProcessUtilization;
+
 /** Where GPU facts come from: NVML (real or fake library), or a list given in configuration. */
 export interface GpuBackend {
   readonly driverVersion: string;
@@ -38,6 +42,12 @@ export interface GpuBackend {
    * killed), whatever else says nothing changed (listing-gate.ts).
    */
   processes(watch?: ReadonlySet<number>): GpuProcessSample[] | undefined;
+  /**
+   * Each process's utilization samples on GPU `gpuIndex` newer than `sinceUs` (microseconds
+   * since the Unix epoch; 0: as far back as the driver keeps); 'unsupported' where nothing can
+   * tell (no driver, or one without per-process utilization).
+   */
+  processUtilization(gpuIndex: number, sinceUs: number): GpuUtilizationSample[] | 'unsupported';
   /** The memory one CUDA context takes on this host's GPUs (the largest over them). */
   measureContextBytes(): number;
   close(): void;
@@ -109,6 +119,10 @@ export class NvmlBackend implements GpuBackend {
     return samples;
   }
 
+  processUtilization(gpuIndex: number, sinceUs: number): GpuUtilizationSample[] | 'unsupported' {
+    return this.nvml.processUtilization(gpuIndex, sinceUs) ?? 'unsupported';
+  }
+
   /**
    * Retains each GPU's primary context through libcuda and reads NVML's used memory before
    * and after: the difference is what a shard's process pays before allocating anything.
@@ -158,6 +172,10 @@ export class ListedGpuBackend implements GpuBackend {
 
   processes(): undefined {
     return undefined;
+  }
+
+  processUtilization(): 'unsupported' {
+    return 'unsupported';
   }
 
   measureContextBytes(): number {

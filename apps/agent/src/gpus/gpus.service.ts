@@ -19,6 +19,7 @@ import {
   type GpuBackend,
   type GpuProcessSample,
   type GpuSample,
+  type GpuUtilizationSample,
 } from './gpu-backends.js';
 import { Nvml } from './nvml.js';
 
@@ -139,6 +140,14 @@ export class GpusService implements OnModuleDestroy {
    */
   processes(watch?: ReadonlySet<number>): GpuProcessSample[] | undefined {
     return this.backend.processes(watch);
+  }
+
+  /**
+   * Each process's utilization samples on GPU `gpuIndex` (host index) newer than `sinceUs`
+   * (NVML's per-process utilization; the compute fence); 'unsupported' where nothing can tell.
+   */
+  processUtilization(gpuIndex: number, sinceUs: number): GpuUtilizationSample[] | 'unsupported' {
+    return this.backend.processUtilization(gpuIndex, sinceUs);
   }
 
   onModuleDestroy(): void {

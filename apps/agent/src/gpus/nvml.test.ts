@@ -8,10 +8,16 @@ import { after, before, describe, it } from 'node:test';
 
 import { createAgent } from '../create-agent.js';
 import type { AgentLink } from '../link/agent-link.js';
+import { buildCudaProbe } from '../testing/docker.js';
 import { fakeLibraries, nativeArtifacts } from '../testing/native.js';
+import { waitFor } from '../testing/processes.js';
 import { CudaDriver } from './cuda.js';
 import { ListedGpuBackend, NvmlBackend } from './gpu-backends.js';
 import { Nvml, NvmlError, NvmlUnavailableError } from './nvml.js';
+import {
+  decodeProcessUtilization,
+  PROCESS_UTILIZATION_SAMPLE_SIZE,
+} from './process-utilization.js';
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
@@ -107,6 +113,58 @@ describe('GPUs through NVML and libcuda (koffi), on native/fakes', () => {
       holder.kill('SIGKILL');
       await once(holder, 'exit');
     }
+  });
+
+  it("reads each process's utilization (nvmlDeviceGetProcessUtilization): a busy process, then none once it is gone", async () => {
+    const probe = buildCudaProbe(join(work, 'cuda-probe'), fakeLibraries().cuda);
+    // Nothing ran yet: NVML_ERROR_NOT_FOUND is no error, just no sample.
+    assert.deepEqual(nvml.processUtilization(0, 0), []);
+    const busy = spawn(probe, ['busy', '0'], {
+      env: { ...process.env, LD_LIBRARY_PATH: fakeLibraries().dir },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let output = '';
+    busy.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    try {
+      await waitFor('the probe keeps GPU 0 busy', () =>
+        output.includes('"busy":1') ? true : undefined,
+      );
+      const backend = new NvmlBackend(nvml, fakeLibraries().cuda);
+      // Over the last 200 ms (lastSeenTimeStamp: microseconds since the epoch) it ran throughout.
+      const samples = backend.processUtilization(0, (Date.now() - 200) * 1000);
+      assert.ok(samples !== 'unsupported');
+      const own = samples.find((s) => s.pid === busy.pid);
+      assert.ok(own !== undefined && own.smPercent >= 50, JSON.stringify(samples));
+      assert.ok(Math.abs(own.timestampUs / 1000 - Date.now()) < 60_000, 'a time since the epoch');
+      assert.deepEqual(backend.processUtilization(1, 0), [], 'nothing ran on GPU 1');
+    } finally {
+      busy.kill('SIGKILL');
+      await once(busy, 'exit');
+    }
+    assert.deepEqual(nvml.processUtilization(0, 0), [], 'a dead process is not reported');
+    assert.equal(
+      new ListedGpuBackend('box-1', [{ model: 'Sim', totalBytes: GiB }]).processUtilization(),
+      'unsupported',
+    );
+  });
+
+  it('decodes nvmlProcessUtilizationSample_t (32 bytes: pid, padding, timeStamp, four utilizations)', () => {
+    const buffer = Buffer.alloc(PROCESS_UTILIZATION_SAMPLE_SIZE * 3);
+    const put = (i: number, pid: number, stamp: bigint, sm: number) => {
+      const base = i * PROCESS_UTILIZATION_SAMPLE_SIZE;
+      buffer.writeUInt32LE(pid, base);
+      buffer.writeBigUInt64LE(stamp, base + 8);
+      buffer.writeUInt32LE(sm, base + 16);
+      buffer.writeUInt32LE(99, base + 20); // memUtil: not read
+    };
+    put(0, 4242, 1_795_000_000_000_000n, 68);
+    put(1, 0, 1n, 50); // no pid: skipped
+    put(2, 7, 1_795_000_000_000_001n, 250); // past 100: held at 100
+    assert.deepEqual(decodeProcessUtilization(buffer, 3), [
+      { pid: 4242, timestampUs: 1_795_000_000_000_000, smPercent: 68 },
+      { pid: 7, timestampUs: 1_795_000_000_000_001, smPercent: 100 },
+    ]);
+    assert.deepEqual(decodeProcessUtilization(buffer, 1).length, 1);
   });
 
   it('says clearly when there is no NVIDIA library, and how to go on', async () => {

@@ -2,6 +2,12 @@ import * as koffi from 'koffi';
 
 import { errorMessage } from '@gpushards/protocol';
 
+import {
+  decodeProcessUtilization,
+  PROCESS_UTILIZATION_SAMPLE_SIZE,
+  type NvmlProcessUtilization,
+} from './process-utilization.js';
+
 /**
  * The few NVML calls the agent needs, through koffi (no native addon to build). The same
  * code loads NVIDIA's libnvidia-ml.so.1 on a GPU host and native/fakes' libnvidia-ml.so.1
@@ -10,6 +16,8 @@ import { errorMessage } from '@gpushards/protocol';
 
 const NVML_SUCCESS = 0;
 const NVML_ERROR_NOT_SUPPORTED = 3;
+/** nvmlDeviceGetProcessUtilization: no process ran since lastSeenTimeStamp (not an error). */
+const NVML_ERROR_NOT_FOUND = 6;
 const UUID_BUFFER = 96; // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 const NAME_BUFFER = 96; // NVML_DEVICE_NAME_V2_BUFFER_SIZE
 const VERSION_BUFFER = 80; // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
@@ -71,6 +79,9 @@ export class Nvml {
   /** Reused by processes(): sampling allocates nothing while the list fits. */
   private processBuffer = Buffer.alloc(PROCESS_INFO_SIZE * 64);
   private readonly processCount = [0];
+  /** Reused by processUtilization(), grown as needed. */
+  private utilizationBuffer = Buffer.alloc(PROCESS_UTILIZATION_SAMPLE_SIZE * 16);
+  private readonly utilizationCount = [0];
 
   private constructor(
     readonly libraryPath: string,
@@ -123,8 +134,16 @@ export class Nvml {
       'int',
       processList,
     );
+    // (nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned int *, unsigned long long)
+    const processUtilization = optional('nvmlDeviceGetProcessUtilization', 'int', [
+      'void *',
+      'void *',
+      koffi.inout('unsigned int *'),
+      'unsigned long long',
+    ]);
     const fns: Record<string, Fn> = {
       ...(computeProcesses ? { computeProcesses } : {}),
+      ...(processUtilization ? { processUtilization } : {}),
       ...(graphicsProcesses ? { graphicsProcesses } : {}),
       init: declare('nvmlInit_v2', 'int', []),
       shutdown: declare('nvmlShutdown', 'int', []),
@@ -226,6 +245,46 @@ export class Nvml {
       }
     }
     return [...byPid].map(([pid, usedBytes]) => ({ pid, usedBytes }));
+  }
+
+  /**
+   * Each process's utilization samples on the GPU newer than `lastSeenUs` (microseconds since
+   * the Unix epoch; 0: whatever the driver keeps), through nvmlDeviceGetProcessUtilization:
+   * asked first with no buffer for the count, then filled. [] when no process ran since
+   * (NVML_ERROR_NOT_FOUND); undefined where the library or the GPU does not tell.
+   */
+  processUtilization(index: number, lastSeenUs: number): NvmlProcessUtilization[] | undefined {
+    if (this.fns.processUtilization === undefined) return undefined;
+    const call = 'nvmlDeviceGetProcessUtilization';
+    const handle = this.handle(index);
+    for (;;) {
+      this.utilizationCount[0] = 0;
+      let code = this.call('processUtilization', handle, null, this.utilizationCount, lastSeenUs);
+      if (code === NVML_ERROR_NOT_FOUND) return [];
+      if (code === NVML_ERROR_NOT_SUPPORTED) return undefined;
+      // The count comes with NVML_ERROR_INSUFFICIENT_SIZE (some drivers: success).
+      if (code !== NVML_ERROR_INSUFFICIENT_SIZE) this.check(call, code);
+      if ((this.utilizationCount[0] ?? 0) === 0) return [];
+      const wanted = this.utilizationCount[0] ?? 0;
+      if (wanted * PROCESS_UTILIZATION_SAMPLE_SIZE > this.utilizationBuffer.length) {
+        this.utilizationBuffer = Buffer.alloc(PROCESS_UTILIZATION_SAMPLE_SIZE * (wanted + 16));
+      }
+      const capacity = Math.floor(this.utilizationBuffer.length / PROCESS_UTILIZATION_SAMPLE_SIZE);
+      this.utilizationCount[0] = capacity;
+      code = this.call(
+        'processUtilization',
+        handle,
+        this.utilizationBuffer,
+        this.utilizationCount,
+        lastSeenUs,
+      );
+      if (code === NVML_ERROR_INSUFFICIENT_SIZE) continue; // more processes since the count
+      if (code === NVML_ERROR_NOT_FOUND) return [];
+      if (code === NVML_ERROR_NOT_SUPPORTED) return undefined;
+      this.check(call, code);
+      const count = Math.min(this.utilizationCount[0] ?? 0, capacity);
+      return decodeProcessUtilization(this.utilizationBuffer, count);
+    }
   }
 
   close(): void {

@@ -5,6 +5,14 @@
  *   cuda-probe launch <n> [hold]        launches n kernels on GPU 0 (the compute share's
  *                                       admission decides when each runs), prints
  *                                       {"launched":n,"result":N}; with hold, waits for SIGTERM
+ *   cuda-probe busy <seconds>           keeps GPU 0 busy through libcuda (so through libvgpu.so
+ *                                       in a shard: its turns govern every launch) for
+ *                                       <seconds> (0: until SIGTERM); prints {"busy":1} once
+ *                                       two batches ran, {"launched":n,"result":N} at the end
+ *   cuda-probe bypass <seconds>         the same through a libcuda of its own: loaded with
+ *                                       dlmopen(LM_ID_NEWLM) and called through that
+ *                                       namespace's dlsym, so no libvgpu.so hook sees it (no
+ *                                       turn, no ledger stamp): ungoverned GPU work
  *   cuda-probe tamper <path>            tries what a root tenant would to raise its limit:
  *                                       write the limits file, remount it read-write, unmount
  *                                       it; prints {"write":E,"remount":E,"umount":E} (errno,
@@ -19,7 +27,9 @@
  *                                       variables as they are after cuInit ("pipe_after",
  *                                       "percent_after": libvgpu.so sets them at cuInit)}
  * N is the CUresult of the first call that failed, 0 when all succeeded. */
+#define _GNU_SOURCE
 #include <cuda.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -30,6 +40,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 static void on_term(int signo)
@@ -123,16 +134,96 @@ static int launch(long n, int hold)
     return r == CUDA_SUCCESS ? 0 : 1;
 }
 
+/* The driver entry points busy() calls: the ones this program links (libvgpu.so's hooks in a
+ * shard), or those of a libcuda loaded into a link-map namespace of its own. */
+struct driver {
+    CUresult (*init)(unsigned int);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*retain)(CUcontext *, CUdevice);
+    CUresult (*set_current)(CUcontext);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       CUstream, void **, void **);
+    CUresult (*event_create)(CUevent *, unsigned int);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*event_synchronize)(CUevent);
+};
+
+static int own_driver(struct driver *d)
+{
+    void *h = dlmopen(LM_ID_NEWLM, "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        printf("{\"error\":\"dlmopen: %s\"}\n", dlerror());
+        return -1;
+    }
+    *(void **)&d->init = dlsym(h, "cuInit");
+    *(void **)&d->device_get = dlsym(h, "cuDeviceGet");
+    *(void **)&d->retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+    *(void **)&d->set_current = dlsym(h, "cuCtxSetCurrent");
+    *(void **)&d->launch = dlsym(h, "cuLaunchKernel");
+    *(void **)&d->event_create = dlsym(h, "cuEventCreate");
+    *(void **)&d->event_record = dlsym(h, "cuEventRecord");
+    *(void **)&d->event_synchronize = dlsym(h, "cuEventSynchronize");
+    if (!d->init || !d->device_get || !d->retain || !d->set_current || !d->launch || !d->event_create ||
+        !d->event_record || !d->event_synchronize) {
+        printf("{\"error\":\"missing entry points\"}\n");
+        return -1;
+    }
+    return 0;
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Batches of 500 launches (50 ms of the fake's 100 us kernels), the next one queued once the
+ * one before it has run, so that work is always waiting however the process is scheduled. */
+static int busy(const struct driver *d, double seconds)
+{
+    CUdevice device;
+    CUcontext context;
+    CUevent done[2];
+    long launched = 0;
+    double until = seconds > 0 ? seconds_now() + seconds : 0;
+    CUresult r = d->init(0);
+    if (r == CUDA_SUCCESS) r = d->device_get(&device, 0);
+    if (r == CUDA_SUCCESS) r = d->retain(&context, device);
+    if (r == CUDA_SUCCESS) r = d->set_current(context);
+    if (r == CUDA_SUCCESS) r = d->event_create(&done[0], 0);
+    if (r == CUDA_SUCCESS) r = d->event_create(&done[1], 0);
+    for (unsigned batch = 0; r == CUDA_SUCCESS && (until == 0 || seconds_now() < until); batch++) {
+        for (int i = 0; r == CUDA_SUCCESS && i < 500; i++, launched++)
+            r = d->launch((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+        if (r == CUDA_SUCCESS) r = d->event_record(done[batch % 2], NULL);
+        if (r == CUDA_SUCCESS && batch > 0) r = d->event_synchronize(done[(batch - 1) % 2]);
+        if (batch == 2) {
+            printf("{\"busy\":1}\n");
+            fflush(stdout);
+        }
+    }
+    printf("{\"launched\":%ld,\"result\":%d}\n", launched, (int)r);
+    return r == CUDA_SUCCESS ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "tamper") == 0) return tamper(argv[2]);
     if (argc == 3 && strcmp(argv[1], "mps") == 0) return mps(argv[2]);
+    if (argc == 3 && (strcmp(argv[1], "busy") == 0 || strcmp(argv[1], "bypass") == 0)) {
+        struct driver d = {cuInit, cuDeviceGet, cuDevicePrimaryCtxRetain, cuCtxSetCurrent, cuLaunchKernel,
+                           cuEventCreate, cuEventRecord, cuEventSynchronize};
+        signal(SIGTERM, on_term);
+        if (strcmp(argv[1], "bypass") == 0 && own_driver(&d) != 0) return 2;
+        return busy(&d, strtod(argv[2], NULL));
+    }
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "launch") == 0) {
         signal(SIGTERM, on_term);
         return launch(strtol(argv[2], NULL, 10), argc == 4 && strcmp(argv[3], "hold") == 0);
     }
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | launch <n> [hold] | tamper <path> | mps <dir>\n");
+        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | launch <n> [hold] | busy|bypass <seconds> | tamper <path> | mps <dir>\n");
         return 2;
     }
     signal(SIGTERM, on_term);

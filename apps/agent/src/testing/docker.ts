@@ -47,6 +47,23 @@ export function importWorkloadImage(tag: string, files: Record<string, Buffer> =
 }
 
 /**
+ * Compiles testing/cuda-probe.c into `out`, linked against the fake libcuda.so.1 (run it on the
+ * host with LD_LIBRARY_PATH naming the fakes' folder); returns `out`.
+ */
+export function buildCudaProbe(out: string, fakeCuda: string): string {
+  execFileSync('cc', [
+    '-O2',
+    '-I/usr/local/cuda/include',
+    '-o',
+    out,
+    join(REPO_ROOT, 'apps/agent/src/testing/cuda-probe.c'),
+    `-L${dirname(fakeCuda)}`,
+    '-l:libcuda.so.1',
+  ]);
+  return out;
+}
+
+/**
  * Imports an image holding /cuda-probe (testing/cuda-probe.c, linked against libcuda.so.1)
  * and the glibc files it and libvgpu.so need, but no libcuda: in simulated mode the agent
  * mounts the fake one where a driver would be.
@@ -61,16 +78,7 @@ export function importCudaProbeImage(
   const work = mkdtempSync(join(tmpdir(), 'gpushards-image-'));
   try {
     const root = join(work, 'rootfs');
-    const probe = join(work, 'cuda-probe');
-    execFileSync('cc', [
-      '-O2',
-      '-I/usr/local/cuda/include',
-      '-o',
-      probe,
-      join(REPO_ROOT, 'apps/agent/src/testing/cuda-probe.c'),
-      `-L${dirname(fakeCuda)}`,
-      '-l:libcuda.so.1',
-    ]);
+    const probe = buildCudaProbe(join(work, 'cuda-probe'), fakeCuda);
     place(root, probe, '/cuda-probe');
     chmodSync(join(root, 'cuda-probe'), 0o755);
     for (const [target, source] of Object.entries(programs)) {
