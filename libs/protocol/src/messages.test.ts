@@ -31,6 +31,27 @@ describe('every message round-trips through encode and decode', () => {
   });
 
   test('heartbeat', () => roundTrip(heartbeatSchema, examples.heartbeat));
+  test('heartbeat with ungoverned GPU work', () =>
+    roundTrip(heartbeatSchema, {
+      ...examples.heartbeat,
+      ungovernedCompute: [
+        {
+          shardId: 'shard_01HZX3',
+          gpuUuid: examples.heartbeat.gpus[0]!.uuid,
+          action: 'kill',
+          pid: 4242,
+          smPercent: 68,
+          pids: [4242],
+          busyPercent: 68,
+          samples: 5,
+          busySamples: 5,
+          thresholdPercent: 10,
+          windowSeconds: 5.01,
+          killedPids: [4242],
+          at: '2024-05-01T12:00:00.000Z',
+        },
+      ],
+    }));
 
   test('shard state events', () => {
     roundTrip(shardStateEventSchema, examples.pullingEvent);

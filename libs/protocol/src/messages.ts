@@ -263,6 +263,37 @@ export const capViolationSchema = z.object({
 });
 export type CapViolationMessage = z.infer<typeof capViolationSchema>;
 
+/**
+ * The compute fence: a shard's processes kept a GPU busy (NVML's per-process utilization) in two
+ * consecutive windows while its compute-ledger member there recorded no launch (work that
+ * bypassed libvgpu.so), and the agent applied the shard's cap policy.
+ */
+export const ungovernedComputeSchema = z.object({
+  shardId: shardIdSchema,
+  gpuUuid: gpuUuidSchema,
+  action: capPolicySchema,
+  /** The busiest process whose samples passed the threshold, and its mean smUtil. */
+  pid: z.int().min(1),
+  smPercent: z.number().min(0).max(100),
+  /** Every process of the shard whose samples passed the threshold there, busiest first. */
+  pids: z.array(z.int().min(1)).max(4096),
+  /** Its processes' mean smUtil there, summed (at most 100), over the window. */
+  busyPercent: z.number().min(0).max(100),
+  /** Samples of its processes in the window, and how many reached the threshold. */
+  samples: z.int().min(0),
+  busySamples: z.int().min(0),
+  thresholdPercent: z.number().gt(0).max(100),
+  windowSeconds: z.number().positive(),
+  /** Seconds from its last launch through libvgpu.so on that GPU to the window's end; absent: none. */
+  lastKernelSeconds: z.number().min(0).optional(),
+  /** kill: the processes sent SIGKILL. */
+  killedPids: z.array(z.int().min(1)).max(4096),
+  /** Set when the action failed (e.g. the stop did not go through). */
+  error: textSchema(4096).optional(),
+  at: timestampSchema,
+});
+export type UngovernedComputeMessage = z.infer<typeof ungovernedComputeSchema>;
+
 export const heartbeatSchema = z
   .object({
     ...envelope,
@@ -322,6 +353,8 @@ export const heartbeatSchema = z
       .optional(),
     /** Cap violations acted on since the last heartbeat (one is sent at once after each). */
     violations: z.array(capViolationSchema).max(MAX_SHARDS_PER_HOST).optional(),
+    /** Ungoverned GPU work acted on since the last heartbeat (one is sent at once after each). */
+    ungovernedCompute: z.array(ungovernedComputeSchema).max(MAX_SHARDS_PER_HOST).optional(),
   })
   .describe('heartbeat');
 export type Heartbeat = z.infer<typeof heartbeatSchema>;
