@@ -137,6 +137,7 @@ function resolveConfig(options: AgentOptions): AgentConfig {
       ? { contextOverheadBytes: options.contextOverheadBytes }
       : {}),
     enforcement: resolveEnforcement(options.enforcement),
+    computeFence: resolveComputeFence(options.computeFence),
     containers: resolveContainers(options.containers),
   };
 }
@@ -160,6 +161,27 @@ function resolveEnforcement(options: AgentOptions['enforcement'] = {}): AgentCon
     allowedProcesses: [...(options.allowedProcesses ?? [])],
     procRoot: options.procRoot ?? '/proc',
   };
+}
+
+function resolveComputeFence(
+  options: AgentOptions['computeFence'] = {},
+): AgentConfig['computeFence'] {
+  const windowSeconds = options.windowSeconds ?? DEFAULTS.computeFenceSeconds;
+  if (
+    !Number.isFinite(windowSeconds) ||
+    (windowSeconds !== 0 && (windowSeconds < 1 || windowSeconds > 3600))
+  ) {
+    throw new RangeError(
+      `computeFence.windowSeconds must be 0 (off) or from 1 to 3600 seconds, got ${windowSeconds}`,
+    );
+  }
+  const thresholdPercent = options.thresholdPercent ?? DEFAULTS.computeFenceThresholdPercent;
+  if (!Number.isFinite(thresholdPercent) || thresholdPercent <= 0 || thresholdPercent > 100) {
+    throw new RangeError(
+      `computeFence.thresholdPercent must be more than 0 and at most 100, got ${thresholdPercent}`,
+    );
+  }
+  return { windowSeconds, thresholdPercent };
 }
 
 function resolveContainers(options: AgentOptions['containers'] = {}): AgentConfig['containers'] {

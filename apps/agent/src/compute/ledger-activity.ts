@@ -116,6 +116,44 @@ export class LedgerActivity {
   }
 }
 
+/** A shard's member entry on one GPU: when it last launched through libvgpu.so. */
+export interface LedgerLaunch {
+  readonly shardId: string;
+  /** The ledger file's name: the GPU's UUID, lowercase. */
+  readonly gpuUuid: string;
+  /** CLOCK_MONOTONIC ns; 0n = never. */
+  readonly lastKernelNs: bigint;
+}
+
+/** Every member of every GPU's ledger in the folder; [] for a missing folder. */
+export async function readLedgerLaunches(dir: string): Promise<LedgerLaunch[]> {
+  let files: string[];
+  try {
+    files = await fs.readdir(dir);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw error;
+  }
+  const launches: LedgerLaunch[] = [];
+  for (const file of files) {
+    if (!/^GPU-[0-9a-f-]{36}$/i.test(file)) continue;
+    let members: LedgerMember[];
+    try {
+      members = decodeLedger(await fs.readFile(join(dir, file)));
+    } catch {
+      continue; // removed meanwhile
+    }
+    for (const m of members) {
+      launches.push({
+        shardId: m.shardId,
+        gpuUuid: file.toLowerCase(),
+        lastKernelNs: m.lastKernelNs,
+      });
+    }
+  }
+  return launches;
+}
+
 /**
  * Creates the host's ledger folder before a shard mounts it: every shard's processes (any
  * user) create and share the per-GPU files there, like /tmp (mode 1777).

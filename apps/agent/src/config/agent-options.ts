@@ -40,6 +40,18 @@ export interface EnforcementOptions {
   readonly procRoot?: string;
 }
 
+/**
+ * The compute fence (docs/agent.md, "Compute fence"): GPU work that no turn governs, seen
+ * through NVML's per-process utilization against the compute ledger. Runs only on a host with
+ * a compute ledger and no MPS partition.
+ */
+export interface ComputeFenceOptions {
+  /** Seconds per window; 0 turns the fence off. Default 5; otherwise 1 to 3600. */
+  readonly windowSeconds?: number;
+  /** smUtil (percent) at which a sample counts as busy; default 10. */
+  readonly thresholdPercent?: number;
+}
+
 /** How shard containers are confined beyond the defaults (docs/agent.md, "Containers"). */
 export interface ContainerHardening {
   /** "uid[:gid]" every shard runs as, overriding the image's user; default the image's. */
@@ -91,6 +103,7 @@ export interface AgentOptions {
   readonly logLevel?: LogLevel;
   readonly logDestination?: DestinationStream;
   readonly enforcement?: EnforcementOptions;
+  readonly computeFence?: ComputeFenceOptions;
   readonly containers?: ContainerHardening;
 }
 
@@ -110,6 +123,7 @@ export interface AgentConfig {
   readonly stopGraceSeconds: number;
   readonly contextOverheadBytes?: number;
   readonly enforcement: Required<EnforcementOptions>;
+  readonly computeFence: Required<ComputeFenceOptions>;
   readonly containers: { readonly user?: string; readonly pidsLimit: number };
 }
 
@@ -126,5 +140,7 @@ export const DEFAULTS = {
   cudaLibrary: 'libcuda.so.1',
   enforcementIntervalMs: 50,
   capToleranceBytes: 160 * 1024 * 1024,
+  computeFenceSeconds: 5,
+  computeFenceThresholdPercent: 10,
   pidsLimit: 4096,
 } as const;

@@ -70,6 +70,33 @@ describe('agentOptionsFromEnv', () => {
     );
   });
 
+  it('reads the compute fence window: seconds, 0 for off, a clear error otherwise', () => {
+    const read = (value: string) =>
+      agentOptionsFromEnv({ GPUSHARDS_HOST_ID: 'b', GPUSHARDS_COMPUTE_FENCE_SECONDS: value })
+        .computeFence;
+    assert.deepEqual(read('5'), { windowSeconds: 5 });
+    assert.deepEqual(read('2.5'), { windowSeconds: 2.5 });
+    assert.deepEqual(read('0'), { windowSeconds: 0 });
+    assert.equal(agentOptionsFromEnv({ GPUSHARDS_HOST_ID: 'b' }).computeFence, undefined);
+    for (const [value, problem] of [
+      [
+        'soon',
+        /GPUSHARDS_COMPUTE_FENCE_SECONDS must be a number of seconds, like 5 \(0 turns the compute fence off\)/,
+      ],
+      ['-1', /GPUSHARDS_COMPUTE_FENCE_SECONDS must be a number of seconds/],
+      [
+        '0.5',
+        /GPUSHARDS_COMPUTE_FENCE_SECONDS must be 0 \(the compute fence off\) or from 1 to 3600 seconds/,
+      ],
+      [
+        '7200',
+        /GPUSHARDS_COMPUTE_FENCE_SECONDS must be 0 \(the compute fence off\) or from 1 to 3600/,
+      ],
+    ] as const) {
+      assert.throws(() => read(value), problem, value);
+    }
+  });
+
   it('reads every setting', () => {
     const options = agentOptionsFromEnv({
       GPUSHARDS_HOST_ID: 'box-1',

@@ -76,6 +76,15 @@ const envSchema = z.object({
     .refine((value) => value <= 60_000, 'must be at most 60000')
     .optional(),
   GPUSHARDS_CAP_TOLERANCE: z.string().optional(),
+  GPUSHARDS_COMPUTE_FENCE_SECONDS: z
+    .string()
+    .regex(/^\d+(\.\d+)?$/, 'must be a number of seconds, like 5 (0 turns the compute fence off)')
+    .transform(Number)
+    .refine(
+      (value) => value === 0 || (value >= 1 && value <= 3600),
+      'must be 0 (the compute fence off) or from 1 to 3600 seconds',
+    )
+    .optional(),
   GPUSHARDS_GPU_ALLOWED_PROCESSES: z
     .string()
     .regex(
@@ -194,6 +203,9 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
         ? { allowedProcesses: vars.GPUSHARDS_GPU_ALLOWED_PROCESSES.split(',') }
         : {}),
     },
+    ...(vars.GPUSHARDS_COMPUTE_FENCE_SECONDS !== undefined
+      ? { computeFence: { windowSeconds: vars.GPUSHARDS_COMPUTE_FENCE_SECONDS } }
+      : {}),
     containers: {
       ...(vars.GPUSHARDS_CONTAINER_USER !== undefined
         ? { user: vars.GPUSHARDS_CONTAINER_USER }

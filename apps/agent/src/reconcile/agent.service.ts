@@ -9,6 +9,7 @@ import { PROTOCOL_VERSION, type RegisterRequest } from '@gpushards/protocol';
 import { isolatedComputePermille } from '../compute/mps-partition.js';
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { DockerRuntime } from '../containers/docker-runtime.js';
+import { ComputeFenceService } from '../compute/compute-fence.service.js';
 import { EnforcementService } from '../enforcement/enforcement.service.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { AGENT_LINK, LinkUnavailableError, type AgentLink } from '../link/agent-link.js';
@@ -57,6 +58,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly heartbeats: HeartbeatService,
     private readonly reconciler: ReconcileService,
     private readonly enforcement: EnforcementService,
+    private readonly computeFence: ComputeFenceService,
     private readonly reconcileRequests: ReconcileRequests,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -107,6 +109,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
       );
     });
     this.enforcement.start();
+    this.computeFence.start();
     this.logger.info(
       {
         heartbeatSeconds: this.config.heartbeatSeconds,

@@ -1,6 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { PROTOCOL_VERSION, type Heartbeat } from '@gpushards/protocol';
 
+import {
+  ComputeFenceService,
+  type ComputeFindingRecord,
+} from '../compute/compute-fence.service.js';
 import { LedgerActivity, type GpuActivity } from '../compute/ledger-activity.js';
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { EnforcementService, type ViolationRecord } from '../enforcement/enforcement.service.js';
@@ -20,6 +24,8 @@ export class HeartbeatService {
   private sequence = 0;
   /** Violations acted on and not sent yet. */
   private violations: ViolationRecord[] = [];
+  /** Ungoverned GPU work acted on and not sent yet. */
+  private ungoverned: ComputeFindingRecord[] = [];
   /** Each shard's GPU activity from the host's compute ledger, when it has one. */
   private readonly activity: LedgerActivity | undefined;
 
@@ -30,6 +36,7 @@ export class HeartbeatService {
     private readonly regions: RegionsService,
     private readonly shards: ShardsService,
     private readonly enforcement: EnforcementService,
+    computeFence: ComputeFenceService,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'heartbeat' });
@@ -42,6 +49,12 @@ export class HeartbeatService {
       this.violations.push(...violations);
       void this.beat().catch((error: unknown) =>
         this.logger.warn({ err: error }, 'could not send a violation heartbeat'),
+      );
+    });
+    computeFence.onFindings((records) => {
+      this.ungoverned.push(...records);
+      void this.beat().catch((error: unknown) =>
+        this.logger.warn({ err: error }, 'could not send a compute fence heartbeat'),
       );
     });
   }
@@ -94,6 +107,29 @@ export class HeartbeatService {
       ...(v.error !== undefined ? { error: v.error.slice(0, 4096) } : {}),
       at: v.at,
     }));
+    const ungovernedCompute = this.ungoverned.splice(0).flatMap((f) => {
+      const top = f.processes[0];
+      if (top === undefined) return [];
+      return [
+        {
+          shardId: f.shardId,
+          gpuUuid: f.gpuUuid,
+          action: f.action,
+          pid: top.pid,
+          smPercent: top.smPercent,
+          pids: f.processes.map((p) => p.pid).slice(0, 4096),
+          busyPercent: f.busyPercent,
+          samples: f.samples,
+          busySamples: f.busySamples,
+          thresholdPercent: f.thresholdPercent,
+          windowSeconds: f.windowSeconds,
+          ...(f.lastKernelSeconds !== undefined ? { lastKernelSeconds: f.lastKernelSeconds } : {}),
+          killedPids: [...f.killedPids],
+          ...(f.error !== undefined ? { error: f.error.slice(0, 4096) } : {}),
+          at: f.at,
+        },
+      ];
+    });
     const shards: Heartbeat['shards'] = [];
     for (const shard of this.shards.list()) {
       if (shard.state !== 'RUNNING') continue;
@@ -147,6 +183,7 @@ export class HeartbeatService {
           }
         : {}),
       ...(violations.length > 0 ? { violations } : {}),
+      ...(ungovernedCompute.length > 0 ? { ungovernedCompute } : {}),
     };
   }
 }

@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 
+import { ComputeModule } from '../compute/compute.module.js';
 import { ContainersModule } from '../containers/containers.module.js';
 import { EnforcementModule } from '../enforcement/enforcement.module.js';
 import { GpusModule } from '../gpus/gpus.module.js';
@@ -10,7 +11,14 @@ import { HeartbeatService } from './heartbeat.service.js';
 import { ReconcileService } from './reconcile.service.js';
 
 @Module({
-  imports: [ContainersModule, GpusModule, RegionsModule, ShardsModule, EnforcementModule],
+  imports: [
+    ContainersModule,
+    GpusModule,
+    RegionsModule,
+    ShardsModule,
+    EnforcementModule,
+    ComputeModule,
+  ],
   providers: [AgentService, HeartbeatService, ReconcileService],
   exports: [AgentService],
 })
