@@ -1,5 +1,13 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 
@@ -89,7 +97,12 @@ export function importCudaProbeImage(
     for (const binary of [probe, interposer, ...Object.values(programs)]) {
       const ldd = execFileSync('ldd', [binary], { encoding: 'utf8', env });
       for (const [, library = ''] of ldd.matchAll(/(\/\S+\.so[.\d]*)/g)) {
-        if (!library.endsWith('/libcuda.so.1')) place(root, library, library);
+        if (library.endsWith('/libcuda.so.1')) continue;
+        place(root, library, library);
+        // Also where the loader searches by name (the interpreter is listed by its /lib64
+        // path): a library loaded with dlmopen into a namespace of its own finds it there.
+        const real = realpathSync(library);
+        if (real !== library) place(root, library, real);
       }
     }
     mkdirSync(join(root, 'tmp'), { recursive: true });
