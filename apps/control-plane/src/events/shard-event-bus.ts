@@ -1,6 +1,7 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { IdleNotice } from '../compute/idle.model.js';
 import type { CapViolation } from '../fence/cap-policy.model.js';
+import type { UngovernedCompute } from '../fence/ungoverned-compute.model.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 
 /** One change of a shard's state, as subscribers receive it. */
@@ -16,6 +17,11 @@ export interface ShardStateChange {
    * (state and previousState are then its state as the control plane has it).
    */
   readonly violation?: CapViolation;
+  /**
+   * Set on an UNGOVERNED_COMPUTE event: the shard ran GPU work its compute-ledger turns did not
+   * govern and its policy was applied (state and previousState are then its state).
+   */
+  readonly ungovernedCompute?: UngovernedCompute;
   /** Set on an IDLE or IDLE_STOP event: the team's idle policy reported or stopped the shard. */
   readonly idle?: IdleNotice;
 }

@@ -8,11 +8,14 @@ import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { createControlPlane, type ControlPlane } from '../control-plane.js';
+import { FenceService } from '../fence/fence.service.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import {
   assertOk,
   createShard,
   createTestTeam,
+  gpuUuidOf,
+  heartbeat,
   registerRequest,
   stateEvent,
   type TestTeam,
@@ -156,6 +159,71 @@ describe('shard events across two control planes on one PostgreSQL', () => {
       });
     } finally {
       await closeAll([h.controlPlane, other], [onFirst]);
+    }
+  });
+
+  it('ungoverned GPU work found through one control plane reaches a subscriber of the other, finding and all', async () => {
+    const heard: { kind: string; ungovernedCompute: Record<string, unknown> | null }[] = [];
+    const client = createClient({
+      url: other.graphqlUrl.replace(/^http/, 'ws'),
+      webSocketImpl: WebSocket,
+      connectionParams: { Authorization: `Bearer ${alpha.viewer}` },
+      retryAttempts: 0,
+    });
+    client.subscribe<{ shardEvents: (typeof heard)[number] }>(
+      {
+        query:
+          'subscription { shardEvents { kind ungovernedCompute { action pid pids killedPids lastKernelAt message } } }',
+      },
+      {
+        next: (message) => {
+          if (message.data?.shardEvents) heard.push(message.data.shardEvents);
+        },
+        error: () => undefined,
+        complete: () => undefined,
+      },
+    );
+    const bus = other.app.get(ShardEventBus);
+    await until(() => bus.subscriberCount === 1, 'the subscription');
+    try {
+      const shard = assertOk(await createShard(h, alpha.member, { name: 'bypass' })).createShard;
+      await until(() => heard.length === 1, 'the PLACED event');
+      const at = new Date();
+      await h.controlPlane.app.get(FenceService).recordHeartbeat('relay-1', {
+        ...heartbeat('relay-1', at),
+        ungovernedCompute: [
+          {
+            shardId: shard.id,
+            gpuUuid: gpuUuidOf('relay-1', 0),
+            action: 'report',
+            pid: 77,
+            smPercent: 46,
+            pids: [77],
+            busyPercent: 46,
+            samples: 5,
+            busySamples: 5,
+            thresholdPercent: 10,
+            windowSeconds: 5,
+            killedPids: [],
+            at: at.toISOString(),
+          },
+        ],
+      });
+      await until(() => heard.length === 2, 'the UNGOVERNED_COMPUTE event');
+      assert.deepEqual(heard[1], {
+        kind: 'UNGOVERNED_COMPUTE',
+        ungovernedCompute: {
+          action: 'REPORT',
+          pid: 77,
+          pids: [77],
+          killedPids: [],
+          lastKernelAt: null,
+          message:
+            'ungoverned GPU work: pid 77 ran kernels outside the compute ledger (smUtil 46 % over 5 s)',
+        },
+      });
+    } finally {
+      await closeAll([h.controlPlane, other], [{ dispose: () => client.dispose() }]);
     }
   });
 

@@ -11,6 +11,7 @@ import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control
 import { CapPolicy, PrismaService } from '../database/index.js';
 import { ListeningConnection } from '../database/listening-connection.js';
 import type { CapViolation } from '../fence/cap-policy.model.js';
+import type { UngovernedCompute } from '../fence/ungoverned-compute.model.js';
 import { sizeOf } from '../graphql/size.model.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
@@ -43,12 +44,30 @@ const relayedViolationSchema = z.object({
   error: z.string().max(512).nullable(),
 });
 
+const relayedUngovernedSchema = z.object({
+  gpuUuid: z.string().max(64),
+  action: z.enum(['KILL', 'STOP', 'REPORT']),
+  pid: z.number().int(),
+  smPercent: z.number().min(0).max(100),
+  pids: z.array(z.number().int()).max(64),
+  busyPercent: z.number().min(0).max(100),
+  samples: z.number().int().min(0),
+  busySamples: z.number().int().min(0),
+  thresholdPercent: z.number().min(0).max(100),
+  windowSeconds: z.number().min(0),
+  lastKernelAt: z.iso.datetime().nullable(),
+  killedPids: z.array(z.number().int()).max(64),
+  error: z.string().max(512).nullable(),
+  message: z.string().max(512),
+});
+
 const relayedChangeSchema = z.object({
   id: z.uuid(),
   previousState: z.string().max(16).nullable(),
   state: z.string().max(16),
   at: z.iso.datetime(),
   violation: relayedViolationSchema.optional(),
+  ungovernedCompute: relayedUngovernedSchema.optional(),
   idle: z
     .object({
       action: z.enum(['REPORT', 'STOP']),
@@ -133,6 +152,9 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
       state: change.state,
       at: change.at.toISOString(),
       ...(change.violation ? { violation: relayedViolationOf(change.violation) } : {}),
+      ...(change.ungovernedCompute
+        ? { ungovernedCompute: relayedUngovernedOf(change.ungovernedCompute) }
+        : {}),
       ...(change.idle
         ? {
             idle: {
@@ -201,6 +223,9 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
           state: change.state,
           at: new Date(change.at),
           ...(change.violation ? { violation: violationOf(change.violation) } : {}),
+          ...(change.ungovernedCompute
+            ? { ungovernedCompute: ungovernedOf(change.ungovernedCompute) }
+            : {}),
           ...(change.idle
             ? {
                 idle: {
@@ -246,6 +271,28 @@ function violationOf(relayed: RelayedViolation): CapViolation {
     processMemory: sizeOf(relayed.processBytes),
     killedPids: relayed.killedPids,
     error: relayed.error,
+  };
+}
+
+type RelayedUngoverned = z.infer<typeof relayedUngovernedSchema>;
+
+function relayedUngovernedOf(finding: UngovernedCompute): RelayedUngoverned {
+  return {
+    ...finding,
+    // A NOTIFY payload is small: the first processes are enough for other replicas.
+    pids: finding.pids.slice(0, 64),
+    killedPids: finding.killedPids.slice(0, 64),
+    lastKernelAt: finding.lastKernelAt?.toISOString() ?? null,
+    error: finding.error?.slice(0, 512) ?? null,
+    message: finding.message.slice(0, 512),
+  };
+}
+
+function ungovernedOf(relayed: RelayedUngoverned): UngovernedCompute {
+  return {
+    ...relayed,
+    action: relayed.action as CapPolicy,
+    lastKernelAt: relayed.lastKernelAt === null ? null : new Date(relayed.lastKernelAt),
   };
 }
 

@@ -53,12 +53,15 @@ export class ShardSubscriptionService {
             at: event.at,
             kind: event.violation
               ? ShardEventKind.VIOLATION
-              : event.idle
-                ? event.idle.action === 'STOP'
-                  ? ShardEventKind.IDLE_STOP
-                  : ShardEventKind.IDLE
-                : ShardEventKind.STATE,
+              : event.ungovernedCompute
+                ? ShardEventKind.UNGOVERNED_COMPUTE
+                : event.idle
+                  ? event.idle.action === 'STOP'
+                    ? ShardEventKind.IDLE_STOP
+                    : ShardEventKind.IDLE
+                  : ShardEventKind.STATE,
             violation: event.violation ?? null,
+            ungovernedCompute: event.ungovernedCompute ?? null,
             idle: event.idle ?? null,
           },
           done: false,

@@ -11,6 +11,7 @@ import {
 import { ComputeMode, ShardState, PlacementPolicy } from '../database/index.js';
 import { IdleNotice } from '../compute/idle.model.js';
 import { CapViolation } from '../fence/cap-policy.model.js';
+import { UngovernedCompute } from '../fence/ungoverned-compute.model.js';
 import { Label, LabelInput, labelsOf } from '../fleet/label.model.js';
 import { Connection, ConnectionArgs } from '../graphql/connection.js';
 import { Size, sizeOf } from '../graphql/size.model.js';
@@ -314,7 +315,7 @@ export class ShardEvent {
 
   @Field(() => ShardEventKind, {
     description:
-      "STATE: the shard changed state. VIOLATION: see `violation`. IDLE: its team's idle policy found it idle (the warning); IDLE_STOP: the policy stops it (a STATE event to STOPPING follows); see `idle`.",
+      "STATE: the shard changed state. VIOLATION: see `violation`. UNGOVERNED_COMPUTE: it ran GPU work outside the compute ledger; see `ungovernedCompute`. IDLE: its team's idle policy found it idle (the warning); IDLE_STOP: the policy stops it (a STATE event to STOPPING follows); see `idle`.",
   })
   kind!: ShardEventKind;
 
@@ -325,6 +326,13 @@ export class ShardEvent {
   })
   violation!: CapViolation | null;
 
+  @Field(() => UngovernedCompute, {
+    nullable: true,
+    description:
+      'Set for kind UNGOVERNED_COMPUTE: the compute fence found kernels no compute-ledger turn governed (a process that bypassed libvgpu.so) and its cap policy was applied (state and previousState are then its current state).',
+  })
+  ungovernedCompute!: UngovernedCompute | null;
+
   @Field(() => IdleNotice, { nullable: true, description: 'Set for kinds IDLE and IDLE_STOP.' })
   idle!: IdleNotice | null;
 }
@@ -332,6 +340,7 @@ export class ShardEvent {
 export enum ShardEventKind {
   STATE = 'STATE',
   VIOLATION = 'VIOLATION',
+  UNGOVERNED_COMPUTE = 'UNGOVERNED_COMPUTE',
   IDLE = 'IDLE',
   IDLE_STOP = 'IDLE_STOP',
 }
