@@ -230,10 +230,16 @@ export const ShardEvents = graphql(
     subscription ShardEvents($teamId: ID) {
       shardEvents(teamId: $teamId) {
         at
+        kind
         state
         previousState
         shard {
           ...ShardRow
+        }
+        ungovernedCompute {
+          action
+          killedPids
+          message
         }
       }
     }
