@@ -133,10 +133,16 @@ export const ShardEventsSubscription = graphql(
     subscription ShardEvents($teamId: ID) {
       shardEvents(teamId: $teamId) {
         at
+        kind
         state
         previousState
         shard {
           ...ShardFields
+        }
+        ungovernedCompute {
+          action
+          killedPids
+          message
         }
       }
     }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { mergeShards, queueNote, realBytes, usedBytes } from './shards.js';
+import { mergeShards, queueNote, realBytes, shardNotices, usedBytes } from './shards.js';
 
 describe('mergeShards', () => {
   const a = { id: 'a', state: 'PLACED', createdAt: '2026-01-01T00:00:01Z', version: 1 };
@@ -62,5 +62,48 @@ describe('queueNote', () => {
     expect(queueNote({ ...pending, queueEstimatedStart: past }, now)).toBe(
       '#3 in the queue, starts any moment',
     );
+  });
+});
+
+describe('shardNotices', () => {
+  const event = (at: string, kind: string, action = 'KILL') => ({
+    at,
+    kind,
+    shard: { id: 's1', name: 'train' },
+    ungovernedCompute:
+      kind === 'UNGOVERNED_COMPUTE'
+        ? {
+            action,
+            killedPids: action === 'KILL' ? [4242] : [],
+            message:
+              'ungoverned GPU work: pid 4242 ran kernels outside the compute ledger (smUtil 68 % over 5 s)',
+          }
+        : null,
+  });
+  it('says in words what the compute fence found and did, newest first; state changes are no notice', () => {
+    const notices = shardNotices([
+      event('2026-01-01T00:00:01Z', 'STATE'),
+      event('2026-01-01T00:00:02Z', 'UNGOVERNED_COMPUTE', 'REPORT'),
+      event('2026-01-01T00:00:03Z', 'UNGOVERNED_COMPUTE', 'KILL'),
+    ]);
+    expect(notices.map((n) => [n.shardName, n.text])).toEqual([
+      [
+        'train',
+        'ungoverned GPU work: pid 4242 ran kernels outside the compute ledger (smUtil 68 % over 5 s): killed 4242',
+      ],
+      [
+        'train',
+        'ungoverned GPU work: pid 4242 ran kernels outside the compute ledger (smUtil 68 % over 5 s): reported',
+      ],
+    ]);
+  });
+  it('keeps the last five', () => {
+    const many = Array.from({ length: 8 }, (_, i) =>
+      event(`2026-01-01T00:00:0${i}Z`, 'UNGOVERNED_COMPUTE', 'STOP'),
+    );
+    const notices = shardNotices(many);
+    expect(notices.length).toBe(5);
+    expect(notices[0]!.at).toBe('2026-01-01T00:00:07Z');
+    expect(notices[0]!.text.endsWith(': the shard is stopped')).toBe(true);
   });
 });

@@ -59,3 +59,47 @@ export function queueNote(
   if (seconds <= 0) return `${place}, starts any moment`;
   return `${place}, starts in about ${age(new Date(now.getTime() - seconds * 1000), now)}`;
 }
+
+/** A shard event as the notices need it (ShardEvents' fields). */
+export interface NoticeEvent {
+  readonly at: string;
+  readonly kind: string;
+  readonly shard: { readonly id: string; readonly name: string };
+  readonly ungovernedCompute?: {
+    readonly action: string;
+    readonly killedPids: readonly number[];
+    readonly message: string;
+  } | null;
+}
+
+/** Notices kept in the list; the oldest go first. */
+export const MAX_NOTICES = 5;
+
+/**
+ * The notices to show above the shards: events that are no state change and say something
+ * people must read (ungovernedCompute: the compute fence found GPU work outside the compute
+ * ledger), newest first, at most MAX_NOTICES.
+ */
+export function shardNotices(
+  events: readonly NoticeEvent[],
+): { key: string; shardName: string; at: string; text: string }[] {
+  const notices = events.flatMap((event) => {
+    const found = event.ungovernedCompute;
+    if (event.kind !== 'UNGOVERNED_COMPUTE' || !found) return [];
+    const done =
+      found.action === 'KILL'
+        ? `killed ${found.killedPids.join(', ') || 'nothing'}`
+        : found.action === 'STOP'
+          ? 'the shard is stopped'
+          : 'reported';
+    return [
+      {
+        key: `${event.shard.id}|${event.at}`,
+        shardName: event.shard.name,
+        at: event.at,
+        text: `${found.message}: ${done}`,
+      },
+    ];
+  });
+  return notices.reverse().slice(0, MAX_NOTICES);
+}

@@ -19,7 +19,14 @@ import {
   humanBytes,
   parseSizeInput,
 } from '../../logic/format.js';
-import { mergeShards, queueNote, realBytes, usedBytes } from '../../logic/shards.js';
+import {
+  mergeShards,
+  queueNote,
+  realBytes,
+  shardNotices,
+  usedBytes,
+  type NoticeEvent,
+} from '../../logic/shards.js';
 import {
   busyRatio,
   computeProblem,
@@ -43,20 +50,37 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
   const refetch = () => refetchListed({ requestPolicy: 'network-only' });
   const [events] = useSubscription(
     { query: ShardEventsSubscription, variables: { teamId } },
-    (previous: Shard[] = [], event) => [
-      ...previous,
-      readFragment(ShardFields, event.shardEvents.shard),
-    ],
+    (
+      previous: { shards: Shard[]; notices: NoticeEvent[] } = { shards: [], notices: [] },
+      event,
+    ) => {
+      const shard = readFragment(ShardFields, event.shardEvents.shard);
+      const notice = { ...event.shardEvents, shard };
+      return {
+        shards: [...previous.shards, shard],
+        notices: shardNotices([notice]).length ? [...previous.notices, notice] : previous.notices,
+      };
+    },
   );
   const rows = mergeShards(
     listed.data?.shards.edges.map((e) => readFragment(ShardFields, e.node)) ?? [],
-    events.data ?? [],
+    events.data?.shards ?? [],
   );
+  const notices = shardNotices(events.data?.notices ?? []);
   return (
     <Section title="Shards">
       {listed.fetching && !listed.data && <Loading what="shards" />}
       <ErrorBox error={listed.error} />
       <ErrorBox error={events.error} />
+      {notices.length > 0 && (
+        <ul className="notices" aria-label="Shard notices">
+          {notices.map((n) => (
+            <li key={n.key}>
+              <time dateTime={n.at}>{n.at}</time> <strong>{n.shardName}</strong>: {n.text}
+            </li>
+          ))}
+        </ul>
+      )}
       {listed.data && rows.length === 0 && <Empty>No shards yet. Create one above.</Empty>}
       {rows.length > 0 && (
         <table className="shards">
