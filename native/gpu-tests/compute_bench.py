@@ -292,6 +292,9 @@ def main():
     cases.append(("ours-4x25-mm", lambda L: [("mm", ours(lib, L, f"s{j}", 25, extra=extra)) for j in range(4)], [0.25] * 4))
     cases.append(("ours-alone-guaranteed-25", lambda L: [("mm", ours(lib, L, "a", 25, "guaranteed", extra=extra))], [1.0]))
     cases.append(("ours-alone-capped-25", lambda L: [("mm", ours(lib, L, "a", 25, "capped", extra=extra))], [0.25]))
+    # Alone, but bound as if contended (capped binds always; at 100 % its cap never waits): what
+    # the in-flight bound costs a training step by itself.
+    cases.append(("ours-alone-train-capped-100", lambda L: [("train", ours(lib, L, "a", 100, "capped", extra=extra))], [1.0]))
     cases.append(("ours-alone-train-noshare", lambda L: [("train", ours(lib, L, "a", extra=extra))], [1.0]))
     cases.append(("native-infer+mm", lambda L: [("infer", None), ("mm", None)], None))
     cases.append(("ours-infer50+mm50", lambda L: [("infer", ours(lib, L, "i", 50, extra=extra)), ("mm", ours(lib, L, "m", 50, extra=extra))], [0.5, 0.5]))
