@@ -250,10 +250,21 @@ static int t_compute_rogue_holder(const void *arg)
     const char *ev[] = {ledger_env, "GPUSHARDS_SHARD_ID=victim", "GPUSHARDS_COMPUTE_STATS=1", NULL};
     struct proc rogue;
     H_CHECK(start_ready(&rogue, er, "compute-rogue", NULL) == 0, "the rogue did not start: %s", err_text);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int failed = run(ev, "link", "compute-launch", NULL, NULL);
     kill_wait(&rogue);
     if (failed) return 1;
     H_CHECK(strstr(err_text, "gave up waiting 1") != NULL, "the victim did not give up waiting once: %s", err_text);
+    /* Its launches without turns still show in its entry (the agent's
+     * compute fence reads them): the last one came after the second it waited. */
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *v = ledger_member(L, "victim");
+    uint64_t waited_until = (uint64_t)t0.tv_sec * 1000000000ull + (uint64_t)t0.tv_nsec + 1000000000ull;
+    int shown = v != NULL && v->last_kernel_ns >= waited_until;
+    munmap(L, sizeof *L);
+    H_CHECK(shown, "the victim's launches without turns left no trace in its entry");
     return 0;
 }
 

@@ -213,16 +213,16 @@ static void *admit(CUstream s, int graph)
         gs_compute_note_isolated(c, now);
         return NULL;
     }
-    if (GS_UNLIKELY(now < c->ungoverned_until)) return NULL;
     struct gpushards_ledger *L = c->L;
     struct gpushards_ledger_member *e = &L->members[c->m];
+    if (GS_UNLIKELY(now < c->ungoverned_until)) goto ungoverned;
 again:;
     uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
     if (GS_UNLIKELY(GPUSHARDS_TURN_HOLDER(t) != (unsigned)c->m + 1 || now >= GPUSHARDS_TURN_END_US(t) * 1000ull)) {
         if (gs_cc.stats) gs_cst.acquires++;
         acquire(c, now);
         now = gs_now_ns();
-        if (now < c->ungoverned_until) return NULL;
+        if (now < c->ungoverned_until) goto ungoverned;
     }
     __atomic_store_n(&e->last_kernel_ns, now, __ATOMIC_RELAXED);
     /* Contended (somebody waited within 2 ms) or capped: keep the work in
@@ -248,6 +248,12 @@ again:;
         goto again;
     }
     return c; /* gs_compute_launched records the event and unlocks */
+ungoverned:
+    /* Launched without turns, but through libvgpu.so: the entry still shows
+     * it, or the agent's compute fence would take the shard for a process
+     * that bypasses libvgpu.so (docs/agent.md, "Compute fence"). */
+    __atomic_store_n(&e->last_kernel_ns, now, __ATOMIC_RELAXED);
+    return NULL;
 }
 
 void *gs_compute_admit(CUstream s)
