@@ -132,6 +132,27 @@ int compute_scenario(const char *s, int argc, char **argv)
         if (context() != 0) FAIL("no context");
         return busy_hold();
     }
+    if (!strcmp(s, "compute-claim-later")) {
+        /* The ledger is full when this process starts: it launches without
+         * an entry, says "ready", and keeps launching until an entry freed
+         * meanwhile becomes its own (at most 10 s). */
+        if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch");
+        struct gpushards_ledger *L = ledger();
+        if (L == NULL) FAIL("no ledger");
+        if (member(L, shard) != NULL) FAIL("%s got an entry in a full ledger", shard);
+        printf("ready\n");
+        fflush(stdout);
+        for (int i = 0; i < 10000; i++) {
+            if (launch() != CUDA_SUCCESS) FAIL("cuLaunchKernel failed");
+            struct gpushards_ledger_member *m = member(L, shard);
+            if (m != NULL && __atomic_load_n(&m->last_kernel_ns, __ATOMIC_RELAXED) > 0) {
+                printf("claimed\n");
+                return 0;
+            }
+            usleep(1000);
+        }
+        FAIL("%s never got the entry that was freed", shard);
+    }
     if (!strcmp(s, "idle-hold")) {
         /* A context that launches nothing, until killed. */
         if (context() != 0) FAIL("no context");

@@ -268,6 +268,43 @@ static int t_compute_rogue_holder(const void *arg)
     return 0;
 }
 
+static int t_compute_full_ledger(const void *arg)
+{
+    /* Every entry of the GPU's ledger is in use when a shard starts: it
+     * launches without turns, and takes an entry that is freed later
+     * (looking again once a second), so its launches show again. */
+    ledger_fresh();
+    const char *es[] = {ledger_env, "GPUSHARDS_SHARD_ID=first", NULL};
+    if (run(es, "link", "compute-launch", NULL, NULL)) return 1; /* the ledger file exists */
+    char path[700];
+    snprintf(path, sizeof path, "%s/GPU-fa4e5000-0000-4000-8000-000000000000", ledger_dir);
+    int fd = open(path, O_RDWR);
+    struct gpushards_ledger *L =
+        fd < 0 ? MAP_FAILED : mmap(NULL, sizeof *L, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    H_CHECK(L != MAP_FAILED, "cannot map the ledger read-write");
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t now = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+    for (unsigned i = 0; i < GPUSHARDS_LEDGER_MEMBERS; i++) {
+        if (L->members[i].shard[0] == '\0') snprintf(L->members[i].shard, sizeof L->members[i].shard, "other-%u", i);
+        __atomic_store_n(&L->members[i].seen_ns, now, __ATOMIC_RELAXED);
+    }
+    const char *el[] = {ledger_env, "GPUSHARDS_SHARD_ID=late", NULL};
+    struct proc late;
+    if (start_ready(&late, el, "compute-claim-later", NULL) != 0) {
+        munmap(L, sizeof *L);
+        return h_fail("the late shard did not start: %s", err_text);
+    }
+    memset(L->members[GPUSHARDS_LEDGER_MEMBERS - 1].shard, 0, sizeof L->members[0].shard);
+    int st = await(&late, 20000);
+    munmap(L, sizeof *L);
+    slurp(late.err, err_text, sizeof err_text);
+    H_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the late shard never took the freed entry: %s",
+            err_text);
+    return 0;
+}
+
 /* A pipe folder where the fake driver finds an MPS control daemon or not. */
 static void mps_pipes(char *env, size_t size, int daemon)
 {
@@ -372,5 +409,6 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute: the limits file's shard id wins over GPUSHARDS_SHARD_ID", t_compute_limits_names_shard, NULL);
     ADDC("compute: a process holding the ledger's turn from outside libvgpu.so stalls nobody for long",
          t_compute_rogue_holder, NULL);
+    ADDC("compute: a shard that finds the ledger full takes an entry freed later", t_compute_full_ledger, NULL);
 #undef ADDC
 }

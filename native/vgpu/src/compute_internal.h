@@ -45,7 +45,7 @@ struct cconf {
 extern struct cconf gs_cc;
 
 struct cdev {
-    int state; /* 0 not looked up, 1 governed, -1 not governed */
+    int state; /* 0 not looked up, 1 governed, -1 not governed, -2 the ledger was full (claim_retry_ns) */
     struct gpushards_ledger *L;
     int m;     /* our member entry */
     int lim;   /* index in the limits file, -1 = none */
@@ -55,6 +55,7 @@ struct cdev {
     uint32_t ring_lock, head, count;
     uint64_t contended_until; /* another shard used this GPU recently */
     uint64_t ungoverned_until; /* a turn did not come within MAX_WAIT_NS: no turns until then */
+    uint64_t claim_retry_ns;   /* state -2: when to look for a free ledger entry again */
     CUcontext ctx;
     CUevent ev[RING];
     CUevent pre[RING];     /* timed: recorded before slot's launch when it started on an empty queue */

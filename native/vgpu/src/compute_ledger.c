@@ -97,10 +97,12 @@ static int claim_member(struct gpushards_ledger *L)
     }
     if (found >= 0) __atomic_store_n(&L->members[found].seen_ns, now, __ATOMIC_RELAXED);
     __atomic_store_n(&L->lock, 0, __ATOMIC_RELEASE);
-    if (found < 0) gs_log(GS_LOG_ERROR, "the compute ledger has no free member entry (at most %u shards per GPU)",
-                          GPUSHARDS_LEDGER_MEMBERS);
     return found;
 }
+
+/* The ledger had no free entry: try again at most once a second (until
+ * then, launches are not governed and stamp nothing). */
+#define CLAIM_RETRY_NS 1000000000ull
 
 struct cdev *gs_compute_lookup(CUdevice dev)
 {
@@ -108,22 +110,37 @@ struct cdev *gs_compute_lookup(CUdevice dev)
     struct cdev *c = &gs_cdevs[dev];
     int s = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     if (GS_LIKELY(s == 1)) return c;
-    if (s < 0) return NULL;
+    if (s == -1) return NULL;
+    if (s == -2) {
+        uint64_t now = gs_now_ns(), due = __atomic_load_n(&c->claim_retry_ns, __ATOMIC_RELAXED);
+        if (now < due || !__atomic_compare_exchange_n(&c->claim_retry_ns, &due, now + CLAIM_RETRY_NS, 0,
+                                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return NULL;
+    }
     CUuuid u;
     CUresult r = gs_real_cuDeviceGetUuid_v2 != NULL ? gs_real_cuDeviceGetUuid_v2(&u, dev)
                  : gs_real_cuDeviceGetUuid != NULL ? gs_real_cuDeviceGetUuid(&u, dev) : CUDA_ERROR_NOT_FOUND;
-    struct gpushards_ledger *L = NULL;
+    struct gpushards_ledger *L = s == -2 ? c->L : NULL; /* mapped when it was full */
     int m = -1;
     if (r == CUDA_SUCCESS) {
         char id[41], path[1100];
         gs_uuid_format((const uint8_t *)u.bytes, id);
         snprintf(path, sizeof path, "%s/%s", gs_cc.dir, id);
-        L = map_ledger(path);
+        if (L == NULL) L = map_ledger(path);
         if (L != NULL) m = claim_member(L);
     } else {
         gs_log(GS_LOG_ERROR, "cannot read the UUID of device %d (error %d); its compute is not governed", dev, (int)r);
     }
     /* Two threads may get here at once: the second mapping is harmless. */
+    if (m < 0 && L != NULL && r == CUDA_SUCCESS) {
+        if (s != -2)
+            gs_log(GS_LOG_ERROR, "the compute ledger has no free member entry (at most %u shards per GPU): "
+                                 "launching without turns, trying again every second", GPUSHARDS_LEDGER_MEMBERS);
+        c->L = L;
+        __atomic_store_n(&c->claim_retry_ns, gs_now_ns() + CLAIM_RETRY_NS, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->state, -2, __ATOMIC_RELEASE);
+        return NULL;
+    }
     if (m < 0) {
         __atomic_store_n(&c->state, -1, __ATOMIC_RELEASE);
         return NULL;

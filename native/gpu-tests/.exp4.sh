@@ -1,0 +1,14 @@
+set -e
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+cmake -S native -B /tmp/gsn -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build /tmp/gsn -j16 --target vgpu >/dev/null
+cd native/gpu-tests
+python3 compute_bench.py /tmp/gsn/libvgpu.so --secs 8 --only solo-train,solo-mm,solo-infer,solo-graph,ours-25/75-train,ours-25/75-mm,ours-infer50+mm50,ours-25/75-graph \
+  --variants "ship:;sr2:GPUSHARDS_COMPUTE_SYNC_RELEASE=2;sr3:GPUSHARDS_COMPUTE_SYNC_RELEASE=3" > $OUT/c.jsonl 2>$OUT/c.err || true
+python3 - <<'PY'
+import json,os
+for l in open(os.environ["OUT"]+"/c.jsonl"):
+    r=json.loads(l)
+    if r["case"]=="solo":
+        print("solo", r["kind"], round(r["rate"],1), r.get("p50_us",""), r.get("p99_us","")); continue
+    print(r["case"], [ (r[k]["share_of_solo"], r[k].get("p99_us","")) for k in sorted(r) if k.startswith("s") and k[1:].isdigit()])
+PY
