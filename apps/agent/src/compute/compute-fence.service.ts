@@ -178,7 +178,10 @@ export class ComputeFenceService implements OnModuleDestroy {
   async closeWindow(): Promise<readonly ComputeFindingRecord[]> {
     const startNs = this.windowStartNs ?? this.clock.monotonicNs();
     const ledgerDir = this.config.computeLedgerDir;
-    const launches = ledgerDir === undefined ? [] : await readLedgerLaunches(ledgerDir);
+    const { launches, fullGpus } =
+      ledgerDir === undefined
+        ? { launches: [], fullGpus: [] }
+        : await readLedgerLaunches(ledgerDir);
     const endNs = this.clock.monotonicNs();
     const samples = this.samples;
     this.begin();
@@ -207,6 +210,7 @@ export class ComputeFenceService implements OnModuleDestroy {
       {
         thresholdPercent: this.config.computeFence.thresholdPercent,
         dying: new Set(this.dying.keys()),
+        fullLedgers: new Set(fullGpus.map((uuid) => this.gpus.canonicalUuid(uuid))),
       },
     );
     this.previous = decision;

@@ -14,13 +14,16 @@ import {
   LEDGER_SIZE,
   LEDGER_VERSION,
   LedgerActivity,
+  readLedgerLaunches,
 } from './ledger-activity.js';
 
 const GPU = 'GPU-fa4e5000-0000-4000-8000-000000000000';
 const work = mkdtempSync(join(tmpdir(), 'gpushards-ledger-'));
 after(() => rmSync(work, { recursive: true, force: true }));
 
-function ledger(members: { shard: string; share: number; busy: bigint; last: bigint }[]): Buffer {
+function ledger(
+  members: { shard: string; share: number; busy: bigint; last: bigint; seen?: bigint }[],
+): Buffer {
   const b = Buffer.alloc(LEDGER_SIZE);
   b.writeBigUInt64LE(LEDGER_MAGIC, 0);
   b.writeUInt32LE(LEDGER_VERSION, 8);
@@ -32,6 +35,7 @@ function ledger(members: { shard: string; share: number; busy: bigint; last: big
     b.writeUInt32LE(m.share, base + LEDGER_MEMBER_FIELDS.share_permille.offset);
     b.writeBigUInt64LE(m.busy, base + LEDGER_MEMBER_FIELDS.busy_ns.offset);
     b.writeBigUInt64LE(m.last, base + LEDGER_MEMBER_FIELDS.last_kernel_ns.offset);
+    b.writeBigUInt64LE(m.seen ?? 0n, base + LEDGER_MEMBER_FIELDS.seen_ns.offset);
   });
   return b;
 }
@@ -40,7 +44,7 @@ describe('compute ledger activity', () => {
   it('decodes members and refuses what is not a ledger', () => {
     const members = decodeLedger(ledger([{ shard: 's1', share: 250, busy: 5n, last: 7n }]));
     assert.deepEqual(members, [
-      { shardId: 's1', sharePermille: 250, busyNs: 5n, lastKernelNs: 7n },
+      { shardId: 's1', sharePermille: 250, busyNs: 5n, lastKernelNs: 7n, seenNs: 0n },
     ]);
     assert.deepEqual(decodeLedger(Buffer.alloc(LEDGER_SIZE)), []);
     assert.deepEqual(decodeLedger(Buffer.alloc(10)), []);
@@ -77,5 +81,37 @@ describe('compute ledger activity', () => {
       { gpuUuid: GPU.toLowerCase(), busyRatio: 0.25, lastKernelSeconds: 0.5 },
     ]);
     assert.deepEqual(second.get('b'), [{ gpuUuid: GPU.toLowerCase(), busyRatio: 0 }]);
+  });
+
+  it('lists launches, and a GPU as full only when every entry was used within the reuse time', async () => {
+    const dir = join(work, 'full');
+    const { mkdirSync } = await import('node:fs');
+    mkdirSync(dir);
+    const now = 100_000_000_000n;
+    const members = (stale: boolean) =>
+      Array.from({ length: LEDGER_MEMBERS }, (_, i) => ({
+        shard: `s${i}`,
+        share: 0,
+        busy: 0n,
+        last: BigInt(i),
+        seen: stale && i === 3 ? now - 10_000_000_001n : now - 1_000_000_000n,
+      }));
+    writeFileSync(join(dir, GPU), ledger(members(false)));
+    const full = await readLedgerLaunches(dir, now);
+    assert.deepEqual(full.fullGpus, [GPU.toLowerCase()]);
+    assert.equal(full.launches.length, LEDGER_MEMBERS);
+    assert.deepEqual(full.launches[5], {
+      shardId: 's5',
+      gpuUuid: GPU.toLowerCase(),
+      lastKernelNs: 5n,
+    });
+    writeFileSync(join(dir, GPU), ledger(members(true)));
+    assert.deepEqual((await readLedgerLaunches(dir, now)).fullGpus, [], 'one entry free for reuse');
+    writeFileSync(join(dir, GPU), ledger(members(false).slice(1)));
+    assert.deepEqual((await readLedgerLaunches(dir, now)).fullGpus, [], 'one entry never used');
+    assert.deepEqual(await readLedgerLaunches(join(work, 'none'), now), {
+      launches: [],
+      fullGpus: [],
+    });
   });
 });

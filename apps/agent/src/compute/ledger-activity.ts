@@ -20,7 +20,10 @@ export const LEDGER_MEMBER_FIELDS = {
   mode: { offset: 52, size: 4 },
   busy_ns: { offset: 64, size: 8 },
   last_kernel_ns: { offset: 72, size: 8 },
+  seen_ns: { offset: 96, size: 8 },
 } as const;
+/** libvgpu.so gives an entry not used for this long to a shard that finds no free one. */
+export const LEDGER_ENTRY_REUSE_NS = 10_000_000_000n;
 
 export interface LedgerMember {
   readonly shardId: string;
@@ -28,6 +31,8 @@ export interface LedgerMember {
   readonly busyNs: bigint;
   /** 0n = never launched. */
   readonly lastKernelNs: bigint;
+  /** Last time a process of the shard used the entry. */
+  readonly seenNs: bigint;
 }
 
 /** The members of one GPU's ledger file; [] for a file that is not a ledger this agent reads. */
@@ -47,6 +52,7 @@ export function decodeLedger(buffer: Buffer): LedgerMember[] {
       sharePermille: buffer.readUInt32LE(base + LEDGER_MEMBER_FIELDS.share_permille.offset),
       busyNs: buffer.readBigUInt64LE(base + LEDGER_MEMBER_FIELDS.busy_ns.offset),
       lastKernelNs: buffer.readBigUInt64LE(base + LEDGER_MEMBER_FIELDS.last_kernel_ns.offset),
+      seenNs: buffer.readBigUInt64LE(base + LEDGER_MEMBER_FIELDS.seen_ns.offset),
     });
   }
   return members;
@@ -125,16 +131,35 @@ export interface LedgerLaunch {
   readonly lastKernelNs: bigint;
 }
 
-/** Every member of every GPU's ledger in the folder; [] for a missing folder. */
-export async function readLedgerLaunches(dir: string): Promise<LedgerLaunch[]> {
+/** Every member of every GPU's ledger in the folder, and the GPUs whose ledger has no free entry. */
+export interface LedgerLaunches {
+  readonly launches: LedgerLaunch[];
+  /** GPU UUIDs (lowercase) where a shard starting now would find no entry. */
+  readonly fullGpus: string[];
+}
+
+/** No entry free: every one names a shard that used it within LEDGER_ENTRY_REUSE_NS. */
+export function ledgerIsFull(members: readonly LedgerMember[], nowNs: bigint): boolean {
+  return (
+    members.length >= LEDGER_MEMBERS &&
+    members.every((m) => m.seenNs + LEDGER_ENTRY_REUSE_NS >= nowNs)
+  );
+}
+
+/** Reads the folder; a missing one holds nothing. `nowNs` is CLOCK_MONOTONIC (the ledger's clock). */
+export async function readLedgerLaunches(
+  dir: string,
+  nowNs: bigint = process.hrtime.bigint(),
+): Promise<LedgerLaunches> {
   let files: string[];
   try {
     files = await fs.readdir(dir);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { launches: [], fullGpus: [] };
     throw error;
   }
   const launches: LedgerLaunch[] = [];
+  const fullGpus: string[] = [];
   for (const file of files) {
     if (!/^GPU-[0-9a-f-]{36}$/i.test(file)) continue;
     let members: LedgerMember[];
@@ -143,15 +168,12 @@ export async function readLedgerLaunches(dir: string): Promise<LedgerLaunch[]> {
     } catch {
       continue; // removed meanwhile
     }
-    for (const m of members) {
-      launches.push({
-        shardId: m.shardId,
-        gpuUuid: file.toLowerCase(),
-        lastKernelNs: m.lastKernelNs,
-      });
-    }
+    const gpuUuid = file.toLowerCase();
+    if (ledgerIsFull(members, nowNs)) fullGpus.push(gpuUuid);
+    for (const m of members)
+      launches.push({ shardId: m.shardId, gpuUuid, lastKernelNs: m.lastKernelNs });
   }
-  return launches;
+  return { launches, fullGpus };
 }
 
 /**

@@ -250,6 +250,52 @@ const launchedIn = (round: Round, shardId: string, gpuUuid: string) => {
   return member !== undefined && member.lastKernelNs >= round.window.startNs;
 };
 
+describe('ungovernedCompute on a full ledger', () => {
+  test('a shard with no member where no entry was free is left alone; one with a stale member is not', () => {
+    const shards = [shard('a'), shard('b')];
+    const full = { fullLedgers: new Set([GPU0]) };
+    const samples = [...busy('a', 7, 60, 70), ...busy('b', 8, 60, 70)];
+    const ledger: LedgerLaunch[] = [{ shardId: 'b', gpuUuid: GPU0, lastKernelNs: 1n }];
+    const first = ungovernedCompute(samples, ledger, shards, W1, undefined, full);
+    const second = ungovernedCompute(samples, ledger, shards, W2, first, full);
+    assert.deepEqual(first.suspects, [{ shardId: 'b', gpuUuid: GPU0 }]);
+    assert.deepEqual(
+      second.findings.map((f) => f.shardId),
+      ['b'],
+    );
+  });
+
+  test('property: no shard without a member on a full GPU is ever a suspect', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            pid: fc.integer({ min: 1, max: 50 }),
+            gpu: fc.integer({ min: 0, max: 2 }),
+            sm: fc.integer({ min: 0, max: 100 }),
+            shard: fc.constantFrom('a', 'b', 'c'),
+          }),
+        ),
+        fc.subarray(GPUS),
+        (rows, fullGpus) => {
+          const samples = rows.map((r) => ({
+            pid: r.pid,
+            gpuUuid: GPUS[r.gpu]!,
+            smPercent: r.sm,
+            shardId: r.shard,
+          }));
+          const options = { fullLedgers: new Set(fullGpus) };
+          const shards = [shard('a'), shard('b'), shard('c')];
+          const first = ungovernedCompute(samples, [], shards, W1, undefined, options);
+          const second = ungovernedCompute(samples, [], shards, W2, first, options);
+          for (const s of [...first.suspects, ...second.suspects])
+            assert.ok(!fullGpus.includes(s.gpuUuid), `${s.shardId} flagged on a full ${s.gpuUuid}`);
+        },
+      ),
+    );
+  });
+});
+
 describe('ungovernedCompute properties', () => {
   test('never flags a shard whose member launched in the window', () => {
     fc.assert(

@@ -54,6 +54,12 @@ export interface ComputeFenceOptions {
   readonly minSamples?: number;
   /** Processes already killed: never chosen again (their last samples may still come). */
   readonly dying?: ReadonlySet<number>;
+  /**
+   * GPUs whose ledger had no entry free (every one in use within libvgpu.so's reuse time): a
+   * shard that found none launches ungoverned through libvgpu.so and stamps nothing, so a
+   * shard without a member there cannot be told from a bypass and is left alone.
+   */
+  readonly fullLedgers?: ReadonlySet<string>;
 }
 
 /** A shard and GPU that looked ungoverned in one window. */
@@ -135,6 +141,7 @@ export function ungovernedCompute(
     );
   }
   const dying = options.dying ?? new Set<number>();
+  const fullLedgers = options.fullLedgers ?? new Set<string>();
   const policyOf = new Map(shards.map((shard) => [shard.shardId, shard.policy]));
   // shard|GPU → pid → its samples' count, sum and busy count.
   const busy = new Map<string, Map<number, { count: number; sum: number; busy: number }>>();
@@ -172,6 +179,7 @@ export function ungovernedCompute(
     if (busySamples < minSamples) continue;
     const lastKernelNs = launches.get(key);
     if (lastKernelNs !== undefined && lastKernelNs >= window.startNs) continue; // governed
+    if (lastKernelNs === undefined && fullLedgers.has(gpuUuid)) continue; // no entry to be had
     suspects.push({ shardId, gpuUuid });
     if (!wasSuspect.has(key)) continue;
     const processes = [...pids]
