@@ -8,7 +8,7 @@ import { NotFoundError } from '../errors/domain-errors.js';
 import { sizeOf } from '../graphql/size.model.js';
 import { FleetCache } from '../placement/fleet-cache.js';
 import { QueueSignal } from '../placement/queue-signal.js';
-import { couldEverFit } from './shard-creator.js';
+import { couldEverFit } from './cached-fleet-placer.js';
 import { noCapacityError, PlacementService } from '../placement/placement.service.js';
 import { formatSize } from '../validation/sizes.js';
 import { checkPlacementInput } from './shard-input.js';
