@@ -4,9 +4,9 @@ import fc from 'fast-check';
 import { bytes, GiB } from '../sizes.js';
 import { type Gpu, gpuUuid, type Host, hostId } from '../inventory.js';
 import { capacityBytes, place, type Placed, type PlacementRequest } from '../placement.js';
-import { admit, withinGuaranteeRequest, type AdmissionPlan } from './admission.js';
+import { admit, type AdmissionPlan } from './admission.js';
 import { A100, H100, scenarioArb, type Scenario } from './arbitraries.js';
-import { guaranteeCovers } from './guarantees.js';
+import { guaranteeCovers, withinGuaranteeRequest } from './guarantees.js';
 import {
   compareQueued,
   teamsById,

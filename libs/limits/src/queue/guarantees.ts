@@ -13,8 +13,14 @@
  */
 import { type Bytes, bytes, formatSize } from '../sizes.js';
 import type { Host } from '../inventory.js';
-import { capacityBytes, matchesGpuModel, type PlacementOptions } from '../placement.js';
+import {
+  capacityBytes,
+  matchesGpuModel,
+  type PlacementOptions,
+  type PlacementRequest,
+} from '../placement.js';
 import { compareText } from '../placement-rules.js';
+import { effectiveGpuModelFilter } from '../quota.js';
 
 export interface Guarantee {
   /** Requested bytes the team is promised; 0 = none. */
@@ -31,6 +37,16 @@ export const NO_GUARANTEE: Guarantee = { bytes: bytes(0) };
 export function guaranteeCovers(guarantee: Guarantee, model: string): boolean {
   const term = guarantee.gpuModel?.trim();
   return term === undefined || term === '' || matchesGpuModel(model, { include: [term] });
+}
+
+/** The request limited to the GPUs a guarantee covers; undefined when it asks for others. */
+export function withinGuaranteeRequest(
+  request: PlacementRequest,
+  term: string | undefined,
+): PlacementRequest | undefined {
+  if (term === undefined || term.trim() === '') return request;
+  const filter = effectiveGpuModelFilter(request.gpuModel, { allowedGpuModels: [term] });
+  return filter.ok ? { ...request, gpuModel: filter.filter } : undefined;
 }
 
 export interface TeamGuarantee {
