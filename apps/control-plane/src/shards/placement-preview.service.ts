@@ -13,7 +13,8 @@ import { noCapacityError, PlacementService } from '../placement/placement.servic
 import { formatSize } from '../validation/sizes.js';
 import { checkPlacementInput } from './shard-input.js';
 import { ShardFleetCheck } from './shard-fleet-check.js';
-import type { PlacementInput, PlacementPreview } from './shard.model.js';
+import type { PlacementPreview } from './placement-preview.model.js';
+import type { PlacementInput } from './shard-input.model.js';
 import { targetTeam } from './target-team.js';
 import { placementRequestOf, quotaPolicyOf, readTeamState, usageOf } from './team-quota.js';
 

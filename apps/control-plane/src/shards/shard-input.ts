@@ -14,7 +14,7 @@ import {
 import { checkComputeInput } from '../compute/compute-input.js';
 import type { PlacementPolicy } from '../database/index.js';
 import { GPU_MODEL_NAME, InputCheck, type NameRule } from '../validation/input.js';
-import type { CreateShardInput, EnvVarInput, PlacementInput } from './shard.model.js';
+import type { CreateShardInput, EnvVarInput, PlacementInput } from './shard-input.model.js';
 
 /** Where a shard may go, checked. */
 export interface PlacementRequestInput {

@@ -20,7 +20,7 @@ import { checkCreateShardInput, checkMemoryPerGpu } from './shard-input.js';
 import { LaunchPolicy } from './launch-policy.js';
 import { CommitEffects, ShardLifecycle } from './shard-lifecycle.js';
 import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
-import type { CreateShardInput } from './shard.model.js';
+import type { CreateShardInput } from './shard-input.model.js';
 import { targetTeam } from './target-team.js';
 import { quotaError, quotaPolicyOf, readTeamState, usageOf } from './team-quota.js';
 

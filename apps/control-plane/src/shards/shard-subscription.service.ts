@@ -7,7 +7,8 @@ import { assertTeamVisible } from '../auth/team-scope.js';
 import type { ShardState } from '../database/index.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
 import { checkId } from '../validation/input.js';
-import { shardView, ShardEventKind, type ShardEvent } from './shard.model.js';
+import { ShardEventKind, type ShardEvent } from './shard-event.model.js';
+import { shardView } from './shard.model.js';
 
 /**
  * The shardEvents subscription: state changes this control plane makes, team-scoped, each one

@@ -14,15 +14,14 @@ import { CurrentCaller } from '../auth/decorators.js';
 import { Loaders, type RequestLoaders } from '../graphql/request-loaders.js';
 import { Team } from '../teams/team.model.js';
 import { TeamsService } from '../teams/teams.service.js';
+import { PlacementPreview } from './placement-preview.model.js';
+import { ShardEvent } from './shard-event.model.js';
+import { CreateShardInput, PlacementInput } from './shard-input.model.js';
 import {
-  CreateShardInput,
   EnvVar,
   MASKED_ENV_VALUE,
-  PlacementInput,
-  PlacementPreview,
   Shard,
   ShardConnection,
-  ShardEvent,
   ShardGpu,
   ShardsArgs,
   shardView,

@@ -1,0 +1,60 @@
+/**
+ * The shardEvents subscription's payload: a shard's state change, or a notice about it (cap
+ * violation, ungoverned compute, idle), and the kind that tells them apart. Separate from the
+ * shard's own type because it is what the event stream carries, with the fence and compute
+ * notices a plain shard query never returns.
+ */
+import { Field, ObjectType, registerEnumType } from '@nestjs/graphql';
+import { IdleNotice } from '../compute/idle.model.js';
+import { ShardState } from '../database/index.js';
+import { CapViolation } from '../fence/cap-policy.model.js';
+import { UngovernedCompute } from '../fence/ungoverned-compute.model.js';
+import { Shard } from './shard.model.js';
+
+@ObjectType({ description: 'A state change of a shard.' })
+export class ShardEvent {
+  @Field(() => Shard, { description: 'The shard after the change.' })
+  shard!: Shard;
+
+  @Field(() => ShardState, { nullable: true, description: 'Null for a shard just created.' })
+  previousState!: ShardState | null;
+
+  @Field(() => ShardState)
+  state!: ShardState;
+
+  @Field()
+  at!: Date;
+
+  @Field(() => ShardEventKind, {
+    description:
+      "STATE: the shard changed state. VIOLATION: see `violation`. UNGOVERNED_COMPUTE: it ran GPU work outside the compute ledger; see `ungovernedCompute`. IDLE: its team's idle policy found it idle (the warning); IDLE_STOP: the policy stops it (a STATE event to STOPPING follows); see `idle`.",
+  })
+  kind!: ShardEventKind;
+
+  @Field(() => CapViolation, {
+    nullable: true,
+    description:
+      "Set for kind VIOLATION: the shard's real GPU memory passed its cap plus the host's tolerance and its cap policy was applied (state and previousState are then its current state).",
+  })
+  violation!: CapViolation | null;
+
+  @Field(() => UngovernedCompute, {
+    nullable: true,
+    description:
+      'Set for kind UNGOVERNED_COMPUTE: the compute fence found kernels no compute-ledger turn governed (a process that bypassed libvgpu.so) and its cap policy was applied (state and previousState are then its current state).',
+  })
+  ungovernedCompute!: UngovernedCompute | null;
+
+  @Field(() => IdleNotice, { nullable: true, description: 'Set for kinds IDLE and IDLE_STOP.' })
+  idle!: IdleNotice | null;
+}
+
+export enum ShardEventKind {
+  STATE = 'STATE',
+  VIOLATION = 'VIOLATION',
+  UNGOVERNED_COMPUTE = 'UNGOVERNED_COMPUTE',
+  IDLE = 'IDLE',
+  IDLE_STOP = 'IDLE_STOP',
+}
+
+registerEnumType(ShardEventKind, { name: 'ShardEventKind' });
