@@ -6,9 +6,9 @@ import {
   type ProcessUtilization,
   type UngovernedFinding,
 } from '@gpushards/limits';
-import { errorMessage } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { PolicyActions } from '../enforcement/policy-actions.js';
 import { ProcessOwners } from '../enforcement/process-owners.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService } from '../limits/limits.service.js';
@@ -43,9 +43,6 @@ const SYSTEM_CLOCK: FenceClock = {
   wallUs: () => Date.now() * 1000,
 };
 
-/** A PID stays "dying" this long after its SIGKILL at most. */
-const DYING_MS = 10_000;
-
 /** Why the fence does not run, or undefined when it does. */
 export function computeFenceOffReason(config: AgentConfig): string | undefined {
   if (config.computeFence.windowSeconds === 0) return 'GPUSHARDS_COMPUTE_FENCE_SECONDS is 0';
@@ -77,10 +74,8 @@ export class ComputeFenceService implements OnModuleDestroy {
   private windowStartNs: bigint | undefined;
   private readonly lastSeenUs = new Map<number, number>();
   private previous: ComputeFenceDecision | undefined;
-  /** PID → when it was sent SIGKILL. */
-  private readonly dying = new Map<number, number>();
-  /** Shards being stopped for a finding. */
-  private readonly stopping = new Set<string>();
+  /** Kills and stops, and the PIDs killed until they are gone. */
+  private readonly actions: PolicyActions;
   private unsupported = false;
   private readonly clock: FenceClock;
 
@@ -95,6 +90,7 @@ export class ComputeFenceService implements OnModuleDestroy {
     this.clock = clock ?? SYSTEM_CLOCK;
     this.logger = logger.child({ module: 'compute-fence' });
     this.owners = new ProcessOwners(config.enforcement.procRoot);
+    this.actions = new PolicyActions(shards);
   }
 
   /** Whether the fence runs on this host (logged once by start()). */
@@ -197,9 +193,7 @@ export class ComputeFenceService implements OnModuleDestroy {
     });
     this.owners.endSample();
     const now = Date.now();
-    for (const [pid, at] of this.dying) {
-      if (now - at > DYING_MS || !samples.some((s) => s.pid === pid)) this.dying.delete(pid);
-    }
+    this.actions.forgetGone(now, (pid) => samples.some((s) => s.pid === pid));
     const known = new Set(records.map((r) => r.shardId));
     const decision = ungovernedCompute(
       owned,
@@ -209,7 +203,7 @@ export class ComputeFenceService implements OnModuleDestroy {
       this.previous,
       {
         thresholdPercent: this.config.computeFence.thresholdPercent,
-        dying: new Set(this.dying.keys()),
+        dying: this.actions.dyingPids(),
         fullLedgers: new Set(fullGpus.map((uuid) => this.gpus.canonicalUuid(uuid))),
       },
     );
@@ -237,9 +231,7 @@ export class ComputeFenceService implements OnModuleDestroy {
     endNs: bigint,
     now: number,
   ): Promise<ComputeFindingRecord[]> {
-    const findingShards = new Set(decision.findings.map((f) => f.shardId));
-    for (const shardId of this.stopping)
-      if (!findingShards.has(shardId)) this.stopping.delete(shardId);
+    this.actions.keepStopping(new Set(decision.findings.map((f) => f.shardId)));
     const done: ComputeFindingRecord[] = [];
     for (const finding of decision.findings) {
       if (!finding.act) continue;
@@ -253,30 +245,14 @@ export class ComputeFenceService implements OnModuleDestroy {
           ? { lastKernelSeconds: Math.max(0, Number(endNs - finding.lastKernelNs) / 1e9) }
           : {}),
       };
-      let failure: string | undefined;
-      const killed: number[] = [];
       if (finding.action === 'kill') {
-        for (const pid of finding.pids) {
-          try {
-            process.kill(pid, 'SIGKILL');
-            killed.push(pid);
-            this.dying.set(pid, now);
-          } catch (error) {
-            // ESRCH: it ended on its own meanwhile.
-            if ((error as NodeJS.ErrnoException).code !== 'ESRCH') failure = errorMessage(error);
-          }
-        }
+        done.push({ ...base, ...this.actions.kill(finding.pids, now) });
       } else if (finding.action === 'stop') {
-        if (this.stopping.has(finding.shardId)) continue;
-        this.stopping.add(finding.shardId);
-        try {
-          await this.shards.stop(finding.shardId, 0);
-        } catch (error) {
-          failure = errorMessage(error);
-          this.stopping.delete(finding.shardId);
-        }
+        const outcome = await this.actions.stopOnce(finding.shardId);
+        if (outcome !== undefined) done.push({ ...base, ...outcome });
+      } else {
+        done.push({ ...base, killedPids: [] });
       }
-      done.push({ ...base, killedPids: killed, ...(failure ? { error: failure } : {}) });
     }
     for (const record of done) {
       const top = record.processes[0];

@@ -7,11 +7,11 @@ import {
 } from '@gpushards/limits';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
-import { errorMessage } from '@gpushards/protocol';
 import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService, type ShardLimits } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { ShardsService } from '../shards/shards.service.js';
+import { PolicyActions } from './policy-actions.js';
 import { ProcessOwners } from './process-owners.js';
 
 /** What the agent did about one violation; goes to the control plane as a shard event. */
@@ -29,9 +29,6 @@ export interface RealUsage {
   readonly shards: ReadonlyMap<string, ReadonlyMap<string, number>>;
   readonly unattributed: ReadonlyMap<string, number>;
 }
-
-/** A PID stays "dying" this long after its SIGKILL at most (the driver frees at exit). */
-const DYING_MS = 10_000;
 
 /**
  * A sample whose inputs (every GPU's process list with bytes, the shards, their caps and
@@ -52,12 +49,10 @@ export class EnforcementService implements OnModuleDestroy {
   private readonly owners: ProcessOwners;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
-  /** PID → when it was sent SIGKILL. */
-  private readonly dying = new Map<number, number>();
+  /** Kills and stops, and the PIDs killed until they are gone. */
+  private readonly actions: PolicyActions;
   /** shardId|gpu pairs already reported under `report`, until they go back under. */
   private readonly reported = new Set<string>();
-  /** Shards being stopped for a violation. */
-  private readonly stopping = new Set<string>();
   private readonly listeners = new Set<(violations: readonly ViolationRecord[]) => void>();
   private latest: RealUsage | undefined;
   private warnedUnsupported = false;
@@ -76,6 +71,7 @@ export class EnforcementService implements OnModuleDestroy {
   ) {
     this.logger = logger.child({ module: 'enforcement' });
     this.owners = new ProcessOwners(config.enforcement.procRoot);
+    this.actions = new PolicyActions(shards);
   }
 
   /** Samples every `enforcement.intervalMs` until the module is destroyed. */
@@ -108,7 +104,7 @@ export class EnforcementService implements OnModuleDestroy {
   async sampleNow(): Promise<readonly ViolationRecord[]> {
     // Killed processes still listed: their GPUs are listed afresh until they are gone.
     const processes = this.gpus.processes(
-      this.dying.size > 0 ? new Set(this.dying.keys()) : undefined,
+      this.actions.anyDying ? this.actions.dyingPids() : undefined,
     );
     if (processes === undefined) {
       if (!this.warnedUnsupported) {
@@ -123,7 +119,7 @@ export class EnforcementService implements OnModuleDestroy {
     const records = this.shards.list();
     const shardLimits = this.limits.all();
     const key = sampleKey(processes, records, shardLimits);
-    if (key === this.quietKey && this.dying.size === 0 && now - this.quietAt < FULL_PASS_MS) {
+    if (key === this.quietKey && !this.actions.anyDying && now - this.quietAt < FULL_PASS_MS) {
       this.counts.skipped++;
       return [];
     }
@@ -144,14 +140,12 @@ export class EnforcementService implements OnModuleDestroy {
       };
     });
     this.owners.endSample();
-    for (const [pid, at] of this.dying) {
-      if (now - at > DYING_MS || !processes.some((p) => p.pid === pid)) this.dying.delete(pid);
-    }
+    this.actions.forgetGone(now, (pid) => processes.some((p) => p.pid === pid));
     const known = new Set(records.map((record) => record.shardId));
     const decision = enforcementActions(
       samples,
       shardLimits.filter((shard) => known.has(shard.shardId)),
-      { toleranceBytes: this.config.enforcement.toleranceBytes, dying: new Set(this.dying.keys()) },
+      { toleranceBytes: this.config.enforcement.toleranceBytes, dying: this.actions.dyingPids() },
     );
     this.latest = this.realUsageOf(decision, samples, now);
     await this.writeReal(now);
@@ -216,39 +210,17 @@ export class EnforcementService implements OnModuleDestroy {
     const done: ViolationRecord[] = [];
     const over = new Set(decision.violations.map((v) => `${v.shardId}|${v.gpuUuid}`));
     for (const key of this.reported) if (!over.has(key)) this.reported.delete(key);
-    const overShards = new Set(decision.violations.map((v) => v.shardId));
-    for (const shardId of this.stopping)
-      if (!overShards.has(shardId)) this.stopping.delete(shardId);
+    this.actions.keepStopping(new Set(decision.violations.map((v) => v.shardId)));
     for (const violation of decision.violations) {
       const record = this.shards.list().find((r) => r.shardId === violation.shardId);
       if (record === undefined) continue;
       const base = { ...violation, teamId: record.teamId, at: new Date(now).toISOString() };
       if (violation.action === 'kill') {
-        const killed: number[] = [];
-        let failure: string | undefined;
-        for (const pid of violation.pids) {
-          try {
-            process.kill(pid, 'SIGKILL');
-            killed.push(pid);
-            this.dying.set(pid, now);
-          } catch (error) {
-            // ESRCH: it died on its own meanwhile.
-            if ((error as NodeJS.ErrnoException).code !== 'ESRCH') failure = errorMessage(error);
-          }
-        }
-        done.push({ ...base, killedPids: killed, ...(failure ? { error: failure } : {}) });
+        done.push({ ...base, ...this.actions.kill(violation.pids, now) });
       } else if (violation.action === 'stop') {
         // One stop per shard, whatever GPUs it passed its cap on, until its processes are gone.
-        if (this.stopping.has(violation.shardId)) continue;
-        this.stopping.add(violation.shardId);
-        let failure: string | undefined;
-        try {
-          await this.shards.stop(violation.shardId, 0);
-        } catch (error) {
-          failure = errorMessage(error);
-          this.stopping.delete(violation.shardId);
-        }
-        done.push({ ...base, killedPids: [], ...(failure ? { error: failure } : {}) });
+        const outcome = await this.actions.stopOnce(violation.shardId);
+        if (outcome !== undefined) done.push({ ...base, ...outcome });
       } else {
         const key = `${violation.shardId}|${violation.gpuUuid}`;
         if (this.reported.has(key)) continue;
