@@ -6,13 +6,12 @@ import { decodeMessage, encodeMessage, type DecodeErrorCode } from './codec.js';
 import * as examples from './fixtures.js';
 import {
   AGENT_MESSAGE_SCHEMAS,
-  commandReplySchema,
-  commandSchema,
   heartbeatSchema,
   reconcileReplySchema,
   registerReplySchema,
   registerRequestSchema,
-} from './messages.js';
+} from './agent-messages.js';
+import { commandReplySchema, commandSchema } from './command-messages.js';
 import type { z } from 'zod';
 
 function refused<S extends z.ZodType>(

@@ -1,5 +1,5 @@
 import { checkSubjectHost, decodeMessage } from './codec.js';
-import { commandSchema, type Command, type CommandReply } from './messages.js';
+import { commandSchema, type Command, type CommandReply } from './command-messages.js';
 import { commandIdSchema } from './primitives.js';
 import { errorMessage, protocolText } from './text.js';
 import { PROTOCOL_VERSION } from './version.js';

@@ -1,15 +1,14 @@
 // Valid example messages, for tests only (not exported from index.ts).
 import type {
-  Command,
-  CommandReply,
   Heartbeat,
   ReconcileReply,
   ReconcileRequest,
   RegisterReply,
   RegisterRequest,
-  ShardLaunchSpec,
   ShardStateEvent,
-} from './messages.js';
+} from './agent-messages.js';
+import type { Command, CommandReply } from './command-messages.js';
+import type { ShardLaunchSpec } from './shard-spec.js';
 
 export const HOST_ID = 'gpu-box-07';
 export const GPU_0 = 'GPU-5d3b7a1e-0c4f-4c8e-9f0a-1b2c3d4e5f60';

@@ -20,7 +20,30 @@ export * from './subjects.js';
 export * from './env.js';
 export * from './nats-auth.js';
 export * from './env-variables.js';
-export * from './messages.js';
+export {
+  CAP_POLICY_VALUES,
+  COMPUTE_MODE_VALUES,
+  CONTAINER_STATUSES,
+  MAX_COMMAND_ARGS,
+  MAX_COMMAND_BYTES,
+  MAX_GPUS_PER_HOST,
+  MAX_SHARDS_PER_HOST,
+  SHARD_STATES,
+  capPolicySchema,
+  computeShareSchema,
+  gpuLimitSchema,
+  imageReferenceSchema,
+  shardLaunchSpecSchema,
+  shardStateSchema,
+  type CapPolicyValue,
+  type ComputeShareSpec,
+  type ContainerStatus,
+  type GpuLimit,
+  type ShardLaunchSpec,
+  type ShardState,
+} from './shard-spec.js';
+export * from './agent-messages.js';
+export * from './command-messages.js';
 export * from './codec.js';
 export * from './request.js';
 export * from './text.js';

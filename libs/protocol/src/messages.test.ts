@@ -4,15 +4,14 @@ import assert from 'node:assert/strict';
 import { decodeMessage, encodeMessage } from './codec.js';
 import * as examples from './fixtures.js';
 import {
-  commandReplySchema,
-  commandSchema,
   heartbeatSchema,
   reconcileReplySchema,
   reconcileRequestSchema,
   registerReplySchema,
   registerRequestSchema,
   shardStateEventSchema,
-} from './messages.js';
+} from './agent-messages.js';
+import { commandReplySchema, commandSchema } from './command-messages.js';
 import type { z } from 'zod';
 
 function roundTrip<S extends z.ZodType>(schema: S, message: z.input<S>): void {

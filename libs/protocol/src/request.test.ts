@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 
 import { encodeMessage } from './codec.js';
 import * as examples from './fixtures.js';
-import { registerReplySchema, registerRequestSchema } from './messages.js';
+import { registerReplySchema, registerRequestSchema } from './agent-messages.js';
 import { requestMessage } from './request.js';
 import { agentSubjects } from './subjects.js';
 

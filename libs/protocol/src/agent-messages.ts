@@ -1,154 +1,36 @@
+/**
+ * What an agent sends the control plane, one section per subject: register (request/reply, on
+ * start and after losing the link), heartbeat (publish), state (publish, per shard state change)
+ * and reconcile (request/reply, periodically), then AGENT_MESSAGE_SCHEMAS, which maps each
+ * subject to its request. Separate from command-messages.ts, the other direction.
+ */
 import { z } from 'zod';
 
-import { envSchema } from './env.js';
 import {
   bytesSchema,
-  commandIdSchema,
   containerIdSchema,
   envelope,
   errorSchema,
   eventIdSchema,
   gpuUuidSchema,
-  positiveBytesSchema,
   shardIdSchema,
-  teamIdSchema,
   textSchema,
   timestampSchema,
   uniqueBy,
 } from './primitives.js';
+import {
+  CONTAINER_STATUSES,
+  MAX_GPUS_PER_HOST,
+  MAX_SHARDS_PER_HOST,
+  acceptsKeptShards,
+  capPolicySchema,
+  desiredStateFields,
+  shardStateSchema,
+} from './shard-spec.js';
 
 // Objects are z.object: unknown fields are tolerated and dropped, so a newer peer may add
 // optional fields without breaking an older one. Unknown enum values and command types
 // are refused. See README.md, "Versioning".
-
-export const SHARD_STATES = [
-  'PULLING', // pulling the image; `progress` says how far
-  'STARTING', // creating and starting the container
-  'RUNNING',
-  'EXITED', // the main process ended on its own; `exitCode` says how
-  'FAILED', // the agent could not launch or keep it (pull, create, start); `reason` says why
-  'STOPPED', // stopped by a stop command or reconciliation
-  'VANISHED', // the container went away without the agent removing it
-] as const;
-export const shardStateSchema = z.enum(SHARD_STATES);
-
-/** Docker's words for a container's state (State.Status). */
-export const CONTAINER_STATUSES = [
-  'created',
-  'running',
-  'paused',
-  'restarting',
-  'exited',
-  'dead',
-  'removing',
-] as const;
-export type ContainerStatus = (typeof CONTAINER_STATUSES)[number];
-export type ShardState = z.infer<typeof shardStateSchema>;
-
-export const MAX_GPUS_PER_HOST = 64;
-export const MAX_SHARDS_PER_HOST = 1024;
-
-// ---------------------------------------------------------------------------------------
-// Shard launch spec: what a launch command carries and what a reconcile reply lists.
-
-export const gpuLimitSchema = z.object({
-  uuid: gpuUuidSchema,
-  /** The cap the interposer enforces on this GPU, context included. */
-  limitBytes: positiveBytesSchema,
-});
-export type GpuLimit = z.infer<typeof gpuLimitSchema>;
-
-const gpuLimitsSchema = z
-  .array(gpuLimitSchema)
-  .min(1, 'a shard needs at least one GPU')
-  .max(MAX_GPUS_PER_HOST)
-  .superRefine(uniqueBy((gpu: GpuLimit) => gpu.uuid, 'GPU'));
-
-export const MAX_COMMAND_ARGS = 256;
-export const MAX_COMMAND_BYTES = 32 * 1024;
-const utf8 = new TextEncoder();
-
-const containerCommandSchema = z
-  .array(z.string().refine((arg) => !arg.includes('\0'), 'command arguments cannot contain NUL'))
-  .min(1, 'a command, when given, needs at least the program')
-  .max(MAX_COMMAND_ARGS)
-  .refine(
-    (args) => args.reduce((sum, arg) => sum + utf8.encode(arg).length + 1, 0) <= MAX_COMMAND_BYTES,
-    `the command must take at most ${MAX_COMMAND_BYTES} bytes`,
-  );
-
-export const imageReferenceSchema = z
-  .string()
-  .regex(/^[\x21-\x7e]{1,512}$/, 'an image reference must be 1-512 printable ASCII characters');
-
-/**
- * What the agent does to a shard whose real GPU memory (NVML) passes its cap plus the host's
- * tolerance: kill its largest processes until it is back under, stop it, or report it.
- * The same names as libs/limits' CAP_POLICIES.
- */
-export const CAP_POLICY_VALUES = ['kill', 'stop', 'report'] as const;
-export const capPolicySchema = z.enum(CAP_POLICY_VALUES);
-export type CapPolicyValue = z.infer<typeof capPolicySchema>;
-
-/**
- * A shard's compute share on each of its GPUs (docs/compute.md): permille of the GPU's time,
- * 0 = none asked (an equal split of what the shares leave); guaranteed (at least its share,
- * and idle time beyond it) or capped (never more). The agent writes it into the shard's limits
- * file, where libvgpu.so reads it at the shard's next turn.
- *
- * isolated: the share is of the GPU's SMs, in the MPS partition the host keeps for such shards
- * (`HostInfo.isolatedComputePermille`): the shard takes no turns and no neighbour reaches its
- * SMs; never more than its share. Sent only to a host that reported a partition.
- */
-export const COMPUTE_MODE_VALUES = ['guaranteed', 'capped', 'isolated'] as const;
-export const computeShareSchema = z.object({
-  sharePermille: z.int().min(0).max(1000),
-  mode: z.enum(COMPUTE_MODE_VALUES),
-});
-export type ComputeShareSpec = z.infer<typeof computeShareSchema>;
-
-export const shardLaunchSpecSchema = z.object({
-  shardId: shardIdSchema,
-  teamId: teamIdSchema,
-  name: textSchema(128),
-  image: imageReferenceSchema,
-  /** Overrides the image's CMD; the image's entrypoint is kept. */
-  command: containerCommandSchema.optional(),
-  /** Reserved keys are stripped by the agent (see env.ts). */
-  env: envSchema,
-  gpus: gpuLimitsSchema,
-  /** The per-GPU CUDA context size the control plane reserved for; informational for the agent. */
-  contextOverheadBytes: bytesSchema.optional(),
-  /** The shard's cap policy (its team's, else the fleet's); absent = kill. */
-  capPolicy: capPolicySchema.optional(),
-  /** Its compute share on every GPU; absent = none asked (as sharePermille 0). */
-  compute: computeShareSchema.optional(),
-});
-export type ShardLaunchSpec = z.infer<typeof shardLaunchSpecSchema>;
-
-/**
- * The level-triggered answer to "what should run here": shards in `desired` must run
- * with that spec; shards in `stoppedShardIds` must stay stopped (containers kept);
- * shards in `keptShardIds` are left as they are; any other labelled container is stopped and
- * removed.
- */
-const desiredStateFields = {
-  desired: z
-    .array(shardLaunchSpecSchema)
-    .max(MAX_SHARDS_PER_HOST)
-    .superRefine(uniqueBy((spec: ShardLaunchSpec) => spec.shardId, 'shard')),
-  stoppedShardIds: z.array(shardIdSchema).max(MAX_SHARDS_PER_HOST),
-  /**
-   * Shards that should run but whose launch spec the control plane cannot give (a secret env
-   * value sealed with a key it does not hold): not launched, caps not rewritten, not stopped,
-   * not removed. Sent only to an agent whose request said `acceptsKeptShards`: an older agent
-   * would drop the field and remove them.
-   */
-  keptShardIds: z.array(shardIdSchema).max(MAX_SHARDS_PER_HOST).optional(),
-};
-
-/** In a register or reconcile request: the agent honours a reply's `keptShardIds`. */
-const acceptsKeptShards = z.boolean().optional();
 
 // ---------------------------------------------------------------------------------------
 // register: agent -> control plane, request/reply, on start and after losing the link.
@@ -421,128 +303,6 @@ export const reconcileReplySchema = z
   .object({ ...envelope, ...desiredStateFields })
   .describe('reconcile reply');
 export type ReconcileReply = z.infer<typeof reconcileReplySchema>;
-
-// ---------------------------------------------------------------------------------------
-// commands: control plane -> agent, request/reply on gpushards.host.<hostId>.cmd.
-
-const commandHeader = { ...envelope, commandId: commandIdSchema };
-
-export const launchCommandSchema = z.object({
-  ...commandHeader,
-  type: z.literal('launch'),
-  shard: shardLaunchSpecSchema,
-});
-export const stopCommandSchema = z.object({
-  ...commandHeader,
-  type: z.literal('stop'),
-  shardId: shardIdSchema,
-  /** Seconds between SIGTERM and SIGKILL. */
-  graceSeconds: z.int().min(0).max(600),
-});
-export const deleteCommandSchema = z.object({
-  ...commandHeader,
-  type: z.literal('delete'),
-  shardId: shardIdSchema,
-});
-export const resizeCommandSchema = z.object({
-  ...commandHeader,
-  type: z.literal('resize'),
-  shardId: shardIdSchema,
-  /** The new caps, one per GPU of the shard. */
-  gpus: gpuLimitsSchema,
-  /** A new compute share on every GPU of the shard; absent = unchanged. */
-  compute: computeShareSchema.optional(),
-});
-
-/**
- * Reconcile now instead of at the next period: a control plane that starts asks each agent,
- * since state events published while no control plane listened went to no one. An agent
- * older than this command refuses it (INVALID_COMMAND); its next period does the same.
- */
-export const reconcileCommandSchema = z.object({
-  ...commandHeader,
-  type: z.literal('reconcile'),
-});
-
-export const COMMAND_TYPES = ['launch', 'stop', 'delete', 'resize', 'reconcile'] as const;
-export type CommandType = (typeof COMMAND_TYPES)[number];
-
-export const commandSchema = z
-  .discriminatedUnion(
-    'type',
-    [
-      launchCommandSchema,
-      stopCommandSchema,
-      deleteCommandSchema,
-      resizeCommandSchema,
-      reconcileCommandSchema,
-    ],
-    {
-      error: (issue) =>
-        issue.code === 'invalid_union'
-          ? `unknown command type ${JSON.stringify(readType(issue.input))}: expected one of ${COMMAND_TYPES.join(', ')}`
-          : undefined,
-    },
-  )
-  .describe('command');
-export type Command = z.infer<typeof commandSchema>;
-export type LaunchCommand = z.infer<typeof launchCommandSchema>;
-export type StopCommand = z.infer<typeof stopCommandSchema>;
-export type DeleteCommand = z.infer<typeof deleteCommandSchema>;
-export type ResizeCommand = z.infer<typeof resizeCommandSchema>;
-export type ReconcileCommand = z.infer<typeof reconcileCommandSchema>;
-
-function readType(input: unknown): unknown {
-  return typeof input === 'object' && input !== null ? (input as { type?: unknown }).type : input;
-}
-
-/**
- * What a successful command did. A launch replies once the agent has taken it on (the
- * image pull may take minutes); how it ends arrives as state events.
- */
-export const commandResultSchema = z.discriminatedUnion('type', [
-  z.object({
-    type: z.literal('launch'),
-    state: shardStateSchema,
-    containerId: containerIdSchema.optional(),
-  }),
-  z.object({ type: z.literal('stop'), wasRunning: z.boolean() }),
-  z.object({ type: z.literal('delete'), removed: z.boolean() }),
-  z.object({ type: z.literal('resize'), gpus: gpuLimitsSchema }),
-  /** Taken on: the reconcile runs after the reply, as the periodic one does. */
-  z.object({ type: z.literal('reconcile') }),
-]);
-export type CommandResult = z.infer<typeof commandResultSchema>;
-
-/** Codes a failed command may carry; receivers treat unknown codes as failures too. */
-export const COMMAND_ERROR_CODES = {
-  /** The command could not be decoded (then `commandId` is null if it could not be read). */
-  INVALID_COMMAND: 'INVALID_COMMAND',
-  UNSUPPORTED_VERSION: 'UNSUPPORTED_VERSION',
-  /** The command's hostId is not this agent's. */
-  WRONG_HOST: 'WRONG_HOST',
-  UNKNOWN_SHARD: 'UNKNOWN_SHARD',
-  UNKNOWN_GPU: 'UNKNOWN_GPU',
-  /** A resize would set a cap below what the shard already uses. */
-  BELOW_USAGE: 'BELOW_USAGE',
-  /** Docker refused or failed. */
-  RUNTIME_ERROR: 'RUNTIME_ERROR',
-  INTERNAL: 'INTERNAL',
-} as const;
-
-export const commandReplySchema = z
-  .discriminatedUnion('ok', [
-    z.object({ ...commandHeader, ok: z.literal(true), result: commandResultSchema }),
-    z.object({
-      ...envelope,
-      /** null when the command was too malformed to read its id. */
-      commandId: commandIdSchema.nullable(),
-      ok: z.literal(false),
-      error: errorSchema,
-    }),
-  ])
-  .describe('command reply');
-export type CommandReply = z.infer<typeof commandReplySchema>;
 
 /** The schema of the message each agent subject carries (requests; replies are above). */
 export const AGENT_MESSAGE_SCHEMAS = {
