@@ -13,7 +13,8 @@ import type { GpuUtilizationSample } from '../gpus/gpu-backends.js';
 import type { GpusService } from '../gpus/gpus.service.js';
 import type { LimitsService } from '../limits/limits.service.js';
 import { createLogger } from '../logging/logger.js';
-import type { ShardRecord, ShardsService } from '../shards/shards.service.js';
+import type { ShardRecord } from '../shards/shard-record.js';
+import type { ShardsService } from '../shards/shards.service.js';
 import {
   ComputeFenceService,
   computeFenceOffReason,

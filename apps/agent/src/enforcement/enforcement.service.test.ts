@@ -12,7 +12,8 @@ import type { GpusService } from '../gpus/gpus.service.js';
 import { decodeLimits } from '../limits/limits-file.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { createLogger } from '../logging/logger.js';
-import type { ShardRecord, ShardsService } from '../shards/shards.service.js';
+import type { ShardRecord } from '../shards/shard-record.js';
+import type { ShardsService } from '../shards/shards.service.js';
 import { EnforcementService } from './enforcement.service.js';
 
 const MiB = 1024 ** 2;

@@ -13,7 +13,8 @@ import { LOGGER, type Logger } from '../logging/logger.js';
 import { BelowUsageError } from '../regions/regions.service.js';
 import { CommandJournal } from './command-journal.js';
 import { ReconcileRequests } from './reconcile-requests.js';
-import { ShardsService, UnknownGpuError, UnknownShardError } from './shards.service.js';
+import { UnknownGpuError, UnknownShardError } from './shard-record.js';
+import { ShardsService } from './shards.service.js';
 
 /**
  * Answers the control plane's commands. Each command id is acted on once: a retry gets

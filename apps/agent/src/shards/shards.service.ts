@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { observationOf, type ContainerKind } from '@gpushards/limits';
+import { observationOf } from '@gpushards/limits';
 import {
   stripReservedEnvKeys,
   type ComputeShareSpec,
@@ -24,37 +24,13 @@ import { LimitsService } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { RegionsService } from '../regions/regions.service.js';
 import { ContainerSetup } from './container-setup.js';
+import {
+  UnknownGpuError,
+  UnknownShardError,
+  type LaunchResult,
+  type ShardRecord,
+} from './shard-record.js';
 import { StateReporter, type StateDetails } from './state-reporter.js';
-
-/** What the agent knows of one shard of this host. */
-export interface ShardRecord {
-  readonly shardId: string;
-  teamId: string;
-  /** The shard's container, when one exists. */
-  containerId?: string;
-  /** The last state reported (or found when adopting a container). */
-  state: ShardState;
-  /** What Docker last said of the container (the sweep, events, the agent's own acts). */
-  observed?: ContainerKind;
-  /** With observed `exited`. */
-  exitCode?: number;
-  gpuUuids: readonly string[];
-  /** Set while the image is pulled; aborted by a stop or delete that comes meanwhile. */
-  pull?: AbortController;
-}
-
-export class UnknownShardError extends Error {
-  override name = 'UnknownShardError';
-}
-
-export class UnknownGpuError extends Error {
-  override name = 'UnknownGpuError';
-}
-
-export interface LaunchResult {
-  readonly state: ShardState;
-  readonly containerId?: string;
-}
 
 /** PULLING events at most this often, apart from the first. */
 const PULL_PROGRESS_INTERVAL_MS = 500;
