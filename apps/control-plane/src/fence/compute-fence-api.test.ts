@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { UngovernedComputeMessage } from '@gpushards/protocol';
 import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
@@ -54,100 +53,120 @@ describe('compute fence in the API', () => {
     await h?.close();
   });
 
-  it('an ungovernedCompute finding is an UNGOVERNED_COMPUTE event saying what ran outside the ledger, and a metric; another host cannot report it', async () => {
-    const fleet = h.controlPlane.app.get(AgentReportsService);
-    await fleet.registerHost(registerRequest('cf-1', { gpus: 1, labels: { pool: 'cf' } }));
-    await fleet.registerHost(registerRequest('cf-2', { gpus: 1, labels: { pool: 'other' } }));
-    const shard = assertOk(
-      await createShard(h, team.member, { hostSelector: [{ key: 'pool', value: 'cf' }] }),
-    ).createShard;
-    const gpu = gpuUuidOf('cf-1', 0);
+  it(
+    'an ungovernedCompute finding is an UNGOVERNED_COMPUTE event saying what ran outside the ledger, and a metric; another host cannot report it',
+    { timeout: 60_000 },
+    async () => {
+      const fleet = h.controlPlane.app.get(AgentReportsService);
+      await fleet.registerHost(registerRequest('cf-1', { gpus: 1, labels: { pool: 'cf' } }));
+      await fleet.registerHost(registerRequest('cf-2', { gpus: 1, labels: { pool: 'other' } }));
+      const shard = assertOk(
+        await createShard(h, team.member, { hostSelector: [{ key: 'pool', value: 'cf' }] }),
+      ).createShard;
+      const gpu = gpuUuidOf('cf-1', 0);
 
-    const bus = h.controlPlane.app.get(ShardEventBus);
-    const listeners = bus.subscriberCount;
-    const heard: Heard[] = [];
-    const errors: unknown[] = [];
-    const client = createClient({
-      url: h.controlPlane.graphqlUrl.replace(/^http/, 'ws'),
-      webSocketImpl: WebSocket,
-      connectionParams: { Authorization: `Bearer ${team.viewer}` },
-      retryAttempts: 0,
-    });
-    client.subscribe<{ shardEvents: Heard }>(
-      { query: EVENTS },
-      {
-        next: (message) => {
-          if (message.data?.shardEvents) heard.push(message.data.shardEvents);
-          if (message.errors) errors.push(...message.errors);
+      // Synchronise on the subscription reaching the bus, and on the first message: the bus's
+      // subscribe is wrapped to say when the server has registered the listener.
+      const bus = h.controlPlane.app.get(ShardEventBus);
+      const subscribe = bus.subscribe.bind(bus);
+      const registered = new Promise<void>((resolve) => {
+        bus.subscribe = (accept) => {
+          const events = subscribe(accept);
+          resolve();
+          return events;
+        };
+      });
+      const heard: Heard[] = [];
+      const errors: unknown[] = [];
+      let answered = (): void => undefined;
+      const firstAnswer = new Promise<void>((resolve) => (answered = resolve));
+      const client = createClient({
+        url: h.controlPlane.graphqlUrl.replace(/^http/, 'ws'),
+        webSocketImpl: WebSocket,
+        connectionParams: { Authorization: `Bearer ${team.viewer}` },
+        retryAttempts: 0,
+      });
+      client.subscribe<{ shardEvents: Heard }>(
+        { query: EVENTS },
+        {
+          next: (message) => {
+            if (message.data?.shardEvents) heard.push(message.data.shardEvents);
+            if (message.errors) errors.push(...message.errors);
+            answered();
+          },
+          error: (error) => {
+            errors.push(error);
+            answered();
+          },
+          complete: () => undefined,
         },
-        error: (error) => errors.push(error),
-        complete: () => undefined,
-      },
-    );
-    try {
-      for (let i = 0; i < 250 && bus.subscriberCount === listeners; i++) await sleep(20);
-      const at = new Date('2030-01-01T00:00:10Z');
-      const finding = (
-        extra: Partial<UngovernedComputeMessage> = {},
-      ): UngovernedComputeMessage => ({
-        shardId: shard.id,
-        gpuUuid: gpu,
-        action: 'kill',
-        pid: 4242,
-        smPercent: 67.6,
-        pids: [4242, 4243],
-        busyPercent: 71.2,
-        samples: 10,
-        busySamples: 9,
-        thresholdPercent: 10,
-        windowSeconds: 5.02,
-        lastKernelSeconds: 12.5,
-        killedPids: [4242, 4243],
-        at: at.toISOString(),
-        ...extra,
-      });
-      const fence = h.controlPlane.app.get(FenceService);
-      // cf-2 runs no such shard: its report is ignored.
-      await fence.recordHeartbeat('cf-2', {
-        ...heartbeat('cf-2', at),
-        ungovernedCompute: [finding({ action: 'report' })],
-      });
-      await fence.recordHeartbeat('cf-1', {
-        ...heartbeat('cf-1', at),
-        ungovernedCompute: [finding()],
-      });
-      for (let i = 0; i < 250 && heard.length === 0 && errors.length === 0; i++) await sleep(20);
-      assert.deepEqual(errors, []);
-      assert.equal(heard.length, 1, JSON.stringify(heard));
-      const [event] = heard;
-      assert.equal(event!.kind, 'UNGOVERNED_COMPUTE');
-      assert.equal(event!.shard.id, shard.id);
-      assert.equal(event!.state, event!.previousState, 'no state change');
-      assert.deepEqual(event!.ungovernedCompute, {
-        gpuUuid: gpu,
-        action: 'KILL',
-        pid: 4242,
-        smPercent: 67.6,
-        pids: [4242, 4243],
-        busyPercent: 71.2,
-        samples: 10,
-        busySamples: 9,
-        thresholdPercent: 10,
-        windowSeconds: 5.02,
-        lastKernelAt: '2029-12-31T23:59:57.500Z',
-        killedPids: [4242, 4243],
-        error: null,
-        message:
-          'ungoverned GPU work: pid 4242 ran kernels outside the compute ledger (smUtil 68 % over 5 s)',
-      });
-    } finally {
-      await client.dispose();
-    }
-    const metrics = await (await fetch(`${h.controlPlane.url}/metrics`)).text();
-    assert.match(
-      metrics,
-      /gpushards_compute_fence_findings_total\{action="kill",team="compute-fence-team"\} 1\n/,
-    );
-    assert.doesNotMatch(metrics, /gpushards_compute_fence_findings_total\{action="report"/);
-  });
+      );
+      try {
+        await registered;
+        const at = new Date('2030-01-01T00:00:10Z');
+        const finding = (
+          extra: Partial<UngovernedComputeMessage> = {},
+        ): UngovernedComputeMessage => ({
+          shardId: shard.id,
+          gpuUuid: gpu,
+          action: 'kill',
+          pid: 4242,
+          smPercent: 67.6,
+          pids: [4242, 4243],
+          busyPercent: 71.2,
+          samples: 10,
+          busySamples: 9,
+          thresholdPercent: 10,
+          windowSeconds: 5.02,
+          lastKernelSeconds: 12.5,
+          killedPids: [4242, 4243],
+          at: at.toISOString(),
+          ...extra,
+        });
+        const fence = h.controlPlane.app.get(FenceService);
+        // cf-2 runs no such shard: its report is ignored.
+        await fence.recordHeartbeat('cf-2', {
+          ...heartbeat('cf-2', at),
+          ungovernedCompute: [finding({ action: 'report' })],
+        });
+        await fence.recordHeartbeat('cf-1', {
+          ...heartbeat('cf-1', at),
+          ungovernedCompute: [finding()],
+        });
+        await firstAnswer;
+        assert.deepEqual(errors, []);
+        assert.equal(heard.length, 1, JSON.stringify(heard));
+        const [event] = heard;
+        assert.equal(event!.kind, 'UNGOVERNED_COMPUTE');
+        assert.equal(event!.shard.id, shard.id);
+        assert.equal(event!.state, event!.previousState, 'no state change');
+        assert.deepEqual(event!.ungovernedCompute, {
+          gpuUuid: gpu,
+          action: 'KILL',
+          pid: 4242,
+          smPercent: 67.6,
+          pids: [4242, 4243],
+          busyPercent: 71.2,
+          samples: 10,
+          busySamples: 9,
+          thresholdPercent: 10,
+          windowSeconds: 5.02,
+          lastKernelAt: '2029-12-31T23:59:57.500Z',
+          killedPids: [4242, 4243],
+          error: null,
+          message:
+            'ungoverned GPU work: pid 4242 ran kernels outside the compute ledger (smUtil 68 % over 5 s)',
+        });
+      } finally {
+        bus.subscribe = subscribe;
+        await client.dispose();
+      }
+      const metrics = await (await fetch(`${h.controlPlane.url}/metrics`)).text();
+      assert.match(
+        metrics,
+        /gpushards_compute_fence_findings_total\{action="kill",team="compute-fence-team"\} 1\n/,
+      );
+      assert.doesNotMatch(metrics, /gpushards_compute_fence_findings_total\{action="report"/);
+    },
+  );
 });
