@@ -1,18 +1,15 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import type { ShardLaunchSpec, UngovernedComputeMessage } from '@gpushards/protocol';
-import { pino } from 'pino';
 
-import { createAgent, type Agent } from '../create-agent.js';
-import { parseSimulatedGpus } from '../gpus/simulated-gpus.js';
+import type { Agent } from '../create-agent.js';
 import { ScriptedControlPlane } from '../testing/control-plane-peer.js';
-import { cleanUpDocker, docker, importCudaProbeImage } from '../testing/docker.js';
-import { startNatsServer, type TestNatsServer } from '../testing/nats-server.js';
-import { fakeLibraries, nativeArtifacts } from '../testing/native.js';
+import { startDockerAgent, type DockerAgentStack } from '../testing/docker-agent.js';
+import { docker } from '../testing/docker.js';
 import { waitFor } from '../testing/processes.js';
 
 const GiB = 1024 ** 3;
@@ -30,49 +27,29 @@ const WAIT_MS = 60_000;
  * flagged. Everything waits on heartbeats, logs and `docker top`, never on time.
  */
 describe('compute fence (Docker)', () => {
-  let nats: TestNatsServer;
+  let stack: DockerAgentStack | undefined;
   let controlPlane: ScriptedControlPlane;
-  let agent: Agent | undefined;
+  let agent: Agent;
   const stateDir = mkdtempSync(join(tmpdir(), 'gpushards-compute-fence-'));
   let gpu0 = '';
   let good = '';
 
   before(async () => {
-    importCudaProbeImage(IMAGE, fakeLibraries().cuda, nativeArtifacts().interposer);
-    nats = await startNatsServer([HOST]);
-    controlPlane = await ScriptedControlPlane.connect(nats.url, nats.controlPlane);
-    agent = await createAgent({
+    stack = await startDockerAgent({
       hostId: HOST,
-      link: { nats: { servers: [nats.url], auth: nats.agent(HOST), requestTimeoutMs: 5000 } },
-      gpus: {
-        kind: 'simulated',
-        gpus: parseSimulatedGpus('1xTest GPU:24g'),
-        fakeLibraryDir: fakeLibraries().dir,
-      },
-      interposerPath: nativeArtifacts().interposer,
+      image: IMAGE,
       stateDir,
-      computeLedgerDir: join(stateDir, 'ledger'),
-      computeFence: { windowSeconds: 1 },
-      heartbeatSeconds: 1,
-      reconcileSeconds: 3600,
-      stopGraceSeconds: 1,
-      logLevel: (process.env.GPUSHARDS_TEST_LOG as 'debug' | undefined) ?? 'silent',
-      logDestination: pino.destination(2),
+      gpus: '1xTest GPU:24g',
+      options: { computeLedgerDir: join(stateDir, 'ledger'), computeFence: { windowSeconds: 1 } },
     });
+    ({ controlPlane, agent } = stack);
     [gpu0 = ''] = agent.inventory.gpus.map((gpu) => gpu.uuid);
-    await waitFor('the reconcile at start', () =>
-      controlPlane.reconciles.length > 0 ? true : undefined,
-    );
     // The well-behaved neighbour, busy through libvgpu.so on the same GPU for both tests.
     good = await launch('f-good', ['/cuda-probe', 'busy', '0'], 'kill', '"busy":1');
   });
 
   after(async () => {
-    await agent?.stop();
-    await controlPlane?.close();
-    await nats?.stop();
-    cleanUpDocker([HOST], [IMAGE]);
-    rmSync(stateDir, { recursive: true, force: true });
+    await stack?.stop();
   });
 
   async function launch(

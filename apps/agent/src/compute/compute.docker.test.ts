@@ -1,19 +1,16 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import type { Heartbeat, ShardLaunchSpec } from '@gpushards/protocol';
-import { pino } from 'pino';
 
-import { createAgent, type Agent } from '../create-agent.js';
-import { parseSimulatedGpus } from '../gpus/simulated-gpus.js';
+import type { Agent } from '../create-agent.js';
 import { decodeLimits } from '../limits/limits-file.js';
 import { ScriptedControlPlane } from '../testing/control-plane-peer.js';
-import { cleanUpDocker, docker, importCudaProbeImage } from '../testing/docker.js';
-import { startNatsServer, type TestNatsServer } from '../testing/nats-server.js';
-import { fakeLibraries, nativeArtifacts } from '../testing/native.js';
+import { startDockerAgent, type DockerAgentStack } from '../testing/docker-agent.js';
+import { docker } from '../testing/docker.js';
 import { waitFor } from '../testing/processes.js';
 import {
   decodeLedger,
@@ -36,46 +33,27 @@ const WAIT_MS = 30_000;
  * with it, a resize changes it live, and the heartbeat carries each shard's activity.
  */
 describe('compute share through the agent (Docker)', () => {
-  let nats: TestNatsServer;
+  let stack: DockerAgentStack | undefined;
   let controlPlane: ScriptedControlPlane;
-  let agent: Agent | undefined;
+  let agent: Agent;
   const stateDir = mkdtempSync(join(tmpdir(), 'gpushards-compute-'));
   const ledgerDir = join(stateDir, 'ledger');
   let gpu0 = '';
 
   before(async () => {
-    importCudaProbeImage(IMAGE, fakeLibraries().cuda, nativeArtifacts().interposer);
-    nats = await startNatsServer([HOST]);
-    controlPlane = await ScriptedControlPlane.connect(nats.url, nats.controlPlane);
-    agent = await createAgent({
+    stack = await startDockerAgent({
       hostId: HOST,
-      link: { nats: { servers: [nats.url], auth: nats.agent(HOST), requestTimeoutMs: 5000 } },
-      gpus: {
-        kind: 'simulated',
-        gpus: parseSimulatedGpus('1xTest GPU:24g'),
-        fakeLibraryDir: fakeLibraries().dir,
-      },
-      interposerPath: nativeArtifacts().interposer,
+      image: IMAGE,
       stateDir,
-      computeLedgerDir: ledgerDir,
-      heartbeatSeconds: 1,
-      reconcileSeconds: 3600,
-      stopGraceSeconds: 1,
-      logLevel: (process.env.GPUSHARDS_TEST_LOG as 'debug' | undefined) ?? 'silent',
-      logDestination: pino.destination(2),
+      gpus: '1xTest GPU:24g',
+      options: { computeLedgerDir: ledgerDir },
     });
+    ({ controlPlane, agent } = stack);
     [gpu0 = ''] = agent.inventory.gpus.map((gpu) => gpu.uuid);
-    await waitFor('the reconcile at start', () =>
-      controlPlane.reconciles.length > 0 ? true : undefined,
-    );
   });
 
   after(async () => {
-    await agent?.stop();
-    await controlPlane?.close();
-    await nats?.stop();
-    cleanUpDocker([HOST], [IMAGE]);
-    rmSync(stateDir, { recursive: true, force: true });
+    await stack?.stop();
   });
 
   const spec = (shardId: string, extra: Partial<ShardLaunchSpec> = {}): ShardLaunchSpec => ({

@@ -1,20 +1,18 @@
 import assert from 'node:assert/strict';
-import { readFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import type { CapViolationMessage, Heartbeat, ShardLaunchSpec } from '@gpushards/protocol';
-import { pino } from 'pino';
 
-import { createAgent, type Agent } from '../create-agent.js';
-import { parseSimulatedGpus } from '../gpus/simulated-gpus.js';
+import type { Agent } from '../create-agent.js';
 import { decodeLimits } from '../limits/limits-file.js';
 import { DEVICES_OFFSET, DEVICE_FIELDS } from '../regions/region-layout.js';
 import { ScriptedControlPlane } from '../testing/control-plane-peer.js';
-import { cleanUpDocker, docker, importCudaProbeImage } from '../testing/docker.js';
-import { startNatsServer, type TestNatsServer } from '../testing/nats-server.js';
-import { fakeLibraries, nativeArtifacts } from '../testing/native.js';
+import { startDockerAgent, type DockerAgentStack } from '../testing/docker-agent.js';
+import { docker } from '../testing/docker.js';
+import { nativeArtifacts } from '../testing/native.js';
 import { waitFor } from '../testing/processes.js';
 
 const MiB = 1024 ** 2;
@@ -32,50 +30,28 @@ const WAIT_MS = 30_000;
  * shard's policy. Everything waits on heartbeats and state events, never on time.
  */
 describe('host fence (Docker)', () => {
-  let nats: TestNatsServer;
+  let stack: DockerAgentStack | undefined;
   let controlPlane: ScriptedControlPlane;
-  let agent: Agent | undefined;
+  let agent: Agent;
   const stateDir = mkdtempSync(join(tmpdir(), 'gpushards-fence-'));
   let gpu0 = '';
   let gpu1 = '';
 
   before(async () => {
-    importCudaProbeImage(IMAGE, fakeLibraries().cuda, nativeArtifacts().interposer, {
-      '/fake-hidden-alloc': nativeArtifacts().find('fake-hidden-alloc'),
-    });
-    nats = await startNatsServer([HOST]);
-    controlPlane = await ScriptedControlPlane.connect(nats.url, nats.controlPlane);
-    agent = await createAgent({
+    stack = await startDockerAgent({
       hostId: HOST,
-      link: { nats: { servers: [nats.url], auth: nats.agent(HOST), requestTimeoutMs: 5000 } },
-      gpus: {
-        kind: 'simulated',
-        gpus: parseSimulatedGpus('2xTest GPU:24g'),
-        fakeLibraryDir: fakeLibraries().dir,
-      },
-      interposerPath: nativeArtifacts().interposer,
+      image: IMAGE,
+      programs: { '/fake-hidden-alloc': nativeArtifacts().find('fake-hidden-alloc') },
       stateDir,
-      heartbeatSeconds: 1,
-      reconcileSeconds: 3600,
-      stopGraceSeconds: 1,
-      enforcement: { intervalMs: 100, toleranceBytes: TOLERANCE },
-      logLevel: (process.env.GPUSHARDS_TEST_LOG as 'debug' | undefined) ?? 'silent',
-      logDestination: pino.destination(2),
+      gpus: '2xTest GPU:24g',
+      options: { enforcement: { intervalMs: 100, toleranceBytes: TOLERANCE } },
     });
+    ({ controlPlane, agent } = stack);
     [gpu0 = '', gpu1 = ''] = agent.inventory.gpus.map((gpu) => gpu.uuid);
-    // The agent reconciles once at start; the scripted peer learns a launch only from its
-    // reply, so a launch sent before that request could be answered as "not desired".
-    await waitFor('the reconcile at start', () =>
-      controlPlane.reconciles.length > 0 ? true : undefined,
-    );
   });
 
   after(async () => {
-    await agent?.stop();
-    await controlPlane?.close();
-    await nats?.stop();
-    cleanUpDocker([HOST], [IMAGE]);
-    rmSync(stateDir, { recursive: true, force: true });
+    await stack?.stop();
   });
 
   const spec = (shardId: string, extra: Partial<ShardLaunchSpec> = {}): ShardLaunchSpec => ({
