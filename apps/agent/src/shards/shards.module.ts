@@ -6,15 +6,27 @@ import { LimitsModule } from '../limits/limits.module.js';
 import { RegionsModule } from '../regions/regions.module.js';
 import { CommandsController } from './commands.controller.js';
 import { CommandsService } from './commands.service.js';
+import { ContainerObserver } from './container-observer.js';
 import { ContainerSetup } from './container-setup.js';
 import { ReconcileRequests } from './reconcile-requests.js';
+import { ShardLauncher } from './shard-launcher.js';
+import { ShardRegistry } from './shard-registry.js';
 import { ShardsService } from './shards.service.js';
 import { StateReporter } from './state-reporter.js';
 
 @Module({
   imports: [ContainersModule, GpusModule, RegionsModule, LimitsModule],
   controllers: [CommandsController],
-  providers: [ShardsService, ContainerSetup, CommandsService, StateReporter, ReconcileRequests],
+  providers: [
+    ShardsService,
+    ShardRegistry,
+    ShardLauncher,
+    ContainerObserver,
+    ContainerSetup,
+    CommandsService,
+    StateReporter,
+    ReconcileRequests,
+  ],
   exports: [ShardsService, CommandsService, ReconcileRequests],
 })
 export class ShardsModule {}
