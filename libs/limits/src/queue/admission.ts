@@ -33,14 +33,27 @@
  * team's guarantee (it must never need to be preempted, so it may not borrow).
  *
  * What is held, placed, kept and promised per GPU, and the views of the fleet built from it,
- * are kept by `AdmissionRoom` (admission-room.ts); this file is the rules.
+ * are kept by `AdmissionRoom` (admission-room.ts); the steps that decide from what they are
+ * given alone (limits, guarantee, why a shard waits) are in admission-steps.ts; this file is
+ * the order in which a pass applies them and what each decision changes for the shards after.
  */
-import { bytes, formatSize } from '../sizes.js';
-import { DEFAULT_CONTEXT_OVERHEAD_BYTES, type Host } from '../inventory.js';
-import type { Placed, PlacementOptions } from '../placement.js';
+import type { Placed, PlacementOptions, PlacementRequest } from '../placement.js';
 import { quotaBytesOf } from '../quota.js';
+import type { Bytes } from '../sizes.js';
+import type { Host } from '../inventory.js';
 import { AdmissionRoom, promisedRoom } from './admission-room.js';
-import { guaranteeCovers, NO_GUARANTEE, withinGuaranteeRequest } from './guarantees.js';
+import {
+  behindWhom,
+  CAPACITY,
+  guaranteeStanding,
+  nonPreemptibleWait,
+  partitionExpired,
+  quotaWait,
+  reclaimersWaitingIn,
+  requestToPlace,
+  smallestNeedsFrom,
+} from './admission-steps.js';
+import { guaranteeCovers, NO_GUARANTEE, type Guarantee } from './guarantees.js';
 import {
   compareQueued,
   holdingsOf,
@@ -48,8 +61,9 @@ import {
   type HeldShard,
   type PendingShard,
   type QueueTeam,
+  type TeamHolding,
 } from './model.js';
-import { chooseVictims } from './reclaim.js';
+import { chooseVictims, type ReclaimResult } from './reclaim.js';
 
 export interface AdmissionInput {
   /** Every host, with reservedBytes as held now (held shards included). */
@@ -75,9 +89,6 @@ export type WaitReason =
   | { readonly kind: 'reclaiming'; readonly victimIds: readonly string[] }
   /** It was reclaimed for this shard, which still waits. */
   | { readonly kind: 'reclaimed'; readonly shardId: string };
-
-/** Shared by every shard that waits for capacity: a deep queue allocates no reason each. */
-const CAPACITY: WaitReason = Object.freeze({ kind: 'capacity' });
 
 export interface Placement {
   readonly shardId: string;
@@ -112,211 +123,223 @@ export interface AdmissionPlan {
   readonly waiting: readonly Waiting[];
 }
 
+/**
+ * The pass: expired shards are set aside, the rest taken in queue order, and each decided in
+ * turn against what the shards ahead of it left (decideOne).
+ */
 export function admit(input: AdmissionInput): AdmissionPlan {
-  const { fleet, held, now, options = {} } = input;
   const teams = teamsById(input.teams);
+  const { expired, live } = partitionExpired(input.pending, input.now);
+  const queue = live.sort((a, b) => compareQueued(a, b, teams));
+  const pass = openPass(input, teams, queue);
+  for (let position = 0; position < queue.length; position++) {
+    decideOne(pass, queue[position]!, position);
+  }
+  return {
+    placements: pass.placements,
+    preemptions: pass.preemptions,
+    expired,
+    waiting: pass.waiting,
+  };
+}
+
+/** What one pass reads and has decided so far; each decision reads what those ahead left. */
+interface Pass {
+  readonly teams: ReadonlyMap<string, QueueTeam>;
+  /** Every shard that holds capacity now, leaving ones included. */
+  readonly held: readonly HeldShard[];
+  readonly options: PlacementOptions;
+  readonly room: AdmissionRoom;
+  /** Per queue position, the smallest per-GPU need from there to the end (smallestNeedsFrom). */
+  readonly smallestNeedFrom: readonly number[];
+  /** Once true, no shard left fits anywhere now: the rest only wait (or reclaim). */
+  full: boolean;
+  /** Per team: what it holds, with this pass's placements. */
+  readonly holdings: Map<string, TeamHolding>;
+  /** Per team: bytes on GPUs its guarantee covers, placements in and victims out. */
+  readonly covered: Map<string, number>;
+  /** Shards that hold capacity and are not leaving: who a reclaim may choose. */
+  stayingHeld: readonly HeldShard[];
+  /** Shards a requeued victim was reclaimed for, while they still wait in this pass. */
+  readonly reclaimersWaiting: Set<string>;
+  readonly placements: Placement[];
+  readonly preemptions: Preemption[];
+  readonly waiting: Waiting[];
+}
+
+function openPass(
+  input: AdmissionInput,
+  teams: ReadonlyMap<string, QueueTeam>,
+  queue: readonly PendingShard[],
+): Pass {
+  const { fleet, held, options = {} } = input;
   const holdings = holdingsOf(held, teams);
   const covered = new Map<string, number>();
   for (const [teamId, holding] of holdings) covered.set(teamId, holding.guaranteedModelBytes);
-  const leaving = new Set(held.filter((s) => s.leaving).map((s) => s.id));
-
-  const expired: string[] = [];
-  const live: PendingShard[] = [];
-  for (const shard of input.pending) {
-    if (shard.expiresAt !== undefined && shard.expiresAt <= now) expired.push(shard.id);
-    else live.push(shard);
-  }
-  expired.sort();
-  live.sort((a, b) => compareQueued(a, b, teams));
-
-  // Past the point where no shard left could fit anywhere now (its per-GPU need, overhead
-  // included, above every GPU's free bytes), nothing more can be placed, so spots no longer
-  // matter: the rest only wait (or reclaim). In-pass placements only lower free bytes, so the
-  // bound holds for the rest of the pass once it holds. Keeps a pass over a deep queue behind a
-  // full fleet linear in the queue, not queue × hosts.
-  const minOverhead = Math.min(
-    options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES,
-    ...fleet.map((host) => host.contextOverheadBytes ?? Infinity),
-  );
-  const needs = live.map((shard) => shard.request.bytesPerGpu + minOverhead);
-  const smallestFrom = new Array<number>(live.length + 1).fill(Infinity);
-  for (let i = live.length - 1; i >= 0; i--)
-    smallestFrom[i] = Math.min(needs[i]!, smallestFrom[i + 1]!);
-
-  const room = new AdmissionRoom(fleet, smallestFrom[0]!, options);
-
-  const placements: Placement[] = [];
-  const preemptions: Preemption[] = [];
-  const waiting: Waiting[] = [];
-  let heldNow = held.filter((s) => !leaving.has(s.id));
-
-  let full = false;
-
-  // The shards some requeued victim was reclaimed for, while they still wait in this pass. Only
-  // those are looked up, so a pass over a deep queue builds no set of every waiting id.
-  const reclaimTargets = new Set<string>();
-  for (const shard of live) {
-    if (shard.reclaimedFor !== undefined) reclaimTargets.add(shard.reclaimedFor);
-  }
-  const stillWaiting = new Set<string>();
-  if (reclaimTargets.size > 0) {
-    for (const shard of live) if (reclaimTargets.has(shard.id)) stillWaiting.add(shard.id);
-  }
-  for (let position = 0; position < live.length; position++) {
-    const shard = live[position]!;
-    if (!full && smallestFrom[position]! > room.largestFreeNow()) full = true;
-    if (shard.reclaimedFor !== undefined && stillWaiting.has(shard.reclaimedFor)) {
-      waiting.push({
-        shardId: shard.id,
-        position: waiting.length + 1,
-        reason: { kind: 'reclaimed', shardId: shard.reclaimedFor },
-      });
-      continue;
-    }
-    const team = teams.get(shard.teamId);
-    const guarantee = team?.guarantee ?? NO_GUARANTEE;
-    const need = quotaBytesOf(shard.request);
-    const holding = holdings.get(shard.teamId) ?? { bytes: 0, shards: 0, guaranteedModelBytes: 0 };
-    if (team?.maxShards !== undefined && holding.shards + 1 > team.maxShards) {
-      waiting.push({
-        shardId: shard.id,
-        position: waiting.length + 1,
-        reason: {
-          kind: 'quota',
-          message: `team holds ${holding.shards} shards, its limit is ${team.maxShards}`,
-        },
-      });
-      continue;
-    }
-    if (team?.maxTotalBytes !== undefined && holding.bytes + need > team.maxTotalBytes) {
-      waiting.push({
-        shardId: shard.id,
-        position: waiting.length + 1,
-        reason: {
-          kind: 'quota',
-          message:
-            `team holds ${formatSize(bytes(holding.bytes))} + ${formatSize(need)} ` +
-            `> its limit ${formatSize(team.maxTotalBytes)}`,
-        },
-      });
-      continue;
-    }
-    // Within guarantee: the team stays within it with this shard, on GPUs the guarantee covers.
-    const narrowed = withinGuaranteeRequest(shard.request, guarantee.gpuModel);
-    const within =
-      guarantee.bytes > 0 &&
-      narrowed !== undefined &&
-      (covered.get(shard.teamId) ?? 0) + need <= guarantee.bytes;
-    if (!shard.preemptible && !within) {
-      waiting.push({
-        shardId: shard.id,
-        position: waiting.length + 1,
-        reason: {
-          kind: 'guarantee',
-          message:
-            `a non-preemptible shard runs only within its team's guarantee ` +
-            `(${formatSize(guarantee.bytes)}${guarantee.gpuModel ? ` on "${guarantee.gpuModel}"` : ''}), ` +
-            `which ${formatSize(need)} more would pass`,
-        },
-      });
-      continue;
-    }
-    const request = !shard.preemptible && narrowed !== undefined ? narrowed : shard.request;
-    const placed = full ? undefined : room.placeBesideSpots(request);
-    if (placed !== undefined) {
-      room.recordPlacement(placed, shard.request);
-      holding.bytes += need;
-      holding.shards += 1;
-      holdings.set(shard.teamId, holding);
-      const model = room.modelOf(placed.gpuUuids[0]!) ?? '';
-      const counts = guaranteeCovers(guarantee, model);
-      if (counts) covered.set(shard.teamId, (covered.get(shard.teamId) ?? 0) + need);
-      placements.push({ shardId: shard.id, placed, guaranteed: within && counts });
-      stillWaiting.delete(shard.id);
-      continue;
-    }
-    if (within && !shard.reclaimInFlight) {
-      const result = chooseVictims(
-        { request: shard.request, teamId: shard.teamId, guarantee },
-        { fleet: room.fleetNow(), held: heldNow, teams, coveredBytes: covered, options },
-      );
-      if (result.kind === 'reclaim') {
-        const ids = new Set(result.victims.map((v) => v.id));
-        for (const victim of result.victims) {
-          leaving.add(victim.id);
-          preemptions.push({
-            victimId: victim.id,
-            victimTeamId: victim.teamId,
-            forShardId: shard.id,
-            hostId: victim.hostId,
-          });
-          const victimTeam = teams.get(victim.teamId);
-          if (victimTeam !== undefined && guaranteeCovers(victimTeam.guarantee, victim.gpuModel)) {
-            covered.set(victim.teamId, (covered.get(victim.teamId) ?? 0) - victim.quotaBytes);
-          }
-        }
-        heldNow = heldNow.filter((s) => !ids.has(s.id));
-        room.promise(shard.id, result.placed);
-        waiting.push({
-          shardId: shard.id,
-          position: waiting.length + 1,
-          reason: { kind: 'reclaiming', victimIds: result.victims.map((v) => v.id) },
-          spot: result.placed,
-        });
-        continue;
-      }
-    }
-    if (shard.reclaimInFlight) {
-      const promisedTo = promisedRoom(shard.id, request, room.fleetNow(), held, options);
-      if (promisedTo !== undefined) {
-        room.promise(shard.id, promisedTo);
-        waiting.push({
-          shardId: shard.id,
-          position: waiting.length + 1,
-          reason: { kind: 'reclaiming', victimIds: [] },
-          spot: promisedTo,
-        });
-        continue;
-      }
-    }
-    // A shard whose victims no longer free enough for it keeps no spot: it reclaims again
-    // once they are gone.
-    const spot = full || shard.reclaimInFlight ? undefined : room.spotInShadowFleet(request);
-    if (spot !== undefined) room.keepSpot(shard.id, spot);
-    const reason: WaitReason = shard.reclaimInFlight
-      ? { kind: 'reclaiming', victimIds: [] }
-      : full
-        ? CAPACITY
-        : behindWhom(room.fitsIfNoRoomWereKept(request), room.spotOwners, shard.id);
-    waiting.push(
-      spot === undefined
-        ? { shardId: shard.id, position: waiting.length + 1, reason }
-        : { shardId: shard.id, position: waiting.length + 1, reason, spot },
-    );
-  }
+  const smallestNeedFrom = smallestNeedsFrom(queue, fleet, options);
   return {
-    placements,
-    preemptions,
-    expired,
-    waiting,
+    teams,
+    held,
+    options,
+    room: new AdmissionRoom(fleet, smallestNeedFrom[0]!, options),
+    smallestNeedFrom,
+    full: false,
+    holdings,
+    covered,
+    stayingHeld: held.filter((s) => !s.leaving),
+    reclaimersWaiting: reclaimersWaitingIn(queue),
+    placements: [],
+    preemptions: [],
+    waiting: [],
   };
 }
 
 /**
- * Why a shard that could not be placed waits: nowhere fits now, or the room that fits now is
- * kept for a shard ahead of it (the first whose spot is on the host it would take now).
+ * One shard, in this order: it waits while the shard it was reclaimed for waits, or when its
+ * team's limit or (non-preemptible) guarantee does not allow it; else it is placed where it
+ * fits beside the room kept ahead of it; else, within its guarantee, it reclaims; else, with a
+ * reclaim in flight, it waits on the room promised to it; else it waits, keeping a spot.
  */
-function behindWhom(
-  fitsNow: Placed | undefined,
-  owners: ReadonlyMap<string, readonly string[]>,
-  self: string,
-): WaitReason {
-  if (fitsNow === undefined) return CAPACITY;
-  const first = owners.get(fitsNow.hostId)?.find((id) => id !== self);
-  if (first !== undefined) return { kind: 'behind', shardId: first };
-  for (const list of owners.values()) {
-    const other = list.find((id) => id !== self);
-    if (other !== undefined) return { kind: 'behind', shardId: other };
+function decideOne(pass: Pass, shard: PendingShard, position: number): void {
+  if (!pass.full && pass.smallestNeedFrom[position]! > pass.room.largestFreeNow()) pass.full = true;
+  if (shard.reclaimedFor !== undefined && pass.reclaimersWaiting.has(shard.reclaimedFor)) {
+    wait(pass, shard, { kind: 'reclaimed', shardId: shard.reclaimedFor });
+    return;
   }
-  return CAPACITY;
+  const team = pass.teams.get(shard.teamId);
+  const guarantee = team?.guarantee ?? NO_GUARANTEE;
+  const need = quotaBytesOf(shard.request);
+  const holding = pass.holdings.get(shard.teamId) ?? {
+    bytes: 0,
+    shards: 0,
+    guaranteedModelBytes: 0,
+  };
+  const overLimit = quotaWait(team, holding, need);
+  if (overLimit !== undefined) {
+    wait(pass, shard, overLimit);
+    return;
+  }
+  const standing = guaranteeStanding(shard, guarantee, pass.covered.get(shard.teamId) ?? 0, need);
+  if (!shard.preemptible && !standing.within) {
+    wait(pass, shard, nonPreemptibleWait(guarantee, need));
+    return;
+  }
+  const request = requestToPlace(shard, standing);
+  const placed = pass.full ? undefined : pass.room.placeBesideSpots(request);
+  if (placed !== undefined) {
+    recordPlacement(pass, shard, placed, { holding, guarantee, need, within: standing.within });
+    return;
+  }
+  if (standing.within && !shard.reclaimInFlight) {
+    const result = chooseVictims(
+      { request: shard.request, teamId: shard.teamId, guarantee },
+      {
+        fleet: pass.room.fleetNow(),
+        held: pass.stayingHeld,
+        teams: pass.teams,
+        coveredBytes: pass.covered,
+        options: pass.options,
+      },
+    );
+    if (result.kind === 'reclaim') {
+      recordReclaim(pass, shard, result);
+      return;
+    }
+  }
+  if (shard.reclaimInFlight) {
+    const promisedTo = promisedRoom(
+      shard.id,
+      request,
+      pass.room.fleetNow(),
+      pass.held,
+      pass.options,
+    );
+    if (promisedTo !== undefined) {
+      pass.room.promise(shard.id, promisedTo);
+      wait(pass, shard, { kind: 'reclaiming', victimIds: [] }, promisedTo);
+      return;
+    }
+  }
+  waitForRoom(pass, shard, request);
+}
+
+/** The shard is placed: its room, its team's holding and guarantee coverage count it. */
+function recordPlacement(
+  pass: Pass,
+  shard: PendingShard,
+  placed: Placed,
+  {
+    holding,
+    guarantee,
+    need,
+    within,
+  }: { holding: TeamHolding; guarantee: Guarantee; need: Bytes; within: boolean },
+): void {
+  pass.room.recordPlacement(placed, shard.request);
+  holding.bytes += need;
+  holding.shards += 1;
+  pass.holdings.set(shard.teamId, holding);
+  const model = pass.room.modelOf(placed.gpuUuids[0]!) ?? '';
+  const counts = guaranteeCovers(guarantee, model);
+  if (counts) pass.covered.set(shard.teamId, (pass.covered.get(shard.teamId) ?? 0) + need);
+  pass.placements.push({ shardId: shard.id, placed, guaranteed: within && counts });
+  pass.reclaimersWaiting.delete(shard.id);
+}
+
+/**
+ * Victims are stopped for the shard: they leave the reclaimable and their teams' coverage, and
+ * the room they free is promised to it as its spot.
+ */
+function recordReclaim(
+  pass: Pass,
+  shard: PendingShard,
+  result: Extract<ReclaimResult, { kind: 'reclaim' }>,
+): void {
+  const ids = new Set(result.victims.map((v) => v.id));
+  for (const victim of result.victims) {
+    pass.preemptions.push({
+      victimId: victim.id,
+      victimTeamId: victim.teamId,
+      forShardId: shard.id,
+      hostId: victim.hostId,
+    });
+    const victimTeam = pass.teams.get(victim.teamId);
+    if (victimTeam !== undefined && guaranteeCovers(victimTeam.guarantee, victim.gpuModel)) {
+      pass.covered.set(victim.teamId, (pass.covered.get(victim.teamId) ?? 0) - victim.quotaBytes);
+    }
+  }
+  pass.stayingHeld = pass.stayingHeld.filter((s) => !ids.has(s.id));
+  pass.room.promise(shard.id, result.placed);
+  wait(
+    pass,
+    shard,
+    { kind: 'reclaiming', victimIds: result.victims.map((v) => v.id) },
+    result.placed,
+  );
+}
+
+/**
+ * The shard waits for room, keeping a spot in the shadow fleet where it has one. A shard whose
+ * victims no longer free enough for it keeps no spot: it reclaims again once they are gone.
+ */
+function waitForRoom(pass: Pass, shard: PendingShard, request: PlacementRequest): void {
+  const spot =
+    pass.full || shard.reclaimInFlight ? undefined : pass.room.spotInShadowFleet(request);
+  if (spot !== undefined) pass.room.keepSpot(shard.id, spot);
+  const reason: WaitReason = shard.reclaimInFlight
+    ? { kind: 'reclaiming', victimIds: [] }
+    : pass.full
+      ? CAPACITY
+      : behindWhom(pass.room.fitsIfNoRoomWereKept(request), pass.room.spotOwners, shard.id);
+  wait(pass, shard, reason, spot);
+}
+
+/** The shard waits, next in the waiting list. */
+function wait(pass: Pass, shard: PendingShard, reason: WaitReason, spot?: Placed): void {
+  const position = pass.waiting.length + 1;
+  pass.waiting.push(
+    spot === undefined
+      ? { shardId: shard.id, position, reason }
+      : { shardId: shard.id, position, reason, spot },
+  );
 }
