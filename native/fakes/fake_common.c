@@ -31,6 +31,7 @@
 struct fake_gpu fake_gpus[FAKE_MAX_GPUS];
 int fake_gpu_count;
 uint64_t fake_context_bytes;
+uint64_t fake_reserved_bytes;
 uint64_t fake_pool_chunk;
 uint64_t fake_pool_jitter_us;
 
@@ -106,6 +107,14 @@ static void do_setup(void)
         fake_gpu_count++;
     }
     fake_context_bytes = env_size("GPUSHARDS_FAKE_CONTEXT_BYTES", 300ull << 20);
+    fake_reserved_bytes = env_size("GPUSHARDS_FAKE_RESERVED_BYTES", 0);
+    for (int i = 0; i < fake_gpu_count; i++) {
+        if (fake_reserved_bytes >= fake_gpus[i].capacity) {
+            fprintf(stderr, "[fake-gpu] GPUSHARDS_FAKE_RESERVED_BYTES is not below GPU %d's capacity\n", i);
+            setup_rc = -1;
+            return;
+        }
+    }
     fake_pool_chunk = env_size("GPUSHARDS_FAKE_POOL_CHUNK", 32ull << 20);
     if (fake_pool_chunk == 0) fake_pool_chunk = 1;
     fake_pool_jitter_us = env_size("GPUSHARDS_FAKE_POOL_JITTER_US", 0);
@@ -411,7 +420,8 @@ static int try_take(int g, uint64_t bytes)
 {
     uint64_t cur = __atomic_load_n(&state->used[g], __ATOMIC_RELAXED);
     do {
-        if (bytes > fake_gpus[g].capacity || cur > fake_gpus[g].capacity - bytes) return -1;
+        uint64_t usable = fake_gpus[g].capacity - fake_reserved_bytes;
+        if (bytes > usable || cur > usable - bytes) return -1;
     } while (!__atomic_compare_exchange_n(&state->used[g], &cur, cur + bytes, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
     return 0;
 }

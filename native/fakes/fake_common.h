@@ -50,6 +50,10 @@ struct fake_proc_usage {
 FAKE_HIDDEN extern struct fake_gpu fake_gpus[FAKE_MAX_GPUS];
 FAKE_HIDDEN extern int fake_gpu_count;
 FAKE_HIDDEN extern uint64_t fake_context_bytes;
+/* What every fake card sets aside for the driver and firmware, as a real one
+ * does (480 MiB on an H100 80GB, driver 580): in NVML's v1 used bytes, v2's
+ * reserved bytes, never free, never allocatable. */
+FAKE_HIDDEN extern uint64_t fake_reserved_bytes;
 FAKE_HIDDEN extern uint64_t fake_pool_chunk;
 /* Up to this many microseconds before a pool allocation reaches the pool, at
  * random: a real driver's calls take varying time, and the interposer's

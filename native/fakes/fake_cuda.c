@@ -694,7 +694,7 @@ API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     NEED_INIT();
     NEED_CTX(c);
-    uint64_t cap = fake_gpus[c->phys].capacity, used = fake_phys_used(c->phys);
+    uint64_t cap = fake_gpus[c->phys].capacity, used = fake_phys_used(c->phys) + fake_reserved_bytes;
     *total = cap;
     *free = used < cap ? cap - used : 0;
     return CUDA_SUCCESS;

@@ -159,7 +159,7 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
     NEED_INIT();
     int i = index_of(d);
     if (i < 0 || m == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    uint64_t used = fake_phys_used(i), cap = fake_gpus[i].capacity;
+    uint64_t used = fake_phys_used(i) + fake_reserved_bytes, cap = fake_gpus[i].capacity;
     m->total = cap;
     m->used = used;
     m->free = used < cap ? cap - used : 0;
@@ -174,9 +174,9 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
     if (m->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     uint64_t used = fake_phys_used(i), cap = fake_gpus[i].capacity;
     m->total = cap;
-    m->reserved = 0;
+    m->reserved = fake_reserved_bytes;
     m->used = used;
-    m->free = used < cap ? cap - used : 0;
+    m->free = used + fake_reserved_bytes < cap ? cap - fake_reserved_bytes - used : 0;
     return NVML_SUCCESS;
 }
 

@@ -11,6 +11,11 @@ export interface DiscoveredGpu {
   readonly index: number;
   readonly uuid: string;
   readonly model: string;
+  /**
+   * What shards can be given: the card's memory less what its driver and firmware set aside
+   * (NVML v2's reserved bytes). Placing shards by the card's whole memory would let the last
+   * one on a full card run out before its cap.
+   */
   readonly totalBytes: number;
 }
 
@@ -80,7 +85,12 @@ export class NvmlBackend implements GpuBackend {
     const count = nvml.deviceCount();
     this.gpus = Array.from({ length: count }, (_, index) => {
       const device = nvml.device(index);
-      return { index, uuid: device.uuid, model: device.name, totalBytes: device.totalBytes };
+      return {
+        index,
+        uuid: device.uuid,
+        model: device.name,
+        totalBytes: device.totalBytes - device.reservedBytes,
+      };
     });
   }
 

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { GpuInfo } from '@gpushards/protocol';
 
+import { MPS_SERVER_BYTES } from '../compute/mps-partition.js';
 import { AGENT_CONFIG, DEFAULTS, type AgentConfig } from '../config/agent-options.js';
 import type { SimulatedDriver } from '../containers/container-spec.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -101,7 +102,7 @@ export class GpusService implements OnModuleDestroy {
         uuid: gpu.uuid,
         index: gpu.index,
         model: gpu.model,
-        totalBytes: gpu.totalBytes,
+        totalBytes: gpu.totalBytes - (config.mps !== undefined ? MPS_SERVER_BYTES : 0),
       })),
     };
     this.logger.info(

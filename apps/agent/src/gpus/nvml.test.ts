@@ -21,6 +21,7 @@ import {
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
+const RESERVED = 512 * MiB;
 const work = mkdtempSync(join(tmpdir(), 'gpushards-nvml-'));
 
 /** A link that must never be reached: these agents fail before they connect. */
@@ -42,6 +43,8 @@ describe('GPUs through NVML and libcuda (koffi), on native/fakes', () => {
     // The fakes read their configuration once, when this process first loads them.
     process.env.GPUSHARDS_FAKE_GPUS = 'NVIDIA H100 80GB HBM3:80g,NVIDIA L4:24g';
     process.env.GPUSHARDS_FAKE_STATE = join(work, 'fake-state');
+    // What the driver and firmware set aside, as a real card does (480 MiB on an H100).
+    process.env.GPUSHARDS_FAKE_RESERVED_BYTES = String(RESERVED);
     nvml = Nvml.open(fakeLibraries().nvml);
   });
 
@@ -57,9 +60,15 @@ describe('GPUs through NVML and libcuda (koffi), on native/fakes', () => {
       uuid: 'GPU-fa4e5000-0000-4000-8000-000000000000',
       name: 'NVIDIA H100 80GB HBM3',
       totalBytes: 80 * GiB,
+      reservedBytes: RESERVED,
     });
     assert.equal(nvml.device(1).name, 'NVIDIA L4');
-    assert.deepEqual(nvml.memory(1), { totalBytes: 24 * GiB, usedBytes: 0, freeBytes: 24 * GiB });
+    // v1, as the driver gives it: the reserve counts as used.
+    assert.deepEqual(nvml.memory(1), {
+      totalBytes: 24 * GiB,
+      usedBytes: RESERVED,
+      freeBytes: 24 * GiB - RESERVED,
+    });
     assert.equal(nvml.driverVersion(), '580.159.04');
     assert.equal(nvml.cudaVersion(), '13.0');
     assert.equal(nvml.utilizationPercent(0), 0);
@@ -80,9 +89,27 @@ describe('GPUs through NVML and libcuda (koffi), on native/fakes', () => {
     assert.equal(backend.measureContextBytes(), 300 * MiB); // the fake's GPUSHARDS_FAKE_CONTEXT_BYTES default
     assert.deepEqual(
       backend.sample().map((gpu) => gpu.usedBytes),
-      [0, 0],
+      [RESERVED, RESERVED],
     );
     assert.deepEqual([...CudaDriver.open(fakeLibraries().cuda).deviceUuids().values()], [0, 1]);
+  });
+
+  it("registers what shards can be given: each card's memory less its driver's reserve, which no process can take", async () => {
+    const backend = new NvmlBackend(nvml, fakeLibraries().cuda);
+    assert.deepEqual(
+      backend.gpus.map((gpu) => gpu.totalBytes),
+      [80 * GiB - RESERVED, 24 * GiB - RESERVED],
+    );
+    const take = async (bytes: number) => {
+      const holder = spawn(nativeArtifacts().find('fake-hidden-alloc'), ['1', String(bytes)], {
+        env: { ...process.env, LD_LIBRARY_PATH: fakeLibraries().dir },
+        stdio: 'ignore',
+      });
+      const [code] = (await once(holder, 'exit')) as [number | null];
+      return code;
+    };
+    assert.equal(await take(24 * GiB - RESERVED + MiB), 2, 'into the reserve: out of memory');
+    assert.equal(await take(24 * GiB - RESERVED), 0, 'all of what is registered');
   });
 
   it('lists the processes holding memory on each GPU, with their bytes (host PIDs)', async () => {

@@ -33,6 +33,16 @@ const memoryType = koffi.struct({
   free: 'unsigned long long',
   used: 'unsigned long long',
 });
+/** nvmlMemory_v2_t: the v1 fields with the driver's and firmware's reserve apart. */
+const memoryV2Type = koffi.struct({
+  version: 'unsigned int',
+  total: 'unsigned long long',
+  reserved: 'unsigned long long',
+  free: 'unsigned long long',
+  used: 'unsigned long long',
+});
+/** NVML_STRUCT_VERSION(Memory, 2): the struct's size | 2 << 24. */
+const NVML_MEMORY_V2 = (koffi.sizeof(memoryV2Type) | (2 << 24)) >>> 0;
 const utilizationType = koffi.struct({ gpu: 'unsigned int', memory: 'unsigned int' });
 
 export interface NvmlDevice {
@@ -40,6 +50,12 @@ export interface NvmlDevice {
   readonly uuid: string;
   readonly name: string;
   readonly totalBytes: number;
+  /**
+   * What the driver and firmware set aside (nvmlDeviceGetMemoryInfo_v2's reserved; 0 where
+   * the library has no v2): never free, never allocatable (480 MiB on an H100 80GB, driver
+   * 580), though v1 counts it as used.
+   */
+  readonly reservedBytes: number;
 }
 
 export interface NvmlMemory {
@@ -141,7 +157,12 @@ export class Nvml {
       koffi.inout('unsigned int *'),
       'unsigned long long',
     ]);
+    const memoryV2 = optional('nvmlDeviceGetMemoryInfo_v2', 'int', [
+      'void *',
+      koffi.inout(koffi.pointer(memoryV2Type)),
+    ]);
     const fns: Record<string, Fn> = {
+      ...(memoryV2 ? { memoryV2 } : {}),
       ...(computeProcesses ? { computeProcesses } : {}),
       ...(processUtilization ? { processUtilization } : {}),
       ...(graphicsProcesses ? { graphicsProcesses } : {}),
@@ -199,7 +220,20 @@ export class Nvml {
     const name = this.readString('nvmlDeviceGetName', NAME_BUFFER, (buffer) =>
       this.call('name', handle, buffer, NAME_BUFFER),
     );
-    return { index, uuid, name, totalBytes: this.memory(index).totalBytes };
+    return {
+      index,
+      uuid,
+      name,
+      totalBytes: this.memory(index).totalBytes,
+      reservedBytes: this.reservedBytes(handle),
+    };
+  }
+
+  private reservedBytes(handle: bigint): number {
+    if (this.fns.memoryV2 === undefined) return 0;
+    const out: Record<string, unknown> = { version: NVML_MEMORY_V2 };
+    this.check('nvmlDeviceGetMemoryInfo_v2', this.call('memoryV2', handle, out));
+    return toNumber(out.reserved);
   }
 
   memory(index: number): NvmlMemory {
