@@ -90,7 +90,16 @@ per_sec = {}; lats = []
 end = t0 + secs
 sync_every = 1 if kind == "infer" else 4
 n = 0
+# GS_PROFILE_DIR: the GPU's kernels of this process from t0 + 3 s for 2 s (CUPTI through
+# torch.profiler), written as a Chrome trace for pair_timeline.py.
+prof_dir = os.environ.get("GS_PROFILE_DIR"); prof = None; prof_done = prof_dir is None
 while True:
+    if not prof_done:
+        now = time.time()
+        if prof is None and now >= t0 + 3:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]); prof.start()
+        elif prof is not None and now >= t0 + 5:
+            prof.stop(); prof_done = True
     t = time.perf_counter(); step(); n += 1
     if n % sync_every == 0:
         torch.cuda.synchronize()
@@ -100,6 +109,9 @@ while True:
     if n % sync_every == 0:
         sec = int(now - t0)
         per_sec[sec] = per_sec.get(sec, 0) + sync_every
+if prof is not None:
+    if not prof_done: prof.stop()
+    os.makedirs(prof_dir, exist_ok=True); prof.export_chrome_trace(f"{prof_dir}/{kind}-{os.getpid()}.json")
 rates = [per_sec[s] for s in sorted(per_sec) if s >= 1 and s < int(secs)]
 out = {"kind": kind, "rate": sum(rates) / max(1, len(rates)), "per_sec": rates}
 if prio: out["prio"] = prio
