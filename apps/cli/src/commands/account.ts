@@ -4,7 +4,7 @@ import { configPath, removeLogin, saveLogin } from '../config.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
 import { checkSize, csvField, isoTime, printJson, table } from '../output.js';
-import { Me, Preview, Usage } from '../queries.js';
+import { Me, Preview, Usage } from '../queries/index.js';
 import { computeInput, shareLabel, withComputeOptions } from '../compute.js';
 
 export function loginCommand(): Command {

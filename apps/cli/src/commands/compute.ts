@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { checkMode, checkShare, shareLabel } from '../compute.js';
 import { age, printJson, table } from '../output.js';
-import { ListShards, SetShardCompute } from '../queries.js';
+import { ListShards, SetShardCompute } from '../queries/index.js';
 
 /** `shards set-compute` and `shards idle`, added to the `shards` command. */
 export function addComputeCommands(

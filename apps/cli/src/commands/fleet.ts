@@ -3,8 +3,17 @@ import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, printJson, table } from '../output.js';
 import { gpuComputeLabel } from '../compute.js';
-import { Cordon, Drain, Hosts, Uncordon } from '../fleet-queries.js';
-import { AdminTokens, CreateToken, Me, RevokeToken, TeamTokens } from '../queries.js';
+import {
+  AdminTokens,
+  Cordon,
+  CreateToken,
+  Drain,
+  Hosts,
+  Me,
+  RevokeToken,
+  TeamTokens,
+  Uncordon,
+} from '../queries/index.js';
 
 export function hostsCommand(): Command {
   const hosts = new Command('hosts')

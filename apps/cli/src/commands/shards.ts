@@ -14,7 +14,7 @@ import {
   ShardEvents,
   ShardNames,
   StopShard,
-} from '../queries.js';
+} from '../queries/index.js';
 
 type Shard = ResultOf<typeof ListShards>['shards']['edges'][number]['node'];
 

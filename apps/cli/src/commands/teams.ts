@@ -4,7 +4,7 @@ import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
 import { checkSize, printJson, table } from '../output.js';
 import { checkDuration } from '../compute.js';
-import { CreateTeam, SetIdlePolicy, SetQuota, Team, TeamCompute, Teams } from '../queries.js';
+import { CreateTeam, SetIdlePolicy, SetQuota, Team, TeamCompute, Teams } from '../queries/index.js';
 
 type TeamNode = Awaited<ReturnType<typeof listTeams>>[number];
 async function listTeams(command: Command) {

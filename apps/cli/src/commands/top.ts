@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import type { ResultOf } from 'gql.tada';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
-import { ListShards, ShardEvents } from '../queries.js';
+import { ListShards, ShardEvents } from '../queries/index.js';
 import { shardRows } from './shards.js';
 
 type Shard = ResultOf<typeof ListShards>['shards']['edges'][number]['node'];

@@ -1,4 +1,4 @@
-import { graphql } from './graphql.js';
+import { graphql } from '../graphql.js';
 
 /** The fleet as `hosts` shows it, and the admins' host actions. */
 export const Hosts = graphql(`
