@@ -8,6 +8,8 @@ import { decideIdle, type IdleAction, type IdleShard } from '@gpushards/limits';
 import { Counter, Registry } from 'prom-client';
 import { AuditService } from '../audit/audit.service.js';
 import { PrismaService, type Prisma } from '../database/index.js';
+import type { ShardStateChange } from '../events/shard-event-bus.js';
+import { recordShardEvents } from '../events/shard-event-store.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../shards/shard-mutations.service.js';
@@ -169,19 +171,29 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
           teamId: shard.teamId,
           details: { idleSince: since.toISOString(), idleSeconds: idle.idleSeconds },
         });
-        const at = new Date();
-        effects.changes.push({
+        const report: ShardStateChange = {
           shard: updated!,
           previousState: shard.state,
           state: shard.state,
-          at,
+          at: new Date(),
           idle: { ...idle, action: IdleActionKind.REPORT },
-        });
+        };
+        await recordShardEvents(tx, [report]);
+        effects.changes.push(report);
         this.logger.warn(log, 'shard idle: no kernel on any of its GPUs');
         return true;
       }
       if (shard.idleSince?.getTime() !== action.idleSince) return false;
       const seconds = idle.idleSeconds;
+      // Stored before the state change's event (moveTo stores it): what is done, then that it was.
+      const idleStop: ShardStateChange = {
+        shard,
+        previousState: shard.state,
+        state: 'STOPPING',
+        at: new Date(),
+        idle: { ...idle, action: IdleActionKind.STOP },
+      };
+      await recordShardEvents(tx, [idleStop]);
       const stopped = await this.lifecycle.moveTo(
         tx,
         shard,
@@ -193,13 +205,7 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
         effects,
       );
       // Before the state change in the events: what is done, then that it was.
-      effects.changes.unshift({
-        shard: stopped,
-        previousState: shard.state,
-        state: stopped.state,
-        at: new Date(),
-        idle: { ...idle, action: IdleActionKind.STOP },
-      });
+      effects.changes.unshift({ ...idleStop, shard: stopped, state: stopped.state });
       await this.audit.record(tx, null, {
         action: 'shard.idle-stop',
         targetType: 'Shard',

@@ -13,6 +13,11 @@ export interface ShardStateChange {
   readonly state: string;
   readonly at: Date;
   /**
+   * The stored event's id (shard_event.id, ShardEvent.id), set by recordShardEvents in the
+   * transaction that committed the change; undefined until then.
+   */
+  eventId?: string;
+  /**
    * Set on a VIOLATION event: the shard passed its cap on a GPU and its policy was applied
    * (state and previousState are then its state as the control plane has it).
    */
@@ -35,8 +40,9 @@ export const MAX_BUFFERED_EVENTS = 10_000;
 type Listener<T> = (event: T) => void;
 
 /**
- * Fan-out of shard state changes to GraphQL subscriptions. Services publish after their
- * transaction commits; this process's subscribers hear it at once, and what `forwardTo`
+ * Fan-out of shard state changes to GraphQL subscriptions. Services store each change in the
+ * transaction that commits it (recordShardEvents, shard-event-store.ts) and publish after it
+ * commits; this process's subscribers hear it at once, and what `forwardTo`
  * registered (ShardEventRelay, on PostgreSQL) passes it to the other control-plane replicas,
  * whose relays `deliver` it to their own subscribers.
  */

@@ -6,16 +6,13 @@ import {
 } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import type { IdleActionKind } from '../compute/idle.model.js';
 import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
-import { CapPolicy, PrismaService } from '../database/index.js';
+import { PrismaService } from '../database/index.js';
 import { ListeningConnection } from '../database/listening-connection.js';
-import type { CapViolation } from '../fence/cap-policy.model.js';
-import type { UngovernedCompute } from '../fence/ungoverned-compute.model.js';
-import { sizeOf } from '../graphql/size.model.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 import { ShardEventBus, type ShardStateChange } from './shard-event-bus.js';
+import { noticesFrom, noticesOf, relayedNoticesSchema } from './shard-event-payloads.js';
 
 /** The PostgreSQL channel every control plane of one database listens on. */
 export const SHARD_EVENTS_CHANNEL = 'gpushards_shard_events';
@@ -32,49 +29,16 @@ export const MAX_NOTIFY_PAYLOAD_BYTES = 7_000;
  */
 export const RELAY_GATHER_MS = 20;
 
-const relayedViolationSchema = z.object({
-  gpuUuid: z.string().max(64),
-  realBytes: z.number().int().min(0),
-  capBytes: z.number().int().min(0),
-  toleranceBytes: z.number().int().min(0),
-  action: z.enum(['KILL', 'STOP', 'REPORT']),
-  pid: z.number().int(),
-  processBytes: z.number().int().min(0),
-  killedPids: z.array(z.number().int()).max(64),
-  error: z.string().max(512).nullable(),
-});
-
-const relayedUngovernedSchema = z.object({
-  gpuUuid: z.string().max(64),
-  action: z.enum(['KILL', 'STOP', 'REPORT']),
-  pid: z.number().int(),
-  smPercent: z.number().min(0).max(100),
-  pids: z.array(z.number().int()).max(64),
-  busyPercent: z.number().min(0).max(100),
-  samples: z.number().int().min(0),
-  busySamples: z.number().int().min(0),
-  thresholdPercent: z.number().min(0).max(100),
-  windowSeconds: z.number().min(0),
-  lastKernelAt: z.iso.datetime().nullable(),
-  killedPids: z.array(z.number().int()).max(64),
-  error: z.string().max(512).nullable(),
-  message: z.string().max(512),
-});
-
-const relayedChangeSchema = z.object({
+const relayedChangeSchema = relayedNoticesSchema.extend({
   id: z.uuid(),
+  /** The stored event's id (ShardEvent.id), so a client can tell it from a page of history. */
+  eventId: z
+    .string()
+    .regex(/^\d{1,19}$/)
+    .optional(),
   previousState: z.string().max(16).nullable(),
   state: z.string().max(16),
   at: z.iso.datetime(),
-  violation: relayedViolationSchema.optional(),
-  ungovernedCompute: relayedUngovernedSchema.optional(),
-  idle: z
-    .object({
-      action: z.enum(['REPORT', 'STOP']),
-      idleSince: z.iso.datetime(),
-      idleSeconds: z.number().min(0),
-    })
-    .optional(),
 });
 
 const relayedMessageSchema = z.object({
@@ -148,22 +112,11 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
   private send(change: ShardStateChange): void {
     this.outgoing.push({
       id: change.shard.id,
+      ...(change.eventId === undefined ? {} : { eventId: change.eventId }),
       previousState: change.previousState,
       state: change.state,
       at: change.at.toISOString(),
-      ...(change.violation ? { violation: relayedViolationOf(change.violation) } : {}),
-      ...(change.ungovernedCompute
-        ? { ungovernedCompute: relayedUngovernedOf(change.ungovernedCompute) }
-        : {}),
-      ...(change.idle
-        ? {
-            idle: {
-              action: change.idle.action,
-              idleSince: change.idle.idleSince.toISOString(),
-              idleSeconds: change.idle.idleSeconds,
-            },
-          }
-        : {}),
+      ...noticesOf(change),
     });
     if (this.sending !== undefined) return;
     this.sending = new Promise<void>((resolve) => setTimeout(resolve, RELAY_GATHER_MS))
@@ -219,81 +172,17 @@ export class ShardEventRelay implements OnApplicationBootstrap, OnApplicationShu
         if (shard === undefined) continue;
         this.bus.deliver({
           shard,
+          ...(change.eventId === undefined ? {} : { eventId: change.eventId }),
           previousState: change.previousState,
           state: change.state,
           at: new Date(change.at),
-          ...(change.violation ? { violation: violationOf(change.violation) } : {}),
-          ...(change.ungovernedCompute
-            ? { ungovernedCompute: ungovernedOf(change.ungovernedCompute) }
-            : {}),
-          ...(change.idle
-            ? {
-                idle: {
-                  action: change.idle.action as IdleActionKind,
-                  idleSince: new Date(change.idle.idleSince),
-                  idleSeconds: change.idle.idleSeconds,
-                },
-              }
-            : {}),
+          ...noticesFrom(change),
         });
       }
     } catch (error) {
       this.logger.warn({ err: error }, 'shard state changes from another replica not delivered');
     }
   }
-}
-
-type RelayedViolation = z.infer<typeof relayedViolationSchema>;
-
-function relayedViolationOf(violation: CapViolation): RelayedViolation {
-  return {
-    gpuUuid: violation.gpuUuid,
-    realBytes: violation.real.bytes,
-    capBytes: violation.cap.bytes,
-    toleranceBytes: violation.tolerance.bytes,
-    action: violation.action,
-    pid: violation.pid,
-    processBytes: violation.processMemory.bytes,
-    // A NOTIFY payload is small: the first processes killed are enough for other replicas.
-    killedPids: violation.killedPids.slice(0, 64),
-    error: violation.error?.slice(0, 512) ?? null,
-  };
-}
-
-function violationOf(relayed: RelayedViolation): CapViolation {
-  return {
-    gpuUuid: relayed.gpuUuid,
-    real: sizeOf(relayed.realBytes),
-    cap: sizeOf(relayed.capBytes),
-    tolerance: sizeOf(relayed.toleranceBytes),
-    action: relayed.action as CapPolicy,
-    pid: relayed.pid,
-    processMemory: sizeOf(relayed.processBytes),
-    killedPids: relayed.killedPids,
-    error: relayed.error,
-  };
-}
-
-type RelayedUngoverned = z.infer<typeof relayedUngovernedSchema>;
-
-function relayedUngovernedOf(finding: UngovernedCompute): RelayedUngoverned {
-  return {
-    ...finding,
-    // A NOTIFY payload is small: the first processes are enough for other replicas.
-    pids: finding.pids.slice(0, 64),
-    killedPids: finding.killedPids.slice(0, 64),
-    lastKernelAt: finding.lastKernelAt?.toISOString() ?? null,
-    error: finding.error?.slice(0, 512) ?? null,
-    message: finding.message.slice(0, 512),
-  };
-}
-
-function ungovernedOf(relayed: RelayedUngoverned): UngovernedCompute {
-  return {
-    ...relayed,
-    action: relayed.action as CapPolicy,
-    lastKernelAt: relayed.lastKernelAt === null ? null : new Date(relayed.lastKernelAt),
-  };
 }
 
 /** The changes as few NOTIFY payloads as fit under MAX_NOTIFY_PAYLOAD_BYTES, in order. */

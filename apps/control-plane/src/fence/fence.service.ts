@@ -3,7 +3,8 @@ import { ungovernedComputeMessage } from '@gpushards/limits';
 import type { CapViolationMessage, Heartbeat, UngovernedComputeMessage } from '@gpushards/protocol';
 import { Counter, Registry } from 'prom-client';
 import { PrismaService } from '../database/index.js';
-import { ShardEventBus } from '../events/shard-event-bus.js';
+import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
+import { recordShardEvents } from '../events/shard-event-store.js';
 import { sizeOf } from '../graphql/size.model.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { fromProtocolPolicy } from './cap-policies.js';
@@ -175,7 +176,7 @@ export class FenceService {
       message: ungovernedComputeMessage(message.pid, message.smPercent, message.windowSeconds),
     };
     this.logger.warn({ hostId, teamId: shard.teamId, ...message }, ungovernedCompute.message);
-    this.events.publish({
+    await this.publish({
       shard,
       previousState: shard.state,
       state: shard.state,
@@ -204,12 +205,27 @@ export class FenceService {
       { hostId, teamId: shard.teamId, ...message },
       'shard passed its GPU memory cap',
     );
-    this.events.publish({
+    await this.publish({
       shard,
       previousState: shard.state,
       state: shard.state,
       at: new Date(message.at),
       violation,
     });
+  }
+
+  /**
+   * Stores the notice, then publishes it. A notice changes no row, so it has no transaction of
+   * its own to share: it is stored by a statement of its own right before it is published (one
+   * that cannot be stored is still published, and logged).
+   */
+  private async publish(change: ShardStateChange): Promise<void> {
+    await recordShardEvents(this.prisma.direct, [change]).catch((error: unknown) =>
+      this.logger.warn(
+        { err: error, shardId: change.shard.id, teamId: change.shard.teamId },
+        'could not store a shard event; published all the same',
+      ),
+    );
+    this.events.publish(change);
   }
 }

@@ -8,6 +8,7 @@ import {
   PrismaService,
 } from '../database/index.js';
 import { ConflictError, NoCapacityError, QuotaExceededError } from '../errors/domain-errors.js';
+import { recordShardEvents } from '../events/shard-event-store.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
 import { QueueSignal } from '../placement/queue-signal.js';
@@ -162,6 +163,7 @@ export class ShardCreator {
         decideBatch(batch, teams, existing, this.placer, verdicts, plans);
         lostRaces = await writePlanned(tx, plans, verdicts, effects, this.placer);
         await writeQueued(tx, batch, verdicts, effects);
+        await recordShardEvents(tx, effects.changes);
       }, TRANSACTION_OPTIONS);
     } catch (error) {
       for (const { holds } of plans.values()) holds.settle(false);

@@ -7,6 +7,7 @@ import {
 } from '@gpushards/limits';
 import type { RawSql, ShardState } from '../database/index.js';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
+import { recordShardEvents } from '../events/shard-event-store.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache, type GpuDelta } from '../placement/fleet-cache.js';
 import { QueueSignal } from '../placement/queue-signal.js';
@@ -40,7 +41,8 @@ export type PendingCommand = (commands: ShardCommands) => Promise<void>;
 /**
  * What a transaction changed that the world outside the database must learn once it commits:
  * the fleet cache, subscribers, agents. Collected during the transaction, applied by
- * ShardLifecycle.afterCommit (and dropped if the transaction rolls back).
+ * ShardLifecycle.afterCommit (and dropped if the transaction rolls back). Every change in
+ * `changes` must have been stored in the transaction (recordShardEvents; moveMany does it).
  */
 export class CommitEffects {
   readonly gpuDeltas: GpuDelta[] = [];
@@ -119,8 +121,9 @@ export class ShardLifecycle {
   /**
    * moveTo for many locked shards (distinct) in three statements whatever their number: a
    * reconcile after a restart settles up to a thousand shards of a host at once. Every move is
-   * checked against the lifecycle table before anything is written. Returns the updated rows
-   * in the order of `moves`.
+   * checked against the lifecycle table before anything is written; the changes are stored as
+   * shard events (recordShardEvents) and published after commit. Returns the updated rows in
+   * the order of `moves`.
    */
   async moveMany(
     tx: RawSql,
@@ -182,12 +185,14 @@ export class ShardLifecycle {
        WHERE shard.id = move.m_id
       RETURNING ${SHARD_COLUMNS}`;
     const byId = new Map(rows.map((row) => [row.id, row]));
-    return checked.map(({ shard, state, at: movedAt }) => {
+    const changes: ShardStateChange[] = checked.map(({ shard, state, at: movedAt }) => {
       const updated = byId.get(shard.id);
       if (updated === undefined) throw new Error(`shard ${shard.id} vanished while locked`);
-      effects.changes.push({ shard: updated, previousState: shard.state, state, at: movedAt });
-      return updated;
+      return { shard: updated, previousState: shard.state, state, at: movedAt };
     });
+    await recordShardEvents(tx, changes);
+    effects.changes.push(...changes);
+    return changes.map((change) => change.shard);
   }
 
   /**
@@ -340,7 +345,15 @@ export class ShardLifecycle {
       this.queue.committed({ entered, left, freed });
     }
     for (const { hostId, state } of effects.hostStates) this.cache.setHostState(hostId, state);
-    for (const change of effects.changes) this.events.publish(change);
+    for (const change of effects.changes) {
+      if (change.eventId === undefined) {
+        this.logger.error(
+          { shardId: change.shard.id, state: change.state },
+          'a shard event published without being stored: its transaction did not call recordShardEvents',
+        );
+      }
+      this.events.publish(change);
+    }
     for (const { description, send } of effects.commands) {
       send(this.commands).catch((error: unknown) =>
         this.logger.warn(

@@ -121,6 +121,7 @@ for (const kind of TEST_DATABASE_KINDS) {
             'host',
             'quota_policy',
             'shard',
+            'shard_event',
             'shard_gpu',
             'team',
             'team_quota_usage',
