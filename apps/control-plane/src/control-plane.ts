@@ -15,6 +15,12 @@ import {
   type ControlPlaneConfig,
 } from './config/control-plane-config.js';
 import { DEFAULT_SECURITY_CONFIG, type SecurityConfig } from './config/api-limits.js';
+import {
+  isShardEventRetention,
+  MAX_EVENTS_PER_SHARD,
+  MAX_RETENTION_DAYS,
+  type ShardEventRetention,
+} from './config/shard-event-env.js';
 import { EMBEDDED_DATABASE_SUBDIR, type DatabaseConfig } from './database/index.js';
 import type { Clock } from './fleet/clock.js';
 import { GRAPHQL_PATH } from './graphql/graphql-api.module.js';
@@ -53,6 +59,8 @@ export interface ControlPlaneOptions {
   readonly link?: AgentLinkOptions;
   /** API limits, endpoint switches, image allow-list; default DEFAULT_SECURITY_CONFIG. */
   readonly security?: Partial<SecurityConfig>;
+  /** How much shard event history is kept; default DEFAULT_SHARD_EVENT_RETENTION. */
+  readonly shardEventRetention?: ShardEventRetention;
 }
 
 export interface ControlPlane {
@@ -85,7 +93,15 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
       noAgents: (options.security?.noAgents ?? false) || (!options.link && !options.shardCommands),
     },
     ...(options.portalDir === undefined ? {} : { portalDir: resolve(options.portalDir) }),
+    ...(options.shardEventRetention === undefined
+      ? {}
+      : { shardEventRetention: options.shardEventRetention }),
   };
+  if (config.shardEventRetention && !isShardEventRetention(config.shardEventRetention)) {
+    throw new RangeError(
+      `shardEventRetention must keep 1 to ${MAX_EVENTS_PER_SHARD} events per shard for 1 to ${MAX_RETENTION_DAYS} days, not ${JSON.stringify(config.shardEventRetention)}`,
+    );
+  }
   if (!isHostOfflineSeconds(config.hostOfflineSeconds)) {
     throw new RangeError(
       `hostOfflineSeconds must be a whole number from 5 to 86400, not ${config.hostOfflineSeconds}`,

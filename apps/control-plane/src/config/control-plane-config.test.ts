@@ -95,4 +95,36 @@ describe('loadConfigFromEnv', () => {
       );
     }
   });
+
+  it('shard event retention: defaults 1000 per shard and 30 days, bad values refused by name', () => {
+    assert.deepEqual(loadConfigFromEnv({}).shardEventRetention, {
+      maxPerShard: 1000,
+      maxAgeDays: 30,
+    });
+    assert.deepEqual(
+      loadConfigFromEnv({
+        GPUSHARDS_SHARD_EVENTS_PER_SHARD: '50',
+        GPUSHARDS_SHARD_EVENT_RETENTION_DAYS: '7',
+      }).shardEventRetention,
+      { maxPerShard: 50, maxAgeDays: 7 },
+    );
+    for (const bad of ['0', '-1', '1.5', '2000000', 'many']) {
+      assert.throws(
+        () => loadConfigFromEnv({ GPUSHARDS_SHARD_EVENTS_PER_SHARD: bad }),
+        (error: unknown) =>
+          error instanceof ConfigError &&
+          /GPUSHARDS_SHARD_EVENTS_PER_SHARD must be a whole number from 1 to 1000000/.test(
+            error.message,
+          ),
+        bad,
+      );
+    }
+    for (const bad of ['0', '3651', '2.5', 'forever']) {
+      assert.throws(
+        () => loadConfigFromEnv({ GPUSHARDS_SHARD_EVENT_RETENTION_DAYS: bad }),
+        /GPUSHARDS_SHARD_EVENT_RETENTION_DAYS must be a whole number of days from 1 to 3650/,
+        bad,
+      );
+    }
+  });
 });

@@ -11,6 +11,11 @@ import {
 import type { LogLevel } from '../logging/logger.js';
 import type { SecurityConfig } from './api-limits.js';
 import { securityConfigOf, securityEnvShape } from './security-env.js';
+import {
+  shardEventEnvShape,
+  shardEventRetentionOf,
+  type ShardEventRetention,
+} from './shard-event-env.js';
 
 /** Everything the control plane needs to start; built from the environment or given by a caller. */
 export interface ControlPlaneConfig {
@@ -50,6 +55,11 @@ export interface ControlPlaneConfig {
    * `/` says how to build it and links to the explorer.
    */
   readonly portalDir?: string | undefined;
+  /**
+   * How much shard event history is kept (GPUSHARDS_SHARD_EVENTS_PER_SHARD,
+   * GPUSHARDS_SHARD_EVENT_RETENTION_DAYS); DEFAULT_SHARD_EVENT_RETENTION when absent.
+   */
+  readonly shardEventRetention?: ShardEventRetention;
 }
 
 /** What `node dist/main.js` reads from its environment: the config and how much to log. */
@@ -110,6 +120,7 @@ const envSchema = z.object({
     .enum(['kill', 'stop', 'report'], { message: 'must be one of kill, stop, report' })
     .default('kill'),
   ...securityEnvShape,
+  ...shardEventEnvShape,
   GPUSHARDS_LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
       message: 'must be one of fatal, error, warn, info, debug, trace, silent',
@@ -127,7 +138,8 @@ export class ConfigError extends Error {
  * GPUSHARDS_STUCK_SECONDS (`PLACED=120,STARTING=900,...`: when a shard in that state counts as
  * stuck), GPUSHARDS_CAP_POLICY (kill, stop or report; default kill), GPUSHARDS_LOG_LEVEL
  * (default info), GPUSHARDS_SECRETS_KEY (the key sealing secret env values; default
- * <data folder>/secrets.key), the API switches and limits (security-env.ts), GPUSHARDS_PORTAL_DIR (the
+ * <data folder>/secrets.key), the API switches and limits (security-env.ts), the shard event
+ * history's retention (shard-event-env.ts), GPUSHARDS_PORTAL_DIR (the
  * built portal; none) and, through
  * databaseConfigFromEnv, DATABASE_URL and
  * GPUSHARDS_DATABASE_POOL_SIZE. Empty variables count as unset. Throws ConfigError naming
@@ -162,6 +174,7 @@ export function loadConfigFromEnv(
       : { stuckSeconds: values.GPUSHARDS_STUCK_SECONDS }),
     capPolicy: values.GPUSHARDS_CAP_POLICY,
     security: securityConfigOf(values),
+    shardEventRetention: shardEventRetentionOf(values),
     logLevel: values.GPUSHARDS_LOG_LEVEL,
     ...(values.GPUSHARDS_SECRETS_KEY === undefined
       ? {}

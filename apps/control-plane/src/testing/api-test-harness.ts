@@ -51,7 +51,13 @@ export interface ApiTestHarnessOptions {
   /** Passed on to createControlPlane (a ManualClock, a fake agent link, ...). */
   readonly controlPlane?: Pick<
     ControlPlaneOptions,
-    'clock' | 'shardCommands' | 'hostOfflineSeconds' | 'security' | 'logLevel' | 'logDestination'
+    | 'clock'
+    | 'shardCommands'
+    | 'hostOfflineSeconds'
+    | 'security'
+    | 'logLevel'
+    | 'logDestination'
+    | 'shardEventRetention'
   >;
 }
 
