@@ -4,16 +4,30 @@
  * shard's own type because it is what the event stream carries, with the fence and compute
  * notices a plain shard query never returns.
  */
-import { Field, ObjectType, registerEnumType } from '@nestjs/graphql';
+import { ArgsType, Field, ID, ObjectType, registerEnumType } from '@nestjs/graphql';
 import { IdleNotice } from '../compute/idle.model.js';
 import { ShardState } from '../database/index.js';
+import type { ShardStateChange } from '../events/shard-event-bus.js';
+import { kindOf } from '../events/shard-event-payloads.js';
 import { CapViolation } from '../fence/cap-policy.model.js';
 import { UngovernedCompute } from '../fence/ungoverned-compute.model.js';
-import { Shard } from './shard.model.js';
+import { Connection, ConnectionArgs } from '../graphql/connection.js';
+import type { ShardRecord } from './shard-record.js';
+import { Shard, shardView } from './shard.model.js';
 
 @ObjectType({ description: 'A state change of a shard.' })
 export class ShardEvent {
-  @Field(() => Shard, { description: 'The shard after the change.' })
+  @Field(() => ID, {
+    nullable: true,
+    description:
+      'The stored event (shardEventHistory, teamShardEvents): the same id live and in the history, so a client can merge the two. Null only for an event that could not be stored.',
+  })
+  id!: string | null;
+
+  @Field(() => Shard, {
+    description:
+      'The shard after the change (live); as it is now (from the history: shardEventHistory, teamShardEvents).',
+  })
   shard!: Shard;
 
   @Field(() => ShardState, { nullable: true, description: 'Null for a shard just created.' })
@@ -58,3 +72,30 @@ export enum ShardEventKind {
 }
 
 registerEnumType(ShardEventKind, { name: 'ShardEventKind' });
+
+@ObjectType()
+export class ShardEventConnection extends Connection(ShardEvent) {}
+
+@ArgsType()
+export class ShardEventHistoryArgs extends ConnectionArgs {
+  @Field(() => [ShardEventKind], {
+    nullable: true,
+    description: 'Only events of these kinds (default: every kind).',
+  })
+  kinds?: ShardEventKind[] | null;
+}
+
+/** What a subscriber or a page of history is given for one change. */
+export function shardEventView(change: ShardStateChange, shard: ShardRecord): ShardEvent {
+  return {
+    id: change.eventId ?? null,
+    shard: shardView(shard),
+    previousState: change.previousState as ShardState | null,
+    state: change.state as ShardState,
+    at: change.at,
+    kind: kindOf(change) as ShardEventKind,
+    violation: change.violation ?? null,
+    ungovernedCompute: change.ungovernedCompute ?? null,
+    idle: change.idle ?? null,
+  };
+}

@@ -4,11 +4,9 @@ import { revocableStream } from '../auth/revocable-stream.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { Role, type Caller } from '../auth/caller.js';
 import { assertTeamVisible } from '../auth/team-scope.js';
-import type { ShardState } from '../database/index.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
 import { checkId } from '../validation/input.js';
-import { ShardEventKind, type ShardEvent } from './shard-event.model.js';
-import { shardView } from './shard.model.js';
+import { shardEventView, type ShardEvent } from './shard-event.model.js';
 
 /**
  * The shardEvents subscription: state changes this control plane makes, team-scoped, each one
@@ -45,26 +43,8 @@ export class ShardSubscriptionService {
       next: async () => {
         const next = await source.next();
         if (next.done === true) return { value: undefined, done: true };
-        const event = next.value;
         return {
-          value: {
-            shard: shardView(event.shard),
-            previousState: event.previousState as ShardState | null,
-            state: event.state as ShardState,
-            at: event.at,
-            kind: event.violation
-              ? ShardEventKind.VIOLATION
-              : event.ungovernedCompute
-                ? ShardEventKind.UNGOVERNED_COMPUTE
-                : event.idle
-                  ? event.idle.action === 'STOP'
-                    ? ShardEventKind.IDLE_STOP
-                    : ShardEventKind.IDLE
-                  : ShardEventKind.STATE,
-            violation: event.violation ?? null,
-            ungovernedCompute: event.ungovernedCompute ?? null,
-            idle: event.idle ?? null,
-          },
+          value: shardEventView(next.value, next.value.shard),
           done: false,
         };
       },

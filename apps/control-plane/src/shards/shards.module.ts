@@ -2,6 +2,8 @@ import { Module } from '@nestjs/common';
 import { PlacementModule } from '../placement/placement.module.js';
 import { TeamsModule } from '../teams/teams.module.js';
 import { ShardCreator } from './shard-creator.js';
+import { ShardEventHistoryResolver } from './shard-event-history.resolver.js';
+import { ShardEventHistoryService } from './shard-event-history.service.js';
 import { ShardLifecycle } from './shard-lifecycle.js';
 import { ShardsResolver } from './shards.resolver.js';
 import { PlacementPreviewService } from './placement-preview.service.js';
@@ -13,7 +15,8 @@ import { ShardSubscriptionService } from './shard-subscription.service.js';
 
 /**
  * Shards: queries (ShardQueriesService), createShard, stop, delete, resize
- * (ShardMutationsService), placementPreview and the shardEvents subscription. Needs SHARD_COMMANDS (ShardCommandsModule) and the EventsModule.
+ * (ShardMutationsService), placementPreview, the shardEvents subscription and the stored
+ * history (shardEventHistory, teamShardEvents). Needs SHARD_COMMANDS (ShardCommandsModule) and the EventsModule.
  */
 @Module({
   imports: [PlacementModule, TeamsModule],
@@ -27,6 +30,8 @@ import { ShardSubscriptionService } from './shard-subscription.service.js';
     ShardCreator,
     ShardLifecycle,
     ShardsResolver,
+    ShardEventHistoryService,
+    ShardEventHistoryResolver,
   ],
   exports: [ShardQueriesService, ShardMutationsService, ShardLifecycle],
 })
