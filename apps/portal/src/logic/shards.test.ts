@@ -106,4 +106,40 @@ describe('shardNotices', () => {
     expect(notices[0]!.at).toBe('2026-01-01T00:00:07Z');
     expect(notices[0]!.text.endsWith(': the shard is stopped')).toBe(true);
   });
+  it('merges the stored history (newest first) with live events, each once by its id', () => {
+    const stored = [
+      { ...event('2026-01-01T00:00:03Z', 'UNGOVERNED_COMPUTE'), id: '12' },
+      {
+        id: '10',
+        at: '2026-01-01T00:00:01Z',
+        kind: 'IDLE',
+        shard: { id: 's2', name: 'idler' },
+        idle: { idleSeconds: 75 },
+      },
+    ];
+    const live = [
+      { ...event('2026-01-01T00:00:03Z', 'UNGOVERNED_COMPUTE'), id: '12' },
+      {
+        id: '14',
+        at: '2026-01-01T00:00:04Z',
+        kind: 'VIOLATION',
+        shard: { id: 's1', name: 'train' },
+        violation: {
+          action: 'STOP',
+          killedPids: [],
+          real: { human: '9 GiB' },
+          cap: { human: '8 GiB' },
+        },
+      },
+    ];
+    expect(shardNotices([...stored, ...live]).map((n) => [n.key, n.shardName, n.text])).toEqual([
+      ['14', 'train', 'GPU memory 9 GiB past its cap of 8 GiB: the shard is stopped'],
+      [
+        '12',
+        'train',
+        'ungoverned GPU work: pid 4242 ran kernels outside the compute ledger (smUtil 68 % over 5 s): killed 4242',
+      ],
+      ['10', 'idler', 'idle: no kernel on any of its GPUs for 75 s: reported'],
+    ]);
+  });
 });

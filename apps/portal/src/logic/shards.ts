@@ -60,8 +60,10 @@ export function queueNote(
   return `${place}, starts in about ${age(new Date(now.getTime() - seconds * 1000), now)}`;
 }
 
-/** A shard event as the notices need it (ShardEvents' fields). */
+/** A shard event as the notices need it (ShardEvent's fields, live or from the history). */
 export interface NoticeEvent {
+  /** The stored event's id: the same live and in the history (null: not stored). */
+  readonly id?: string | null;
   readonly at: string;
   readonly kind: string;
   readonly shard: { readonly id: string; readonly name: string };
@@ -70,36 +72,73 @@ export interface NoticeEvent {
     readonly killedPids: readonly number[];
     readonly message: string;
   } | null;
+  readonly violation?: {
+    readonly action: string;
+    readonly killedPids: readonly number[];
+    readonly real: { readonly human: string };
+    readonly cap: { readonly human: string };
+  } | null;
+  readonly idle?: { readonly idleSeconds: number } | null;
 }
 
 /** Notices kept in the list; the oldest go first. */
 export const MAX_NOTICES = 5;
 
+/** The kinds of shard event that are notices (what teamShardEvents is asked for). */
+export const NOTICE_KINDS = ['UNGOVERNED_COMPUTE', 'VIOLATION', 'IDLE', 'IDLE_STOP'] as const;
+
+function whatWasDone(action: string, killedPids: readonly number[]): string {
+  if (action === 'KILL') return `killed ${killedPids.join(', ') || 'nothing'}`;
+  if (action === 'STOP') return 'the shard is stopped';
+  return 'reported';
+}
+
+function duration(seconds: number): string {
+  if (seconds < 120) return `${Math.round(seconds)} s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)} min`;
+  return `${Math.round(seconds / 3600)} h`;
+}
+
+function noticeText(event: NoticeEvent): string | null {
+  const found = event.ungovernedCompute;
+  if (event.kind === 'UNGOVERNED_COMPUTE' && found) {
+    return `${found.message}: ${whatWasDone(found.action, found.killedPids)}`;
+  }
+  const violation = event.violation;
+  if (event.kind === 'VIOLATION' && violation) {
+    return `GPU memory ${violation.real.human} past its cap of ${violation.cap.human}: ${whatWasDone(violation.action, violation.killedPids)}`;
+  }
+  if ((event.kind === 'IDLE' || event.kind === 'IDLE_STOP') && event.idle) {
+    const quiet = `idle: no kernel on any of its GPUs for ${duration(event.idle.idleSeconds)}`;
+    return event.kind === 'IDLE_STOP'
+      ? `${quiet}: stopped by its team's idle policy`
+      : `${quiet}: reported`;
+  }
+  return null;
+}
+
 /**
  * The notices to show above the shards: events that are no state change and say something
- * people must read (ungovernedCompute: the compute fence found GPU work outside the compute
- * ledger), newest first, at most MAX_NOTICES.
+ * people must read (the compute fence found GPU work outside the compute ledger, the memory
+ * fence a shard past its cap, the idle policy an idle shard), from the stored history and heard
+ * live in any order, each once (by its id), newest first, at most MAX_NOTICES.
  */
 export function shardNotices(
   events: readonly NoticeEvent[],
 ): { key: string; shardName: string; at: string; text: string }[] {
-  const notices = events.flatMap((event) => {
-    const found = event.ungovernedCompute;
-    if (event.kind !== 'UNGOVERNED_COMPUTE' || !found) return [];
-    const done =
-      found.action === 'KILL'
-        ? `killed ${found.killedPids.join(', ') || 'nothing'}`
-        : found.action === 'STOP'
-          ? 'the shard is stopped'
-          : 'reported';
-    return [
-      {
-        key: `${event.shard.id}|${event.at}`,
-        shardName: event.shard.name,
-        at: event.at,
-        text: `${found.message}: ${done}`,
-      },
-    ];
-  });
-  return notices.reverse().slice(0, MAX_NOTICES);
+  const byKey = new Map<string, { key: string; shardName: string; at: string; text: string }>();
+  for (const event of events) {
+    const text = noticeText(event);
+    if (text === null) continue;
+    const key = event.id ?? `${event.shard.id}|${event.at}|${event.kind}`;
+    byKey.set(key, { key, shardName: event.shard.name, at: event.at, text });
+  }
+  return [...byKey.values()]
+    .sort(
+      (a, b) =>
+        Date.parse(b.at) - Date.parse(a.at) ||
+        b.key.length - a.key.length ||
+        b.key.localeCompare(a.key),
+    )
+    .slice(0, MAX_NOTICES);
 }

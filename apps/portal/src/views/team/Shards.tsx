@@ -7,6 +7,7 @@ import {
   SetShardComputeMutation,
   ShardEventsSubscription,
   ShardFields,
+  ShardNoticesQuery,
   ShardsQuery,
   StopShardMutation,
 } from '../../queries.js';
@@ -20,7 +21,9 @@ import {
   parseSizeInput,
 } from '../../logic/format.js';
 import {
+  MAX_NOTICES,
   mergeShards,
+  NOTICE_KINDS,
   queueNote,
   realBytes,
   shardNotices,
@@ -39,7 +42,11 @@ import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 type Shard = ResultOf<typeof ShardFields>;
 
-/** The team's shards, kept live by shardEvents: no reload needed to see a state change. */
+/**
+ * The team's shards, kept live by shardEvents: no reload needed to see a state change. The
+ * notices above them are the team's stored ones (teamShardEvents, read on mount, so a reload
+ * loses none) and those heard live since, each once.
+ */
 export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean }) {
   const [listed, refetchListed] = useQuery({
     query: ShardsQuery,
@@ -66,12 +73,20 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
     listed.data?.shards.edges.map((e) => readFragment(ShardFields, e.node)) ?? [],
     events.data?.shards ?? [],
   );
-  const notices = shardNotices(events.data?.notices ?? []);
+  const [stored] = useQuery({
+    query: ShardNoticesQuery,
+    variables: { teamId, first: MAX_NOTICES, kinds: [...NOTICE_KINDS] },
+  });
+  const notices = shardNotices([
+    ...(stored.data?.teamShardEvents.edges.map((e) => e.node) ?? []),
+    ...(events.data?.notices ?? []),
+  ]);
   return (
     <Section title="Shards">
       {listed.fetching && !listed.data && <Loading what="shards" />}
       <ErrorBox error={listed.error} />
       <ErrorBox error={events.error} />
+      <ErrorBox error={stored.error} />
       {notices.length > 0 && (
         <ul className="notices" aria-label="Shard notices">
           {notices.map((n) => (
