@@ -566,4 +566,43 @@ describe('idle shards', { timeout: 240_000 }, () => {
       /^activity {4}busy 0%, no kernel for \d+[sm] \(reported idle since /m,
     );
   });
+
+  it("the member's Shards view shows the idle notice from the stored history, and again after a reload", async () => {
+    // The IDLE event was sent before this page existed: only the stored history can show it.
+    const page = await signIn(memberToken);
+    const notices = page.getByRole('list', { name: 'Shard notices' });
+    const idle = notices.getByRole('listitem').filter({ hasText: /idler/ });
+    await idle.waitFor();
+    assert.match(
+      await idle.innerText(),
+      /idler: idle: no kernel on any of its GPUs for .+: reported/,
+    );
+    await page.reload();
+    await page.getByRole('heading', { name: 'Team demo' }).waitFor();
+    await idle.waitFor();
+    assert.equal(await idle.count(), 1, 'shown once');
+    assert.match(
+      await idle.innerText(),
+      /idler: idle: no kernel on any of its GPUs for .+: reported/,
+    );
+    await page.context().close();
+
+    const events = await cli(['shards', 'events', 'idler', '--kind', 'idle', '--json'], {
+      env: memberEnv(),
+    });
+    assert.equal(events.code, 0, events.stderr);
+    assert.deepEqual(
+      events.json.map((e) => [e.kind, e.state, e.idle.action]),
+      [['IDLE', 'RUNNING', 'REPORT']],
+    );
+    const all = await cli(['shards', 'events', 'idler'], { env: memberEnv() });
+    assert.equal(all.code, 0, all.stderr);
+    assert.match(all.stdout, /^AT\s+KIND\s+STATE\s+WHAT/m);
+    assert.match(all.stdout, /\sIDLE\s+RUNNING\s+no kernel for \d+s: reported/);
+    assert.match(all.stdout, /\sSTATE\s+STARTING -> RUNNING\s/);
+    const badKind = await cli(['shards', 'events', 'idler', '--kind', 'loud'], {
+      env: memberEnv(),
+    });
+    assert.equal(badKind.code, 2);
+  });
 });

@@ -5,6 +5,7 @@ import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, checkSize, printJson, table, until } from '../output.js';
 import { busyLabel, computeInput, idleLabel, shareLabel, withComputeOptions } from '../compute.js';
 import { addComputeCommands } from './compute.js';
+import { addEventsCommand } from './events.js';
 import {
   CreateShard,
   DeleteShard,
@@ -347,6 +348,7 @@ export function shardsCommand(): Command {
   );
 
   addComputeCommands(shards, shardId);
+  addEventsCommand(shards, shardId);
 
   return shards;
 }
