@@ -57,6 +57,16 @@ static int t_compute_records(const void *arg)
             m->share_permille, m->mode);
     H_CHECK(m->busy_ns > 0 && m->last_kernel_ns > 0, "busy %llu last %llu", (unsigned long long)m->busy_ns,
             (unsigned long long)m->last_kernel_ns);
+    /* The same launches in the container's own region, where the agent reads them. */
+    struct gpushards_region *r = region_map();
+    H_CHECK(r != NULL, "no region");
+    const struct gpushards_device *d = device(r, 0);
+    uint64_t stamped = d != NULL ? d->last_launch_ns : 0;
+    region_unmap(r);
+    /* Stamped as the launch is admitted, before its turn (the ledger's stamp). */
+    H_CHECK(stamped > 0 && stamped <= m->last_kernel_ns && m->last_kernel_ns - stamped < 1000000000ull,
+            "region last launch %llu, ledger %llu",
+            (unsigned long long)stamped, (unsigned long long)m->last_kernel_ns);
     munmap(L, sizeof *L);
     return 0;
 }

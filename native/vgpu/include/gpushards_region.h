@@ -53,7 +53,13 @@ struct gpushards_device {
      * else 32 MiB.  Taken from reserved1 without a version bump: those bytes
      * are zero in every region ever written, and 0 means "not set". */
     uint64_t pool_growth_bytes;
-    uint8_t reserved1[56];
+    /* CLOCK_MONOTONIC of the container's last kernel launch through
+     * libvgpu.so on this GPU (0 = none yet; from reserved1 as above).  The
+     * agent's compute fence and idle policy read it here, in a file only this
+     * container can write, not in the host's ledger, where any shard could
+     * forge or erase another's stamp. */
+    uint64_t last_launch_ns;
+    uint8_t reserved1[48];
 };
 
 /* One process that has charged memory.  pid alone could be reused by the
@@ -106,6 +112,7 @@ _Static_assert(offsetof(struct gpushards_device, context_bytes) == 40, "layout")
 _Static_assert(offsetof(struct gpushards_device, peak_bytes) == 48, "layout");
 _Static_assert(offsetof(struct gpushards_device, total_bytes) == 56, "layout");
 _Static_assert(offsetof(struct gpushards_device, pool_growth_bytes) == 64, "layout");
+_Static_assert(offsetof(struct gpushards_device, last_launch_ns) == 72, "layout");
 _Static_assert(sizeof(struct gpushards_device) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_slot, pid) == 0, "layout");

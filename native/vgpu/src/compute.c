@@ -191,6 +191,17 @@ static void acquire(struct cdev *c, uint64_t now)
 }
 
 /* ---- what the launch hooks call ----------------------------------------- */
+
+/* Every launch through libvgpu.so, governed or not, in the container's own
+ * region: what the agent's compute fence and idle policy trust (the ledger's
+ * stamps are writable by every shard of the host). */
+static inline void stamp_launch(CUdevice dev, uint64_t now)
+{
+    int idx = gs_dev_index(dev);
+    if (GS_LIKELY(idx >= 0 && gs_region != NULL))
+        __atomic_store_n(&gs_region->devices[idx].last_launch_ns, now, __ATOMIC_RELAXED);
+}
+
 static void *admit(CUstream s, int graph)
 {
     if (GS_LIKELY(!gs_compute_conf())) return NULL;
@@ -206,9 +217,10 @@ static void *admit(CUstream s, int graph)
     gs_init();
     CUdevice dev;
     if (gs_real_cuCtxGetDevice == NULL || gs_real_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return NULL;
+    uint64_t now = gs_now_ns();
+    stamp_launch(dev, now);
     struct cdev *c = gs_compute_lookup(dev);
     if (c == NULL) return NULL;
-    uint64_t now = gs_now_ns();
     if (GS_UNLIKELY(c->isolated)) {
         gs_compute_note_isolated(c, now);
         return NULL;

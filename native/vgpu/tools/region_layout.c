@@ -48,7 +48,8 @@ int main(void)
     FIELD(gpushards_device, context_bytes, 0);
     FIELD(gpushards_device, peak_bytes, 0);
     FIELD(gpushards_device, total_bytes, 0);
-    FIELD(gpushards_device, pool_growth_bytes, 1);
+    FIELD(gpushards_device, pool_growth_bytes, 0);
+    FIELD(gpushards_device, last_launch_ns, 1);
     printf("      }\n    },\n");
     printf("    \"slot\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n      \"fields\": {\n",
            sizeof(struct gpushards_slot), offsetof(struct gpushards_region, slots), GPUSHARDS_MAX_SLOTS);

@@ -118,7 +118,7 @@ describe('compute fence (Docker)', () => {
     assert.ok(finding.smPercent >= 10, `smUtil ${finding.smPercent}`);
     assert.ok(finding.busySamples >= 2);
     assert.equal(finding.thresholdPercent, 10);
-    assert.equal(finding.lastKernelSeconds, undefined, 'no launch of it reached the ledger');
+    assert.equal(finding.lastKernelSeconds, undefined, 'no launch of it reached its region');
     assert.deepEqual(finding.killedPids, []);
     assert.equal(docker('inspect', '-f', '{{.State.Running}}', bypass), 'true', 'report only');
     assertGoodNeverFlagged();

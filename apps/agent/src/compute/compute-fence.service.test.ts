@@ -20,6 +20,8 @@ import {
   computeFenceOffReason,
   type ComputeFindingRecord,
 } from './compute-fence.service.js';
+import type { RegionDevice } from '../regions/region-file.js';
+import type { RegionsService } from '../regions/regions.service.js';
 import {
   LEDGER_HEADER_SIZE,
   LEDGER_MAGIC,
@@ -52,7 +54,10 @@ function processIn(containerId: string): ChildProcess {
   return child;
 }
 
-/** One GPU's ledger file with these members' last launches. */
+/**
+ * One GPU's ledger file with these members' last launches: what a neighbour could write there
+ * (every shard can), which the fence must not believe.
+ */
 function writeLedger(dir: string, members: { shard: string; lastKernelNs: bigint }[]): void {
   const b = Buffer.alloc(LEDGER_SIZE);
   b.writeBigUInt64LE(LEDGER_MAGIC, 0);
@@ -114,6 +119,16 @@ function setUp(name: string, policy: CapPolicy, extra: Partial<AgentConfig> = {}
   const limits = {
     all: () => records.map((r) => ({ shardId: r.shardId, policy, capBytes: new Map() })),
   } as unknown as LimitsService;
+  /** The good shard's own region: its last launch through libvgpu.so on GPU 0. */
+  let goodLastLaunchNs = 0n;
+  const regions = {
+    devices: (shardId: string): Promise<RegionDevice[]> =>
+      Promise.resolve(
+        shardId === 'good' && goodLastLaunchNs > 0n
+          ? [{ uuid: GPU0, lastLaunchNs: goodLastLaunchNs } as RegionDevice]
+          : [],
+      ),
+  } as unknown as RegionsService;
   let monotonic = 1000n * S;
   let wall = 1_795_000_000_000_000;
   const clock = { monotonicNs: () => monotonic, wallUs: () => wall };
@@ -122,6 +137,7 @@ function setUp(name: string, policy: CapPolicy, extra: Partial<AgentConfig> = {}
     gpus,
     shards,
     limits,
+    regions,
     createLogger('silent', 'box-1'),
     clock,
   );
@@ -139,7 +155,13 @@ function setUp(name: string, policy: CapPolicy, extra: Partial<AgentConfig> = {}
       samples = perPoll.map((s) => ({ ...s, timestampUs: wall }));
       fence.poll();
     }
-    writeLedger(ledgerDir, [{ shard: 'good', lastKernelNs: goodLaunches ? start + S : 1n }]);
+    goodLastLaunchNs = goodLaunches ? start + S : 1n;
+    // A neighbour's forgery in the shared ledger, the other way round: the bad shard stamped
+    // as launching, the good one's stamp erased.
+    writeLedger(ledgerDir, [
+      { shard: 'bad', lastKernelNs: start + S },
+      { shard: 'good', lastKernelNs: 0n },
+    ]);
     return fence.closeWindow();
   };
   fence.begin();
@@ -178,7 +200,7 @@ describe('ComputeFenceService', () => {
     assert.equal(fence.enabled, false);
   });
 
-  it('report: the bypassing shard is reported once per episode, never its well-behaved neighbour', async () => {
+  it('report: the bypassing shard is reported once per episode, never its well-behaved neighbour, whatever the shared ledger says', async () => {
     const { window, heard, asked } = setUp('report', 'report');
     const good = processIn(CONTAINER_GOOD);
     const bad = processIn(CONTAINER_BAD);
@@ -197,7 +219,7 @@ describe('ComputeFenceService', () => {
     assert.deepEqual(record!.processes, [{ pid: bad.pid, smPercent: 60, samples: 5 }]);
     assert.equal(record!.busyPercent, 60);
     assert.equal(record!.windowSeconds, 5);
-    assert.equal(record!.lastKernelSeconds, undefined, 'it has no ledger member');
+    assert.equal(record!.lastKernelSeconds, undefined, 'its region has no launch');
     assert.deepEqual(record!.killedPids, []);
     assert.deepEqual(heard, done);
     assert.deepEqual(await window(busy), [], 'reported once per episode');

@@ -13,8 +13,9 @@ import { ProcessOwners } from '../enforcement/process-owners.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import { RegionsService } from '../regions/regions.service.js';
+import type { ShardRecord } from '../shards/shard-record.js';
 import { ShardsService } from '../shards/shards.service.js';
-import { readLedgerLaunches } from './ledger-activity.js';
 
 /** What the agent did about one finding; goes to the control plane as a shard event. */
 export interface ComputeFindingRecord extends UngovernedFinding {
@@ -57,8 +58,9 @@ export function computeFenceOffReason(config: AgentConfig): string | undefined {
 
 /**
  * The compute fence: every window (GPUSHARDS_COMPUTE_FENCE_SECONDS), NVML's per-process
- * utilization of every GPU, each process's shard through its cgroup, each shard's ledger
- * member, and the shard's cap policy applied to GPU work that no turn governed
+ * utilization of every GPU, each process's shard through its cgroup, each shard's last launch
+ * through libvgpu.so (its region), and the shard's cap policy applied to GPU work that no turn
+ * governed
  * (ungovernedCompute in libs/limits decides). NVML is polled five times a window (at most
  * every second) so that a busy process gives several samples.
  */
@@ -84,6 +86,7 @@ export class ComputeFenceService implements OnModuleDestroy {
     private readonly gpus: GpusService,
     private readonly shards: ShardsService,
     private readonly limits: LimitsService,
+    private readonly regions: RegionsService,
     @Inject(LOGGER) logger: Logger,
     @Optional() @Inject(FENCE_CLOCK) clock?: FenceClock,
   ) {
@@ -168,21 +171,17 @@ export class ComputeFenceService implements OnModuleDestroy {
   }
 
   /**
-   * Closes the window under way: maps its samples to shards, reads the ledger, decides, acts,
+   * Closes the window under way: maps its samples to shards, reads their regions, decides, acts,
    * and starts the next window. Resolves to what was done.
    */
   async closeWindow(): Promise<readonly ComputeFindingRecord[]> {
     const startNs = this.windowStartNs ?? this.clock.monotonicNs();
-    const ledgerDir = this.config.computeLedgerDir;
-    const { launches, fullGpus } =
-      ledgerDir === undefined
-        ? { launches: [], fullGpus: [] }
-        : await readLedgerLaunches(ledgerDir);
+    const records = this.shards.list();
+    const launches = await this.launches(records);
     const endNs = this.clock.monotonicNs();
     const samples = this.samples;
     this.begin();
     if (endNs <= startNs) return [];
-    const records = this.shards.list();
     const byContainer = new Map(
       records.flatMap((r) => (r.containerId !== undefined ? [[r.containerId, r] as const] : [])),
     );
@@ -197,20 +196,45 @@ export class ComputeFenceService implements OnModuleDestroy {
     const known = new Set(records.map((r) => r.shardId));
     const decision = ungovernedCompute(
       owned,
-      launches.map((m) => ({ ...m, gpuUuid: this.gpus.canonicalUuid(m.gpuUuid) })),
+      launches,
       this.limits.all().filter((l) => known.has(l.shardId)),
       { startNs, endNs },
       this.previous,
       {
         thresholdPercent: this.config.computeFence.thresholdPercent,
         dying: this.actions.dyingPids(),
-        fullLedgers: new Set(fullGpus.map((uuid) => this.gpus.canonicalUuid(uuid))),
       },
     );
     this.previous = decision;
     const done = await this.apply(decision, endNs, now);
     if (done.length > 0) for (const listener of this.listeners) listener(done);
     return done;
+  }
+
+  /**
+   * Each shard's last launch through libvgpu.so per GPU, from its own region (which only its
+   * container writes): the ledger's stamps would let a neighbour forge its own or erase
+   * another's. A region that cannot be read reads as no launch.
+   */
+  private async launches(records: readonly ShardRecord[]) {
+    const launches: { shardId: string; gpuUuid: string; lastKernelNs: bigint }[] = [];
+    for (const record of records) {
+      let devices;
+      try {
+        devices = await this.regions.devices(record.shardId);
+      } catch (error) {
+        this.logger.warn({ err: error, shardId: record.shardId }, 'cannot read a shard region');
+        continue;
+      }
+      for (const device of devices) {
+        launches.push({
+          shardId: record.shardId,
+          gpuUuid: this.gpus.canonicalUuid(device.uuid),
+          lastKernelNs: device.lastLaunchNs,
+        });
+      }
+    }
+    return launches;
   }
 
   async onModuleDestroy(): Promise<void> {

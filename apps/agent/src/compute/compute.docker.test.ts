@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -84,6 +84,18 @@ describe('compute share through the agent (Docker)', () => {
     }
     return { ...member, mode };
   };
+  /** What any shard of the host can do to another's member: erase its last-launch stamp. */
+  const eraseLastKernel = (shardId: string) => {
+    const file = readdirSync(ledgerDir).find((f) => /^GPU-[0-9a-f-]{36}$/i.test(f))!;
+    const buffer = readFileSync(join(ledgerDir, file));
+    for (let i = 0; i < LEDGER_MEMBERS; i++) {
+      const base = LEDGER_HEADER_SIZE + i * LEDGER_MEMBER_SIZE;
+      if (buffer.subarray(base, buffer.indexOf(0, base)).toString('utf8') === shardId) {
+        buffer.writeBigUInt64LE(0n, base + LEDGER_MEMBER_FIELDS.last_kernel_ns.offset);
+      }
+    }
+    writeFileSync(join(ledgerDir, file), buffer);
+  };
   const logsOf = (containerId: string, text: string) =>
     waitFor(
       `${text} in the logs`,
@@ -164,5 +176,21 @@ describe('compute share through the agent (Docker)', () => {
     assert.equal(busy.gpuUuid, gpu0);
     assert.ok(busy.lastKernelSeconds !== undefined && busy.lastKernelSeconds >= 0);
     assert.deepEqual(activityOf(beat, 'c-idle'), { gpuUuid: gpu0, busyRatio: 0 });
+
+    // A neighbour erases the shard's stamp in the shared ledger: its last launch still comes
+    // from its own region, so the idle policy is not fooled into stopping it.
+    eraseLastKernel('c-share');
+    assert.equal(memberOf('c-share')?.lastKernelNs, 0n);
+    const later = controlPlane.heartbeats.length;
+    const after = await waitFor(
+      'a heartbeat after the erasure',
+      () => controlPlane.heartbeats.slice(later).find((b) => activityOf(b, 'c-share')),
+      WAIT_MS,
+    );
+    const still = activityOf(after, 'c-share')!;
+    assert.ok(
+      still.lastKernelSeconds !== undefined && still.lastKernelSeconds >= busy.lastKernelSeconds!,
+      JSON.stringify(still),
+    );
   });
 });

@@ -14,7 +14,6 @@ import {
   LEDGER_SIZE,
   LEDGER_VERSION,
   LedgerActivity,
-  readLedgerLaunches,
 } from './ledger-activity.js';
 
 const GPU = 'GPU-fa4e5000-0000-4000-8000-000000000000';
@@ -50,7 +49,7 @@ describe('compute ledger activity', () => {
     assert.deepEqual(decodeLedger(Buffer.alloc(10)), []);
   });
 
-  it('turns busy time into a ratio between samples and reports time since the last launch', async () => {
+  it('turns busy time into a ratio between samples (the last launch is not taken from here)', async () => {
     const dir = join(work, 'ledger');
     let now = 10_000_000_000n;
     const reader = new LedgerActivity(dir, () => now);
@@ -66,7 +65,7 @@ describe('compute ledger activity', () => {
     );
     writeFileSync(join(dir, `${GPU}.tmp.12`), 'half-written');
     const first = await reader.sample();
-    assert.deepEqual(first.get('a'), [{ gpuUuid: GPU.toLowerCase(), lastKernelSeconds: 1 }]);
+    assert.deepEqual(first.get('a'), [{ gpuUuid: GPU.toLowerCase() }]);
     assert.deepEqual(first.get('b'), [{ gpuUuid: GPU.toLowerCase() }]);
     now += 2_000_000_000n;
     writeFileSync(
@@ -77,41 +76,7 @@ describe('compute ledger activity', () => {
       ]),
     );
     const second = await reader.sample();
-    assert.deepEqual(second.get('a'), [
-      { gpuUuid: GPU.toLowerCase(), busyRatio: 0.25, lastKernelSeconds: 0.5 },
-    ]);
+    assert.deepEqual(second.get('a'), [{ gpuUuid: GPU.toLowerCase(), busyRatio: 0.25 }]);
     assert.deepEqual(second.get('b'), [{ gpuUuid: GPU.toLowerCase(), busyRatio: 0 }]);
-  });
-
-  it('lists launches, and a GPU as full only when every entry was used within the reuse time', async () => {
-    const dir = join(work, 'full');
-    const { mkdirSync } = await import('node:fs');
-    mkdirSync(dir);
-    const now = 100_000_000_000n;
-    const members = (stale: boolean) =>
-      Array.from({ length: LEDGER_MEMBERS }, (_, i) => ({
-        shard: `s${i}`,
-        share: 0,
-        busy: 0n,
-        last: BigInt(i),
-        seen: stale && i === 3 ? now - 10_000_000_001n : now - 1_000_000_000n,
-      }));
-    writeFileSync(join(dir, GPU), ledger(members(false)));
-    const full = await readLedgerLaunches(dir, now);
-    assert.deepEqual(full.fullGpus, [GPU.toLowerCase()]);
-    assert.equal(full.launches.length, LEDGER_MEMBERS);
-    assert.deepEqual(full.launches[5], {
-      shardId: 's5',
-      gpuUuid: GPU.toLowerCase(),
-      lastKernelNs: 5n,
-    });
-    writeFileSync(join(dir, GPU), ledger(members(true)));
-    assert.deepEqual((await readLedgerLaunches(dir, now)).fullGpus, [], 'one entry free for reuse');
-    writeFileSync(join(dir, GPU), ledger(members(false).slice(1)));
-    assert.deepEqual((await readLedgerLaunches(dir, now)).fullGpus, [], 'one entry never used');
-    assert.deepEqual(await readLedgerLaunches(join(work, 'none'), now), {
-      launches: [],
-      fullGpus: [],
-    });
   });
 });

@@ -1,8 +1,10 @@
 /**
- * Each shard's GPU activity, read from the host's compute ledger (one file per GPU, written by
+ * Each shard's GPU time held, read from the host's compute ledger (one file per GPU, written by
  * libvgpu.so in every shard: native/vgpu/include/gpushards_ledger.h, docs/compute.md). A member
- * entry is a shard: busy_ns is the GPU time it has held, last_kernel_ns its last launch, both
- * on CLOCK_MONOTONIC, which the host and its containers share (process.hrtime is the same clock).
+ * entry is a shard: busy_ns is the GPU time it has held, on CLOCK_MONOTONIC, which the host and
+ * its containers share (process.hrtime is the same clock). When a shard last launched is read
+ * from its own region instead (launch-stamps.ts): every shard can write the ledger, so a
+ * neighbour could erase a stamp there and have the idle policy stop a busy shard.
  */
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
@@ -22,8 +24,6 @@ export const LEDGER_MEMBER_FIELDS = {
   last_kernel_ns: { offset: 72, size: 8 },
   seen_ns: { offset: 96, size: 8 },
 } as const;
-/** libvgpu.so gives an entry not used for this long to a shard that finds no free one. */
-export const LEDGER_ENTRY_REUSE_NS = 10_000_000_000n;
 
 export interface LedgerMember {
   readonly shardId: string;
@@ -62,8 +62,6 @@ export interface GpuActivity {
   readonly gpuUuid: string;
   /** GPU time held over the time since the previous sample, 0..1; absent on the first sample. */
   readonly busyRatio?: number;
-  /** Seconds since the shard's last launch on this GPU; absent when it never launched. */
-  readonly lastKernelSeconds?: number;
 }
 
 /**
@@ -108,9 +106,6 @@ export class LedgerActivity {
         const activity: GpuActivity = {
           gpuUuid,
           ...(span > 0 ? { busyRatio: Math.min(1, Math.max(0, busy / span)) } : {}),
-          ...(m.lastKernelNs > 0n
-            ? { lastKernelSeconds: Math.max(0, Number(at - m.lastKernelNs) / 1e9) }
-            : {}),
         };
         const list = out.get(m.shardId) ?? [];
         list.push(activity);
@@ -120,60 +115,6 @@ export class LedgerActivity {
     this.previous = next;
     return out;
   }
-}
-
-/** A shard's member entry on one GPU: when it last launched through libvgpu.so. */
-export interface LedgerLaunch {
-  readonly shardId: string;
-  /** The ledger file's name: the GPU's UUID, lowercase. */
-  readonly gpuUuid: string;
-  /** CLOCK_MONOTONIC ns; 0n = never. */
-  readonly lastKernelNs: bigint;
-}
-
-/** Every member of every GPU's ledger in the folder, and the GPUs whose ledger has no free entry. */
-export interface LedgerLaunches {
-  readonly launches: LedgerLaunch[];
-  /** GPU UUIDs (lowercase) where a shard starting now would find no entry. */
-  readonly fullGpus: string[];
-}
-
-/** No entry free: every one names a shard that used it within LEDGER_ENTRY_REUSE_NS. */
-export function ledgerIsFull(members: readonly LedgerMember[], nowNs: bigint): boolean {
-  return (
-    members.length >= LEDGER_MEMBERS &&
-    members.every((m) => m.seenNs + LEDGER_ENTRY_REUSE_NS >= nowNs)
-  );
-}
-
-/** Reads the folder; a missing one holds nothing. `nowNs` is CLOCK_MONOTONIC (the ledger's clock). */
-export async function readLedgerLaunches(
-  dir: string,
-  nowNs: bigint = process.hrtime.bigint(),
-): Promise<LedgerLaunches> {
-  let files: string[];
-  try {
-    files = await fs.readdir(dir);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { launches: [], fullGpus: [] };
-    throw error;
-  }
-  const launches: LedgerLaunch[] = [];
-  const fullGpus: string[] = [];
-  for (const file of files) {
-    if (!/^GPU-[0-9a-f-]{36}$/i.test(file)) continue;
-    let members: LedgerMember[];
-    try {
-      members = decodeLedger(await fs.readFile(join(dir, file)));
-    } catch {
-      continue; // removed meanwhile
-    }
-    const gpuUuid = file.toLowerCase();
-    if (ledgerIsFull(members, nowNs)) fullGpus.push(gpuUuid);
-    for (const m of members)
-      launches.push({ shardId: m.shardId, gpuUuid, lastKernelNs: m.lastKernelNs });
-  }
-  return { launches, fullGpus };
 }
 
 /**

@@ -11,6 +11,7 @@ import { EnforcementService, type ViolationRecord } from '../enforcement/enforce
 import { GpusService } from '../gpus/gpus.service.js';
 import { AGENT_LINK, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import type { RegionDevice } from '../regions/region-file.js';
 import { RegionsService } from '../regions/regions.service.js';
 import { ShardsService } from '../shards/shards.service.js';
 
@@ -81,18 +82,35 @@ export class HeartbeatService {
     } catch (error) {
       this.logger.warn({ err: error }, 'cannot read the compute ledger');
     }
-    const activityOf = (shardId: string, gpuUuids: readonly string[]) => {
+    const monotonicNow = process.hrtime.bigint();
+    /**
+     * Busy time from the ledger; the last launch from the shard's own region (`devices`), which
+     * no other shard can write: a neighbour erasing a ledger stamp must not make it look idle.
+     */
+    const activityOf = (
+      shardId: string,
+      gpuUuids: readonly string[],
+      devices: readonly RegionDevice[],
+    ) => {
       if (activity === undefined) return {};
-      const reported = (activity.get(shardId) ?? [])
+      const held = (activity.get(shardId) ?? [])
         .map((a) => ({ ...a, gpuUuid: this.gpus.canonicalUuid(a.gpuUuid) }))
         .filter((a) => gpuUuids.includes(a.gpuUuid));
-      // A GPU on which the shard has no ledger entry: it never launched there, so it held
-      // none of its time. Said, so that the control plane knows its activity is watched
-      // (the idle policy judges only shards whose host reports activity).
-      const silent = gpuUuids
-        .filter((uuid) => !reported.some((a) => a.gpuUuid === uuid))
-        .map((gpuUuid) => ({ gpuUuid, busyRatio: 0 }));
-      return { activityPerGpu: [...reported, ...silent] };
+      return {
+        activityPerGpu: gpuUuids.map((gpuUuid) => {
+          // No ledger entry: it never held this GPU's time. Said, so that the control plane
+          // knows its activity is watched (the idle policy judges only shards whose host
+          // reports activity).
+          const busy = held.find((a) => a.gpuUuid === gpuUuid) ?? { gpuUuid, busyRatio: 0 };
+          const last = devices.find((d) => this.gpus.canonicalUuid(d.uuid) === gpuUuid);
+          return last !== undefined && last.lastLaunchNs > 0n
+            ? {
+                ...busy,
+                lastKernelSeconds: Math.max(0, Number(monotonicNow - last.lastLaunchNs) / 1e9),
+              }
+            : busy;
+        }),
+      };
     };
     const violations = this.violations.splice(0).map((v) => ({
       shardId: v.shardId,
@@ -134,15 +152,15 @@ export class HeartbeatService {
     for (const shard of this.shards.list()) {
       if (shard.state !== 'RUNNING') continue;
       try {
-        const usage = await this.regions.usage(shard.shardId);
+        const devices = await this.regions.devices(shard.shardId);
         shards.push({
           shardId: shard.shardId,
-          usedBytesPerGpu: usage
-            .map((gpu) => ({ ...gpu, gpuUuid: this.gpus.canonicalUuid(gpu.gpuUuid) }))
+          usedBytesPerGpu: devices
+            .map((d) => ({ gpuUuid: this.gpus.canonicalUuid(d.uuid), usedBytes: d.usedBytes }))
             // Only the shard's GPUs: a container cannot report on another GPU.
             .filter((gpu) => shard.gpuUuids.includes(gpu.gpuUuid)),
           ...realOf(shard.shardId, shard.gpuUuids),
-          ...activityOf(shard.shardId, shard.gpuUuids),
+          ...activityOf(shard.shardId, shard.gpuUuids, devices),
         });
       } catch (error) {
         // A region a container corrupted must not stop the heartbeat of the others.
@@ -151,7 +169,7 @@ export class HeartbeatService {
           shardId: shard.shardId,
           usedBytesPerGpu: [],
           ...realOf(shard.shardId, shard.gpuUuids),
-          ...activityOf(shard.shardId, shard.gpuUuids),
+          ...activityOf(shard.shardId, shard.gpuUuids, []),
         });
       }
     }

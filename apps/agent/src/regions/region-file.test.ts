@@ -46,6 +46,7 @@ describe('region file', () => {
           contextBytes: 300,
           peakBytes: 2 * GiB,
           totalBytes: 80 * GiB,
+          lastLaunchNs: 123_456_789_000n,
         },
         { uuid: GPU_B, state: 0, usedBytes: 5 },
       ]),
@@ -61,6 +62,7 @@ describe('region file', () => {
         contextBytes: 300,
         peakBytes: 2 * GiB,
         totalBytes: 80 * GiB,
+        lastLaunchNs: 123_456_789_000n,
       },
     ]);
   });

@@ -49,6 +49,12 @@ export interface RegionDevice {
   readonly contextBytes: number;
   readonly peakBytes: number;
   readonly totalBytes: number;
+  /**
+   * CLOCK_MONOTONIC ns of the container's last kernel launch through libvgpu.so on this GPU;
+   * 0n = none. Only this container writes its region, so unlike the ledger's stamps no other
+   * shard can forge or erase it.
+   */
+  readonly lastLaunchNs: bigint;
 }
 
 export interface Region {
@@ -141,6 +147,7 @@ export function parseRegion(buffer: Buffer, fileSize: number, path: string): Reg
       contextBytes: counter('context_bytes'),
       peakBytes: counter('peak_bytes'),
       totalBytes: counter('total_bytes'),
+      lastLaunchNs: buffer.readBigUInt64LE(base + DEVICE_FIELDS.last_launch_ns.offset),
     });
   }
   return { version, devices };

@@ -39,6 +39,7 @@ export const DEVICE_FIELDS = {
   context_bytes: { offset: 40, size: 8 },
   peak_bytes: { offset: 48, size: 8 },
   total_bytes: { offset: 56, size: 8 },
+  last_launch_ns: { offset: 72, size: 8 },
 } as const satisfies Record<string, Field>;
 
 export const HEADER_SIZE = 256;

@@ -25,7 +25,7 @@ describe('RegionsService', () => {
   it('prepares a folder any container user can write, and removes it', async () => {
     const folder = await service.prepare('s1');
     assert.equal(statSync(folder).mode & 0o777, 0o777);
-    assert.deepEqual(await service.usage('s1'), [], 'no region yet: nothing used');
+    assert.deepEqual(await service.devices('s1'), [], 'no region yet: no GPU used');
     await service.remove('s1');
     assert.throws(() => statSync(folder), /ENOENT/);
   });

@@ -11,11 +11,6 @@ import { readRegion, RegionError, writeRegionLimit, type RegionDevice } from './
 /** The region file's name inside a shard's region folder (GPUSHARDS_REGION_PATH's base name). */
 export const REGION_FILE = 'region';
 
-export interface GpuUsage {
-  readonly gpuUuid: string;
-  readonly usedBytes: number;
-}
-
 /** A resize the region cannot take: the shard already holds more than the new cap. */
 export class BelowUsageError extends Error {
   override name = 'BelowUsageError';
@@ -73,14 +68,6 @@ export class RegionsService {
       if (error instanceof RegionError && error.code === 'MISSING') return [];
       throw error;
     }
-  }
-
-  /** What the interposer counts on each GPU the shard has used. */
-  async usage(shardId: string): Promise<GpuUsage[]> {
-    return (await this.devices(shardId)).map((device) => ({
-      gpuUuid: device.uuid,
-      usedBytes: device.usedBytes,
-    }));
   }
 
   /**

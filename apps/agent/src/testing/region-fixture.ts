@@ -23,6 +23,8 @@ export interface FixtureDevice {
   contextBytes?: number;
   peakBytes?: number;
   totalBytes?: number;
+  /** CLOCK_MONOTONIC ns of the last launch; default 0n (none). */
+  lastLaunchNs?: bigint;
   /** Default ACTIVE. */
   state?: number;
 }
@@ -59,6 +61,7 @@ export function buildRegion(devices: readonly FixtureDevice[], version = REGION_
     for (const [field, value] of counters) {
       buffer.writeBigUInt64LE(BigInt(value ?? 0), base + DEVICE_FIELDS[field].offset);
     }
+    buffer.writeBigUInt64LE(device.lastLaunchNs ?? 0n, base + DEVICE_FIELDS.last_launch_ns.offset);
   });
   return buffer;
 }

@@ -9,7 +9,7 @@ import {
   type ComputeFenceDecision,
   type ComputeFenceShard,
   type ComputeWindow,
-  type LedgerLaunch,
+  type LaunchStamp,
   type ProcessUtilization,
 } from './compute-fence.js';
 import { CAP_POLICIES, type CapPolicy } from './enforcement.js';
@@ -66,7 +66,7 @@ describe('ungovernedCompute', () => {
     const shards = [shard('a'), shard('b')];
     const samples = [...busy('a', 1, 90, 90), ...busy('b', 2, 90, 90)];
     // a launches through libvgpu.so in both windows; b's last launch came before the first.
-    const ledger = (window: ComputeWindow): LedgerLaunch[] => [
+    const ledger = (window: ComputeWindow): LaunchStamp[] => [
       { shardId: 'a', gpuUuid: GPU0, lastKernelNs: window.startNs + 1n },
       { shardId: 'b', gpuUuid: GPU0, lastKernelNs: W1.startNs - 1n },
     ];
@@ -192,7 +192,7 @@ type Host = typeof arbitraryHost extends fc.Arbitrary<infer T> ? T : never;
 interface Round {
   readonly window: ComputeWindow;
   readonly samples: ProcessUtilization[];
-  readonly ledger: LedgerLaunch[];
+  readonly ledger: LaunchStamp[];
 }
 
 function roundsOf(host: Host) {
@@ -249,52 +249,6 @@ const launchedIn = (round: Round, shardId: string, gpuUuid: string) => {
   const member = round.ledger.find((m) => m.shardId === shardId && m.gpuUuid === gpuUuid);
   return member !== undefined && member.lastKernelNs >= round.window.startNs;
 };
-
-describe('ungovernedCompute on a full ledger', () => {
-  test('a shard with no member where no entry was free is left alone; one with a stale member is not', () => {
-    const shards = [shard('a'), shard('b')];
-    const full = { fullLedgers: new Set([GPU0]) };
-    const samples = [...busy('a', 7, 60, 70), ...busy('b', 8, 60, 70)];
-    const ledger: LedgerLaunch[] = [{ shardId: 'b', gpuUuid: GPU0, lastKernelNs: 1n }];
-    const first = ungovernedCompute(samples, ledger, shards, W1, undefined, full);
-    const second = ungovernedCompute(samples, ledger, shards, W2, first, full);
-    assert.deepEqual(first.suspects, [{ shardId: 'b', gpuUuid: GPU0 }]);
-    assert.deepEqual(
-      second.findings.map((f) => f.shardId),
-      ['b'],
-    );
-  });
-
-  test('property: no shard without a member on a full GPU is ever a suspect', () => {
-    fc.assert(
-      fc.property(
-        fc.array(
-          fc.record({
-            pid: fc.integer({ min: 1, max: 50 }),
-            gpu: fc.integer({ min: 0, max: 2 }),
-            sm: fc.integer({ min: 0, max: 100 }),
-            shard: fc.constantFrom('a', 'b', 'c'),
-          }),
-        ),
-        fc.subarray(GPUS),
-        (rows, fullGpus) => {
-          const samples = rows.map((r) => ({
-            pid: r.pid,
-            gpuUuid: GPUS[r.gpu]!,
-            smPercent: r.sm,
-            shardId: r.shard,
-          }));
-          const options = { fullLedgers: new Set(fullGpus) };
-          const shards = [shard('a'), shard('b'), shard('c')];
-          const first = ungovernedCompute(samples, [], shards, W1, undefined, options);
-          const second = ungovernedCompute(samples, [], shards, W2, first, options);
-          for (const s of [...first.suspects, ...second.suspects])
-            assert.ok(!fullGpus.includes(s.gpuUuid), `${s.shardId} flagged on a full ${s.gpuUuid}`);
-        },
-      ),
-    );
-  });
-});
 
 describe('ungovernedCompute properties', () => {
   test('never flags a shard whose member launched in the window', () => {

@@ -1,12 +1,13 @@
 /**
- * The compute fence: GPU work that no turn governs. libvgpu.so stamps a shard's member entry in
- * the GPU's compute ledger at every launch it admits (`last_kernel_ns`, CLOCK_MONOTONIC); a
- * process that reaches the driver past it (its own `dlmopen` of libcuda, a static runtime) runs
- * kernels that stamp nothing. NVML's per-process utilization sees both, out of the tenant's
- * reach. A shard whose processes keep a GPU busy while its member there records no launch runs
- * ungoverned GPU work. Pure: the agent samples NVML over a window, maps processes to shards,
- * reads the ledger, calls ungovernedCompute and applies what comes back under the shard's cap
- * policy (the same policies as the memory fence: enforcement.ts).
+ * The compute fence: GPU work that no turn governs. libvgpu.so stamps every launch it admits in
+ * the shard's own region (`last_launch_ns` of the GPU's entry, CLOCK_MONOTONIC), a file only
+ * that shard's container writes; a process that reaches the driver past it (its own `dlmopen`
+ * of libcuda, a static runtime) runs kernels that stamp nothing. NVML's per-process
+ * utilization sees both, out of the tenant's reach. A shard whose processes keep a GPU busy
+ * while its region records no launch there runs ungoverned GPU work. Pure: the agent samples
+ * NVML over a window, maps processes to shards, reads their regions, calls ungovernedCompute
+ * and applies what comes back under the shard's cap policy (the same policies as the memory
+ * fence: enforcement.ts).
  */
 import type { CapPolicy } from './enforcement.js';
 
@@ -27,15 +28,15 @@ export interface ProcessUtilization {
   readonly shardId?: string;
 }
 
-/** A shard's member entry in one GPU's compute ledger, read at the window's end. */
-export interface LedgerLaunch {
+/** A shard's last launch through libvgpu.so on one GPU, read from its region at the window's end. */
+export interface LaunchStamp {
   readonly shardId: string;
   readonly gpuUuid: string;
   /** CLOCK_MONOTONIC ns of its last admitted launch; 0n = it never launched. */
   readonly lastKernelNs: bigint;
 }
 
-/** The window the samples cover, on CLOCK_MONOTONIC (ns), as the ledger's stamps are. */
+/** The window the samples cover, on CLOCK_MONOTONIC (ns), as the launch stamps are. */
 export interface ComputeWindow {
   readonly startNs: bigint;
   readonly endNs: bigint;
@@ -54,12 +55,6 @@ export interface ComputeFenceOptions {
   readonly minSamples?: number;
   /** Processes already killed: never chosen again (their last samples may still come). */
   readonly dying?: ReadonlySet<number>;
-  /**
-   * GPUs whose ledger had no entry free (every one in use within libvgpu.so's reuse time): a
-   * shard that found none launches ungoverned through libvgpu.so and stamps nothing, so a
-   * shard without a member there cannot be told from a bypass and is left alone.
-   */
-  readonly fullLedgers?: ReadonlySet<string>;
 }
 
 /** A shard and GPU that looked ungoverned in one window. */
@@ -88,7 +83,7 @@ export interface UngovernedFinding {
   readonly busySamples: number;
   readonly thresholdPercent: number;
   readonly windowSeconds: number;
-  /** Its ledger member's last launch (before the window); absent when it has no member. */
+  /** Its last launch through libvgpu.so there (before the window); absent when it has none. */
   readonly lastKernelNs?: bigint;
   /** Its processes with a sample at or above the threshold, busiest first (pid breaks ties). */
   readonly processes: readonly UngovernedProcess[];
@@ -113,15 +108,15 @@ export interface ComputeFenceDecision {
 /**
  * Decides, for one window, which shards ran ungoverned GPU work. A shard is a suspect on a GPU
  * when at least `minSamples` samples of its processes there reached `thresholdPercent` while
- * its ledger member there records no launch in the window (no member, or its last launch
- * before the window's start). A suspect of this window that was one in the previous window
+ * its launch stamps there record no launch in the window (none, or its last launch before
+ * the window's start). A suspect of this window that was one in the previous window
  * (`previous`, the decision of the window just before; undefined when there was none) is a
  * finding: one window alone never is, so a shard whose last governed kernels, launched just
  * before a window began, still ran in it is not taken for a bypass.
  */
 export function ungovernedCompute(
   samples: readonly ProcessUtilization[],
-  ledger: readonly LedgerLaunch[],
+  launchStamps: readonly LaunchStamp[],
   shards: readonly ComputeFenceShard[],
   window: ComputeWindow,
   previous: ComputeFenceDecision | undefined,
@@ -141,7 +136,6 @@ export function ungovernedCompute(
     );
   }
   const dying = options.dying ?? new Set<number>();
-  const fullLedgers = options.fullLedgers ?? new Set<string>();
   const policyOf = new Map(shards.map((shard) => [shard.shardId, shard.policy]));
   // shard|GPU → pid → its samples' count, sum and busy count.
   const busy = new Map<string, Map<number, { count: number; sum: number; busy: number }>>();
@@ -158,7 +152,7 @@ export function ungovernedCompute(
     pid.sum += sm;
     if (sm >= threshold) pid.busy++;
   }
-  const launches = new Map(ledger.map((m) => [keyOf(m.shardId, m.gpuUuid), m.lastKernelNs]));
+  const launches = new Map(launchStamps.map((m) => [keyOf(m.shardId, m.gpuUuid), m.lastKernelNs]));
   const wasSuspect = new Set(previous?.suspects.map((s) => keyOf(s.shardId, s.gpuUuid)) ?? []);
   const wasFinding = new Set(previous?.findings.map((f) => keyOf(f.shardId, f.gpuUuid)) ?? []);
   const windowSeconds = Number(window.endNs - window.startNs) / 1e9;
@@ -179,7 +173,6 @@ export function ungovernedCompute(
     if (busySamples < minSamples) continue;
     const lastKernelNs = launches.get(key);
     if (lastKernelNs !== undefined && lastKernelNs >= window.startNs) continue; // governed
-    if (lastKernelNs === undefined && fullLedgers.has(gpuUuid)) continue; // no entry to be had
     suspects.push({ shardId, gpuUuid });
     if (!wasSuspect.has(key)) continue;
     const processes = [...pids]
