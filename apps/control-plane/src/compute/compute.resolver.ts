@@ -1,7 +1,7 @@
 import { Args, ID, Int, Mutation, Parent, ResolveField, Resolver } from '@nestjs/graphql';
 import { Role, type Caller } from '../auth/caller.js';
 import { CurrentCaller, MinRole } from '../auth/decorators.js';
-import { ComputeMode } from '../database/index.js';
+import { ComputeMode } from '../shards/shard-enums.js';
 import { Shard, shardView } from '../shards/shard.model.js';
 import { Team } from '../teams/team.model.js';
 import { ComputeShareService } from './compute-share.service.js';

@@ -6,12 +6,12 @@
  */
 import { ArgsType, Field, ID, ObjectType, registerEnumType } from '@nestjs/graphql';
 import { IdleNotice } from '../compute/idle.model.js';
-import { ShardState } from '../database/index.js';
 import type { ShardStateChange } from '../events/shard-event-bus.js';
 import { kindOf } from '../events/shard-event-payloads.js';
 import { CapViolation } from '../fence/cap-policy.model.js';
 import { UngovernedCompute } from '../fence/ungoverned-compute.model.js';
 import { Connection, ConnectionArgs } from '../graphql/connection.js';
+import { ShardState } from './shard-enums.js';
 import type { ShardRecord } from './shard-record.js';
 import { Shard, shardView } from './shard.model.js';
 

@@ -3,12 +3,12 @@
  * placementPreview share, createShard's whole input, and environment entries. These are
  * GraphQL input types only; shard-input.ts validates them into a ShardRequest. Separate from
  * the shard's output type because the two change for different reasons (the API's accepted
- * input versus what it shows of a shard). ComputeMode and PlacementPolicy are registered as
- * GraphQL enums in shard.model.ts, with the Shard fields that show them.
+ * input versus what it shows of a shard). ComputeMode and PlacementPolicy come registered as
+ * GraphQL enums from shard-enums.ts.
  */
 import { Field, ID, InputType, Int } from '@nestjs/graphql';
-import { ComputeMode, PlacementPolicy } from '../database/index.js';
 import { LabelInput } from '../fleet/label.model.js';
+import { ComputeMode, PlacementPolicy } from './shard-enums.js';
 
 @InputType()
 export class EnvVarInput {

@@ -1,68 +1,16 @@
 /**
  * The shard as the API shows it: its GraphQL object type and how a row becomes one
- * (`shardView`), its reservations per GPU, the arguments that list shards, and the enums these
- * and the input and event types share (registered here, once). What callers send is in
+ * (`shardView`), its reservations per GPU and the arguments that list shards. The enums these
+ * and the input and event types share are registered in shard-enums.ts. What callers send is in
  * shard-input.model.ts, the state-change events in shard-event.model.ts, placementPreview's
  * answer in placement-preview.model.ts.
  */
-import { ArgsType, Field, Float, ID, Int, ObjectType, registerEnumType } from '@nestjs/graphql';
-import { ComputeMode, ShardState, PlacementPolicy } from '../database/index.js';
+import { ArgsType, Field, Float, ID, Int, ObjectType } from '@nestjs/graphql';
 import { Label, labelsOf } from '../fleet/label.model.js';
 import { Connection, ConnectionArgs } from '../graphql/connection.js';
 import { Size, sizeOf } from '../graphql/size.model.js';
+import { ComputeMode, PlacementPolicy, ShardState } from './shard-enums.js';
 import { stringRecord, type ShardRecord } from './shard-record.js';
-
-registerEnumType(ShardState, {
-  name: 'ShardState',
-  description: 'Where a shard is in its life; see docs/api.md for the transitions.',
-  valuesMap: {
-    PENDING: {
-      description: 'Waits in the queue for capacity; holds no GPUs, counts against quota.',
-    },
-    PLACED: { description: 'GPUs reserved; the agent has not reported it starting yet.' },
-    STARTING: { description: 'The agent is pulling the image or starting the container.' },
-    RUNNING: { description: 'The container runs.' },
-    STOPPING: {
-      description: 'Asked to stop; still holds its reservation until the agent reports.',
-    },
-    STOPPED: { description: 'Stopped on request; reservation released, container kept.' },
-    EXITED: { description: 'Its process ended on its own (exitCode); reservation released.' },
-    FAILED: { description: 'Could not launch or keep running (failureReason); released.' },
-    LOST: {
-      description:
-        'Its host went OFFLINE; reservation released. Counts against quota until deleted or back.',
-    },
-    PREEMPTED: {
-      description: 'Stopped to give its capacity to a shard with a better claim; not requeued.',
-    },
-    EXPIRED: { description: 'Waited in the queue past its maximum wait; never ran.' },
-    DELETED: { description: 'Deleted; kept for the record.' },
-  },
-});
-
-registerEnumType(ComputeMode, {
-  name: 'ComputeMode',
-  description: "How a shard's compute share holds (docs/compute.md).",
-  valuesMap: {
-    GUARANTEED: {
-      description:
-        'At least its share of each GPU while the GPU is contended, and any time nobody else wants (work-conserving). The default.',
-    },
-    CAPPED: { description: 'Never more than its share, even alone (predictable cost or latency).' },
-    ISOLATED: {
-      description:
-        "Its share of the GPU's SMs in an MPS partition of its own, on a host that runs one (Host.computeIsolatedPoolPercent > 0): never more than its share, and its latency held whatever its neighbours do (they run outside the partition). Needs computeSharePercent; the share is fixed while the shard holds its GPUs (stop it and start it with another).",
-    },
-  },
-});
-
-registerEnumType(PlacementPolicy, {
-  name: 'PlacementPolicy',
-  valuesMap: {
-    BINPACK: { description: 'Fill the fullest GPUs that fit (keeps whole GPUs free).' },
-    SPREAD: { description: 'Use the emptiest GPUs (spreads load and blast radius).' },
-  },
-});
 
 @ObjectType()
 export class EnvVar {
