@@ -462,9 +462,23 @@ uint64_t fake_phys_used(int g)
     return __atomic_load_n(&state->used[g], __ATOMIC_ACQUIRE);
 }
 
-int fake_procs_on(int g, struct fake_proc_usage *out, int max)
+/* One process that a listing of a GPU shows, with what was measured of it. */
+struct listed {
+    unsigned int host_pid;
+    uint64_t value;
+};
+
+/* What a listing measures of a process on GPU g over [from, to); 0: not listed. */
+typedef uint64_t (*proc_measure)(const struct fake_proc *p, int g, uint64_t from, uint64_t to);
+
+/* The processes a listing of GPU g shows, as the driver lists them: after a
+ * pass (the dead reaped), every claimed entry with a pid visible from here
+ * (its own in this namespace, its host pid for one of another), a nonzero
+ * measure, and the same claim after it was measured (not reaped or claimed
+ * again since: its host pid would be another process's).  In table order;
+ * returns how many. */
+static int list_procs(int g, proc_measure measure, uint64_t from, uint64_t to, struct listed out[FAKE_MAX_PROCS])
 {
-    if (state == NULL || g < 0 || g >= FAKE_MAX_GPUS) return 0;
     struct seen seen[FAKE_MAX_PROCS];
     int host[FAKE_MAX_PROCS];
     pass(seen, host);
@@ -474,12 +488,26 @@ int fake_procs_on(int g, struct fake_proc_usage *out, int max)
         struct seen s = seen[i];
         if (s.pid <= 0) continue;
         int visible_pid = same_ns(p) ? s.pid : host[i];
-        uint64_t used = __atomic_load_n(&p->used[g], __ATOMIC_ACQUIRE);
-        /* Reaped or claimed again since: its host pid is another process's. */
-        if (visible_pid == 0 || used == 0 || !unchanged(p, s)) continue;
-        if (n < max) out[n] = (struct fake_proc_usage){.host_pid = (unsigned int)visible_pid, .used = used};
-        n++;
+        uint64_t value = measure(p, g, from, to);
+        if (visible_pid == 0 || value == 0 || !unchanged(p, s)) continue;
+        out[n++] = (struct listed){.host_pid = (unsigned int)visible_pid, .value = value};
     }
+    return n;
+}
+
+/* Bytes p holds on GPU g now (a proc_measure; the window is not used). */
+static uint64_t used_on(const struct fake_proc *p, int g, uint64_t from, uint64_t to)
+{
+    return __atomic_load_n(&p->used[g], __ATOMIC_ACQUIRE);
+}
+
+int fake_procs_on(int g, struct fake_proc_usage *out, int max)
+{
+    if (state == NULL || g < 0 || g >= FAKE_MAX_GPUS) return 0;
+    struct listed listed[FAKE_MAX_PROCS];
+    int n = list_procs(g, used_on, 0, 0, listed);
+    for (int i = 0; i < n && i < max; i++)
+        out[i] = (struct fake_proc_usage){.host_pid = listed[i].host_pid, .used = listed[i].value};
     return n;
 }
 
@@ -530,22 +558,12 @@ int fake_busy_on(int g, uint64_t from_ns, uint64_t to_ns, struct fake_proc_busy 
     if (state == NULL || g < 0 || g >= FAKE_MAX_GPUS || to_ns <= from_ns) return 0;
     uint64_t history = (FAKE_BUSY_BUCKETS - 1) * FAKE_BUSY_BUCKET_NS;
     if (to_ns - from_ns > history) from_ns = to_ns - history;
-    struct seen seen[FAKE_MAX_PROCS];
-    int host[FAKE_MAX_PROCS];
-    pass(seen, host);
-    int n = 0;
-    for (int i = 0; i < FAKE_MAX_PROCS; i++) {
-        struct fake_proc *p = &state->procs[i];
-        struct seen s = seen[i];
-        if (s.pid <= 0) continue;
-        int visible_pid = same_ns(p) ? s.pid : host[i];
-        uint64_t busy = busy_within(p, g, from_ns, to_ns);
-        if (visible_pid == 0 || busy == 0 || !unchanged(p, s)) continue;
-        uint64_t percent = (busy * 100u + (to_ns - from_ns) / 2u) / (to_ns - from_ns);
-        if (n < max)
-            out[n] = (struct fake_proc_busy){.host_pid = (unsigned int)visible_pid,
-                                             .percent = (unsigned int)(percent > 100 ? 100 : percent)};
-        n++;
+    struct listed listed[FAKE_MAX_PROCS];
+    int n = list_procs(g, busy_within, from_ns, to_ns, listed);
+    for (int i = 0; i < n && i < max; i++) {
+        uint64_t percent = (listed[i].value * 100u + (to_ns - from_ns) / 2u) / (to_ns - from_ns);
+        out[i] = (struct fake_proc_busy){.host_pid = listed[i].host_pid,
+                                         .percent = (unsigned int)(percent > 100 ? 100 : percent)};
     }
     return n;
 }
