@@ -55,6 +55,7 @@ const { Nvml } = await import(join(agentDist, 'gpus/nvml.js'));
 const { NvmlBackend } = await import(join(agentDist, 'gpus/gpu-backends.js'));
 const { LimitsService } = await import(join(agentDist, 'limits/limits.service.js'));
 const { EnforcementService } = await import(join(agentDist, 'enforcement/enforcement.service.js'));
+const { ProcessOwners } = await import(join(agentDist, 'enforcement/process-owners.js'));
 const { createLogger } = await import(join(agentDist, 'logging/logger.js'));
 
 const nvml = Nvml.open(fakes.nvml);
@@ -85,6 +86,7 @@ const enforcement = new EnforcementService(
   },
   shards,
   limits,
+  new ProcessOwners(procRoot),
   logger,
 );
 const children = new Set();

@@ -10,6 +10,7 @@ import type { CapPolicy } from '@gpushards/limits';
 
 import type { AgentConfig } from '../config/agent-options.js';
 import type { GpuUtilizationSample } from '../gpus/gpu-backends.js';
+import { ProcessOwners } from '../enforcement/process-owners.js';
 import type { GpusService } from '../gpus/gpus.service.js';
 import type { LimitsService } from '../limits/limits.service.js';
 import { createLogger } from '../logging/logger.js';
@@ -138,6 +139,7 @@ function setUp(name: string, policy: CapPolicy, extra: Partial<AgentConfig> = {}
     shards,
     limits,
     regions,
+    new ProcessOwners(procRoot),
     createLogger('silent', 'box-1'),
     clock,
   );

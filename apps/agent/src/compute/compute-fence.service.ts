@@ -67,7 +67,6 @@ export function computeFenceOffReason(config: AgentConfig): string | undefined {
 @Injectable()
 export class ComputeFenceService implements OnModuleDestroy {
   private readonly logger: Logger;
-  private readonly owners: ProcessOwners;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<unknown> | undefined;
   private readonly listeners = new Set<(records: readonly ComputeFindingRecord[]) => void>();
@@ -87,12 +86,13 @@ export class ComputeFenceService implements OnModuleDestroy {
     private readonly shards: ShardsService,
     private readonly limits: LimitsService,
     private readonly regions: RegionsService,
+    /** Shared with the memory fence (ProcessOwnersModule). */
+    private readonly owners: ProcessOwners,
     @Inject(LOGGER) logger: Logger,
     @Optional() @Inject(FENCE_CLOCK) clock?: FenceClock,
   ) {
     this.clock = clock ?? SYSTEM_CLOCK;
     this.logger = logger.child({ module: 'compute-fence' });
-    this.owners = new ProcessOwners(config.enforcement.procRoot);
     this.actions = new PolicyActions(shards);
   }
 

@@ -4,9 +4,10 @@ import { GpusModule } from '../gpus/gpus.module.js';
 import { LimitsModule } from '../limits/limits.module.js';
 import { ShardsModule } from '../shards/shards.module.js';
 import { EnforcementService } from './enforcement.service.js';
+import { ProcessOwnersModule } from './process-owners.module.js';
 
 @Module({
-  imports: [GpusModule, LimitsModule, ShardsModule],
+  imports: [GpusModule, LimitsModule, ProcessOwnersModule, ShardsModule],
   providers: [EnforcementService],
   exports: [EnforcementService],
 })

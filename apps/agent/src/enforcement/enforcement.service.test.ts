@@ -15,6 +15,7 @@ import { createLogger } from '../logging/logger.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 import type { ShardsService } from '../shards/shards.service.js';
 import { EnforcementService } from './enforcement.service.js';
+import { ProcessOwners } from './process-owners.js';
 
 const MiB = 1024 ** 2;
 const GPU0 = 'GPU-fa4e5000-0000-4000-8000-000000000000';
@@ -78,7 +79,14 @@ function setUp(stateDir: string) {
     },
   } as unknown as ShardsService;
   const limits = new LimitsService(config, logger);
-  const enforcement = new EnforcementService(config, gpus, shards, limits, logger);
+  const enforcement = new EnforcementService(
+    config,
+    gpus,
+    shards,
+    limits,
+    new ProcessOwners(procRoot),
+    logger,
+  );
   return {
     enforcement,
     limits,

@@ -46,7 +46,6 @@ const FULL_PASS_MS = 1000;
 @Injectable()
 export class EnforcementService implements OnModuleDestroy {
   private readonly logger: Logger;
-  private readonly owners: ProcessOwners;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   /** Kills and stops, and the PIDs killed until they are gone. */
@@ -67,10 +66,11 @@ export class EnforcementService implements OnModuleDestroy {
     private readonly gpus: GpusService,
     private readonly shards: ShardsService,
     private readonly limits: LimitsService,
+    /** Shared with the compute fence (ProcessOwnersModule). */
+    private readonly owners: ProcessOwners,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'enforcement' });
-    this.owners = new ProcessOwners(config.enforcement.procRoot);
     this.actions = new PolicyActions(shards);
   }
 
