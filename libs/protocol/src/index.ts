@@ -46,5 +46,6 @@ export * from './agent-messages.js';
 export * from './command-messages.js';
 export * from './codec.js';
 export * from './request.js';
+export * from './agent-link-base.js';
 export * from './text.js';
 export * from './command-answer.js';

@@ -1,30 +1,15 @@
 import {
+  AgentLinkBase,
   agentInboxPrefix,
-  agentSubjects,
   answerCommand,
   commandReplySchema,
   encodeMessage,
   errorMessage,
-  heartbeatSchema,
   hostSubjects,
-  reconcileReplySchema,
-  reconcileRequestSchema,
-  registerReplySchema,
-  registerRequestSchema,
-  requestMessage,
-  shardStateEventSchema,
-  type AgentSubjects,
   type NatsAuth,
-  type Heartbeat,
-  type ReconcileReply,
-  type ReconcileRequest,
-  type RegisterReply,
-  type RegisterRequest,
-  type ShardStateEvent,
 } from '@gpushards/protocol';
 import { connectNats } from '@gpushards/link';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
-import type { z } from 'zod';
 
 import type { Logger } from '../logging/logger.js';
 import { LinkUnavailableError, type AgentLink, type CommandHandler } from './agent-link.js';
@@ -48,18 +33,16 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
  * and receives its own replies under gpushards.inbox.<host> (the only inbox its user may
  * read), as libs/protocol's README describes.
  */
-export class NatsAgentLink implements AgentLink {
-  private readonly subjects: AgentSubjects;
+export class NatsAgentLink extends AgentLinkBase implements AgentLink {
   private connection: NatsConnection | undefined;
   private commands: Subscription | undefined;
-  private readonly restoredListeners: (() => void)[] = [];
 
   constructor(
-    private readonly hostId: string,
+    hostId: string,
     private readonly options: NatsLinkOptions,
     private readonly logger: Logger,
   ) {
-    this.subjects = agentSubjects(hostId);
+    super(hostId);
   }
 
   async connect(): Promise<void> {
@@ -69,38 +52,10 @@ export class NatsAgentLink implements AgentLink {
         auth: this.options.auth,
         name: `gpushards-agent-${this.hostId}`,
         inboxPrefix: agentInboxPrefix(this.hostId),
-        onReconnect: () => {
-          for (const listener of this.restoredListeners) listener();
-        },
+        onReconnect: () => this.restored(),
       },
       this.logger,
     );
-  }
-
-  register(request: RegisterRequest): Promise<RegisterReply> {
-    return this.request(
-      this.subjects.register,
-      registerRequestSchema,
-      request,
-      registerReplySchema,
-    );
-  }
-
-  reconcile(request: ReconcileRequest): Promise<ReconcileReply> {
-    return this.request(
-      this.subjects.reconcile,
-      reconcileRequestSchema,
-      request,
-      reconcileReplySchema,
-    );
-  }
-
-  async heartbeat(message: Heartbeat): Promise<void> {
-    this.open().publish(this.subjects.heartbeat, encodeMessage(heartbeatSchema, message));
-  }
-
-  async publishState(event: ShardStateEvent): Promise<void> {
-    this.open().publish(this.subjects.state, encodeMessage(shardStateEventSchema, event));
   }
 
   async onCommand(handler: CommandHandler): Promise<void> {
@@ -119,10 +74,6 @@ export class NatsAgentLink implements AgentLink {
     await connection.flush();
   }
 
-  onRestored(listener: () => void): void {
-    this.restoredListeners.push(listener);
-  }
-
   async close(): Promise<void> {
     const connection = this.connection;
     this.connection = undefined;
@@ -138,26 +89,22 @@ export class NatsAgentLink implements AgentLink {
     return this.connection;
   }
 
-  private request<Q extends z.ZodType, R extends z.ZodType>(
-    subject: string,
-    requestSchema: Q,
-    message: z.input<Q>,
-    replySchema: R,
-  ): Promise<z.output<R>> {
-    const send = async (to: string, data: string): Promise<Uint8Array> => {
-      try {
-        const raw = await this.open().request(to, data, {
-          timeout: this.options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
-        });
-        return raw.data;
-      } catch (error) {
-        throw new LinkUnavailableError(
-          `no answer from the control plane on ${to}: ${errorMessage(error)}`,
-          { cause: error },
-        );
-      }
-    };
-    return requestMessage(send, subject, this.hostId, requestSchema, message, replySchema);
+  protected override publish(subject: string, data: string): void {
+    this.open().publish(subject, data);
+  }
+
+  protected override async send(subject: string, data: string): Promise<Uint8Array> {
+    try {
+      const raw = await this.open().request(subject, data, {
+        timeout: this.options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+      });
+      return raw.data;
+    } catch (error) {
+      throw new LinkUnavailableError(
+        `no answer from the control plane on ${subject}: ${errorMessage(error)}`,
+        { cause: error },
+      );
+    }
   }
 
   private async answer(msg: Msg, handler: CommandHandler): Promise<void> {

@@ -1,28 +1,13 @@
 import {
-  agentSubjects,
+  AgentLinkBase,
   answerCommand,
   assertValidHostId,
   commandReplySchema,
   encodeMessage,
-  heartbeatSchema,
   hostSubjects,
-  reconcileReplySchema,
-  reconcileRequestSchema,
-  registerReplySchema,
-  registerRequestSchema,
-  requestMessage,
-  shardStateEventSchema,
-  type AgentSubjects,
   type Command,
   type CommandReply,
-  type Heartbeat,
-  type ReconcileReply,
-  type ReconcileRequest,
-  type RegisterReply,
-  type RegisterRequest,
-  type ShardStateEvent,
 } from '@gpushards/protocol';
-import type { z } from 'zod';
 import {
   CommandNotDeliveredError,
   type AgentMessageHandler,
@@ -176,25 +161,23 @@ export class InProcessAgentHub implements AgentTransport {
 /**
  * One agent's side of an InProcessAgentHub. Structurally the agent's AgentLink (connect,
  * register, reconcile, heartbeat, publishState, onCommand, onRestored, close), so the agent
- * takes it as `link: {custom}` without either package importing the other.
+ * takes it as `link: {custom}` without either package importing the other. The messages
+ * themselves are AgentLinkBase's (libs/protocol), as NatsAgentLink's are: this class is the
+ * transport alone.
  */
-export class InProcessAgentLink {
-  private readonly subjects: AgentSubjects;
+export class InProcessAgentLink extends AgentLinkBase {
   private commandHandler: InProcessCommandHandler | undefined;
-  private readonly restoredListeners: (() => void)[] = [];
   private connected = false;
   private readonly self: ConnectedAgent = {
     answer: (data) => this.answer(data),
-    restored: () => {
-      for (const listener of this.restoredListeners) listener();
-    },
+    restored: () => this.restored(),
   };
 
   constructor(
     private readonly hub: HubPort,
-    readonly hostId: string,
+    hostId: string,
   ) {
-    this.subjects = agentSubjects(hostId);
+    super(hostId);
   }
 
   async connect(): Promise<void> {
@@ -202,46 +185,24 @@ export class InProcessAgentLink {
     this.connected = true;
   }
 
-  register(request: RegisterRequest): Promise<RegisterReply> {
-    return this.request(
-      this.subjects.register,
-      registerRequestSchema,
-      request,
-      registerReplySchema,
-    );
-  }
-
-  reconcile(request: ReconcileRequest): Promise<ReconcileReply> {
-    return this.request(
-      this.subjects.reconcile,
-      reconcileRequestSchema,
-      request,
-      reconcileReplySchema,
-    );
-  }
-
-  async heartbeat(message: Heartbeat): Promise<void> {
-    this.assertConnected();
-    this.hub.publish(this.subjects.heartbeat, encodeMessage(heartbeatSchema, message));
-  }
-
-  async publishState(event: ShardStateEvent): Promise<void> {
-    this.assertConnected();
-    this.hub.publish(this.subjects.state, encodeMessage(shardStateEventSchema, event));
-  }
-
   async onCommand(handler: InProcessCommandHandler): Promise<void> {
     this.commandHandler = handler;
-  }
-
-  onRestored(listener: () => void): void {
-    this.restoredListeners.push(listener);
   }
 
   async close(): Promise<void> {
     this.connected = false;
     this.commandHandler = undefined;
     this.hub.detach(this.hostId, this.self);
+  }
+
+  protected override publish(subject: string, data: string): void {
+    this.assertConnected();
+    this.hub.publish(subject, data);
+  }
+
+  protected override send(subject: string, data: string): Promise<string> {
+    this.assertConnected();
+    return this.hub.request(subject, data);
   }
 
   /**
@@ -255,23 +216,6 @@ export class InProcessAgentLink {
     }
     const reply = await answerCommand(this.hostId, hostSubjects(this.hostId).cmd, data, handler);
     return encodeMessage(commandReplySchema, reply);
-  }
-
-  private async request<Q extends z.ZodType, R extends z.ZodType>(
-    subject: string,
-    requestSchema: Q,
-    message: z.input<Q>,
-    replySchema: R,
-  ): Promise<z.output<R>> {
-    this.assertConnected();
-    return requestMessage(
-      (to, data) => this.hub.request(to, data),
-      subject,
-      this.hostId,
-      requestSchema,
-      message,
-      replySchema,
-    );
   }
 
   private assertConnected(): void {
