@@ -41,10 +41,10 @@ import {
 import { QueueSignal } from './queue-signal.js';
 
 /**
- * How often the GPUs' reserved bytes are read again (one small JSON value), besides the reads
- * that misses and no-fits cause. The hosts and GPUs themselves are read again when that read
- * shows a host changed (registered, cordoned, offline: host.updated_at moves) or the number of
- * hosts did.
+ * How often the GPUs whose reservations changed are read again (one small JSON value), besides
+ * the reads that misses and no-fits cause. The hosts and GPUs themselves are read again when
+ * that read shows a host changed (registered, cordoned, offline: host.changed_xid stamped) or
+ * the number of hosts did.
  */
 export const FLEET_REFRESH_INTERVAL_MS = 1000;
 
@@ -73,8 +73,33 @@ export interface GpuDelta {
  * a createShard does not read 8,000 GPU rows. It is a guess, never the truth: the database's
  * conditional update decides, and several control planes may change the same GPUs.
  *
- * - Read whole every FLEET_REFRESH_INTERVAL_MS, and on demand (`refreshedSince`), by one read
- *   at a time that every waiting caller shares.
+ * - Read whole at start and on demand (`refreshedSince`), by one read at a time that every
+ *   waiting caller shares.
+ * - Every FLEET_REFRESH_INTERVAL_MS, only the GPUs whose reservations changed since the last
+ *   read (`refreshReservations`), from a change feed that cannot miss a commit:
+ *
+ *   A trigger stamps each change of a GPU's reserved bytes or compute shares with its
+ *   transaction's id (gpu.reservations_changed_xid, migration 20261127211721_fleet_change_feed),
+ *   whatever statement made it, and each change of what placement reads of a host
+ *   (host.changed_xid: a host stamped since means a whole read). Each read also takes its
+ *   snapshot's xmin, the oldest transaction still running then (the watermark); the next read
+ *   fetches the rows stamped at or above it.
+ *   A transaction below it had ended when that read's snapshot was taken, so that read saw its
+ *   rows; one that commits later, however long it ran and in whatever order transactions commit
+ *   (a row stamped 10 committing after one stamped 11 was read), had not ended, so its id is at
+ *   or above the watermark and the next read fetches its rows. A sequence number taken at the
+ *   write would not do: it orders writes, not commits, and the reader cannot tell how far back
+ *   an uncommitted one lies. The price: rows of transactions still running at a read are read
+ *   again at the next, and a long writing transaction anywhere in the cluster widens every read
+ *   until it ends (never narrows it). PGlite (one connection, transactions serial) is the same
+ *   PostgreSQL and works the same way.
+ *
+ *   The feed covers what the database committed; the cache also holds values of its own: this
+ *   process's commits applied by delta, and rows read inside a transaction (`reloadHosts`),
+ *   whose snapshot may be older than the watermark. Those GPUs are remembered (`recheck`) and
+ *   read again, stamped or not, by the next periodic read that starts after they were set, so
+ *   a delta applied onto a value that was already stale, or a reload older than the last read,
+ *   is corrected within one interval, as the whole reads did before.
  * - One host is read again inside the transaction when a conditional update on it missed.
  * - This process's own changes are applied as they commit (`applyCommitted`), and GPUs picked
  *   by transactions still running are held (`hold`), so that concurrent requests of one
@@ -94,7 +119,20 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   private lastReadStartedAt = Number.NEGATIVE_INFINITY;
   /** What the last whole read saw: a later read that sees otherwise reads everything again. */
   private seenHosts = { count: 0, changedAt: '' };
-  private reading: { readonly startedAt: number; readonly done: Promise<void> } | undefined;
+  /**
+   * The last read's change-feed watermark: the next periodic read fetches the GPUs changed by
+   * transactions at or above it. Undefined before the first read (or where the reader gives
+   * none): the periodic read then reads every GPU.
+   */
+  private watermark: string | undefined;
+  /**
+   * GPUs whose cached counts did not come from a read of the change feed (this process's own
+   * commits, `reloadHosts`), with performance.now() when they were set: the next periodic read
+   * that starts later reads them too.
+   */
+  private readonly recheck = new Map<string, number>();
+  /** The read under way, whole or periodic: one at a time, so the watermark matches the rows. */
+  private reading: { readonly whole: boolean; readonly done: Promise<unknown> } | undefined;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -150,32 +188,43 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     while (this.lastReadStartedAt < since) {
       const reading = this.reading;
       if (reading !== undefined) {
-        await reading.done;
+        // A periodic read's failure is its own caller's to log; a whole read follows.
+        await (reading.whole ? reading.done : reading.done.catch(() => undefined));
         continue;
       }
       const startedAt = performance.now();
       const done = this.readAll(startedAt).finally(() => {
         this.reading = undefined;
       });
-      this.reading = { startedAt, done };
+      this.reading = { whole: true, done };
       await done;
     }
   }
 
   /**
-   * Reads every GPU's reserved bytes (the periodic read), or everything when a host changed.
-   * Skipped while a whole read runs: that one brings the same news.
+   * The periodic read: the GPUs whose reservations changed since the last read (the change
+   * feed) and those to `recheck`, or everything when a host changed. Skipped while another
+   * read runs: that one brings the same news.
    */
   async refreshReservations(): Promise<void> {
     if (this.reading !== undefined) return;
+    const done = this.readChanges().finally(() => {
+      this.reading = undefined;
+    });
+    this.reading = { whole: false, done };
+    if (!(await done)) return;
+    await this.refreshedSince(performance.now());
+    // A host of another control plane came online, was uncordoned or joined.
+    this.signal.freed();
+  }
+
+  /** Reads and applies the changed GPUs; true when a host changed (a whole read is due). */
+  private async readChanges(): Promise<boolean> {
     const startedAt = performance.now();
-    const row = await readReservations(this.prisma.direct);
-    if (row.hostCount !== this.seenHosts.count || row.hostsChangedAt !== this.seenHosts.changedAt) {
-      await this.refreshedSince(performance.now());
-      // A host of another control plane came online, was uncordoned or joined.
-      this.signal.freed();
-      return;
-    }
+    const recheck = [...this.recheck.keys()];
+    const row = await readReservations(this.prisma.direct, this.watermark, recheck);
+    const hostsChanged = row.hostsChanged ?? row.hostsChangedAt !== this.seenHosts.changedAt;
+    if (row.hostCount !== this.seenHosts.count || hostsChanged) return true;
     const { compute, isolated } = row;
     let freed = false;
     for (const [uuid, reserved] of Object.entries(row.reserved)) {
@@ -186,8 +235,25 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       Object.assign(gpu.committed, read);
       this.recount(gpu);
     }
+    this.watermark = row.watermark;
+    this.forgetRechecked(recheck, startedAt);
     // Another control plane freed room: this process's queue learns of it here.
     if (freed) this.signal.freed();
+    return false;
+  }
+
+  /** GPUs a read that started at `startedAt` brought, unless they were set again since. */
+  private forgetRechecked(uuids: Iterable<string>, startedAt: number): void {
+    for (const uuid of uuids) {
+      if ((this.recheck.get(uuid) ?? Number.POSITIVE_INFINITY) <= startedAt) {
+        this.recheck.delete(uuid);
+      }
+    }
+  }
+
+  /** Marks GPUs to read again at the next periodic read (their counts came from elsewhere). */
+  private toRecheck(uuid: string): void {
+    this.recheck.set(uuid, performance.now());
   }
 
   /** Starts a whole read without waiting for it (after a host registered or changed). */
@@ -211,6 +277,8 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
     if (ids.length === 0) return;
     const startedAt = performance.now();
     const { hosts, gpus } = await readHosts(reader, ids);
+    // Read in a snapshot that may predate the last periodic read: read again at the next.
+    for (const gpu of gpus) this.toRecheck(gpu.uuid);
     const committed = (gpu: GpuRow): GpuRow => {
       const added = uncommitted.get(gpu.uuid);
       if (added === undefined) return gpu;
@@ -293,6 +361,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       if (committed) {
         addCounts(gpu.committed, each);
         gpu.localAt = performance.now();
+        this.toRecheck(uuid);
       }
       this.recount(gpu);
     }
@@ -309,6 +378,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
         isolated: delta.isolatedPermille ?? 0,
       });
       gpu.localAt = performance.now();
+      this.toRecheck(delta.uuid);
       this.recount(gpu);
     }
   }
@@ -337,6 +407,8 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       fleet.hosts.map((row) => this.toHost(row, gpusByHost.get(row.id) ?? [], startedAt)),
     );
     this.seenHosts = { count: fleet.hostCount, changedAt: fleet.hostsChangedAt };
+    this.watermark = fleet.watermark;
+    this.forgetRechecked([...this.recheck.keys()], startedAt);
     this.lastReadStartedAt = startedAt;
   }
 

@@ -1,5 +1,12 @@
 import type { HostState } from '@gpushards/limits';
-import type { Prisma, RawSql } from '../database/index.js';
+import { Prisma, type RawSql } from '../database/index.js';
+
+/**
+ * The change feed's watermark of the statement that evaluates it: the oldest transaction id
+ * still running when its snapshot was taken (xid8, as text). Every transaction below it had
+ * ended, so the statement saw its rows; every one that had not ended is at or above it.
+ */
+const WATERMARK = Prisma.sql`pg_snapshot_xmin(pg_current_snapshot())::text`;
 
 /** A client that can read: the service itself, or a transaction's client (PGlite: only that). */
 export type DatabaseReader = Pick<RawSql, '$queryRaw'>;
@@ -33,6 +40,8 @@ export interface WholeFleet {
   /** How many hosts there are, and the newest host.updated_at (text): what a later read compares. */
   readonly hostCount: number;
   readonly hostsChangedAt: string;
+  /** The change-feed watermark of these rows (see readReservations); absent: unknown. */
+  readonly watermark?: string;
 }
 
 export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet> {
@@ -43,11 +52,13 @@ export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet
       rows: [string, string, HostState, Prisma.JsonValue, number][] | null;
       count: number;
       changedAt: string | null;
+      watermark?: string;
     }[]
   >`
     SELECT json_agg(json_build_array(id, name, state, labels, context_overhead_bytes)
                     ORDER BY id) AS rows,
-           count(*)::int AS count, max(updated_at)::text AS "changedAt"
+           count(*)::int AS count, max(updated_at)::text AS "changedAt",
+           ${WATERMARK} AS watermark
       FROM host`;
   const [gpus] = await reader.$queryRaw<
     {
@@ -81,45 +92,80 @@ export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet
     })),
     hostCount: hosts?.count ?? 0,
     hostsChangedAt: hosts?.changedAt ?? '',
+    // The host read's snapshot is the older of the two: what commits after it is at or above
+    // its watermark, so the next periodic read fetches it, whichever of the two it concerns.
+    ...(hosts?.watermark === undefined ? {} : { watermark: hosts.watermark }),
   };
 }
 
-/** What the periodic read brings: whether hosts changed, and every GPU's reservations. */
+/** What the periodic read brings: whether hosts changed, and the GPUs' reservations it read. */
 export interface Reservations {
   readonly hostCount: number;
+  /** The newest host.updated_at (the read of every GPU only). */
   readonly hostsChangedAt: string;
-  /** Reserved bytes by GPU UUID (GPUs not missing). */
+  /** Whether a host changed since the watermark (the read of the changes only). */
+  readonly hostsChanged?: boolean;
+  /** Reserved bytes by GPU UUID: every GPU read (not missing). */
   readonly reserved: Readonly<Record<string, number>>;
-  /** Guaranteed compute permille by GPU UUID, for the GPUs that have some. */
+  /** Guaranteed compute permille by GPU UUID, for the GPUs read that have some. */
   readonly compute: Readonly<Record<string, number>>;
-  /** Of that, the ISOLATED shards' permille, for the GPUs that have some. */
+  /** Of that, the ISOLATED shards' permille, for the GPUs read that have some. */
   readonly isolated: Readonly<Record<string, number>>;
+  /** This read's watermark, the next read's `since`; absent: unknown. */
+  readonly watermark?: string;
 }
 
-export async function readReservations(reader: DatabaseReader): Promise<Reservations> {
+/**
+ * The periodic read. With `since` (a watermark of an earlier read whose rows the cache holds),
+ * only the GPUs that a transaction at or above it changed (gpu.reservations_changed_xid, set by
+ * a trigger on every change of reserved bytes or compute shares), and those in `recheck`, and
+ * whether a host changed (host.changed_xid, likewise); without, every GPU and the newest
+ * host.updated_at. Either way the number of hosts (a deleted host stamps nothing).
+ */
+export async function readReservations(
+  reader: DatabaseReader,
+  since?: string,
+  recheck: readonly string[] = [],
+): Promise<Reservations> {
+  const which =
+    since === undefined
+      ? Prisma.sql`missing_since IS NULL`
+      : Prisma.sql`missing_since IS NULL
+          AND (reservations_changed_xid >= ${since}::bigint OR uuid = ANY(${[...recheck]}::text[]))`;
+  const hostNews =
+    since === undefined
+      ? Prisma.sql`(SELECT max(updated_at) FROM host)::text AS "changedAt", NULL AS "hostsChanged"`
+      : Prisma.sql`NULL AS "changedAt",
+          EXISTS (SELECT 1 FROM host WHERE changed_xid >= ${since}::bigint) AS "hostsChanged"`;
   const [row] = await reader.$queryRaw<
     {
       hosts: number;
       changedAt: string | null;
+      hostsChanged?: boolean | null;
+      watermark?: string;
       reserved: Record<string, number> | null;
       compute: Record<string, number> | null;
-      isolated: Record<string, number> | null;
+      isolated?: Record<string, number> | null;
     }[]
   >`
-    SELECT (SELECT count(*) FROM host)::int AS hosts,
-           (SELECT max(updated_at) FROM host)::text AS "changedAt",
-           (SELECT json_object_agg(uuid, reserved_bytes) FROM gpu
-             WHERE missing_since IS NULL) AS reserved,
-           (SELECT json_object_agg(uuid, guaranteed_compute_permille) FROM gpu
-             WHERE missing_since IS NULL AND guaranteed_compute_permille > 0) AS compute,
-           (SELECT json_object_agg(uuid, isolated_compute_permille) FROM gpu
-             WHERE missing_since IS NULL AND isolated_compute_permille > 0) AS isolated`;
+    WITH read AS (
+      SELECT uuid, reserved_bytes, guaranteed_compute_permille, isolated_compute_permille
+        FROM gpu WHERE ${which})
+    SELECT (SELECT count(*) FROM host)::int AS hosts, ${hostNews},
+           ${WATERMARK} AS watermark,
+           (SELECT json_object_agg(uuid, reserved_bytes) FROM read) AS reserved,
+           (SELECT json_object_agg(uuid, guaranteed_compute_permille) FROM read
+             WHERE guaranteed_compute_permille > 0) AS compute,
+           (SELECT json_object_agg(uuid, isolated_compute_permille) FROM read
+             WHERE isolated_compute_permille > 0) AS isolated`;
   return {
     hostCount: row?.hosts ?? 0,
     hostsChangedAt: row?.changedAt ?? '',
+    ...(typeof row?.hostsChanged === 'boolean' ? { hostsChanged: row.hostsChanged } : {}),
     reserved: row?.reserved ?? {},
     compute: row?.compute ?? {},
     isolated: row?.isolated ?? {},
+    ...(row?.watermark === undefined ? {} : { watermark: row.watermark }),
   };
 }
 
