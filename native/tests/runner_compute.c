@@ -71,6 +71,31 @@ static int t_compute_records(const void *arg)
     return 0;
 }
 
+static int t_compute_process_stamp(const void *arg)
+{
+    /* A live process that launched: its own slot says in which second. */
+    ledger_fresh();
+    const char *env[] = {ledger_env, "GPUSHARDS_SHARD_ID=a", NULL};
+    struct proc holder;
+    H_CHECK(start_ready(&holder, env, "compute-hold", NULL) == 0, "holder did not start: %s", err_text);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    struct gpushards_region *r = region_map();
+    int found = 0;
+    uint32_t stamp = 0;
+    for (unsigned i = 0; r != NULL && i < GPUSHARDS_MAX_SLOTS; i++) {
+        if (r->slots[i].pid != (int32_t)holder.pid) continue;
+        found = 1;
+        stamp = r->slots[i].last_launch_s;
+    }
+    if (r != NULL) region_unmap(r);
+    kill_wait(&holder);
+    H_CHECK(found, "no slot for the holder");
+    H_CHECK(stamp != 0 && stamp <= (uint32_t)t.tv_sec && (uint32_t)t.tv_sec - stamp <= 5,
+            "its launch second %u, now %ld", stamp, (long)t.tv_sec);
+    return 0;
+}
+
 static int t_compute_dead_holder(const void *arg)
 {
     /* A holds the turn with a 300 ms lease and is killed; B must get the
@@ -419,6 +444,7 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute: the limits file's shard id wins over GPUSHARDS_SHARD_ID", t_compute_limits_names_shard, NULL);
     ADDC("compute: a process holding the ledger's turn from outside libvgpu.so stalls nobody for long",
          t_compute_rogue_holder, NULL);
+    ADDC("compute: a launching process's own region slot names the second of its last launch", t_compute_process_stamp, NULL);
     ADDC("compute: a shard that finds the ledger full takes an entry freed later", t_compute_full_ledger, NULL);
 #undef ADDC
 }

@@ -67,7 +67,11 @@ struct gpushards_device {
  * 22) names a process uniquely. */
 struct gpushards_slot {
     int32_t pid;            /* 0 = free */
-    uint32_t reserved0;
+    /* The second (CLOCK_MONOTONIC) of this process's last kernel launch
+     * through libvgpu.so; 0 = none.  From reserved0 without a version bump,
+     * like pool_growth_bytes.  The agent's compute fence tells a process that
+     * launches around libvgpu.so from a sibling that launches through it. */
+    uint32_t last_launch_s;
     uint64_t start_time;    /* 0 = unknown (no /proc) */
     uint64_t used_bytes[GPUSHARDS_MAX_DEVICES]; /* indexed like devices[] */
 };
@@ -116,6 +120,7 @@ _Static_assert(offsetof(struct gpushards_device, last_launch_ns) == 72, "layout"
 _Static_assert(sizeof(struct gpushards_device) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_slot, pid) == 0, "layout");
+_Static_assert(offsetof(struct gpushards_slot, last_launch_s) == 4, "layout");
 _Static_assert(offsetof(struct gpushards_slot, start_time) == 8, "layout");
 _Static_assert(offsetof(struct gpushards_slot, used_bytes) == 16, "layout");
 _Static_assert(sizeof(struct gpushards_slot) == 16 + 8 * GPUSHARDS_MAX_DEVICES, "layout");

@@ -22,6 +22,18 @@ void gs_budget_reset_process(void)
     my_slot = -1;
 }
 
+/* A launch through libvgpu.so, in this process's slot (once a second at most:
+ * the line is not dirtied on every launch).  Nothing before the process has a
+ * slot: a process that launches has charged its context. */
+void gs_budget_note_launch(uint64_t now_ns)
+{
+    int s = my_slot;
+    if (GS_UNLIKELY(s < 0 || gs_region == NULL)) return;
+    uint32_t sec = (uint32_t)(now_ns / 1000000000ull);
+    uint32_t *at = &gs_region->slots[s].last_launch_s;
+    if (__atomic_load_n(at, __ATOMIC_RELAXED) != sec) __atomic_store_n(at, sec, __ATOMIC_RELAXED);
+}
+
 static int slot(void)
 {
     if (GS_UNLIKELY(my_slot < 0)) {

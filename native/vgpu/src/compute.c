@@ -200,6 +200,7 @@ static inline void stamp_launch(CUdevice dev, uint64_t now)
     int idx = gs_dev_index(dev);
     if (GS_LIKELY(idx >= 0 && gs_region != NULL))
         __atomic_store_n(&gs_region->devices[idx].last_launch_ns, now, __ATOMIC_RELAXED);
+    gs_budget_note_launch(now);
 }
 
 static void *admit(CUstream s, int graph)

@@ -380,6 +380,7 @@ int gs_region_claim_slot(void)
         struct gpushards_slot *s = &gs_region->slots[i];
         if (__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) != 0) continue;
         s->start_time = start;
+        s->last_launch_s = 0; /* not the previous owner's */
         __atomic_store_n(&s->pid, me, __ATOMIC_RELEASE);
         found = (int)i;
     }

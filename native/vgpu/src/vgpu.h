@@ -109,6 +109,7 @@ uint64_t gs_effective_used(int dev);
  * here but every charge on it is refused (gs_charge). */
 uint64_t gs_limit(int dev);
 uint64_t gs_context_bytes(int dev);
+void gs_budget_note_launch(uint64_t now_ns);
 uint64_t gs_pool_growth_bytes(int dev);
 void gs_release_process(void);
 

@@ -54,6 +54,7 @@ int main(void)
     printf("    \"slot\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n      \"fields\": {\n",
            sizeof(struct gpushards_slot), offsetof(struct gpushards_region, slots), GPUSHARDS_MAX_SLOTS);
     FIELD(gpushards_slot, pid, 0);
+    FIELD(gpushards_slot, last_launch_s, 0);
     FIELD(gpushards_slot, start_time, 0);
     FIELD(gpushards_slot, used_bytes, 1);
     printf("      }\n    }\n  },\n");

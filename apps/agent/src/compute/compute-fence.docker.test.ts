@@ -153,4 +153,34 @@ describe('compute fence (Docker)', () => {
     assert.equal(docker('inspect', '-f', '{{.State.Running}}', shard), 'true');
     assertGoodNeverFlagged();
   });
+
+  it('kill: a bypassing process beside a sibling that keeps launching through libvgpu.so is killed, the sibling lives', async () => {
+    // The shard launches through libvgpu.so all the time, so its own stamp is always fresh;
+    // the bypass is told apart by its process slot (it has none: it never went through it).
+    const shard = await launch('f-mixed', ['/cuda-probe', 'busy', '0'], 'kill', '"busy":1');
+    docker('exec', '-d', shard, '/cuda-probe', 'bypass', '0');
+    const [pid] = await waitFor(
+      'the bypassing process in f-mixed',
+      () => {
+        const pids = probes(shard, 'bypass');
+        return pids.length > 0 ? pids : undefined;
+      },
+      WAIT_MS,
+    );
+    const finding = await findingOf('f-mixed', 'kill');
+    assert.equal(finding.pid, pid);
+    assert.deepEqual(finding.killedPids, [pid], 'only the bypassing process');
+    assert.ok(
+      finding.lastKernelSeconds !== undefined,
+      'the shard itself launched through libvgpu.so',
+    );
+    await waitFor(
+      'the bypassing process gone',
+      () => (probes(shard, 'bypass').length === 0 ? true : undefined),
+      WAIT_MS,
+    );
+    assert.equal(probes(shard, 'busy').length, 1, 'the sibling launching through libvgpu.so lives');
+    assert.equal(docker('inspect', '-f', '{{.State.Running}}', shard), 'true');
+    assertGoodNeverFlagged();
+  });
 });

@@ -21,7 +21,7 @@ import {
   computeFenceOffReason,
   type ComputeFindingRecord,
 } from './compute-fence.service.js';
-import type { RegionDevice } from '../regions/region-file.js';
+import type { RegionDevice, RegionProcess } from '../regions/region-file.js';
 import type { RegionsService } from '../regions/regions.service.js';
 import {
   LEDGER_HEADER_SIZE,
@@ -129,6 +129,9 @@ function setUp(name: string, policy: CapPolicy, extra: Partial<AgentConfig> = {}
           ? [{ uuid: GPU0, lastLaunchNs: goodLastLaunchNs } as RegionDevice]
           : [],
       ),
+    // No slots: each process is judged with its shard (process-launches.test.ts and the
+    // Docker test cover the process-by-process rule).
+    processes: (): Promise<RegionProcess[]> => Promise.resolve([]),
   } as unknown as RegionsService;
   let monotonic = 1000n * S;
   let wall = 1_795_000_000_000_000;

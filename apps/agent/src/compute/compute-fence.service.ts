@@ -13,9 +13,11 @@ import { ProcessOwners } from '../enforcement/process-owners.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import type { RegionProcess } from '../regions/region-file.js';
 import { RegionsService } from '../regions/regions.service.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 import { ShardsService } from '../shards/shards.service.js';
+import { namespacedProcess, ownLastLaunch } from './process-launches.js';
 
 /** What the agent did about one finding; goes to the control plane as a shard event. */
 export interface ComputeFindingRecord extends UngovernedFinding {
@@ -203,12 +205,46 @@ export class ComputeFenceService implements OnModuleDestroy {
       {
         thresholdPercent: this.config.computeFence.thresholdPercent,
         dying: this.actions.dyingPids(),
+        processLaunches: await this.processLaunches(owned),
       },
     );
     this.previous = decision;
     const done = await this.apply(decision, endNs, now);
     if (done.length > 0) for (const listener of this.listeners) listener(done);
     return done;
+  }
+
+  /**
+   * The own last launch of every process with a busy sample, from its slot in its shard's
+   * region (process-launches.ts): what tells a process that bypasses libvgpu.so from a sibling
+   * that launches through it. A shard whose region cannot be read leaves its processes unknown.
+   */
+  private async processLaunches(owned: readonly ProcessUtilization[]) {
+    const threshold = this.config.computeFence.thresholdPercent;
+    const busyByShard = new Map<string, Set<number>>();
+    for (const sample of owned) {
+      if (sample.shardId === undefined || sample.smPercent < threshold) continue;
+      const pids = busyByShard.get(sample.shardId) ?? new Set<number>();
+      busyByShard.set(sample.shardId, pids.add(sample.pid));
+    }
+    const launches = new Map<number, bigint | null>();
+    for (const [shardId, pids] of busyByShard) {
+      let slots: readonly RegionProcess[];
+      try {
+        slots = await this.regions.processes(shardId);
+      } catch (error) {
+        this.logger.warn(
+          { err: error, shardId },
+          'cannot read the process slots of a shard region',
+        );
+        continue;
+      }
+      for (const pid of pids) {
+        const own = ownLastLaunch(namespacedProcess(this.config.enforcement.procRoot, pid), slots);
+        if (own !== undefined) launches.set(pid, own);
+      }
+    }
+    return launches;
   }
 
   /**

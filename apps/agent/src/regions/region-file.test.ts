@@ -6,7 +6,14 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 
 import { buildRegion } from '../testing/region-fixture.js';
-import { formatUuid, parseUuid, readRegion, RegionError, writeRegionLimit } from './region-file.js';
+import {
+  formatUuid,
+  parseUuid,
+  readRegion,
+  readRegionProcesses,
+  RegionError,
+  writeRegionLimit,
+} from './region-file.js';
 import { DEVICES_OFFSET, DEVICE_FIELDS, HEADER_FIELDS, REGION_SIZE } from './region-layout.js';
 
 const GPU_A = 'GPU-5d3b7a1e-0c4f-4c8e-9f0a-1b2c3d4e5f60';
@@ -65,6 +72,22 @@ describe('region file', () => {
         lastLaunchNs: 123_456_789_000n,
       },
     ]);
+  });
+
+  it('reads the process slots in use, each with its launch second, and refuses a short file', async () => {
+    const path = regionFile(
+      buildRegion([{ uuid: GPU_A }], undefined, [
+        { pid: 17, startTime: 555n, lastLaunchSeconds: 1234 },
+        { pid: 0, lastLaunchSeconds: 99 },
+        { pid: 18 },
+      ]),
+    );
+    assert.deepEqual(await readRegionProcesses(path), [
+      { pid: 17, startTime: 555n, lastLaunchSeconds: 1234 },
+      { pid: 18, startTime: 0n, lastLaunchSeconds: 0 },
+    ]);
+    const short = regionFile(buildRegion([{ uuid: GPU_A }]).subarray(0, 4096));
+    await rejectsWith(short, 'TRUNCATED', /bytes/);
   });
 
   it('refuses truncated, foreign, corrupt and newer files, saying which', async () => {

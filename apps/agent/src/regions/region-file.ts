@@ -13,6 +13,7 @@ import {
   REGION_MAGIC,
   REGION_SIZE,
   REGION_VERSION,
+  SLOT_FIELDS,
   SLOTS_OFFSET,
   SLOT_SIZE,
 } from './region-layout.js';
@@ -69,6 +70,41 @@ const READ_BYTES = DEVICES_OFFSET + DEVICE_SIZE * MAX_DEVICES;
 export async function readRegion(path: string): Promise<Region> {
   const bytes = await readPrefix(path, READ_BYTES);
   return parseRegion(bytes.buffer, bytes.fileSize, path);
+}
+
+/** A process of the container that charged memory through libvgpu.so (a slot in use). */
+export interface RegionProcess {
+  /** As the process sees itself: its PID in the container's PID namespace. */
+  readonly pid: number;
+  /** Clock ticks after boot (/proc/<pid>/stat field 22); 0 = unknown. */
+  readonly startTime: bigint;
+  /** The CLOCK_MONOTONIC second of its last launch through libvgpu.so; 0 = none. */
+  readonly lastLaunchSeconds: number;
+}
+
+/** The region with its process slots (the whole file, about 150 KiB); throws RegionError. */
+export async function readRegionProcesses(path: string): Promise<readonly RegionProcess[]> {
+  const { buffer, fileSize } = await readPrefix(path, REGION_SIZE);
+  parseRegion(buffer, fileSize, path);
+  if (buffer.length < REGION_SIZE) {
+    throw new RegionError(
+      'TRUNCATED',
+      path,
+      `${buffer.length} bytes, the header says ${REGION_SIZE}`,
+    );
+  }
+  const processes: RegionProcess[] = [];
+  for (let slot = 0; slot < MAX_SLOTS; slot++) {
+    const base = SLOTS_OFFSET + slot * SLOT_SIZE;
+    const pid = buffer.readInt32LE(base + SLOT_FIELDS.pid.offset);
+    if (pid <= 0) continue;
+    processes.push({
+      pid,
+      startTime: buffer.readBigUInt64LE(base + SLOT_FIELDS.start_time.offset),
+      lastLaunchSeconds: buffer.readUInt32LE(base + SLOT_FIELDS.last_launch_s.offset),
+    });
+  }
+  return processes;
 }
 
 /** Parses the first READ_BYTES of a region file of `fileSize` bytes; throws RegionError. */

@@ -18,6 +18,7 @@ import {
   REGION_MAGIC,
   REGION_SIZE,
   REGION_VERSION,
+  SLOT_FIELDS,
   SLOTS_OFFSET,
   SLOT_SIZE,
 } from './region-layout.js';
@@ -84,6 +85,9 @@ describe('region layout', () => {
     }
     for (const [name, field] of Object.entries(DEVICE_FIELDS)) {
       assert.deepEqual(device.fields[name], field, `device.${name}`);
+    }
+    for (const [name, field] of Object.entries(SLOT_FIELDS)) {
+      assert.deepEqual(slot.fields[name], field, `slot.${name}`);
     }
   });
 });

@@ -42,6 +42,12 @@ export const DEVICE_FIELDS = {
   last_launch_ns: { offset: 72, size: 8 },
 } as const satisfies Record<string, Field>;
 
+export const SLOT_FIELDS = {
+  pid: { offset: 0, size: 4 },
+  last_launch_s: { offset: 4, size: 4 },
+  start_time: { offset: 8, size: 8 },
+} as const satisfies Record<string, Field>;
+
 export const HEADER_SIZE = 256;
 export const DEVICE_SIZE = 128;
 export const SLOT_SIZE = 144;

@@ -6,7 +6,14 @@ import type { GpuLimit } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { readRegion, RegionError, writeRegionLimit, type RegionDevice } from './region-file.js';
+import {
+  readRegion,
+  readRegionProcesses,
+  RegionError,
+  writeRegionLimit,
+  type RegionDevice,
+  type RegionProcess,
+} from './region-file.js';
 
 /** The region file's name inside a shard's region folder (GPUSHARDS_REGION_PATH's base name). */
 export const REGION_FILE = 'region';
@@ -58,6 +65,16 @@ export class RegionsService {
   async remove(shardId: string): Promise<void> {
     this.pendingLimits.delete(shardId);
     await fs.rm(this.folder(shardId), { recursive: true, force: true });
+  }
+
+  /** The processes with a slot in a shard's region; empty when no CUDA process has run yet. */
+  async processes(shardId: string): Promise<readonly RegionProcess[]> {
+    try {
+      return await readRegionProcesses(this.file(shardId));
+    } catch (error) {
+      if (error instanceof RegionError && error.code === 'MISSING') return [];
+      throw error;
+    }
   }
 
   /** The ACTIVE devices of a shard's region; empty when no CUDA process has run yet. */

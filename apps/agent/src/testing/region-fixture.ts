@@ -11,6 +11,7 @@ import {
   REGION_MAGIC,
   REGION_SIZE,
   REGION_VERSION,
+  SLOT_FIELDS,
   SLOTS_OFFSET,
   SLOT_SIZE,
 } from '../regions/region-layout.js';
@@ -29,8 +30,18 @@ export interface FixtureDevice {
   state?: number;
 }
 
+export interface FixtureProcess {
+  pid: number;
+  startTime?: bigint;
+  lastLaunchSeconds?: number;
+}
+
 /** A region file as libvgpu.so writes it, for tests that run without the interposer. */
-export function buildRegion(devices: readonly FixtureDevice[], version = REGION_VERSION): Buffer {
+export function buildRegion(
+  devices: readonly FixtureDevice[],
+  version = REGION_VERSION,
+  processes: readonly FixtureProcess[] = [],
+): Buffer {
   const buffer = Buffer.alloc(REGION_SIZE);
   buffer.writeBigUInt64LE(REGION_MAGIC, HEADER_FIELDS.magic.offset);
   buffer.writeUInt32LE(version, HEADER_FIELDS.version.offset);
@@ -62,6 +73,12 @@ export function buildRegion(devices: readonly FixtureDevice[], version = REGION_
       buffer.writeBigUInt64LE(BigInt(value ?? 0), base + DEVICE_FIELDS[field].offset);
     }
     buffer.writeBigUInt64LE(device.lastLaunchNs ?? 0n, base + DEVICE_FIELDS.last_launch_ns.offset);
+  });
+  processes.forEach((process, slot) => {
+    const base = SLOTS_OFFSET + slot * SLOT_SIZE;
+    buffer.writeInt32LE(process.pid, base + SLOT_FIELDS.pid.offset);
+    buffer.writeUInt32LE(process.lastLaunchSeconds ?? 0, base + SLOT_FIELDS.last_launch_s.offset);
+    buffer.writeBigUInt64LE(process.startTime ?? 0n, base + SLOT_FIELDS.start_time.offset);
   });
   return buffer;
 }

@@ -402,3 +402,106 @@ describe('ungovernedCompute properties', () => {
     );
   });
 });
+
+describe('ungovernedCompute process by process', () => {
+  const ownLaunch = ['unknown', 'no slot', 'before', 'in'] as const;
+  type OwnLaunch = (typeof ownLaunch)[number];
+  /** Each pid's own last launch in a window, as the agent reads it from the pid's slot. */
+  const launchesOf = (window: ComputeWindow, picks: readonly OwnLaunch[]) => {
+    const map = new Map<number, bigint | null>();
+    picks.forEach((pick, pid) => {
+      if (pick === 'no slot') map.set(pid, null);
+      else if (pick === 'before') map.set(pid, window.startNs - 1n);
+      else if (pick === 'in') map.set(pid, window.startNs);
+    });
+    return map;
+  };
+  const decide = (host: Host, picks: (window: ComputeWindow) => Map<number, bigint | null>) => {
+    const shards = shardIds.map((shardId, i) => shard(shardId, host.policies[i]!));
+    const rounds = roundsOf(host);
+    const decisions: ComputeFenceDecision[] = [];
+    const maps = rounds.map((round) => picks(round.window));
+    rounds.forEach((round, i) =>
+      decisions.push(
+        ungovernedCompute(round.samples, round.ledger, shards, round.window, decisions.at(-1), {
+          thresholdPercent: host.threshold,
+          minSamples: host.minSamples,
+          processLaunches: maps[i]!,
+        }),
+      ),
+    );
+    return { rounds, decisions, maps };
+  };
+
+  test('a shard that launched: only its busy processes with no launch of their own are named', () => {
+    const shards = [shard('a', 'kill')];
+    const stamps: LaunchStamp[] = [{ shardId: 'a', gpuUuid: GPU0, lastKernelNs: 106n * S }];
+    const samples = [...busy('a', 7, 90, 90, 90), ...busy('a', 8, 40, 50)];
+    const own = (w: ComputeWindow) =>
+      new Map<number, bigint | null>([
+        [7, w.startNs + S],
+        [8, null],
+      ]);
+    const first = ungovernedCompute(
+      samples,
+      [{ ...stamps[0]!, lastKernelNs: 101n * S }],
+      shards,
+      W1,
+      undefined,
+      {
+        processLaunches: own(W1),
+      },
+    );
+    const second = ungovernedCompute(samples, stamps, shards, W2, first, {
+      processLaunches: own(W2),
+    });
+    assert.deepEqual(first.suspects, [{ shardId: 'a', gpuUuid: GPU0 }]);
+    assert.equal(second.findings.length, 1);
+    const [finding] = second.findings;
+    assert.deepEqual(finding!.processes, [{ pid: 8, smPercent: 45, samples: 2 }]);
+    assert.deepEqual(finding!.pids, [8], 'the sibling that launches through libvgpu.so lives');
+    assert.equal(finding!.lastKernelNs, 106n * S, "the shard's own last launch");
+    // The same process launching through libvgpu.so itself: nothing.
+    const governed = (w: ComputeWindow) =>
+      new Map<number, bigint | null>([
+        [7, w.startNs],
+        [8, w.startNs],
+      ]);
+    const quiet = ungovernedCompute(samples, stamps, shards, W2, first, {
+      processLaunches: governed(W2),
+    });
+    assert.deepEqual(quiet, { suspects: [], findings: [] });
+  });
+
+  test('property: where the shard launched, a named process never launched on its own in the window', () => {
+    fc.assert(
+      fc.property(
+        arbitraryHost,
+        fc.array(fc.constantFrom(...ownLaunch), { minLength: 31, maxLength: 31 }),
+        (host, picks) => {
+          const { rounds, decisions, maps } = decide(host, (w) => launchesOf(w, picks));
+          decisions.forEach((decision, i) => {
+            for (const f of decision.findings) {
+              if (!launchedIn(rounds[i]!, f.shardId, f.gpuUuid)) continue;
+              for (const p of f.processes) {
+                const own = maps[i]!.get(p.pid);
+                assert.ok(
+                  own === null || (own !== undefined && own < rounds[i]!.window.startNs),
+                  `pid ${p.pid} named though its slot says ${String(own)}`,
+                );
+              }
+            }
+          });
+        },
+      ),
+    );
+  });
+
+  test('property: with no process known, the decisions are those judged by shard alone', () => {
+    fc.assert(
+      fc.property(arbitraryHost, (host) => {
+        assert.deepEqual(decide(host, () => new Map()).decisions, run(host).decisions);
+      }),
+    );
+  });
+});

@@ -55,6 +55,14 @@ export interface ComputeFenceOptions {
   readonly minSamples?: number;
   /** Processes already killed: never chosen again (their last samples may still come). */
   readonly dying?: ReadonlySet<number>;
+  /**
+   * Each process's own last launch through libvgpu.so (CLOCK_MONOTONIC ns, from its slot in its
+   * shard's region), by the host PID NVML gives: null for a process with no slot there (it
+   * never went through libvgpu.so). A process not in the map is not judged on its own. With
+   * it, a process that keeps a GPU busy without launching through libvgpu.so is found even
+   * while a sibling in its shard launches through it.
+   */
+  readonly processLaunches?: ReadonlyMap<number, bigint | null>;
 }
 
 /** A shard and GPU that looked ungoverned in one window. */
@@ -109,7 +117,8 @@ export interface ComputeFenceDecision {
  * Decides, for one window, which shards ran ungoverned GPU work. A shard is a suspect on a GPU
  * when at least `minSamples` samples of its processes there reached `thresholdPercent` while
  * its launch stamps there record no launch in the window (none, or its last launch before
- * the window's start). A suspect of this window that was one in the previous window
+ * the window's start); or, where it did launch there, when that many samples of its processes
+ * whose own slots record no launch in the window (`processLaunches`) did. A suspect of this window that was one in the previous window
  * (`previous`, the decision of the window just before; undefined when there was none) is a
  * finding: one window alone never is, so a shard whose last governed kernels, launched just
  * before a window began, still ran in it is not taken for a bypass.
@@ -153,6 +162,12 @@ export function ungovernedCompute(
     if (sm >= threshold) pid.busy++;
   }
   const launches = new Map(launchStamps.map((m) => [keyOf(m.shardId, m.gpuUuid), m.lastKernelNs]));
+  const processLaunches = options.processLaunches ?? new Map<number, bigint | null>();
+  /** Launched through libvgpu.so in the window, as far as its own slot tells. */
+  const processGoverned = (pid: number) => {
+    const last = processLaunches.get(pid);
+    return last === undefined || (last !== null && last >= window.startNs);
+  };
   const wasSuspect = new Set(previous?.suspects.map((s) => keyOf(s.shardId, s.gpuUuid)) ?? []);
   const wasFinding = new Set(previous?.findings.map((f) => keyOf(f.shardId, f.gpuUuid)) ?? []);
   const windowSeconds = Number(window.endNs - window.startNs) / 1e9;
@@ -161,7 +176,13 @@ export function ungovernedCompute(
   const findings: UngovernedFinding[] = [];
   for (const key of [...busy.keys()].sort()) {
     const [shardId = '', gpuUuid = ''] = key.split('\u0000');
-    const pids = busy.get(key)!;
+    const lastKernelNs = launches.get(key);
+    const shardGoverned = lastKernelNs !== undefined && lastKernelNs >= window.startNs;
+    // A shard that launched here through libvgpu.so is judged process by process: only those
+    // whose own slot shows no launch in the window can be ungoverned.
+    const pids = new Map(
+      [...busy.get(key)!].filter(([pid]) => !shardGoverned || !processGoverned(pid)),
+    );
     let samplesSeen = 0;
     let busySamples = 0;
     let busyPercent = 0;
@@ -171,8 +192,6 @@ export function ungovernedCompute(
       busyPercent += pid.sum / pid.count;
     }
     if (busySamples < minSamples) continue;
-    const lastKernelNs = launches.get(key);
-    if (lastKernelNs !== undefined && lastKernelNs >= window.startNs) continue; // governed
     suspects.push({ shardId, gpuUuid });
     if (!wasSuspect.has(key)) continue;
     const processes = [...pids]
