@@ -44,7 +44,9 @@ export function fleetChecks(runner: Runner, world: World): void {
     'fleet: three agents registered over NATS; both control planes see every GPU',
     async () => {
       const expected = {
-        a: { model: 'NVIDIA H100 80GB HBM3', count: 2, size: 80 * GiB },
+        // Host a runs an MPS partition: each GPU leaves out the MPS server's memory (the
+        // agent's MPS_SERVER_BYTES, docs/agent.md "Capacity").
+        a: { model: 'NVIDIA H100 80GB HBM3', count: 2, size: 80 * GiB - 128 * MiB },
         b: { model: 'NVIDIA L4', count: 4, size: 24 * GiB },
         c: { model: 'NVIDIA A100-SXM4-40GB', count: 1, size: 40 * GiB },
       } as const;
