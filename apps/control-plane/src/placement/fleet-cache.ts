@@ -92,7 +92,9 @@ export interface GpuDelta {
  *   an uncommitted one lies. The price: rows of transactions still running at a read are read
  *   again at the next, and a long writing transaction anywhere in the cluster widens every read
  *   until it ends (never narrows it). PGlite (one connection, transactions serial) is the same
- *   PostgreSQL and works the same way.
+ *   PostgreSQL and works the same way. The stamp is indexed, so PostgreSQL touches only the
+ *   changed rows too; that costs each reservation change its HOT update (bench/README.md, fleet
+ *   section: the measured trade-off).
  *
  *   The feed covers what the database committed; the cache also holds values of its own: this
  *   process's commits applied by delta, and rows read inside a transaction (`reloadHosts`),
