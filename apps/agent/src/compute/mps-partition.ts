@@ -20,7 +20,7 @@ export interface MpsPartition {
 /**
  * What an MPS server holds on each GPU, which no shard's processes are charged: on an H100
  * (driver 580) 66 MiB listed under the server's pid and 8 MiB more on the card, 74 MiB in all
- * once its first client connects (native/gpu-tests/RESULTS.md, 2026-11-27 21:50). Left out of
+ * once its first client connects (native/gpu-tests/RESULTS.md, 2026-11-27 20:57). Left out of
  * the capacity a host with a partition registers, rounded up for other drivers.
  */
 export const MPS_SERVER_BYTES = 128 * 1024 * 1024;
