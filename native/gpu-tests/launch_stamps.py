@@ -5,8 +5,8 @@ checked on a real GPU through PyTorch, for plain launches and for a CUDA graph's
 
 A PyTorch process under libvgpu.so (a ledger, a region, a 25 % share) runs matmuls, then only
 graph replays, then nothing; after each phase it prints, and this script reads from outside,
-the region's `last_launch_ns` for GPU 0 and the ledger member's `last_kernel_ns`. Prints one JSON
-line per phase.
+the region's `last_launch_ns` for GPU 0, the process's own slot's `last_launch_s` and the ledger
+member's `last_kernel_ns`. Prints one JSON line per phase.
 """
 import json, os, shutil, struct, subprocess, sys, time
 
@@ -32,6 +32,7 @@ phase("idle")
 '''
 
 DEVICES_OFFSET, DEVICE_SIZE, LAST_LAUNCH = 256, 128, 72
+SLOTS_OFFSET, SLOT_SIZE, MAX_SLOTS = 256 + 128 * 16, 144, 1024
 LEDGER_HEADER, MEMBER_SIZE, LAST_KERNEL = 128, 128, 72
 
 
@@ -42,6 +43,16 @@ def region_stamp(path):
         base = DEVICES_OFFSET + i * DEVICE_SIZE
         if struct.unpack_from("<I", b, base + 16)[0] == 1:
             return struct.unpack_from("<Q", b, base + LAST_LAUNCH)[0]
+    return None
+
+
+def slot_stamp(path, pid):
+    """The process's own slot: the CLOCK_MONOTONIC second of its last launch."""
+    b = open(path, "rb").read()
+    for i in range(MAX_SLOTS):
+        base = SLOTS_OFFSET + i * SLOT_SIZE
+        if struct.unpack_from("<i", b, base)[0] == pid:
+            return struct.unpack_from("<I", b, base + 4)[0]
     return None
 
 
@@ -68,9 +79,11 @@ def main():
             name = p.stdout.readline().strip()
             now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
             region, ledger = region_stamp(f"{work}/region"), ledger_stamp(work, "s")
+            slot = slot_stamp(f"{work}/region", p.pid)
             print(json.dumps({"phase": name, "region_last_launch_ms_ago": None if not region else round((now - region) / 1e6, 2),
                               "ledger_last_kernel_ms_ago": None if not ledger else round((now - ledger) / 1e6, 2),
-                              "region_advanced": before is not None and region is not None and region > before}), flush=True)
+                              "region_advanced": before is not None and region is not None and region > before,
+                              "slot_second": slot, "now_second": now // 1_000_000_000}), flush=True)
             before = region
             p.stdin.write("\n"); p.stdin.flush()
         p.wait(timeout=30)
