@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useState } from 'react';
 import { Provider, useQuery } from 'urql';
 import { createApiClient } from './client.js';
-import { MeQuery } from './queries.js';
+import { MeQuery } from './queries/index.js';
 import { clearToken, storedToken, storeToken } from './session.js';
 import { ErrorBox, Loading } from './ui.js';
 import { SignIn } from './views/SignIn.js';

@@ -5,8 +5,9 @@ import {
   HostActionDrain,
   HostActionUncordon,
   HostsQuery,
-} from '../../fleet-queries.js';
-import { IdleShardsQuery, ShardEventsSubscription } from '../../queries.js';
+  IdleShardsQuery,
+  ShardEventsSubscription,
+} from '../../queries/index.js';
 import { gpuComputeLabel } from '../../logic/compute.js';
 import { IdleShards } from './IdleShards.js';
 import { bytesOf, humanBytes, LIVE_STATES } from '../../logic/format.js';

@@ -1,5 +1,5 @@
 import type { ResultOf } from 'gql.tada';
-import { IdleShardsQuery } from '../../queries.js';
+import { IdleShardsQuery } from '../../queries/index.js';
 import { age, bytesOf, humanBytes } from '../../logic/format.js';
 import { busyRatio, shareLabel } from '../../logic/compute.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';

@@ -6,7 +6,7 @@ import {
   SetIdlePolicyMutation,
   SetQuotaMutation,
   TeamsQuery,
-} from '../../queries.js';
+} from '../../queries/index.js';
 import { parseSizeInput } from '../../logic/format.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 

@@ -5,7 +5,7 @@ import {
   RevokeTokenMutation,
   TeamTokensQuery,
   TokensQuery,
-} from '../../queries.js';
+} from '../../queries/index.js';
 import { age } from '../../logic/format.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 

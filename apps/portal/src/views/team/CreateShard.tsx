@@ -1,6 +1,6 @@
 import { useEffect, useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
-import { CreateShardMutation, PreviewQuery } from '../../queries.js';
+import { CreateShardMutation, PreviewQuery } from '../../queries/index.js';
 import { parseSizeInput } from '../../logic/format.js';
 import {
   COMPUTE_MODE_HINTS,

@@ -1,6 +1,6 @@
 import { useQuery, useSubscription } from 'urql';
 import { formatDuration } from '@gpushards/limits';
-import { ShardEventsSubscription, TeamComputeQuery, TeamQuotaQuery } from '../../queries.js';
+import { ShardEventsSubscription, TeamComputeQuery, TeamQuotaQuery } from '../../queries/index.js';
 import { bytesOf } from '../../logic/format.js';
 import { teamCompute } from '../../logic/compute.js';
 import { Empty, ErrorBox, Gauge, Loading, Section } from '../../ui.js';

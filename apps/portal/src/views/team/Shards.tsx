@@ -10,7 +10,7 @@ import {
   ShardNoticesQuery,
   ShardsQuery,
   StopShardMutation,
-} from '../../queries.js';
+} from '../../queries/index.js';
 import {
   age,
   canDelete,

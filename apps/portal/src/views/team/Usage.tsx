@@ -9,7 +9,7 @@ import {
   LinearScale,
   Tooltip,
 } from 'chart.js';
-import { UsageQuery } from '../../queries.js';
+import { UsageQuery } from '../../queries/index.js';
 import { bytesOf, gibHours } from '../../logic/format.js';
 import { chartSeries, dayString, dayWindows, usageCsv, type DayUsage } from '../../logic/usage.js';
 import { ErrorBox, Loading, Section } from '../../ui.js';

@@ -1,4 +1,4 @@
-import { graphql } from './graphql.js';
+import { graphql } from '../graphql.js';
 
 /** The admins' Fleet page: hosts and their GPUs, the shards on them, the host actions. */
 export const HostsQuery = graphql(`
