@@ -60,7 +60,10 @@ export function queueNote(
   return `${place}, starts in about ${age(new Date(now.getTime() - seconds * 1000), now)}`;
 }
 
-/** A shard event as the notices need it (ShardEvent's fields, live or from the history). */
+/**
+ * A shard event as the notices need it (ShardEvent's fields, live or from the history): in the
+ * views, readFragment(NoticeFields, event) with the event's shard (queries/events.ts).
+ */
 export interface NoticeEvent {
   /** The stored event's id: the same live and in the history (null: not stored). */
   readonly id?: string | null;

@@ -3,6 +3,7 @@ import { useMutation, useQuery, useSubscription } from 'urql';
 import { readFragment, type ResultOf } from 'gql.tada';
 import {
   DeleteShardMutation,
+  NoticeFields,
   ResizeShardMutation,
   SetShardComputeMutation,
   ShardEventsSubscription,
@@ -62,7 +63,7 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
       event,
     ) => {
       const shard = readFragment(ShardFields, event.shardEvents.shard);
-      const notice = { ...event.shardEvents, shard };
+      const notice = { ...readFragment(NoticeFields, event.shardEvents), shard };
       return {
         shards: [...previous.shards, shard],
         notices: shardNotices([notice]).length ? [...previous.notices, notice] : previous.notices,
@@ -78,7 +79,10 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
     variables: { teamId, first: MAX_NOTICES, kinds: [...NOTICE_KINDS] },
   });
   const notices = shardNotices([
-    ...(stored.data?.teamShardEvents.edges.map((e) => e.node) ?? []),
+    ...(stored.data?.teamShardEvents.edges.map((e) => ({
+      ...readFragment(NoticeFields, e.node),
+      shard: e.node.shard,
+    })) ?? []),
     ...(events.data?.notices ?? []),
   ]);
   return (
