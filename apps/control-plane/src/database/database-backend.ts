@@ -41,12 +41,24 @@ export interface DatabaseBackend {
   close(): Promise<void>;
 }
 
-export async function openDatabaseBackend(config: DatabaseConfig): Promise<DatabaseBackend> {
+/**
+ * Opens the database. `onIdleClientError` hears the server ending one of the pool's idle
+ * connections (a restart, `pg_terminate_backend`, `DROP DATABASE … WITH (FORCE)`); the pool
+ * drops that connection and opens another when it needs one.
+ */
+export async function openDatabaseBackend(
+  config: DatabaseConfig,
+  onIdleClientError: (error: Error) => void = () => undefined,
+): Promise<DatabaseBackend> {
   if (config.url !== undefined) {
     const url = config.url;
     // One pool for PrismaClient and DirectSql (each connects its own adapter to it), so the
     // configured pool size bounds both together.
     const pool = new pg.Pool({ connectionString: url, max: config.poolSize ?? DEFAULT_POOL_SIZE });
+    // PrismaPg listens for these only while one of its adapters is connected; an 'error' that
+    // nobody hears would take the whole process down (seen: a connection still closing after
+    // close() when the test database was dropped WITH (FORCE)).
+    pool.on('error', onIdleClientError);
     return {
       kind: 'postgres',
       clientAdapter: new PrismaPg(pool, {

@@ -110,7 +110,9 @@ class DeferredBackend {
   constructor(private readonly config: DatabaseConfig) {}
 
   open(): Promise<DatabaseBackend> {
-    this.opening ??= openDatabaseBackend(this.config);
+    this.opening ??= openDatabaseBackend(this.config, (error) =>
+      Logger.warn(`the database ended an idle connection: ${error.message}`, PrismaService.name),
+    );
     return this.opening;
   }
 
