@@ -51,6 +51,7 @@ export class ShardEventBus implements OnModuleDestroy {
   private readonly listeners = new Set<Listener<ShardStateChange>>();
   private readonly closers = new Set<() => void>();
   private forward: Listener<ShardStateChange> | undefined;
+  private readonly countWatchers = new Set<(count: number) => void>();
 
   /** A change this process committed. */
   publish(event: ShardStateChange): void {
@@ -78,6 +79,7 @@ export class ShardEventBus implements OnModuleDestroy {
       done = true;
       this.listeners.delete(listener);
       this.closers.delete(finish);
+      this.countChanged();
       buffered.length = 0;
       waiting?.({ value: undefined, done: true });
       waiting = undefined;
@@ -96,6 +98,7 @@ export class ShardEventBus implements OnModuleDestroy {
     };
     this.listeners.add(listener);
     this.closers.add(finish);
+    this.countChanged();
     const iterator: AsyncIterableIterator<ShardStateChange> = {
       next: () => {
         const event = buffered.shift();
@@ -117,6 +120,26 @@ export class ShardEventBus implements OnModuleDestroy {
   /** Subscribers currently listening (for tests and shutdown). */
   get subscriberCount(): number {
     return this.listeners.size;
+  }
+
+  /**
+   * Resolves once `holds(subscriberCount)` is true: at once, or when a subscriber comes or
+   * goes (so a caller waits on the subscription itself, not on time).
+   */
+  whenSubscribers(holds: (count: number) => boolean): Promise<void> {
+    if (holds(this.listeners.size)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const watch = (count: number) => {
+        if (!holds(count)) return;
+        this.countWatchers.delete(watch);
+        resolve();
+      };
+      this.countWatchers.add(watch);
+    });
+  }
+
+  private countChanged(): void {
+    for (const watch of [...this.countWatchers]) watch(this.listeners.size);
   }
 
   onModuleDestroy(): void {

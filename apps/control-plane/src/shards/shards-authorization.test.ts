@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { it } from 'node:test';
 import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
@@ -110,6 +109,22 @@ describeShardsApi('authorization', (api) => {
         retryAttempts: 0,
       });
       const errors: unknown[] = [];
+      // Waiters for a number of events, checked at each message (an error ends every wait,
+      // and the assertions below say what went wrong).
+      const waiters = new Set<() => void>();
+      const changed = () => {
+        for (const check of [...waiters]) check();
+      };
+      const heard = (count: number) =>
+        new Promise<void>((resolve) => {
+          const check = () => {
+            if (received.length < count && errors.length === 0) return;
+            waiters.delete(check);
+            resolve();
+          };
+          waiters.add(check);
+          check();
+        });
       client.subscribe<{
         shardEvents: { state: string; previousState: string | null; shard: { teamId: string } };
       }>(
@@ -126,17 +141,21 @@ describeShardsApi('authorization', (api) => {
                 teamId: event.shard.teamId,
                 previousState: event.previousState,
               });
+            changed();
           },
-          error: (error) => errors.push(error),
+          error: (error) => {
+            errors.push(error);
+            changed();
+          },
           complete: () => undefined,
         },
       );
-      return { received, errors, dispose: () => client.dispose() };
+      return { received, errors, heard, dispose: () => client.dispose() };
     };
     const listeners = bus.subscriberCount;
     const mine = listen(alpha.viewer);
     const admin = listen(h.adminToken);
-    for (let i = 0; i < 100 && bus.subscriberCount < listeners + 2; i++) await sleep(20);
+    await bus.whenSubscribers((count) => count === listeners + 2);
     assert.equal(bus.subscriberCount, listeners + 2);
     try {
       const selector = [{ key: 'pool', value: 'events' }];
@@ -148,8 +167,7 @@ describeShardsApi('authorization', (api) => {
         'events-1',
         stateEvent('events-1', a.id, 'RUNNING', new Date()),
       );
-      for (let i = 0; i < 100 && (mine.received.length < 2 || admin.received.length < 3); i++)
-        await sleep(20);
+      await Promise.all([mine.heard(2), admin.heard(3)]);
       assert.deepEqual(mine.received, [
         { state: 'PLACED', teamId: alpha.id, previousState: null },
         { state: 'RUNNING', teamId: alpha.id, previousState: 'PLACED' },
@@ -161,7 +179,7 @@ describeShardsApi('authorization', (api) => {
       await mine.dispose();
       await admin.dispose();
     }
-    for (let i = 0; i < 100 && bus.subscriberCount > listeners; i++) await sleep(20);
+    await bus.whenSubscribers((count) => count === listeners);
     assert.equal(bus.subscriberCount, listeners, 'closing the socket ends the subscription');
   });
 
