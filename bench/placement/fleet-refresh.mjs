@@ -38,6 +38,7 @@ import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { insertHosts } from '../fleet-rows.mjs';
 import { quantile } from '../quantile.mjs';
 
 const { values: options } = parseArgs({
@@ -96,14 +97,7 @@ async function writeFleet(url) {
   const sql = new pg.Client({ connectionString: url });
   await sql.connect();
   try {
-    await sql.query(
-      `INSERT INTO host (id, name, labels, context_overhead_bytes, agent_version, driver_version,
-                         cuda_version, simulated, last_heartbeat_at, updated_at)
-       SELECT 'host-' || lpad(n::text, 4, '0'), 'host-' || lpad(n::text, 4, '0'), '{}', $1,
-              'bench', '550.54', '12.4', true, now(), now()
-         FROM generate_series(0, $2 - 1) AS n`,
-      [String(512 * MiB), HOSTS],
-    );
+    await insertHosts(sql, HOSTS, 512 * MiB);
     // Half of each GPU reserved, some compute shares held: the values a busy fleet has.
     await sql.query(
       `INSERT INTO gpu (uuid, host_id, index, model, total_bytes, reserved_bytes, used_bytes,

@@ -33,6 +33,7 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { postgresCpu } from '../proc-cpu.mjs';
+import { insertHosts } from '../fleet-rows.mjs';
 import { quantile } from '../quantile.mjs';
 
 const { values: options } = parseArgs({
@@ -91,14 +92,7 @@ async function writeFleet(url) {
   const sql = new pg.Client({ connectionString: url });
   await sql.connect();
   try {
-    await sql.query(
-      `INSERT INTO host (id, name, labels, context_overhead_bytes, agent_version, driver_version,
-                         cuda_version, simulated, last_heartbeat_at, updated_at)
-       SELECT 'host-' || lpad(n::text, 4, '0'), 'host-' || lpad(n::text, 4, '0'), '{}', $1,
-              'bench', '550.54', '12.4', true, now(), now()
-         FROM generate_series(0, $2 - 1) AS n`,
-      [String(512 * MiB), HOSTS],
-    );
+    await insertHosts(sql, HOSTS, 512 * MiB);
     await sql.query(
       `INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes, updated_at)
        SELECT 'GPU-' || host.id || '-' || i, host.id, i, 'NVIDIA H100 80GB HBM3', $1, 0, now()
