@@ -1,4 +1,5 @@
 import { NotFoundError } from '../errors/domain-errors.js';
+import { checkId } from '../validation/input.js';
 import { Role, type Caller } from './caller.js';
 
 /**
@@ -26,4 +27,21 @@ export function assertTeamVisible(
  */
 export function teamScope(caller: Caller): { teamId?: string } {
   return caller.role === Role.ADMIN ? {} : { teamId: caller.teamId };
+}
+
+/**
+ * The team a team-wide read is about, from an optional `teamId` argument: the one named (which
+ * the caller must see: NOT_FOUND otherwise), else the caller's own; undefined for an admin who
+ * named none (every team).
+ */
+export function requestedTeam(
+  caller: Caller,
+  teamIdArgument: string | null | undefined,
+): string | undefined {
+  if (typeof teamIdArgument === 'string') {
+    const teamId = checkId('teamId', teamIdArgument);
+    assertTeamVisible(caller, teamId, 'team', teamIdArgument);
+    return teamId;
+  }
+  return caller.role === Role.ADMIN ? undefined : caller.teamId;
 }

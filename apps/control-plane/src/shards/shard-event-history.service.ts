@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { Role, type Caller } from '../auth/caller.js';
-import { assertTeamVisible, canSeeTeam } from '../auth/team-scope.js';
+import type { Caller } from '../auth/caller.js';
+import { canSeeTeam, requestedTeam } from '../auth/team-scope.js';
 import { Prisma, PrismaService } from '../database/index.js';
 import { BadUserInputError, NotFoundError } from '../errors/domain-errors.js';
 import type { ShardStateChange } from '../events/shard-event-bus.js';
@@ -58,13 +58,7 @@ export class ShardEventHistoryService {
     teamIdArgument: string | null | undefined,
     args: ShardEventHistoryArgs,
   ): Promise<ConnectionShape<ShardEvent>> {
-    let teamId: string | undefined;
-    if (typeof teamIdArgument === 'string') {
-      teamId = checkId('teamId', teamIdArgument);
-      assertTeamVisible(caller, teamId, 'team', teamIdArgument);
-    } else if (caller.role !== Role.ADMIN) {
-      teamId = caller.teamId;
-    }
+    const teamId = requestedTeam(caller, teamIdArgument);
     const page = pageRequest(args);
     const after = page.afterKey === undefined ? undefined : decodeEventKey(page.afterKey);
     const scope = teamId === undefined ? Prisma.sql`TRUE` : Prisma.sql`team_id = ${teamId}::uuid`;

@@ -2,10 +2,9 @@ import { Inject, Injectable } from '@nestjs/common';
 import { AuthService } from '../auth/auth.service.js';
 import { revocableStream } from '../auth/revocable-stream.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { Role, type Caller } from '../auth/caller.js';
-import { assertTeamVisible } from '../auth/team-scope.js';
+import type { Caller } from '../auth/caller.js';
+import { requestedTeam } from '../auth/team-scope.js';
 import { ShardEventBus } from '../events/shard-event-bus.js';
-import { checkId } from '../validation/input.js';
 import { shardEventView, type ShardEvent } from './shard-event.model.js';
 
 /**
@@ -29,13 +28,7 @@ export class ShardSubscriptionService {
     caller: Caller,
     teamIdArgument: string | null | undefined,
   ): AsyncIterableIterator<ShardEvent> {
-    let teamId: string | undefined;
-    if (typeof teamIdArgument === 'string') {
-      teamId = checkId('teamId', teamIdArgument);
-      assertTeamVisible(caller, teamId, 'team', teamIdArgument);
-    } else if (caller.role !== Role.ADMIN) {
-      teamId = caller.teamId;
-    }
+    const teamId = requestedTeam(caller, teamIdArgument);
     const source = this.events.subscribe(
       (event) => teamId === undefined || event.shard.teamId === teamId,
     );
