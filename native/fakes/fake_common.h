@@ -73,11 +73,6 @@ FAKE_HIDDEN int fake_procs_on(int g, struct fake_proc_usage *out, int max);
 FAKE_HIDDEN void fake_uuid_format(const uint8_t u[16], char out[41]);
 FAKE_HIDDEN int fake_parse_size(const char *s, uint64_t *out);
 
-/* fake_launch.c (libcuda.so.1 only): a graph launch takes simulated kernel time. */
-FAKE_HIDDEN void fake_launch_graph(void);
-/* fake_cuda.c: the physical GPU of the calling thread's current context, -1 for none. */
-FAKE_HIDDEN int fake_current_phys(void);
-
 /* This process's kernels run on GPU g over [from_ns, to_ns) of CLOCK_MONOTONIC. */
 FAKE_HIDDEN void fake_busy_note(int g, uint64_t from_ns, uint64_t to_ns);
 /* One process that ran kernels on a GPU, as NVML's per-process utilization reports it. */

@@ -3,18 +3,15 @@
  * microseconds (default 100) after the process's previous one, and an
  * event completes when the work recorded before it would have finished.
  * The time each kernel runs is kept in the shared state (per process and
- * GPU) for the fake NVML's per-process utilization.  Enough for libvgpu.so's compute admission (turns, in-flight bound) to be
- * exercised without a GPU. */
+ * GPU) for the fake NVML's per-process utilization.  Enough for
+ * libvgpu.so's compute admission (turns, in-flight bound) to be exercised
+ * without a GPU. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include <cuda.h>
-
-#include "fake_common.h"
-
-#define API __attribute__((visibility("default")))
+#include "fake_cuda.h"
 
 static uint64_t busy_until; /* when this process's queued work ends */
 
@@ -41,7 +38,7 @@ static CUresult launch(void)
     return CUDA_SUCCESS;
 }
 
-/* A graph launch runs like one kernel launch (fake_cuda.c calls it once the
+/* A graph launch runs like one kernel launch (fake_graph.c calls it once the
  * graph is launched). */
 FAKE_HIDDEN void fake_launch_graph(void)
 {

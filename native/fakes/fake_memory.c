@@ -1,0 +1,383 @@
+/* fake_memory.c — memory of the fake libcuda.so.1 outside pools and VMM:
+ * linear allocations (and their 32-bit and pitched forms), host memory,
+ * arrays, cuMemGetInfo, and the table of allocation records the pools
+ * share.  Device pointers are fake addresses: no memory is allocated for
+ * them; what they cost is taken from the card's capacity (fake_phys_take),
+ * which fails with CUDA_ERROR_OUT_OF_MEMORY past the card's free memory. */
+#include <stdlib.h>
+
+#include "fake_cuda.h"
+
+#define REC_CAP (1u << 18)
+static struct rec *recs;
+static uint64_t next_va[FAKE_MAX_GPUS + 1], next_va32 = 0x10000000;
+#define FREE_CAP 4096
+static struct {
+    uint64_t va, size;
+    int phys;
+} freed[FREE_CAP];
+static int freed_count;
+
+/* ---- bookkeeping (under fake_mu) --------------------------------------- */
+void fake_records_init(void)
+{
+    recs = calloc(REC_CAP, sizeof *recs);
+}
+
+static struct rec *rec_find(uint64_t key)
+{
+    for (uint32_t i = 0, h = (uint32_t)((key >> 9) * 2654435761u) & (REC_CAP - 1); i < REC_CAP; i++) {
+        struct rec *r = &recs[(h + i) & (REC_CAP - 1)];
+        if (r->key == key) return r;
+        if (r->key == 0) return NULL;
+    }
+    return NULL;
+}
+
+struct rec *fake_rec_add(uint64_t key)
+{
+    for (uint32_t i = 0, h = (uint32_t)((key >> 9) * 2654435761u) & (REC_CAP - 1); i < REC_CAP; i++) {
+        struct rec *r = &recs[(h + i) & (REC_CAP - 1)];
+        if (r->key == 0 || r->key == 1) {
+            r->key = key;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+uint64_t fake_va_alloc(int phys, uint64_t size)
+{
+    /* Freed addresses come back first, as a real driver's do. */
+    for (int i = freed_count - 1; i >= 0; i--) {
+        if (freed[i].phys == phys && freed[i].size == size) {
+            uint64_t va = freed[i].va;
+            freed[i] = freed[--freed_count];
+            return va;
+        }
+    }
+    uint64_t align = size >= (2u << 20) ? (2u << 20) : 512;
+    int slot = phys < 0 ? FAKE_MAX_GPUS : phys;
+    if (next_va[slot] == 0) next_va[slot] = 0x100000000000ull + ((uint64_t)slot << 42);
+    uint64_t va = (next_va[slot] + align - 1) / align * align;
+    next_va[slot] = va + (size ? size : 1);
+    return va;
+}
+
+static void va_free(int phys, uint64_t va, uint64_t size)
+{
+    if (freed_count < FREE_CAP) {
+        freed[freed_count].va = va;
+        freed[freed_count].size = size;
+        freed[freed_count].phys = phys;
+        freed_count++;
+    }
+}
+
+/* Context teardown frees its linear allocations. */
+void fake_mem_drop_ctx(struct fctx *c)
+{
+    for (uint32_t i = 0; i < REC_CAP; i++) {
+        struct rec *r = &recs[i];
+        if (r->key > 1 && r->kind == K_PLAIN && r->owner.ctx == c) {
+            fake_phys_give(r->phys, r->size);
+            r->key = 1;
+        }
+    }
+}
+
+/* ---- linear memory --------------------------------------------------------- */
+static CUresult alloc_plain(CUdeviceptr *dptr, size_t bytes)
+{
+    NEED_CTX(c);
+    if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&fake_mu);
+    uint64_t va = fake_va_alloc(c->phys, bytes);
+    struct rec *r = fake_rec_add(va);
+    if (r == NULL) {
+        pthread_mutex_unlock(&fake_mu);
+        fake_phys_give(c->phys, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r->size = bytes;
+    r->phys = c->phys;
+    r->kind = K_PLAIN;
+    r->owner.ctx = c;
+    pthread_mutex_unlock(&fake_mu);
+    *dptr = va;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
+{
+    NEED_INIT();
+    return alloc_plain(dptr, bytes);
+}
+
+API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
+{
+    NEED_INIT();
+    return alloc_plain(dptr, bytes);
+}
+
+static uint64_t pitch_align(void)
+{
+    uint64_t a;
+    const char *v = getenv("GPUSHARDS_FAKE_PITCH_ALIGN");
+    return v != NULL && fake_parse_size(v, &a) == 0 && a != 0 ? a : 512;
+}
+
+API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem)
+{
+    NEED_INIT();
+    if (elem != 4 && elem != 8 && elem != 16) return CUDA_ERROR_INVALID_VALUE;
+    /* Rows aligned to 512 bytes, as the real driver did for 1000-byte rows
+     * (GPUSHARDS_FAKE_PITCH_ALIGN: another alignment, to test a driver
+     * that pads more than the interposer guesses). */
+    uint64_t align = pitch_align();
+    *pitch = (width + align - 1) / align * align;
+    return alloc_plain(dptr, *pitch * height);
+}
+
+/* The legacy 32-bit ABI's pitched allocation. */
+API CUresult cuMemAllocPitch(unsigned int *dptr, unsigned int *pitch, unsigned int width, unsigned int height,
+                             unsigned int elem)
+{
+    NEED_INIT();
+    if (elem != 4 && elem != 8 && elem != 16) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t align = pitch_align();
+    uint64_t p = (width + align - 1) / align * align;
+    if (p * height > UINT32_MAX) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = cuMemAlloc(dptr, (unsigned int)(p * height));
+    if (r == CUDA_SUCCESS) *pitch = (unsigned int)p;
+    return r;
+}
+
+CUresult fake_mem_free(CUdeviceptr dptr)
+{
+    if (dptr == 0) return CUDA_SUCCESS;
+    pthread_mutex_lock(&fake_mu);
+    struct rec *r = rec_find(dptr);
+    if (r == NULL) {
+        pthread_mutex_unlock(&fake_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct rec copy = *r;
+    r->key = 1;
+    if (copy.kind == K_ASYNC) fake_pool_freed(copy.owner.pool, copy.size);
+    va_free(copy.phys, dptr, copy.size);
+    pthread_mutex_unlock(&fake_mu);
+    if (copy.kind == K_PLAIN) fake_phys_give(copy.phys, copy.size);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    NEED_INIT();
+    return fake_mem_free(dptr);
+}
+
+API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
+{
+    NEED_INIT();
+    pthread_mutex_lock(&fake_mu);
+    struct rec *r = rec_find(dptr);
+    CUresult res = CUDA_ERROR_NOT_FOUND;
+    if (r != NULL) {
+        if (base) *base = dptr;
+        if (size) *size = r->size;
+        res = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&fake_mu);
+    return res;
+}
+
+API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+    NEED_INIT();
+    if (attr != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&fake_mu);
+    struct rec *r = rec_find(ptr);
+    int phys = r ? r->phys : -1;
+    pthread_mutex_unlock(&fake_mu);
+    for (int d = 0; d < fake_visible_count(); d++)
+        if (fake_phys_of(d) == phys) {
+            *(int *)data = d;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    NEED_INIT();
+    NEED_CTX(c);
+    uint64_t cap = fake_gpus[c->phys].capacity, used = fake_phys_used(c->phys) + fake_reserved_bytes;
+    *total = cap;
+    *free = used < cap ? cap - used : 0;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+    size_t f, t;
+    CUresult r = cuMemGetInfo_v2(&f, &t);
+    if (r == CUDA_SUCCESS) {
+        *free = f > UINT32_MAX ? UINT32_MAX : (unsigned int)f;
+        *total = t > UINT32_MAX ? UINT32_MAX : (unsigned int)t;
+    }
+    return r;
+}
+
+/* The CUDA 3.1 ABI: 32-bit device pointers, from a low range. */
+API CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytes)
+{
+    NEED_INIT();
+    NEED_CTX(c);
+    if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&fake_mu);
+    uint64_t va = next_va32;
+    next_va32 += (bytes + 511) / 512 * 512;
+    struct rec *r = fake_rec_add(va);
+    r->size = bytes;
+    r->phys = c->phys;
+    r->kind = K_PLAIN;
+    r->owner.ctx = c;
+    pthread_mutex_unlock(&fake_mu);
+    *dptr = (unsigned int)va;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemFree(unsigned int dptr)
+{
+    NEED_INIT();
+    return fake_mem_free(dptr);
+}
+
+API CUresult cuMemAllocHost_v2(void **pp, size_t bytes)
+{
+    NEED_INIT();
+    *pp = malloc(bytes ? bytes : 1);
+    return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+API CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
+{
+    return cuMemAllocHost_v2(pp, bytes);
+}
+
+API CUresult cuMemFreeHost(void *p)
+{
+    NEED_INIT();
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+/* ---- arrays ---------------------------------------------------------------- */
+enum { M_ARRAY = 0xa4a4a4a4 };
+struct farray {
+    uint32_t magic;
+    int phys;
+    uint64_t bytes;
+};
+
+static uint64_t texel(CUarray_format f, unsigned ch)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return ch;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: return 2ull * ch;
+    default: return 4ull * ch;
+    }
+}
+
+static CUresult array_new(void **out, uint64_t bytes)
+{
+    NEED_CTX(c);
+    if (bytes != 0 && fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    struct farray *a = calloc(1, sizeof *a);
+    *a = (struct farray){.magic = M_ARRAY, .phys = c->phys, .bytes = bytes};
+    *out = a;
+    return CUDA_SUCCESS;
+}
+
+static uint64_t dim(uint64_t v)
+{
+    return v ? v : 1;
+}
+
+API CUresult cuArrayCreate_v2(CUarray *h, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    NEED_INIT();
+    return array_new((void **)h, dim(d->Width) * dim(d->Height) * texel(d->Format, d->NumChannels));
+}
+
+API CUresult cuArray3DCreate_v2(CUarray *h, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    NEED_INIT();
+    uint64_t b = (d->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))
+                     ? 0
+                     : dim(d->Width) * dim(d->Height) * dim(d->Depth) * texel(d->Format, d->NumChannels);
+    return array_new((void **)h, b);
+}
+
+API CUresult cuMipmappedArrayCreate(CUmipmappedArray *h, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
+{
+    NEED_INIT();
+    uint64_t b = 0;
+    int layered = (d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+    for (unsigned l = 0; l < (levels ? levels : 1); l++)
+        b += dim(d->Width >> l) * (d->Height ? dim(d->Height >> l) : 1) *
+             (d->Depth ? (layered ? d->Depth : dim(d->Depth >> l)) : 1) * texel(d->Format, d->NumChannels);
+    return array_new((void **)h, b);
+}
+
+static CUresult array_free(void *h)
+{
+    struct farray *a = h;
+    if (a == NULL || a->magic != M_ARRAY) return CUDA_ERROR_INVALID_HANDLE;
+    if (a->bytes) fake_phys_give(a->phys, a->bytes);
+    a->magic = 0;
+    free(a);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuArrayDestroy(CUarray h)
+{
+    NEED_INIT();
+    return array_free(h);
+}
+
+API CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
+{
+    NEED_INIT();
+    return array_free(h);
+}
+
+/* ---- test hooks: memory the interposer cannot see ------------------------- */
+/* Take (or give back) fake GPU memory without any CUDA call libvgpu.so
+ * hooks: it stands in for graph memory nodes, a device malloc heap, local
+ * memory reserved at launch, or a program that bypasses the interposer.  It
+ * counts in the card's capacity and in this process's NVML usage, exactly
+ * like an allocation.  Found with dlsym(dlopen("libcuda.so.1"), ...).
+ * ordinal is a CUDA ordinal (after CUDA_VISIBLE_DEVICES); cuInit is not
+ * needed. */
+API CUresult gpushards_fake_take_hidden(int ordinal, unsigned long long bytes)
+{
+    CUresult r = cuInit(0);
+    if (r != CUDA_SUCCESS) return r;
+    int g = fake_phys_of(ordinal);
+    if (g < 0) return CUDA_ERROR_INVALID_DEVICE;
+    return fake_phys_take(g, bytes) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+API CUresult gpushards_fake_give_hidden(int ordinal, unsigned long long bytes)
+{
+    CUresult r = cuInit(0);
+    if (r != CUDA_SUCCESS) return r;
+    int g = fake_phys_of(ordinal);
+    if (g < 0) return CUDA_ERROR_INVALID_DEVICE;
+    fake_phys_give(g, bytes);
+    return CUDA_SUCCESS;
+}

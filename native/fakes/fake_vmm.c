@@ -1,0 +1,151 @@
+/* fake_vmm.c — virtual memory management in the fake libcuda.so.1: a
+ * handle from cuMemCreate takes its card memory at once and gives it back
+ * only when it has been released and unmapped everywhere, as the real
+ * driver's does; reserved address ranges cost nothing. */
+#include <stdlib.h>
+
+#include "fake_cuda.h"
+
+enum { M_VMM = 0x7a7a7a7a };
+
+struct fvmm {
+    uint32_t magic;
+    int phys;
+    uint64_t size;
+    int refs, maps;
+};
+struct mapping {
+    uint64_t va, size;
+    struct fvmm *h;
+};
+
+#define MAP_CAP 4096
+static struct mapping maps[MAP_CAP];
+static int map_count;
+static uint64_t next_vmm_va = 0x600000000000ull;
+
+/* Under fake_mu. */
+static void vmm_maybe_free(struct fvmm *h)
+{
+    if (h->refs == 0 && h->maps == 0) {
+        if (h->phys >= 0) fake_phys_give(h->phys, h->size);
+        h->magic = 0;
+        free(h);
+    }
+}
+
+API CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop,
+                                           CUmemAllocationGranularity_flags option)
+{
+    NEED_INIT();
+    *g = 2u << 20;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                         unsigned long long flags)
+{
+    NEED_INIT();
+    if (prop == NULL || size == 0 || size % (2u << 20) != 0) return CUDA_ERROR_INVALID_VALUE;
+    int phys = -1;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        phys = fake_phys_of(prop->location.id);
+        if (phys < 0) return CUDA_ERROR_INVALID_DEVICE;
+        if (fake_phys_take(phys, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct fvmm *h = calloc(1, sizeof *h);
+    *h = (struct fvmm){.magic = M_VMM, .phys = phys, .size = size, .refs = 1};
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    NEED_INIT();
+    struct fvmm *h = (struct fvmm *)(uintptr_t)handle;
+    pthread_mutex_lock(&fake_mu);
+    if (h == NULL || h->magic != M_VMM || h->refs == 0) {
+        pthread_mutex_unlock(&fake_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    h->refs--;
+    vmm_maybe_free(h);
+    pthread_mutex_unlock(&fake_mu);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                                 unsigned long long flags)
+{
+    NEED_INIT();
+    pthread_mutex_lock(&fake_mu);
+    *ptr = next_vmm_va;
+    next_vmm_va += (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    pthread_mutex_unlock(&fake_mu);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    NEED_INIT();
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                      unsigned long long flags)
+{
+    NEED_INIT();
+    struct fvmm *h = (struct fvmm *)(uintptr_t)handle;
+    pthread_mutex_lock(&fake_mu);
+    if (h == NULL || h->magic != M_VMM || offset + size > h->size || map_count == MAP_CAP) {
+        pthread_mutex_unlock(&fake_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    maps[map_count++] = (struct mapping){.va = ptr, .size = size, .h = h};
+    h->maps++;
+    pthread_mutex_unlock(&fake_mu);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    NEED_INIT();
+    pthread_mutex_lock(&fake_mu);
+    int n = 0;
+    for (int i = 0; i < map_count;) {
+        if (maps[i].va >= ptr && maps[i].va + maps[i].size <= ptr + size) {
+            struct fvmm *h = maps[i].h;
+            maps[i] = maps[--map_count];
+            h->maps--;
+            vmm_maybe_free(h);
+            n++;
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&fake_mu);
+    return n > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    NEED_INIT();
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    NEED_INIT();
+    uint64_t a = (uint64_t)(uintptr_t)addr;
+    pthread_mutex_lock(&fake_mu);
+    for (int i = 0; i < map_count; i++) {
+        if (a >= maps[i].va && a < maps[i].va + maps[i].size) {
+            maps[i].h->refs++;
+            *handle = (CUmemGenericAllocationHandle)(uintptr_t)maps[i].h;
+            pthread_mutex_unlock(&fake_mu);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&fake_mu);
+    return CUDA_ERROR_INVALID_VALUE;
+}
