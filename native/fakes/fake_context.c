@@ -34,6 +34,10 @@ static CUresult ctx_new(struct fctx **out, CUdevice d)
     if (phys < 0) return CUDA_ERROR_INVALID_DEVICE;
     if (fake_phys_take(phys, fake_context_bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     struct fctx *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        fake_phys_give(phys, fake_context_bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *c = (struct fctx){.magic = M_CTX, .ordinal = d, .phys = phys, .alive = 1};
     *out = c;
     return CUDA_SUCCESS;

@@ -84,8 +84,8 @@ struct rec {
         struct fpool *pool; /* K_ASYNC: the pool it came from */
     } owner;
 };
-/* At cuInit, under fake_mu. */
-FAKE_HIDDEN void fake_records_init(void);
+/* At cuInit, under fake_mu: 0, or -1 when there is no memory for the table. */
+FAKE_HIDDEN int fake_records_init(void);
 /* Under fake_mu: a free slot for key, NULL when the table is full. */
 FAKE_HIDDEN struct rec *fake_rec_add(uint64_t key);
 /* Under fake_mu: a fake device address for size bytes on GPU phys (-1: host). */

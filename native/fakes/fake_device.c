@@ -86,7 +86,11 @@ API CUresult cuInit(unsigned int flags)
     if (fake_setup() != 0) return CUDA_ERROR_UNKNOWN;
     pthread_mutex_lock(&fake_mu);
     if (!inited) {
-        fake_records_init();
+        if (fake_records_init() != 0) {
+            /* Not initialised: a later cuInit tries again. */
+            pthread_mutex_unlock(&fake_mu);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
         parse_visible();
         connect_mps();
         fake_pools_init();

@@ -87,13 +87,14 @@ API CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
     int slot = -1;
     for (int i = 0; i < MAX_CAPTURING && slot < 0; i++)
         if (capturing_streams[i] == NULL) slot = i;
+    struct fgraph *graph = NULL;
     if (st->capturing) r = CUDA_ERROR_ILLEGAL_STATE;
-    else if (slot < 0) r = CUDA_ERROR_OUT_OF_MEMORY;
+    else if (slot < 0 || (graph = calloc(1, sizeof *graph)) == NULL) r = CUDA_ERROR_OUT_OF_MEMORY;
     else {
         st->capturing = 1;
         st->invalidated = 0;
         st->global_mode = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
-        st->graph = calloc(1, sizeof *st->graph);
+        st->graph = graph;
         st->graph->magic = M_GRAPH;
         capturing_streams[slot] = st;
         if (st->global_mode) active_global_captures++;
@@ -162,6 +163,7 @@ API CUresult cuGraphCreate(CUgraph *g, unsigned int flags)
     NEED_INIT();
     if (g == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     struct fgraph *fg = calloc(1, sizeof *fg);
+    if (fg == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
     fg->magic = M_GRAPH;
     *g = (CUgraph)fg;
     return CUDA_SUCCESS;
@@ -257,6 +259,7 @@ API CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned 
     struct fgraph *fg = (struct fgraph *)g;
     if (fg == NULL || fg->magic != M_GRAPH || exec == NULL) return CUDA_ERROR_INVALID_VALUE;
     struct fexec *e = calloc(1, sizeof *e);
+    if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = M_EXEC;
     e->alive = 1;
     for (int i = 0; i < fg->n; i++)

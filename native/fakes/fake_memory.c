@@ -19,9 +19,10 @@ static struct {
 static int freed_count;
 
 /* ---- bookkeeping (under fake_mu) --------------------------------------- */
-void fake_records_init(void)
+int fake_records_init(void)
 {
     recs = calloc(REC_CAP, sizeof *recs);
+    return recs != NULL ? 0 : -1;
 }
 
 static struct rec *rec_find(uint64_t key)
@@ -241,6 +242,11 @@ API CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytes)
     uint64_t va = next_va32;
     next_va32 += (bytes + 511) / 512 * 512;
     struct rec *r = fake_rec_add(va);
+    if (r == NULL) {
+        pthread_mutex_unlock(&fake_mu);
+        fake_phys_give(c->phys, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     r->size = bytes;
     r->phys = c->phys;
     r->kind = K_PLAIN;
@@ -297,6 +303,10 @@ static CUresult array_new(void **out, uint64_t bytes)
     NEED_CTX(c);
     if (bytes != 0 && fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     struct farray *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        if (bytes != 0) fake_phys_give(c->phys, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *a = (struct farray){.magic = M_ARRAY, .phys = c->phys, .bytes = bytes};
     *out = a;
     return CUDA_SUCCESS;

@@ -87,11 +87,16 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct fpool *p)
         }
         p->reserved += grow;
     }
+    uint64_t va = fake_va_alloc(p->phys, bytes);
+    struct rec *r = fake_rec_add(va);
+    if (r == NULL) {
+        /* The pool keeps what it grew, as it keeps freed memory, until trimmed. */
+        pthread_mutex_unlock(&fake_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     p->used += bytes;
     if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
     if (p->used > p->used_high) p->used_high = p->used;
-    uint64_t va = fake_va_alloc(p->phys, bytes);
-    struct rec *r = fake_rec_add(va);
     r->size = bytes;
     r->phys = p->phys;
     r->kind = K_ASYNC;
@@ -181,6 +186,10 @@ API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     struct fpool *p = calloc(1, sizeof *p);
+    if (p == NULL) {
+        pthread_mutex_unlock(&fake_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *p = (struct fpool){.magic = M_POOL, .phys = phys};
     pools[pool_count++] = p;
     pthread_mutex_unlock(&fake_mu);

@@ -27,6 +27,7 @@ API CUresult cuStreamCreate(CUstream *s, unsigned int flags)
     NEED_INIT();
     NEED_CTX(c);
     struct fstream *st = calloc(1, sizeof *st);
+    if (st == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
     st->magic = M_STREAM;
     st->ctx = c;
     *s = (CUstream)st;

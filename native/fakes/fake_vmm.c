@@ -54,6 +54,10 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, cons
         if (fake_phys_take(phys, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     }
     struct fvmm *h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        if (phys >= 0) fake_phys_give(phys, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *h = (struct fvmm){.magic = M_VMM, .phys = phys, .size = size, .refs = 1};
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
     return CUDA_SUCCESS;
