@@ -80,6 +80,21 @@ if os.environ.get("GS_STREAM_PRIORITY"):
     assert cu.cuStreamGetPriority(handle, ctypes.byref(got)) == 0
     torch.cuda.set_stream(torch.cuda.ExternalStream(handle.value))
     prio = {"stream": got.value, "range": [least.value, greatest.value]}
+gate = None
+if os.environ.get("GS_GATE_FILE"):
+    # gate_pair.py: every step first waits on the GPU (cuStreamWaitValue32, AND) for this worker's
+    # bit in a word of a page the parent shares, so the CPU goes on queueing while the gate is shut.
+    import ctypes, mmap
+    cu = ctypes.CDLL("libcuda.so.1")
+    page = mmap.mmap(os.open(os.environ["GS_GATE_FILE"], os.O_RDWR), 4096)
+    addr = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+    assert cu.cuMemHostRegister_v2(addr, ctypes.c_size_t(4096), ctypes.c_uint(2)) == 0  # DEVICEMAP
+    word = ctypes.c_uint64()
+    assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(word), addr, ctypes.c_uint(0)) == 0
+    bit = ctypes.c_uint32(1 << int(os.environ["GS_GATE_BIT"]))
+    def gate():
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        assert cu.cuStreamWaitValue32_v2(stream, word, bit, ctypes.c_uint(2)) == 0  # 2: AND
 t_init = time.perf_counter()
 for _ in range(20): step()
 torch.cuda.synchronize()
@@ -100,7 +115,9 @@ while True:
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]); prof.start()
         elif prof is not None and now >= t0 + 5:
             prof.stop(); prof_done = True
-    t = time.perf_counter(); step(); n += 1
+    t = time.perf_counter()
+    if gate: gate()
+    step(); n += 1
     if n % sync_every == 0:
         torch.cuda.synchronize()
     now = time.time()
