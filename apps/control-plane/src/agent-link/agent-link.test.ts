@@ -393,9 +393,13 @@ describe('AgentCommandClient on the in-process hub', () => {
   it('an unanswered attempt is sent again with the same command id', async () => {
     agent.commands.length = 0;
     let calls = 0;
+    let sentAgain!: () => void;
+    const retried = new Promise<void>((resolve) => (sentAgain = resolve));
     agent.answer = async (command) => {
       calls++;
-      if (calls === 1) await new Promise((resolve) => setTimeout(resolve, 300));
+      // The first attempt is answered only once the client gave it up and sent it again.
+      if (calls === 1) await retried;
+      else sentAgain();
       return ok(command);
     };
     await client.launch('cmd-host', spec);

@@ -17,6 +17,7 @@ import { databaseConfigFromEnv, DatabaseConfigError } from './database-config.js
 import { isUniqueViolation, violatedCheckConstraint } from './database-errors.js';
 import { DatabaseModule } from './database.module.js';
 import { openEmbeddedDatabase } from './embedded-database.js';
+import type { Prisma } from './generated/client.js';
 import { PrismaService } from './prisma.service.js';
 import { lockTeamForUpdate } from './team-lock.js';
 
@@ -39,6 +40,22 @@ function signal(): { promise: Promise<void>; fire: () => void } {
   let fire = () => {};
   const promise = new Promise<void>((resolve) => (fire = resolve));
   return { promise, fire };
+}
+
+/**
+ * Until another session waits on a lock the transaction `tx` holds, as PostgreSQL's
+ * pg_blocking_pids tells (asked again at each answer; there is no notice of it to wait on).
+ * Fails naming `what` after 4 s, inside the interactive transaction's 5 s.
+ */
+async function untilBlockingAnother(tx: Prisma.TransactionClient, what: string): Promise<void> {
+  const deadline = Date.now() + 4_000;
+  for (;;) {
+    const [row] = await tx.$queryRaw<{ waiting: bigint }[]>`
+      SELECT count(*) AS waiting FROM pg_stat_activity
+      WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))`;
+    if (row!.waiting > 0n) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+  }
 }
 
 async function addGpu(db: TestDatabase, totalBytes: bigint, overcommitRatio = 1.0) {
@@ -236,11 +253,15 @@ describe('the per-team lock on PostgreSQL', () => {
     const other = await db.prisma.team.create({ data: { name: 'independent' } });
     const events: string[] = [];
     const firstHoldsLock = signal();
+    const otherTeamLocked = signal();
     const first = db.prisma.$transaction(async (tx) => {
       await lockTeamForUpdate(tx, team.id);
       events.push('first locked');
       firstHoldsLock.fire();
-      await sleep(400);
+      // Ends once the other team's transaction got its lock and PostgreSQL says the second
+      // waits on this one, not after a pause.
+      await otherTeamLocked.promise;
+      await untilBlockingAnother(tx, 'the second transaction to wait on the team lock');
       events.push('first ending');
     });
     await firstHoldsLock.promise;
@@ -251,6 +272,7 @@ describe('the per-team lock on PostgreSQL', () => {
     const otherTeam = db.prisma.$transaction(async (tx) => {
       await lockTeamForUpdate(tx, other.id);
       events.push('other team locked');
+      otherTeamLocked.fire();
     });
     await Promise.all([first, second, otherTeam]);
     assert.deepEqual(events, [

@@ -3,7 +3,6 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
@@ -24,6 +23,98 @@ import { startPostgres, type PostgresServer } from '../testing/index.js';
 import { ShardEventBus } from './shard-event-bus.js';
 import { MAX_NOTIFY_PAYLOAD_BYTES, payloadsOf, SHARD_EVENTS_CHANNEL } from './shard-event-relay.js';
 
+/** How long a wait may take before the test fails naming it (a bound, not a synchronisation). */
+const WAIT_BOUND_MS = 15_000;
+
+/** `promise`, or a failure naming what was awaited if it has not settled within WAIT_BOUND_MS. */
+async function within<T>(promise: Promise<T>, what: string | (() => string)): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`timed out waiting for ${typeof what === 'string' ? what : what()}`)),
+      WAIT_BOUND_MS,
+    );
+  });
+  try {
+    return await Promise.race([promise, timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Until the control planes' buses have `count` subscribers each (subscribed, or let go). */
+async function subscribers(controlPlanes: readonly ControlPlane[], count: number): Promise<void> {
+  const buses = controlPlanes.map((cp) => cp.app.get(ShardEventBus));
+  await within(
+    Promise.all(buses.map((bus) => bus.whenSubscribers((n) => n === count))),
+    () => `${count} subscriber(s) on each bus (now ${buses.map((b) => b.subscriberCount)})`,
+  );
+}
+
+/**
+ * A shardEvents subscription on one control plane, collecting what `pick` makes of each event.
+ * `until` waits on the events themselves: its condition is checked at each message, and the
+ * wait fails when the subscription errs or ends first.
+ */
+function subscribe<T>(
+  controlPlane: ControlPlane,
+  token: string,
+  query: string,
+  pick: (event: Record<string, unknown>) => T,
+) {
+  const heard: T[] = [];
+  const errors: unknown[] = [];
+  let ended: string | undefined;
+  const waiters = new Set<() => void>();
+  const changed = () => {
+    for (const check of [...waiters]) check();
+  };
+  const client = createClient({
+    url: controlPlane.graphqlUrl.replace(/^http/, 'ws'),
+    webSocketImpl: WebSocket,
+    connectionParams: { Authorization: `Bearer ${token}` },
+    retryAttempts: 0,
+  });
+  client.subscribe<{ shardEvents: Record<string, unknown> }>(
+    { query },
+    {
+      next: (message) => {
+        const event = message.data?.shardEvents;
+        if (event !== undefined) heard.push(pick(event));
+        if (message.errors !== undefined) errors.push(...message.errors);
+        changed();
+      },
+      error: (error) => {
+        errors.push(error);
+        ended = `an error: ${JSON.stringify(error)}`;
+        changed();
+      },
+      complete: () => {
+        ended ??= 'completion';
+        changed();
+      },
+    },
+  );
+  const until = (holds: (heard: readonly T[]) => boolean, what: string): Promise<void> => {
+    let check!: () => void;
+    const waited = new Promise<void>((resolve, reject) => {
+      check = () => {
+        if (holds(heard)) resolve();
+        else if (ended !== undefined)
+          reject(new Error(`${what}: the subscription ended with ${ended}`));
+        else return;
+        waiters.delete(check);
+      };
+      waiters.add(check);
+      check();
+    });
+    return within(waited, () => `${what} (heard ${JSON.stringify(heard)})`).finally(() =>
+      waiters.delete(check),
+    );
+  };
+  return { heard, errors, until, dispose: () => client.dispose() };
+}
+
 interface Heard {
   readonly id: string;
   readonly state: string;
@@ -31,36 +122,21 @@ interface Heard {
   readonly teamId: string;
 }
 
-/** A shardEvents subscription on one control plane, collecting what it hears. */
+/** A shardEvents subscription of the shard, its state and previous state. */
 function listen(controlPlane: ControlPlane, token: string) {
-  const heard: Heard[] = [];
-  const errors: unknown[] = [];
-  const client = createClient({
-    url: controlPlane.graphqlUrl.replace(/^http/, 'ws'),
-    webSocketImpl: WebSocket,
-    connectionParams: { Authorization: `Bearer ${token}` },
-    retryAttempts: 0,
-  });
-  client.subscribe<{
-    shardEvents: { state: string; previousState: string | null; shard: Heard };
-  }>(
-    { query: 'subscription { shardEvents { state previousState shard { id teamId } } }' },
-    {
-      next: (message) => {
-        const event = message.data?.shardEvents;
-        if (event === undefined) return;
-        heard.push({
-          id: event.shard.id,
-          state: event.state,
-          previousState: event.previousState,
-          teamId: event.shard.teamId,
-        });
-      },
-      error: (error) => errors.push(error),
-      complete: () => undefined,
+  return subscribe<Heard>(
+    controlPlane,
+    token,
+    'subscription { shardEvents { state previousState shard { id teamId } } }',
+    (event) => {
+      const { state, previousState, shard } = event as {
+        state: string;
+        previousState: string | null;
+        shard: { id: string; teamId: string };
+      };
+      return { id: shard.id, state, previousState, teamId: shard.teamId };
     },
   );
-  return { heard, errors, dispose: () => client.dispose() };
 }
 
 /** Ends the subscriptions and waits until the servers have let go of them. */
@@ -69,13 +145,7 @@ async function closeAll(
   subscriptions: readonly { dispose: () => unknown }[],
 ): Promise<void> {
   for (const subscription of subscriptions) await subscription.dispose();
-  const buses = controlPlanes.map((cp) => cp.app.get(ShardEventBus));
-  await until(() => buses.every((bus) => bus.subscriberCount === 0), 'subscriptions to end');
-}
-
-async function until(condition: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 250 && !condition(); i++) await sleep(20);
-  assert.ok(condition(), `timed out waiting for ${what}`);
+  await subscribers(controlPlanes, 0);
 }
 
 describe('shard events across two control planes on one PostgreSQL', () => {
@@ -112,21 +182,47 @@ describe('shard events across two control planes on one PostgreSQL', () => {
   it("a subscriber hears its team's changes made by the other control plane, once, in order", async () => {
     const onOther = listen(other, alpha.viewer);
     const onSame = listen(h.controlPlane, alpha.viewer);
-    const buses = [h.controlPlane, other].map((cp) => cp.app.get(ShardEventBus));
-    await until(() => buses.every((bus) => bus.subscriberCount === 1), 'both subscriptions');
+    await subscribers([h.controlPlane, other], 1);
     try {
+      const reports = (cp: ControlPlane) => cp.app.get(AgentReportsService);
       const shard = assertOk(await createShard(h, alpha.member, {})).createShard;
       assertOk(await createShard(h, beta.member, {}));
-      await h.controlPlane.app
-        .get(AgentReportsService)
-        .applyShardStateEvent('relay-1', stateEvent('relay-1', shard.id, 'RUNNING', new Date()));
-      await until(() => onOther.heard.length >= 2, 'two events on the other control plane');
-      await sleep(300);
+      await reports(h.controlPlane).applyShardStateEvent(
+        'relay-1',
+        stateEvent('relay-1', shard.id, 'RUNNING', new Date()),
+      );
+      // Two sentinels instead of a pause: what either subscriber hears arrives in order, so a
+      // duplicate (or a stray) of the changes above would arrive before the sentinel that
+      // travels its path. The first is made here too: the other control plane hears it after
+      // anything this one's relay sent before it. The second is made on the other control
+      // plane once the first got there: its NOTIFY commits after every NOTIFY of this one's
+      // (which this one's relay must ignore), and PostgreSQL delivers notifications in commit
+      // order, which the relay keeps; so a change this one heard first hand and again by relay
+      // would be heard again before the second sentinel.
+      const sentinel = assertOk(
+        await createShard(h, alpha.member, { name: 'sentinel' }),
+      ).createShard;
+      const heardSentinel = (state: string) => (heard: readonly Heard[]) =>
+        heard.some((event) => event.id === sentinel.id && event.state === state);
+      await Promise.all([
+        onOther.until(heardSentinel('PLACED'), 'the first sentinel on the other control plane'),
+        onSame.until(heardSentinel('PLACED'), 'the first sentinel on this control plane'),
+      ]);
+      await reports(other).applyShardStateEvent(
+        'relay-1',
+        stateEvent('relay-1', sentinel.id, 'RUNNING', new Date()),
+      );
+      await Promise.all([
+        onOther.until(heardSentinel('RUNNING'), 'the second sentinel on the other control plane'),
+        onSame.until(heardSentinel('RUNNING'), 'the second sentinel on this control plane'),
+      ]);
       const expected = [
         { id: shard.id, state: 'PLACED', previousState: null, teamId: alpha.id },
         { id: shard.id, state: 'RUNNING', previousState: 'PLACED', teamId: alpha.id },
+        { id: sentinel.id, state: 'PLACED', previousState: null, teamId: alpha.id },
+        { id: sentinel.id, state: 'RUNNING', previousState: 'PLACED', teamId: alpha.id },
       ];
-      assert.deepEqual(onOther.heard, expected, 'relayed, team-scoped, in order');
+      assert.deepEqual(onOther.heard, expected, 'relayed, team-scoped, once, in order');
       assert.deepEqual(onSame.heard, expected, 'heard first hand once, not again by relay');
       assert.deepEqual([...onOther.errors, ...onSame.errors], []);
     } finally {
@@ -136,11 +232,10 @@ describe('shard events across two control planes on one PostgreSQL', () => {
 
   it('changes go the other way too (stopShard on the second control plane)', async () => {
     const onFirst = listen(h.controlPlane, h.adminToken);
-    const bus = h.controlPlane.app.get(ShardEventBus);
-    await until(() => bus.subscriberCount === 1, 'the subscription');
+    await subscribers([h.controlPlane], 1);
     try {
       const shard = assertOk(await createShard(h, beta.member, { name: 'to-stop' })).createShard;
-      await until(() => onFirst.heard.length === 1, 'the PLACED event');
+      await onFirst.until((heard) => heard.length >= 1, 'the PLACED event');
       const stopped = await fetch(other.graphqlUrl, {
         method: 'POST',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${beta.member}` },
@@ -150,44 +245,28 @@ describe('shard events across two control planes on one PostgreSQL', () => {
         }),
       });
       assert.deepEqual(await stopped.json(), { data: { stopShard: { state: 'STOPPING' } } });
-      await until(() => onFirst.heard.length === 2, 'the STOPPING event from the other one');
-      assert.deepEqual(onFirst.heard[1], {
-        id: shard.id,
-        state: 'STOPPING',
-        previousState: 'PLACED',
-        teamId: beta.id,
-      });
+      await onFirst.until((heard) => heard.length >= 2, 'the STOPPING event from the other one');
+      assert.deepEqual(onFirst.heard, [
+        { id: shard.id, state: 'PLACED', previousState: null, teamId: beta.id },
+        { id: shard.id, state: 'STOPPING', previousState: 'PLACED', teamId: beta.id },
+      ]);
+      assert.deepEqual(onFirst.errors, []);
     } finally {
       await closeAll([h.controlPlane, other], [onFirst]);
     }
   });
 
   it('ungoverned GPU work found through one control plane reaches a subscriber of the other, finding and all', async () => {
-    const heard: { kind: string; ungovernedCompute: Record<string, unknown> | null }[] = [];
-    const client = createClient({
-      url: other.graphqlUrl.replace(/^http/, 'ws'),
-      webSocketImpl: WebSocket,
-      connectionParams: { Authorization: `Bearer ${alpha.viewer}` },
-      retryAttempts: 0,
-    });
-    client.subscribe<{ shardEvents: (typeof heard)[number] }>(
-      {
-        query:
-          'subscription { shardEvents { kind ungovernedCompute { action pid pids killedPids lastKernelAt message } } }',
-      },
-      {
-        next: (message) => {
-          if (message.data?.shardEvents) heard.push(message.data.shardEvents);
-        },
-        error: () => undefined,
-        complete: () => undefined,
-      },
+    const onOther = subscribe(
+      other,
+      alpha.viewer,
+      'subscription { shardEvents { kind ungovernedCompute { action pid pids killedPids lastKernelAt message } } }',
+      (event) => event as { kind: string; ungovernedCompute: Record<string, unknown> | null },
     );
-    const bus = other.app.get(ShardEventBus);
-    await until(() => bus.subscriberCount === 1, 'the subscription');
+    await subscribers([other], 1);
     try {
       const shard = assertOk(await createShard(h, alpha.member, { name: 'bypass' })).createShard;
-      await until(() => heard.length === 1, 'the PLACED event');
+      await onOther.until((heard) => heard.length >= 1, 'the PLACED event');
       const at = new Date();
       await h.controlPlane.app.get(FenceService).recordHeartbeat('relay-1', {
         ...heartbeat('relay-1', at),
@@ -209,8 +288,8 @@ describe('shard events across two control planes on one PostgreSQL', () => {
           },
         ],
       });
-      await until(() => heard.length === 2, 'the UNGOVERNED_COMPUTE event');
-      assert.deepEqual(heard[1], {
+      await onOther.until((heard) => heard.length >= 2, 'the UNGOVERNED_COMPUTE event');
+      assert.deepEqual(onOther.heard[1], {
         kind: 'UNGOVERNED_COMPUTE',
         ungovernedCompute: {
           action: 'REPORT',
@@ -223,14 +302,13 @@ describe('shard events across two control planes on one PostgreSQL', () => {
         },
       });
     } finally {
-      await closeAll([h.controlPlane, other], [{ dispose: () => client.dispose() }]);
+      await closeAll([h.controlPlane, other], [onOther]);
     }
   });
 
   it('a malformed message on the channel is ignored; later changes still arrive', async () => {
     const onOther = listen(other, h.adminToken);
-    const bus = other.app.get(ShardEventBus);
-    await until(() => bus.subscriberCount === 1, 'the subscription');
+    await subscribers([other], 1);
     try {
       for (const payload of [
         'not json',
@@ -240,7 +318,7 @@ describe('shard events across two control planes on one PostgreSQL', () => {
         await h.prisma.$executeRaw`SELECT pg_notify(${SHARD_EVENTS_CHANNEL}, ${payload})`;
       }
       const shard = assertOk(await createShard(h, alpha.member, { name: 'after' })).createShard;
-      await until(() => onOther.heard.length === 1, 'the event after the bad messages');
+      await onOther.until((heard) => heard.length >= 1, 'the event after the bad messages');
       assert.equal(onOther.heard[0]!.id, shard.id);
       assert.equal(other.app.get(ShardEventBus).subscriberCount, 1, 'still subscribed');
     } finally {

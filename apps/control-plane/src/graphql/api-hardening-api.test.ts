@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
 import {
@@ -211,16 +210,19 @@ for (const kind of TEST_DATABASE_KINDS) {
       const bus = h.controlPlane.app.get(ShardEventBus);
       const subscribers = bus.subscriberCount;
       try {
-        await until(() => bus.subscriberCount === subscribers + 1, 'subscribed');
+        await within(
+          bus.whenSubscribers((count) => count === subscribers + 1),
+          'the subscription',
+        );
         assertOk(await createShard(h, team.member, { name: 'before-revoke' }));
-        await firstEvent;
+        await within(firstEvent, 'the first event');
         assert.deepEqual(heard, ['before-revoke']);
         assertOk(
           await h.graphql(`mutation ($id: ID!) { revokeApiToken(id: $id) { id } }`, {
             id: token.token.id,
           }),
         );
-        await completed;
+        await within(completed, 'the subscription to end on revocation');
         assertOk(await createShard(h, team.member, { name: 'after-revoke' }));
         // The event of the second shard was published (synchronously, after commit) before
         // createShard answered: a live subscription would have it by now.
@@ -290,7 +292,15 @@ describe('main.js', () => {
   });
 });
 
-async function until(condition: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 250 && !condition(); i++) await sleep(20);
-  assert.ok(condition(), `timed out waiting for ${what}`);
+/** `promise`, or a failure naming `what` if it has not settled in 15 s (a bound, not a wait). */
+async function within<T>(promise: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), 15_000);
+  });
+  try {
+    return await Promise.race([promise, timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
