@@ -48,16 +48,24 @@ export function App() {
 
 const ADMIN_ROUTES = ['fleet', 'teams', 'tokens'];
 
-function Shell({ signOut }: { signOut: (problem?: string) => void }) {
+export function Shell({ signOut }: { signOut: (problem?: string) => void }) {
   const [me] = useQuery({ query: MeQuery, requestPolicy: 'network-only' });
+  // urql asks for `me` again after every mutation that returns a team, and an answer with an
+  // error carries no data: without the last good answer, one refused refetch (a timeout, a rate
+  // limit) would unmount the page, and with it what the user was doing.
+  const [known, setKnown] = useState(me.data);
+  useEffect(() => {
+    if (me.data) setKnown(me.data);
+  }, [me.data]);
+  const data = me.data ?? known;
   const route = useRoute();
   const refused = me.error?.graphQLErrors.some((e) => e.extensions?.['code'] === 'UNAUTHENTICATED');
   useEffect(() => {
     if (refused) signOut(me.error?.graphQLErrors[0]?.message ?? 'the token was refused');
   }, [refused]);
 
-  if (me.fetching && !me.data) return <Loading what="your token" />;
-  if (me.error || !me.data) {
+  if (me.fetching && !data) return <Loading what="your token" />;
+  if (!data) {
     return (
       <main>
         <ErrorBox error={me.error} />
@@ -65,7 +73,7 @@ function Shell({ signOut }: { signOut: (problem?: string) => void }) {
       </main>
     );
   }
-  const who = me.data.me;
+  const who = data.me;
   const isAdmin = who.role === 'ADMIN';
   const current = route || (isAdmin ? 'fleet' : 'team');
   const links = isAdmin
@@ -111,7 +119,10 @@ function Shell({ signOut }: { signOut: (problem?: string) => void }) {
         <a href="/explorer">API explorer</a>
         <button onClick={() => signOut()}>Sign out</button>
       </header>
-      <main>{page}</main>
+      <main>
+        <ErrorBox error={me.error} />
+        {page}
+      </main>
     </>
   );
 }

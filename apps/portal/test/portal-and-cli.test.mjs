@@ -251,6 +251,12 @@ describe('the portal in Chromium', { timeout: 120_000 }, () => {
     );
     await shot(page, 'portal-team');
 
+    // Export needs the report: wait for it by name, so that a report that never came fails here
+    // and says so, not as a download that never started.
+    await page
+      .getByRole('region', { name: 'Usage' })
+      .getByText(/GiB-hours reserved/)
+      .waitFor();
     const [download] = await Promise.all([
       page.waitForEvent('download'),
       page.getByRole('button', { name: 'Export CSV' }).click(),

@@ -5,8 +5,15 @@ import { createRoot, type Root } from 'react-dom/client';
 // React flushes effects inside act() only when told it runs in a test environment.
 (globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
 
-/** A component rendered into a div appended to the document; unmount() removes both. */
-export function mount(element: ReactNode): { container: HTMLDivElement; unmount: () => void } {
+/**
+ * A component rendered into a div appended to the document; rerender() renders another element
+ * into the same root (React keeps what matches), unmount() removes both.
+ */
+export function mount(element: ReactNode): {
+  container: HTMLDivElement;
+  rerender: (next: ReactNode) => void;
+  unmount: () => void;
+} {
   const container = document.createElement('div');
   document.body.append(container);
   let root: Root | undefined;
@@ -16,6 +23,7 @@ export function mount(element: ReactNode): { container: HTMLDivElement; unmount:
   });
   return {
     container,
+    rerender: (next) => act(() => root!.render(next)),
     unmount: () => {
       act(() => root!.unmount());
       container.remove();
