@@ -25,12 +25,18 @@ int fake_records_init(void)
     return recs != NULL ? 0 : -1;
 }
 
+/* A slot's key: an address, or one of these (no allocation is ever at 0 or 1). */
+#define EMPTY_KEY 0u
+#define FREED_KEY 1u
+
 static struct rec *rec_find(uint64_t key)
 {
+    /* Freeing 1 or looking up 0 would otherwise find a freed or empty slot. */
+    if (key == EMPTY_KEY || key == FREED_KEY) return NULL;
     for (uint32_t i = 0, h = (uint32_t)((key >> 9) * 2654435761u) & (REC_CAP - 1); i < REC_CAP; i++) {
         struct rec *r = &recs[(h + i) & (REC_CAP - 1)];
         if (r->key == key) return r;
-        if (r->key == 0) return NULL;
+        if (r->key == EMPTY_KEY) return NULL;
     }
     return NULL;
 }
@@ -39,7 +45,7 @@ struct rec *fake_rec_add(uint64_t key)
 {
     for (uint32_t i = 0, h = (uint32_t)((key >> 9) * 2654435761u) & (REC_CAP - 1); i < REC_CAP; i++) {
         struct rec *r = &recs[(h + i) & (REC_CAP - 1)];
-        if (r->key == 0 || r->key == 1) {
+        if (r->key == EMPTY_KEY || r->key == FREED_KEY) {
             r->key = key;
             return r;
         }
@@ -80,9 +86,9 @@ void fake_mem_drop_ctx(struct fctx *c)
 {
     for (uint32_t i = 0; i < REC_CAP; i++) {
         struct rec *r = &recs[i];
-        if (r->key > 1 && r->kind == K_PLAIN && r->owner.ctx == c) {
+        if (r->key > FREED_KEY && r->kind == K_PLAIN && r->owner.ctx == c) {
             fake_phys_give(r->phys, r->size);
-            r->key = 1;
+            r->key = FREED_KEY;
         }
     }
 }
@@ -165,7 +171,7 @@ CUresult fake_mem_free(CUdeviceptr dptr)
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct rec copy = *r;
-    r->key = 1;
+    r->key = FREED_KEY;
     if (copy.kind == K_ASYNC) fake_pool_freed(copy.owner.pool, copy.size);
     va_free(copy.phys, dptr, copy.size);
     pthread_mutex_unlock(&fake_mu);

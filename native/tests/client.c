@@ -985,6 +985,24 @@ static int s_passthrough(void)
     return 0;
 }
 
+/* The fake driver itself (run without libvgpu.so): freeing an address it
+ * never handed out, 1 included (the mark it leaves in a freed slot), is
+ * refused and gives back nothing. */
+static int s_bogus_free(void)
+{
+    if (start()) return 1;
+    size_t free_before, free_after, total;
+    OK(A.cuMemGetInfo(&free_before, &total));
+    CUdeviceptr p;
+    OK(A.cuMemAlloc(&p, GiB));
+    OK(A.cuMemFree(p));
+    CHECK(A.cuMemFree(p) == CUDA_ERROR_INVALID_VALUE, "a second free of the same address was taken");
+    CHECK(A.cuMemFree(1) == CUDA_ERROR_INVALID_VALUE, "freeing address 1 was taken");
+    OK(A.cuMemGetInfo(&free_after, &total));
+    CHECK(free_after == free_before, "free %zu before, %zu after: memory given back twice", free_before, free_after);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -1031,6 +1049,7 @@ int main(int argc, char **argv)
     if (!strcmp(s, "startup")) return s_startup();
     if (!strcmp(s, "uncapped")) return s_uncapped();
     if (!strcmp(s, "passthrough")) return s_passthrough();
+    if (!strcmp(s, "bogus-free")) return s_bogus_free();
     int nvml = nvml_scenario(&A, s, argc, argv);
     if (nvml >= 0) return nvml;
     int cap = cap_scenario(&A, s, argc, argv);

@@ -80,6 +80,12 @@ static int t_nvml_process_utilization(const void *arg)
     return 0;
 }
 
+static int t_bogus_free(const void *arg)
+{
+    const char *bare[] = {"-LD_PRELOAD", NULL};
+    return run(bare, "link", "bogus-free", NULL, NULL);
+}
+
 static void add_fake_tests(struct t *tests, int *n)
 {
 #define ADDF(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -89,5 +95,7 @@ static void add_fake_tests(struct t *tests, int *n)
          t_reap_race, NULL);
     ADDF("fake NVML: per-process utilization reports the process whose kernels ran, not an idle or a dead one",
          t_nvml_process_utilization, NULL);
+    ADDF("fake driver: freeing an address it never handed out (1, a freed one) is refused and gives back nothing",
+         t_bogus_free, NULL);
 #undef ADDF
 }
