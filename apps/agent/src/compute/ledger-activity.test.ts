@@ -20,9 +20,7 @@ const GPU = 'GPU-fa4e5000-0000-4000-8000-000000000000';
 const work = mkdtempSync(join(tmpdir(), 'gpushards-ledger-'));
 after(() => rmSync(work, { recursive: true, force: true }));
 
-function ledger(
-  members: { shard: string; share: number; busy: bigint; last: bigint; seen?: bigint }[],
-): Buffer {
+function ledger(members: { shard: string; share: number; busy: bigint; last: bigint }[]): Buffer {
   const b = Buffer.alloc(LEDGER_SIZE);
   b.writeBigUInt64LE(LEDGER_MAGIC, 0);
   b.writeUInt32LE(LEDGER_VERSION, 8);
@@ -34,7 +32,6 @@ function ledger(
     b.writeUInt32LE(m.share, base + LEDGER_MEMBER_FIELDS.share_permille.offset);
     b.writeBigUInt64LE(m.busy, base + LEDGER_MEMBER_FIELDS.busy_ns.offset);
     b.writeBigUInt64LE(m.last, base + LEDGER_MEMBER_FIELDS.last_kernel_ns.offset);
-    b.writeBigUInt64LE(m.seen ?? 0n, base + LEDGER_MEMBER_FIELDS.seen_ns.offset);
   });
   return b;
 }
@@ -43,7 +40,7 @@ describe('compute ledger activity', () => {
   it('decodes members and refuses what is not a ledger', () => {
     const members = decodeLedger(ledger([{ shard: 's1', share: 250, busy: 5n, last: 7n }]));
     assert.deepEqual(members, [
-      { shardId: 's1', sharePermille: 250, busyNs: 5n, lastKernelNs: 7n, seenNs: 0n },
+      { shardId: 's1', sharePermille: 250, busyNs: 5n, lastKernelNs: 7n },
     ]);
     assert.deepEqual(decodeLedger(Buffer.alloc(LEDGER_SIZE)), []);
     assert.deepEqual(decodeLedger(Buffer.alloc(10)), []);

@@ -22,7 +22,6 @@ export const LEDGER_MEMBER_FIELDS = {
   mode: { offset: 52, size: 4 },
   busy_ns: { offset: 64, size: 8 },
   last_kernel_ns: { offset: 72, size: 8 },
-  seen_ns: { offset: 96, size: 8 },
 } as const;
 
 export interface LedgerMember {
@@ -31,8 +30,6 @@ export interface LedgerMember {
   readonly busyNs: bigint;
   /** 0n = never launched. */
   readonly lastKernelNs: bigint;
-  /** Last time a process of the shard used the entry. */
-  readonly seenNs: bigint;
 }
 
 /** The members of one GPU's ledger file; [] for a file that is not a ledger this agent reads. */
@@ -52,7 +49,6 @@ export function decodeLedger(buffer: Buffer): LedgerMember[] {
       sharePermille: buffer.readUInt32LE(base + LEDGER_MEMBER_FIELDS.share_permille.offset),
       busyNs: buffer.readBigUInt64LE(base + LEDGER_MEMBER_FIELDS.busy_ns.offset),
       lastKernelNs: buffer.readBigUInt64LE(base + LEDGER_MEMBER_FIELDS.last_kernel_ns.offset),
-      seenNs: buffer.readBigUInt64LE(base + LEDGER_MEMBER_FIELDS.seen_ns.offset),
     });
   }
   return members;
