@@ -122,16 +122,25 @@ function setUp(name: string, policy: CapPolicy, extra: Partial<AgentConfig> = {}
   } as unknown as LimitsService;
   /** The good shard's own region: its last launch through libvgpu.so on GPU 0. */
   let goodLastLaunchNs = 0n;
+  const devicesOf = (shardId: string): RegionDevice[] =>
+    shardId === 'good' && goodLastLaunchNs > 0n
+      ? [{ uuid: GPU0, lastLaunchNs: goodLastLaunchNs } as RegionDevice]
+      : [];
+  /** Each region read: "<shard> devices" (the device table) or "<shard> whole" (with slots). */
+  const regionReads: string[] = [];
   const regions = {
-    devices: (shardId: string): Promise<RegionDevice[]> =>
-      Promise.resolve(
-        shardId === 'good' && goodLastLaunchNs > 0n
-          ? [{ uuid: GPU0, lastLaunchNs: goodLastLaunchNs } as RegionDevice]
-          : [],
-      ),
+    devices: (shardId: string): Promise<RegionDevice[]> => {
+      regionReads.push(`${shardId} devices`);
+      return Promise.resolve(devicesOf(shardId));
+    },
     // No slots: each process is judged with its shard (process-launches.test.ts and the
     // Docker test cover the process-by-process rule).
-    processes: (): Promise<RegionProcess[]> => Promise.resolve([]),
+    devicesAndProcesses: (
+      shardId: string,
+    ): Promise<{ devices: RegionDevice[]; processes: RegionProcess[] }> => {
+      regionReads.push(`${shardId} whole`);
+      return Promise.resolve({ devices: devicesOf(shardId), processes: [] });
+    },
   } as unknown as RegionsService;
   let monotonic = 1000n * S;
   let wall = 1_795_000_000_000_000;
@@ -175,6 +184,7 @@ function setUp(name: string, policy: CapPolicy, extra: Partial<AgentConfig> = {}
     heard,
     stopped,
     asked,
+    regionReads,
     window,
     unsupported: () => {
       samples = 'unsupported';
@@ -206,7 +216,7 @@ describe('ComputeFenceService', () => {
   });
 
   it('report: the bypassing shard is reported once per episode, never its well-behaved neighbour, whatever the shared ledger says', async () => {
-    const { window, heard, asked } = setUp('report', 'report');
+    const { window, heard, asked, regionReads } = setUp('report', 'report');
     const good = processIn(CONTAINER_GOOD);
     const bad = processIn(CONTAINER_BAD);
     const busy = [
@@ -214,6 +224,7 @@ describe('ComputeFenceService', () => {
       { pid: bad.pid!, timestampUs: 0, smPercent: 60 },
     ];
     assert.deepEqual(await window(busy), [], 'one window alone is no finding');
+    assert.deepEqual(regionReads.splice(0), ['good whole', 'bad whole'], 'each busy region once');
     const done = await window(busy);
     assert.equal(done.length, 1);
     const [record] = done;
@@ -261,10 +272,15 @@ describe('ComputeFenceService', () => {
   });
 
   it('a shard whose member stopped launching is found like one with no member; stop stops it once', async () => {
-    const { window, stopped } = setUp('stop', 'stop');
+    const { window, stopped, regionReads } = setUp('stop', 'stop');
     const good = processIn(CONTAINER_GOOD);
     const samples = [{ pid: good.pid!, timestampUs: 0, smPercent: 50 }];
     await window(samples, false);
+    assert.deepEqual(
+      regionReads.splice(0),
+      ['good whole', 'bad devices'],
+      'an idle shard: no slots',
+    );
     const [record] = await window(samples, false);
     assert.equal(record!.shardId, 'good');
     assert.equal(record!.action, 'stop');

@@ -13,7 +13,7 @@ import { ProcessOwners } from '../enforcement/process-owners.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import type { RegionProcess } from '../regions/region-file.js';
+import type { RegionDevice, RegionProcess } from '../regions/region-file.js';
 import { RegionsService } from '../regions/regions.service.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 import { ShardsService } from '../shards/shards.service.js';
@@ -28,6 +28,12 @@ export interface ComputeFindingRecord extends UngovernedFinding {
   /** kill: the processes actually signalled. */
   readonly killedPids: readonly number[];
   readonly error?: string;
+}
+
+/** A shard's region as a window read it; the process slots only where the shard was busy. */
+interface ShardRegion {
+  readonly devices: readonly RegionDevice[];
+  readonly processes?: readonly RegionProcess[];
 }
 
 /** The clocks the fence reads (tests replace them). */
@@ -179,11 +185,9 @@ export class ComputeFenceService implements OnModuleDestroy {
   async closeWindow(): Promise<readonly ComputeFindingRecord[]> {
     const startNs = this.windowStartNs ?? this.clock.monotonicNs();
     const records = this.shards.list();
-    const launches = await this.launches(records);
-    const endNs = this.clock.monotonicNs();
     const samples = this.samples;
-    this.begin();
-    if (endNs <= startNs) return [];
+    // Attributed before the regions are read: which shards were busy decides how much of
+    // their region to read.
     const byContainer = new Map(
       records.flatMap((r) => (r.containerId !== undefined ? [[r.containerId, r] as const] : [])),
     );
@@ -193,19 +197,24 @@ export class ComputeFenceService implements OnModuleDestroy {
       return shard === undefined ? sample : { ...sample, shardId: shard.shardId };
     });
     this.owners.endSample();
+    const busy = this.busyPids(owned);
+    const regions = await this.readRegions(records, busy);
+    const endNs = this.clock.monotonicNs();
+    this.begin();
+    if (endNs <= startNs) return [];
     const now = Date.now();
     this.actions.forgetGone(now, (pid) => samples.some((s) => s.pid === pid));
     const known = new Set(records.map((r) => r.shardId));
     const decision = ungovernedCompute(
       owned,
-      launches,
+      this.launches(records, regions),
       this.limits.all().filter((l) => known.has(l.shardId)),
       { startNs, endNs },
       this.previous,
       {
         thresholdPercent: this.config.computeFence.thresholdPercent,
         dying: this.actions.dyingPids(),
-        processLaunches: await this.processLaunches(owned),
+        processLaunches: this.processLaunches(busy, regions),
       },
     );
     this.previous = decision;
@@ -214,12 +223,8 @@ export class ComputeFenceService implements OnModuleDestroy {
     return done;
   }
 
-  /**
-   * The own last launch of every process with a busy sample, from its slot in its shard's
-   * region (process-launches.ts): what tells a process that bypasses libvgpu.so from a sibling
-   * that launches through it. A shard whose region cannot be read leaves its processes unknown.
-   */
-  private async processLaunches(owned: readonly ProcessUtilization[]) {
+  /** The processes of each shard with a sample at or above the threshold. */
+  private busyPids(owned: readonly ProcessUtilization[]): Map<string, Set<number>> {
     const threshold = this.config.computeFence.thresholdPercent;
     const busyByShard = new Map<string, Set<number>>();
     for (const sample of owned) {
@@ -227,18 +232,46 @@ export class ComputeFenceService implements OnModuleDestroy {
       const pids = busyByShard.get(sample.shardId) ?? new Set<number>();
       busyByShard.set(sample.shardId, pids.add(sample.pid));
     }
-    const launches = new Map<number, bigint | null>();
-    for (const [shardId, pids] of busyByShard) {
-      let slots: readonly RegionProcess[];
+    return busyByShard;
+  }
+
+  /**
+   * Each shard's region, read once a window: its device table for everyone, and the whole file
+   * with the process slots for a shard in `busy`. A region that cannot be read is left out.
+   */
+  private async readRegions(
+    records: readonly ShardRecord[],
+    busy: ReadonlyMap<string, ReadonlySet<number>>,
+  ): Promise<Map<string, ShardRegion>> {
+    const regions = new Map<string, ShardRegion>();
+    for (const { shardId } of records) {
       try {
-        slots = await this.regions.processes(shardId);
-      } catch (error) {
-        this.logger.warn(
-          { err: error, shardId },
-          'cannot read the process slots of a shard region',
+        regions.set(
+          shardId,
+          busy.has(shardId)
+            ? await this.regions.devicesAndProcesses(shardId)
+            : { devices: await this.regions.devices(shardId) },
         );
-        continue;
+      } catch (error) {
+        this.logger.warn({ err: error, shardId }, 'cannot read a shard region');
       }
+    }
+    return regions;
+  }
+
+  /**
+   * The own last launch of every busy process, from its slot in its shard's region
+   * (process-launches.ts): what tells a process that bypasses libvgpu.so from a sibling that
+   * launches through it. A shard whose region could not be read leaves its processes unknown.
+   */
+  private processLaunches(
+    busy: ReadonlyMap<string, ReadonlySet<number>>,
+    regions: ReadonlyMap<string, ShardRegion>,
+  ): Map<number, bigint | null> {
+    const launches = new Map<number, bigint | null>();
+    for (const [shardId, pids] of busy) {
+      const slots = regions.get(shardId)?.processes;
+      if (slots === undefined) continue;
       for (const pid of pids) {
         const own = ownLastLaunch(namespacedProcess(this.config.enforcement.procRoot, pid), slots);
         if (own !== undefined) launches.set(pid, own);
@@ -250,19 +283,12 @@ export class ComputeFenceService implements OnModuleDestroy {
   /**
    * Each shard's last launch through libvgpu.so per GPU, from its own region (which only its
    * container writes): the ledger's stamps would let a neighbour forge its own or erase
-   * another's. A region that cannot be read reads as no launch.
+   * another's. A region that could not be read reads as no launch.
    */
-  private async launches(records: readonly ShardRecord[]) {
+  private launches(records: readonly ShardRecord[], regions: ReadonlyMap<string, ShardRegion>) {
     const launches: { shardId: string; gpuUuid: string; lastKernelNs: bigint }[] = [];
     for (const record of records) {
-      let devices;
-      try {
-        devices = await this.regions.devices(record.shardId);
-      } catch (error) {
-        this.logger.warn({ err: error, shardId: record.shardId }, 'cannot read a shard region');
-        continue;
-      }
-      for (const device of devices) {
+      for (const device of regions.get(record.shardId)?.devices ?? []) {
         launches.push({
           shardId: record.shardId,
           gpuUuid: this.gpus.canonicalUuid(device.uuid),

@@ -10,7 +10,7 @@ import {
   formatUuid,
   parseUuid,
   readRegion,
-  readRegionProcesses,
+  readRegionWithProcesses,
   RegionError,
   writeRegionLimit,
 } from './region-file.js';
@@ -82,10 +82,16 @@ describe('region file', () => {
         { pid: 18 },
       ]),
     );
-    assert.deepEqual(await readRegionProcesses(path), [
+    const region = await readRegionWithProcesses(path);
+    assert.deepEqual(region.processes, [
       { pid: 17, startTime: 555n, lastLaunchSeconds: 1234 },
       { pid: 18, startTime: 0n, lastLaunchSeconds: 0 },
     ]);
+    assert.deepEqual(
+      region.devices.map((device) => device.uuid),
+      [GPU_A],
+      'the devices come with the slots, from the same read',
+    );
     const short = regionFile(buildRegion([{ uuid: GPU_A }]).subarray(0, 4096));
     await rejectsWith(short, 'TRUNCATED', /bytes/);
   });

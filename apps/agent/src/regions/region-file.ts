@@ -82,10 +82,15 @@ export interface RegionProcess {
   readonly lastLaunchSeconds: number;
 }
 
+/** A region read whole: its ACTIVE devices and the processes with a slot in use. */
+export interface RegionWithProcesses extends Region {
+  readonly processes: readonly RegionProcess[];
+}
+
 /** The region with its process slots (the whole file, about 150 KiB); throws RegionError. */
-export async function readRegionProcesses(path: string): Promise<readonly RegionProcess[]> {
+export async function readRegionWithProcesses(path: string): Promise<RegionWithProcesses> {
   const { buffer, fileSize } = await readPrefix(path, REGION_SIZE);
-  parseRegion(buffer, fileSize, path);
+  const region = parseRegion(buffer, fileSize, path);
   if (buffer.length < REGION_SIZE) {
     throw new RegionError(
       'TRUNCATED',
@@ -104,7 +109,7 @@ export async function readRegionProcesses(path: string): Promise<readonly Region
       lastLaunchSeconds: buffer.readUInt32LE(base + SLOT_FIELDS.last_launch_s.offset),
     });
   }
-  return processes;
+  return { ...region, processes };
 }
 
 /** Parses the first READ_BYTES of a region file of `fileSize` bytes; throws RegionError. */

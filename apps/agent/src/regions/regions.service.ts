@@ -8,11 +8,11 @@ import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import {
   readRegion,
-  readRegionProcesses,
+  readRegionWithProcesses,
   RegionError,
   writeRegionLimit,
   type RegionDevice,
-  type RegionProcess,
+  type RegionWithProcesses,
 } from './region-file.js';
 
 /** The region file's name inside a shard's region folder (GPUSHARDS_REGION_PATH's base name). */
@@ -67,12 +67,19 @@ export class RegionsService {
     await fs.rm(this.folder(shardId), { recursive: true, force: true });
   }
 
-  /** The processes with a slot in a shard's region; empty when no CUDA process has run yet. */
-  async processes(shardId: string): Promise<readonly RegionProcess[]> {
+  /**
+   * The ACTIVE devices of a shard's region and the processes with a slot in it, from one read
+   * of the whole file; both empty when no CUDA process has run yet.
+   */
+  async devicesAndProcesses(
+    shardId: string,
+  ): Promise<Pick<RegionWithProcesses, 'devices' | 'processes'>> {
     try {
-      return await readRegionProcesses(this.file(shardId));
+      return await readRegionWithProcesses(this.file(shardId));
     } catch (error) {
-      if (error instanceof RegionError && error.code === 'MISSING') return [];
+      if (error instanceof RegionError && error.code === 'MISSING') {
+        return { devices: [], processes: [] };
+      }
       throw error;
     }
   }
