@@ -73,6 +73,60 @@ API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned 
 {
     return launch();
 }
+/* A stream memory wait (libvgpu.so's turns on the GPU): the fake's work is
+ * its caller's, so the caller is held until the word lets what follows run,
+ * and that work starts no earlier than then. */
+static int wait_passes(uint32_t word, uint32_t value, unsigned flags)
+{
+    switch (flags & 0x3u) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+        return (int32_t)(word - value) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ:
+        return word == value;
+    case CU_STREAM_WAIT_VALUE_AND:
+        return (word & value) != 0;
+    default: /* CU_STREAM_WAIT_VALUE_NOR */
+        return ~(word | value) != 0;
+    }
+}
+
+static int waiting; /* callers held in a wait: their stream's work has not run */
+
+static CUresult wait_value(CUdeviceptr addr, uint32_t value, unsigned flags)
+{
+    if (addr == 0 || addr % 4 != 0) return CUDA_ERROR_INVALID_VALUE;
+    const uint32_t *word = (const uint32_t *)(uintptr_t)addr;
+    __atomic_add_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
+    while (!wait_passes(__atomic_load_n(word, __ATOMIC_ACQUIRE), value, flags)) {
+        struct timespec d = {0, 20000};
+        nanosleep(&d, NULL);
+    }
+    __atomic_sub_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
+    uint64_t now = now_ns(), b = __atomic_load_n(&busy_until, __ATOMIC_RELAXED);
+    if (b < now) __atomic_store_n(&busy_until, now, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return wait_value(addr, value, flags);
+}
+/* cuda.h renames cuStreamWaitValue32 to its _v2; the fake exports both names. */
+#undef cuStreamWaitValue32
+CUresult cuStreamWaitValue32(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+API CUresult cuStreamWaitValue32(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return wait_value(addr, value, flags);
+}
+
+/* NOT_READY while the process's simulated kernels run, or a caller is held
+ * in a wait (on a GPU, work queued behind the wait). */
+API CUresult cuStreamQuery(CUstream s)
+{
+    if (__atomic_load_n(&waiting, __ATOMIC_SEQ_CST) > 0) return CUDA_ERROR_NOT_READY;
+    return now_ns() >= __atomic_load_n(&busy_until, __ATOMIC_RELAXED) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
 struct fake_event {
     uint64_t done_at;
 };

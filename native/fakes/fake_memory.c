@@ -287,6 +287,28 @@ API CUresult cuMemFreeHost(void *p)
     return CUDA_SUCCESS;
 }
 
+/* Host memory registered for the GPU (libvgpu.so's turns on the GPU wait on a
+ * word of the ledger): the fake's "GPU" reads host memory as it is. */
+API CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
+{
+    NEED_INIT();
+    return p != NULL && bytes != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuMemHostUnregister(void *p)
+{
+    NEED_INIT();
+    return p != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int flags)
+{
+    NEED_INIT();
+    if (dptr == NULL || p == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
 /* ---- arrays ---------------------------------------------------------------- */
 enum { M_ARRAY = 0xa4a4a4a4 };
 struct farray {

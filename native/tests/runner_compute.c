@@ -303,6 +303,80 @@ static int t_compute_rogue_holder(const void *arg)
     return 0;
 }
 
+/* ---- turns on the GPU (GPUSHARDS_COMPUTE_TURNS=gpu, compute_gate.c) ----
+ * The fake holds a stream wait's caller until the gate word lets it pass,
+ * so each of these hangs (and fails on the runner's timeout) unless the turn
+ * thread takes the turn and opens the gate. */
+#define GPU_TURNS "GPUSHARDS_COMPUTE_TURNS=gpu"
+
+/* "launches queued behind the gate N" from a process's exit statistics. */
+static long gated_launches(const char *stats)
+{
+    const char *at = strstr(stats, "launches queued behind the gate ");
+    return at == NULL ? -1 : atol(at + strlen("launches queued behind the gate "));
+}
+
+static int t_gpu_turns_beside_busy(const void *arg)
+{
+    /* A keeps the GPU busy; B's launches, made while A holds the turn, wait
+     * behind B's gate until B's turn thread takes the turn for it. */
+    ledger_fresh();
+    const char *ea[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=2000", NULL};
+    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=2000",
+                        "GPUSHARDS_COMPUTE_STATS=1", NULL};
+    struct proc busy;
+    H_CHECK(start_ready(&busy, ea, "busy-hold", NULL) == 0, "a did not start: %s", err_text);
+    int failed = run(eb, "link", "compute-busy", NULL, NULL);
+    kill_wait(&busy);
+    if (failed) return 1;
+    long gated = gated_launches(err_text);
+    H_CHECK(gated > 0, "b queued nothing behind its gate (%ld): %s", gated, err_text);
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *a = ledger_member(L, "a"), *b = ledger_member(L, "b");
+    int charged = a != NULL && b != NULL && a->busy_ns > 0 && b->busy_ns > 0;
+    munmap(L, sizeof *L);
+    H_CHECK(charged, "both shards should have held the GPU");
+    return 0;
+}
+
+static int t_gpu_turns_dead_holder(const void *arg)
+{
+    /* A holds the turn with a 300 ms lease and is killed: B's gated work
+     * runs once its turn thread takes the lapsed turn. */
+    ledger_fresh();
+    const char *ea[] = {ledger_env, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=300000", NULL};
+    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=1000", NULL};
+    struct proc holder;
+    H_CHECK(start_ready(&holder, ea, "compute-hold", NULL) == 0, "holder did not start: %s", err_text);
+    kill_wait(&holder);
+    if (run(eb, "link", "compute-busy", NULL, NULL)) return 1;
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *b = ledger_member(L, "b");
+    int held = b != NULL && b->busy_ns > 0;
+    munmap(L, sizeof *L);
+    H_CHECK(held, "b never held the GPU");
+    return 0;
+}
+
+static int t_gpu_turns_rogue_holder(const void *arg)
+{
+    /* The turn held forever from outside libvgpu.so: the victim's turn
+     * thread gives up after MAX_WAIT_NS and opens its own gate. */
+    ledger_fresh();
+    const char *er[] = {ledger_env, "GPUSHARDS_SHARD_ID=rogue-setup", NULL};
+    const char *ev[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=victim", "GPUSHARDS_COMPUTE_STATS=1", NULL};
+    struct proc rogue;
+    H_CHECK(start_ready(&rogue, er, "compute-rogue", NULL) == 0, "the rogue did not start: %s", err_text);
+    int failed = run(ev, "link", "compute-launch", NULL, NULL);
+    kill_wait(&rogue);
+    if (failed) return 1;
+    H_CHECK(strstr(err_text, "gave up waiting 1") != NULL, "the victim did not give up waiting once: %s", err_text);
+    H_CHECK(gated_launches(err_text) > 0, "the victim queued nothing behind its gate: %s", err_text);
+    return 0;
+}
+
 static int t_compute_full_ledger(const void *arg)
 {
     /* Every entry of the GPU's ledger is in use when a shard starts: it
@@ -446,5 +520,12 @@ static void add_compute_tests(struct t *tests, int *n)
          t_compute_rogue_holder, NULL);
     ADDC("compute: a launching process's own region slot names the second of its last launch", t_compute_process_stamp, NULL);
     ADDC("compute: a shard that finds the ledger full takes an entry freed later", t_compute_full_ledger, NULL);
+    ADDC("compute, turns on the GPU: launches made while a busy shard holds the turn wait behind the gate until "
+         "the turn thread takes it",
+         t_gpu_turns_beside_busy, NULL);
+    ADDC("compute, turns on the GPU: a holder killed mid-slice stalls nobody's gated work past its lease",
+         t_gpu_turns_dead_holder, NULL);
+    ADDC("compute, turns on the GPU: a turn held from outside libvgpu.so is given up on, and the gate opened",
+         t_gpu_turns_rogue_holder, NULL);
 #undef ADDC
 }

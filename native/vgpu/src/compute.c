@@ -58,9 +58,43 @@ static void give_up_waiting(struct cdev *c, struct gpushards_ledger_member *e, u
 {
     c->ungoverned_until = now + UNGOVERNED_NS;
     __atomic_store_n(&e->wait_hb_ns, 0, __ATOMIC_RELAXED);
+    gs_compute_gate_ungoverned(c);
     if (gs_cc.stats) gs_cst.gave_up++;
     gs_log(GS_LOG_WARN, "no compute turn for %llu ms on GPU %d: launching without turns for %llu s",
            MAX_WAIT_NS / 1000000ull, (int)(c - gs_cdevs), UNGOVERNED_NS / 1000000000ull);
+}
+
+/* Our lease (turn word t) is over: renew it unless somebody is owed the
+ * GPU; 1 when renewed.  Otherwise hand it over (turn word 0), after our
+ * queue has drained when turns wait on the CPU: the next holder gets the GPU
+ * clean.  On the GPU the next holder's gate opens at once and ours stops our
+ * queue at its next kernel, so nothing is drained (the launch that asks
+ * returns at once). */
+static int renew_or_release(struct cdev *c, uint64_t t, uint64_t now)
+{
+    struct gpushards_ledger *L = c->L;
+    unsigned m = (unsigned)c->m, me = m + 1;
+    uint64_t end = GPUSHARDS_TURN_END_US(t) * 1000ull;
+    uint64_t gen = GPUSHARDS_TURN_GEN(t) + 1;
+    if (gs_compute_eligible(&L->members[m], now) && gs_compute_most_entitled(L, m, now)) {
+        uint64_t lease = (now + gs_cc.slice_ns) / 1000ull;
+        if (!__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(me, gen, lease), 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            return 0;
+        gs_compute_charge(L, me, __atomic_exchange_n(&L->since_ns, now, __ATOMIC_ACQ_REL), now, end);
+        return 1;
+    }
+    if (!gs_compute_gate_on(c)) {
+        gs_compute_drain(c);
+        now = gs_now_ns();
+    }
+    uint64_t from = __atomic_load_n(&L->since_ns, __ATOMIC_ACQUIRE);
+    if (__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(0, gen, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        gs_compute_charge(L, me, from, now, now);
+        gs_compute_gate_released(c);
+        gs_compute_wake_all(L);
+    }
+    return 0;
 }
 
 /* Wait until our shard holds the turn on this GPU (or gave up waiting). */
@@ -83,33 +117,16 @@ static void acquire(struct cdev *c, uint64_t now)
         uint64_t gen = GPUSHARDS_TURN_GEN(t) + 1;
         uint64_t lease = (now + gs_cc.slice_ns) / 1000ull;
         if (h == me) {
-            if (now < end) break;
-            /* Our lease is over: renew it unless somebody is owed the GPU. */
-            if (gs_compute_eligible(e, now) && gs_compute_most_entitled(L, m, now)) {
-                if (__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(me, gen, lease), 0, __ATOMIC_ACQ_REL,
-                                                __ATOMIC_ACQUIRE)) {
-                    gs_compute_charge(L, me, __atomic_exchange_n(&L->since_ns, now, __ATOMIC_ACQ_REL), now, end);
-                    break;
-                }
-            } else {
-                /* Hand over a drained GPU: the next holder gets it clean. */
-                gs_compute_drain(c);
-                now = gs_now_ns();
-                uint64_t from = __atomic_load_n(&L->since_ns, __ATOMIC_ACQUIRE);
-                if (__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(0, gen, 0), 0, __ATOMIC_ACQ_REL,
-                                                __ATOMIC_ACQUIRE)) {
-                    gs_compute_charge(L, me, from, now, now);
-                    gs_compute_wake_all(L);
-                }
-            }
+            if (now < end || renew_or_release(c, t, now)) break;
             now = gs_now_ns();
             continue;
         }
         if (!waiting) {
             /* We do not hold the turn: let our queued work finish before we
              * say (wait heartbeat) that we wait, so that a holder that took
-             * the turn from us knows when the GPU is its own. */
-            gs_compute_drain(c);
+             * the turn from us knows when the GPU is its own.  Not on the
+             * GPU: the gate stops it, and it may wait behind our own gate. */
+            if (!gs_compute_gate_on(c)) gs_compute_drain(c);
             now = gs_now_ns();
             /* Coming back: no more credit than one slice of our own. */
             uint32_t w = gs_compute_weight(L, m, now);
@@ -175,6 +192,7 @@ static void acquire(struct cdev *c, uint64_t now)
         now = gs_now_ns();
     }
     __atomic_store_n(&e->wait_hb_ns, 0, __ATOMIC_RELAXED);
+    gs_compute_gate_taken(c);
     /* Another shard launched or waited within 50 ms: keep our work in
      * flight short until the next turn boundary looks again. */
     for (unsigned j = 0; j < GPUSHARDS_LEDGER_MEMBERS; j++) {
@@ -201,6 +219,18 @@ static inline void stamp_launch(CUdevice dev, uint64_t now)
     if (GS_LIKELY(idx >= 0 && gs_region != NULL))
         __atomic_store_n(&gs_region->devices[idx].last_launch_ns, now, __ATOMIC_RELAXED);
     gs_budget_note_launch(now);
+}
+
+enum gpu_turn { LAUNCH_AS_HOLDER, QUEUED_BEHIND_GATE, WAIT_ON_CPU };
+
+/* A launch when we do not hold a live turn (turn word t), with turns on the
+ * GPU: renew a lease of ours that is over if nobody is owed, else put the
+ * launch behind our gate and let the turn thread take the turn; on the CPU
+ * when the gate cannot be used. */
+static enum gpu_turn turn_on_gpu(struct cdev *c, CUstream s, uint64_t t, uint64_t now)
+{
+    if (GPUSHARDS_TURN_HOLDER(t) == (unsigned)c->m + 1 && renew_or_release(c, t, now)) return LAUNCH_AS_HOLDER;
+    return gs_compute_gate(c, s, now) ? QUEUED_BEHIND_GATE : WAIT_ON_CPU;
 }
 
 static void *admit(CUstream s, int graph)
@@ -232,8 +262,15 @@ static void *admit(CUstream s, int graph)
 again:;
     uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
     if (GS_UNLIKELY(GPUSHARDS_TURN_HOLDER(t) != (unsigned)c->m + 1 || now >= GPUSHARDS_TURN_END_US(t) * 1000ull)) {
-        if (gs_cc.stats) gs_cst.acquires++;
-        acquire(c, now);
+        enum gpu_turn how = gs_cc.gpu_turns ? turn_on_gpu(c, s, t, now) : WAIT_ON_CPU;
+        if (how == QUEUED_BEHIND_GATE) {
+            __atomic_store_n(&e->last_kernel_ns, now, __ATOMIC_RELAXED);
+            return NULL; /* the turn thread takes the turn */
+        }
+        if (how == WAIT_ON_CPU) {
+            if (gs_cc.stats) gs_cst.acquires++;
+            acquire(c, now);
+        }
         now = gs_now_ns();
         if (now < c->ungoverned_until) goto ungoverned;
     }
@@ -247,6 +284,9 @@ again:;
         gs_compute_forget(c);
         return NULL;
     }
+    /* On the GPU the gate is the bound: our queue stops at its next kernel
+     * once the turn moves. */
+    if (gs_cc.gpu_turns && gs_compute_gate(c, s, now)) return NULL;
     uint32_t zero = 0;
     if (!__atomic_compare_exchange_n(&c->ring_lock, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return NULL;
     if (!gs_compute_bound(c, s, graph, &now)) {
@@ -267,6 +307,12 @@ ungoverned:
      * that bypasses libvgpu.so (docs/agent.md, "Compute fence"). */
     __atomic_store_n(&e->last_kernel_ns, now, __ATOMIC_RELAXED);
     return NULL;
+}
+
+void gs_compute_acquire(struct cdev *c, uint64_t now)
+{
+    if (gs_cc.stats) gs_cst.acquires++;
+    acquire(c, now);
 }
 
 void *gs_compute_admit(CUstream s)
@@ -314,6 +360,7 @@ void gs_compute_synced(void)
     if (__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(0, GPUSHARDS_TURN_GEN(t) + 1, 0), 0,
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         gs_compute_charge(L, me, from, now, end);
+        gs_compute_gate_released(c);
         gs_compute_wake_all(L);
         if (gs_cc.stats) gs_cst.sync_releases++;
     }
@@ -322,5 +369,6 @@ void gs_compute_synced(void)
 void gs_compute_reset_process(void)
 {
     memset(gs_cdevs, 0, sizeof gs_cdevs);
+    gs_compute_gate_reset_process();
     gs_compute_conf_reset();
 }

@@ -57,9 +57,10 @@ static void print_stats(void)
     fprintf(stderr, "gpushards compute [%s]: admits %lu, while capturing %lu, turns waited for %lu, synchronizes %lu, "
             "released at a synchronize %lu, turns taken from a busy holder %lu (waited %lu us for its drain), "
             "turn lost during the in-flight wait %lu, credit clamped %lu times (%lu us of its own time), "
-            "GPU time measured %lu us, waits for work in flight %lu, gave up waiting %lu\n", gs_cc.shard, s->admits,
+            "GPU time measured %lu us, waits for work in flight %lu, gave up waiting %lu, "
+            "launches queued behind the gate %lu\n", gs_cc.shard, s->admits,
             s->capturing, s->acquires, s->syncs, s->sync_releases, s->handovers, s->handover_waits_us, s->retakes,
-            s->clamps, s->clamped_us, s->measured_us, s->bound_waits, s->gave_up);
+            s->clamps, s->clamped_us, s->measured_us, s->bound_waits, s->gave_up, s->gated);
 }
 
 static void load_conf(void)
@@ -88,6 +89,14 @@ static void load_conf(void)
     cc->preempt = (int)env_u64("GPUSHARDS_COMPUTE_PREEMPT", 1, 0, 1);
     cc->handover_wait = (int)env_u64("GPUSHARDS_COMPUTE_HANDOVER_WAIT", 1, 0, 1);
     cc->charge = env_choice("GPUSHARDS_COMPUTE_CHARGE", "wall", "gpu", 0) ? GS_CHARGE_GPU : GS_CHARGE_WALL;
+    cc->gpu_turns = env_choice("GPUSHARDS_COMPUTE_TURNS", "cpu", "gpu", 0);
+    if (cc->gpu_turns) {
+        /* Every contended launch waits for its turn on the GPU: no in-flight
+         * ring to measure GPU time with, and a new holder starts at once (the
+         * old one's queue stops at its next kernel). */
+        cc->charge = GS_CHARGE_WALL;
+        cc->handover_wait = 0;
+    }
     /* An MPS client of a partition is bound by queued GPU time whatever its
      * environment says: by age, graph neighbours in the rest took an
      * isolated shard's p99 to 2.2-2.9x alone, by time 1.1-1.6x (H200,

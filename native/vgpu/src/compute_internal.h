@@ -1,8 +1,9 @@
 /* compute_internal.h — what the parts of the compute admission share
  * (docs/compute.md): compute_conf.c (settings, counters), compute_ledger.c
  * (the per-GPU ledger file, members, weights, charges), compute_inflight.c
- * (this process's work in flight: the bound, the drain, measured GPU time)
- * and compute.c (turns: taking, renewing, handing over). */
+ * (this process's work in flight: the bound, the drain, measured GPU time),
+ * compute_gate.c (turns on the GPU: stream waits on the ledger's gate word,
+ * the turn thread) and compute.c (turns: taking, renewing, handing over). */
 #ifndef GPUSHARDS_COMPUTE_INTERNAL_H
 #define GPUSHARDS_COMPUTE_INTERNAL_H
 
@@ -22,6 +23,7 @@
 #define ACTIVE_NS 1000000000ull  /* a member seen within 1 s counts for the default weight */
 #define MIN_WEIGHT 50u
 #define RING 16u
+#define GATE_STREAMS 16 /* streams with gated work one GPU's turn thread follows */
 
 /* What a turn's holder is charged (GPUSHARDS_COMPUTE_CHARGE). */
 #define GS_CHARGE_WALL 0 /* the wall time it held the turn */
@@ -40,6 +42,7 @@ struct cconf {
     int charge;       /* GS_CHARGE_* */
     int depth_by_time; /* bound the estimated GPU time queued, not the age of the oldest launch */
     int timed;        /* events carry timestamps (charge by GPU time, or the bound by time) */
+    int gpu_turns;    /* GPUSHARDS_COMPUTE_TURNS=gpu: a shut-out launch is queued behind a stream wait */
     int stats;
 };
 extern struct cconf gs_cc;
@@ -63,13 +66,21 @@ struct cdev {
     uint64_t rec_ns[RING]; /* when each event was recorded */
     CUevent last_done;     /* timed: the last event found complete, NULL after an empty queue */
     uint64_t est_ns;       /* timed: moving average of one launch's GPU time */
+    /* turns on the GPU (compute_gate.c) */
+    int gate;                 /* 0 not set up, 1 usable, 2 being set up, -1 not usable */
+    CUdeviceptr gate_word;    /* the ledger's gate word, as the GPU sees it */
+    CUcontext gate_ctx;       /* the context the turn thread queries streams in */
+    uint32_t gate_lock;
+    uint32_t gate_used;       /* bit i: gate_streams[i] has had gated work */
+    CUstream gate_streams[GATE_STREAMS];
+    uint64_t gated_ns;        /* the last gated launch */
 };
 extern struct cdev gs_cdevs[GS_MAX_ORDINALS];
 
 /* Diagnostics (GPUSHARDS_COMPUTE_STATS=1): counts printed at exit. */
 struct gs_compute_stats {
     unsigned long admits, capturing, acquires, syncs, sync_releases, handovers, handover_waits_us, retakes;
-    unsigned long clamps, clamped_us, measured_us, bound_waits, gave_up;
+    unsigned long clamps, clamped_us, measured_us, bound_waits, gave_up, gated;
 };
 extern struct gs_compute_stats gs_cst;
 
@@ -97,6 +108,25 @@ void gs_compute_wake_all(struct gpushards_ledger *L);
 
 void gs_compute_note_isolated(struct cdev *c, uint64_t now);
 int gs_compute_is_isolated(const struct gpushards_ledger_member *e);
+
+/* compute.c */
+void gs_compute_acquire(struct cdev *c, uint64_t now); /* waits for the turn (the turn thread) */
+
+/* compute_gate.c */
+#define GS_GATE_USABLE 1
+/* Turns on the GPU are in use for this GPU: nothing of ours is drained on
+ * the CPU (our queue may wait behind our own gate). */
+static inline int gs_compute_gate_on(struct cdev *c)
+{
+    return __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GS_GATE_USABLE;
+}
+/* Queues a wait for our bit in front of the next launch on s; 0 when it
+ * cannot (then the launch waits on the CPU). */
+int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now);
+void gs_compute_gate_taken(struct cdev *c);      /* we hold the turn: only our bit */
+void gs_compute_gate_released(struct cdev *c);   /* we gave it up: our bit off */
+void gs_compute_gate_ungoverned(struct cdev *c); /* no turns for a while: our bit on */
+void gs_compute_gate_reset_process(void);
 
 /* compute_inflight.c (callers hold c->ring_lock where said) */
 void gs_compute_drain(struct cdev *c);

@@ -34,4 +34,5 @@ GS_SYMVER(pthread_mutexattr_destroy, GS_BASE);
 GS_SYMVER(pthread_mutex_init, GS_BASE);
 GS_SYMVER(pthread_mutex_lock, GS_BASE);
 GS_SYMVER(pthread_mutex_unlock, GS_BASE);
+GS_SYMVER(pthread_create, GS_BASE); /* compute_gate.c's turn thread */
 #endif

@@ -147,5 +147,10 @@ const struct gs_hook gs_launch_hooks[] = {
     CALLS(cuEventSynchronize),
     {"cuEventElapsedTime_v2", NULL, (void **)&gs_real_cuEventElapsedTime},
     {"cuEventElapsedTime", NULL, (void **)&gs_real_cuEventElapsedTime_v1},
+    CALLS(cuMemHostRegister_v2),
+    CALLS(cuMemHostGetDevicePointer_v2),
+    CALLS(cuStreamWaitValue32_v2),
+    CALLS(cuStreamQuery),
+    CALLS(cuCtxSetCurrent),
 };
 const size_t gs_launch_hook_count = sizeof gs_launch_hooks / sizeof gs_launch_hooks[0];

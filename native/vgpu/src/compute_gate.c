@@ -1,0 +1,254 @@
+/* compute_gate.c — turns on the GPU (GPUSHARDS_COMPUTE_TURNS=gpu;
+ * docs/compute.md, "Turns on the GPU").  While the GPU is contended, every
+ * launch first waits in its stream for its shard's bit in the ledger's gate
+ * word, so a turn that moves stops the old holder's queue at its next
+ * kernel.  A launch made while another shard holds the turn returns at once,
+ * its kernels queued behind that wait, and the process's turn thread takes
+ * the turn for it (compute.c's protocol) and opens the gate: a shard shut out
+ * keeps its queue full, and its turn starts on work already queued
+ * (native/gpu-tests/RESULTS.md, 2026-11-27 23:35). */
+#define _GNU_SOURCE
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compute_internal.h"
+
+CUresult (*gs_real_cuMemHostRegister_v2)(void *, size_t, unsigned int);
+CUresult (*gs_real_cuMemHostGetDevicePointer_v2)(CUdeviceptr *, void *, unsigned int);
+CUresult (*gs_real_cuStreamWaitValue32_v2)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+CUresult (*gs_real_cuStreamQuery)(CUstream);
+CUresult (*gs_real_cuCtxSetCurrent)(CUcontext);
+
+#define GATE_UNKNOWN 0
+#define GATE_USABLE GS_GATE_USABLE
+#define GATE_SETTING_UP 2
+#define GATE_UNUSABLE (-1)
+#define IDLE_LOOK_NS 100000000ull /* the turn thread looks again at least this often */
+
+static uint32_t thread_started; /* reset after fork: the child has no turn thread */
+static uint32_t wake_seq;       /* futex the turn thread sleeps on */
+static uint32_t thread_asleep;
+static uint64_t gated_count;    /* gated launches so far: the turn thread sleeps only if none came */
+
+static void wake_turn_thread(void)
+{
+    if (!__atomic_exchange_n(&thread_asleep, 0, __ATOMIC_SEQ_CST)) return;
+    __atomic_add_fetch(&wake_seq, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &wake_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* ---- what the turn thread knows of our queued work ---------------------- */
+
+static void lock(struct cdev *c)
+{
+    uint32_t zero = 0;
+    while (!__atomic_compare_exchange_n(&c->gate_lock, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        zero = 0;
+        sched_yield();
+    }
+}
+
+static void unlock(struct cdev *c)
+{
+    __atomic_store_n(&c->gate_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* The streams with gated work, so that the turn thread can ask whether any of
+ * it is still queued; 0 when every slot holds another stream. */
+static int note_stream(struct cdev *c, CUstream s)
+{
+    lock(c);
+    int free_slot = -1;
+    for (int i = 0; i < GATE_STREAMS; i++) {
+        if (c->gate_used & (1u << i)) {
+            if (c->gate_streams[i] == s) {
+                unlock(c);
+                return 1;
+            }
+        } else if (free_slot < 0) {
+            free_slot = i;
+        }
+    }
+    if (free_slot >= 0) {
+        c->gate_streams[free_slot] = s;
+        c->gate_used |= 1u << free_slot;
+    }
+    unlock(c);
+    return free_slot >= 0;
+}
+
+/* 1 while gated work may still be queued: a launch within idle_ns, or a
+ * noted stream the driver says is not done (turn thread only). */
+static int work_pending(struct cdev *c, uint64_t now, CUcontext *current)
+{
+    if (__atomic_load_n(&c->gated_ns, __ATOMIC_RELAXED) + gs_cc.idle_ns > now) return 1;
+    if (*current != c->gate_ctx) {
+        if (gs_real_cuCtxSetCurrent(c->gate_ctx) != CUDA_SUCCESS) return 1;
+        *current = c->gate_ctx;
+    }
+    int pending = 0;
+    lock(c);
+    for (int i = 0; i < GATE_STREAMS; i++) {
+        if (!(c->gate_used & (1u << i))) continue;
+        CUresult r = gs_real_cuStreamQuery(c->gate_streams[i]);
+        if (r == CUDA_ERROR_NOT_READY) pending = 1;
+        else c->gate_used &= ~(1u << i); /* done, or a stream since destroyed */
+    }
+    unlock(c);
+    return pending;
+}
+
+/* ---- the turn thread ---------------------------------------------------- */
+
+/* Serves one GPU; returns when to look at it again. */
+static uint64_t serve(struct cdev *c, uint64_t now, CUcontext *current)
+{
+    struct gpushards_ledger *L = c->L;
+    struct gpushards_ledger_member *e = &L->members[c->m];
+    uint32_t bit = 1u << c->m;
+    if (!work_pending(c, now, current)) {
+        __atomic_store_n(&e->inflight_ns, 0, __ATOMIC_RELAXED);
+        return now + IDLE_LOOK_NS;
+    }
+    /* Queued work: a holder that waits in a synchronize for it is not idle. */
+    __atomic_store_n(&e->inflight_ns, now, __ATOMIC_RELAXED);
+    if (now < c->ungoverned_until) {
+        __atomic_fetch_or(&L->gate, bit, __ATOMIC_RELEASE);
+        return now + gs_cc.slice_ns;
+    }
+    uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
+    uint64_t end = GPUSHARDS_TURN_END_US(t) * 1000ull;
+    if (GPUSHARDS_TURN_HOLDER(t) == (unsigned)c->m + 1 && now < end) {
+        /* Ours: keep the gate open (a neighbour may have written the word). */
+        if (!(__atomic_load_n(&L->gate, __ATOMIC_ACQUIRE) & bit)) __atomic_store_n(&L->gate, bit, __ATOMIC_RELEASE);
+        return end;
+    }
+    gs_compute_acquire(c, now); /* opens the gate when it has the turn */
+    return gs_now_ns();
+}
+
+static void *turn_thread(void *unused)
+{
+    CUcontext current = NULL;
+    for (;;) {
+        uint32_t seq = __atomic_load_n(&wake_seq, __ATOMIC_ACQUIRE);
+        uint64_t gated = __atomic_load_n(&gated_count, __ATOMIC_SEQ_CST);
+        uint64_t now = gs_now_ns(), next = now + IDLE_LOOK_NS;
+        for (int d = 0; d < GS_MAX_ORDINALS; d++) {
+            struct cdev *c = &gs_cdevs[d];
+            if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != 1 ||
+                __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) != GATE_USABLE)
+                continue;
+            uint64_t due = serve(c, now, &current);
+            if (due < next) next = due;
+            now = gs_now_ns();
+        }
+        if (next <= now) continue;
+        __atomic_store_n(&thread_asleep, 1, __ATOMIC_SEQ_CST);
+        /* A launch gated after this pass began, whose wake saw us awake. */
+        if (__atomic_load_n(&gated_count, __ATOMIC_SEQ_CST) != gated) {
+            __atomic_store_n(&thread_asleep, 0, __ATOMIC_RELEASE);
+            continue;
+        }
+        if (__atomic_load_n(&wake_seq, __ATOMIC_ACQUIRE) == seq) {
+            uint64_t d = next - now;
+            struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+            syscall(SYS_futex, &wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+        }
+        __atomic_store_n(&thread_asleep, 0, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static int start_turn_thread(void)
+{
+    uint32_t zero = 0;
+    if (!__atomic_compare_exchange_n(&thread_started, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 1;
+    pthread_t thread;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) goto failed;
+    int created = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                  pthread_create(&thread, &attr, turn_thread, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    if (created) return 1;
+failed:
+    __atomic_store_n(&thread_started, 0, __ATOMIC_RELEASE);
+    gs_log(GS_LOG_WARN, "turns on the GPU: no turn thread; turns wait on the CPU");
+    return 0;
+}
+
+/* ---- setup, and what compute.c calls ------------------------------------ */
+
+/* The ledger mapped for the GPU (once per GPU, with a context current). */
+static int gate_usable(struct cdev *c)
+{
+    int s = __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE);
+    if (GS_LIKELY(s == GATE_USABLE)) return 1;
+    if (s == GATE_UNUSABLE) return 0;
+    int unknown = GATE_UNKNOWN;
+    if (!__atomic_compare_exchange_n(&c->gate, &unknown, GATE_SETTING_UP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        while ((s = __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE)) == GATE_SETTING_UP) sched_yield();
+        return s == GATE_USABLE;
+    }
+    CUcontext ctx = NULL;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (gs_real_cuMemHostRegister_v2 != NULL && gs_real_cuMemHostGetDevicePointer_v2 != NULL &&
+        gs_real_cuStreamWaitValue32_v2 != NULL && gs_real_cuStreamQuery != NULL && gs_real_cuCtxSetCurrent != NULL &&
+        (r = gs_real_cuCtxGetCurrent(&ctx)) == CUDA_SUCCESS && ctx != NULL) {
+        long page = sysconf(_SC_PAGESIZE);
+        size_t bytes = (sizeof *c->L + (size_t)page - 1) / (size_t)page * (size_t)page;
+        r = gs_real_cuMemHostRegister_v2(c->L, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+        if (r == CUDA_SUCCESS || r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
+            r = gs_real_cuMemHostGetDevicePointer_v2(&c->gate_word, (void *)&c->L->gate, 0);
+    }
+    int ok = r == CUDA_SUCCESS && ctx != NULL;
+    if (ok) c->gate_ctx = ctx;
+    else
+        gs_log(GS_LOG_WARN, "turns on the GPU: the ledger of GPU %d cannot be mapped for it (error %d); "
+                            "turns wait on the CPU", (int)(c - gs_cdevs), (int)r);
+    ok = ok && start_turn_thread();
+    __atomic_store_n(&c->gate, ok ? GATE_USABLE : GATE_UNUSABLE, __ATOMIC_RELEASE);
+    return ok;
+}
+
+int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now)
+{
+    if (!gate_usable(c) || !note_stream(c, s)) return 0;
+    /* The turn thread hears of the work first: a wait that holds its caller
+     * (the fake driver's) must not keep it from taking the turn. */
+    __atomic_store_n(&c->gated_ns, now, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&gated_count, 1, __ATOMIC_SEQ_CST);
+    wake_turn_thread();
+    if (gs_real_cuStreamWaitValue32_v2(s, c->gate_word, 1u << c->m, CU_STREAM_WAIT_VALUE_AND) != CUDA_SUCCESS)
+        return 0;
+    if (gs_cc.stats) __atomic_add_fetch(&gs_cst.gated, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+void gs_compute_gate_taken(struct cdev *c)
+{
+    if (__atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GATE_USABLE)
+        __atomic_store_n(&c->L->gate, 1u << c->m, __ATOMIC_RELEASE);
+}
+
+void gs_compute_gate_released(struct cdev *c)
+{
+    if (__atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GATE_USABLE)
+        __atomic_fetch_and(&c->L->gate, ~(1u << c->m), __ATOMIC_RELEASE);
+}
+
+void gs_compute_gate_ungoverned(struct cdev *c)
+{
+    if (__atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GATE_USABLE)
+        __atomic_fetch_or(&c->L->gate, 1u << c->m, __ATOMIC_RELEASE);
+}
+
+void gs_compute_gate_reset_process(void)
+{
+    __atomic_store_n(&thread_started, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&thread_asleep, 0, __ATOMIC_RELEASE);
+}
