@@ -315,14 +315,12 @@ API CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 
 API CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s)
 {
-    return graph_make_real(exec);
+    return cuGraphUpload(exec, s);
 }
 
 API CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
 {
-    CUresult r = graph_make_real(exec);
-    if (r == CUDA_SUCCESS) fake_launch_graph();
-    return r;
+    return cuGraphLaunch(exec, s);
 }
 
 API CUresult cuGraphExecDestroy(CUgraphExec exec)

@@ -94,16 +94,12 @@ void fake_mem_drop_ctx(struct fctx *c)
 }
 
 /* ---- linear memory --------------------------------------------------------- */
-static CUresult alloc_plain(CUdeviceptr *dptr, size_t bytes)
+/* Records bytes the context took from its card at va (fake_mu held); a full
+ * table gives them back. */
+static CUresult record_plain(struct fctx *c, uint64_t va, size_t bytes)
 {
-    NEED_CTX(c);
-    if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-    if (fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&fake_mu);
-    uint64_t va = fake_va_alloc(c->phys, bytes);
     struct rec *r = fake_rec_add(va);
     if (r == NULL) {
-        pthread_mutex_unlock(&fake_mu);
         fake_phys_give(c->phys, bytes);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -111,7 +107,19 @@ static CUresult alloc_plain(CUdeviceptr *dptr, size_t bytes)
     r->phys = c->phys;
     r->kind = K_PLAIN;
     r->owner.ctx = c;
+    return CUDA_SUCCESS;
+}
+
+static CUresult alloc_plain(CUdeviceptr *dptr, size_t bytes)
+{
+    NEED_CTX(c);
+    if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&fake_mu);
+    uint64_t va = fake_va_alloc(c->phys, bytes);
+    CUresult res = record_plain(c, va, bytes);
     pthread_mutex_unlock(&fake_mu);
+    if (res != CUDA_SUCCESS) return res;
     *dptr = va;
     return CUDA_SUCCESS;
 }
@@ -247,17 +255,9 @@ API CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytes)
     pthread_mutex_lock(&fake_mu);
     uint64_t va = next_va32;
     next_va32 += (bytes + 511) / 512 * 512;
-    struct rec *r = fake_rec_add(va);
-    if (r == NULL) {
-        pthread_mutex_unlock(&fake_mu);
-        fake_phys_give(c->phys, bytes);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    r->size = bytes;
-    r->phys = c->phys;
-    r->kind = K_PLAIN;
-    r->owner.ctx = c;
+    CUresult res = record_plain(c, va, bytes);
     pthread_mutex_unlock(&fake_mu);
+    if (res != CUDA_SUCCESS) return res;
     *dptr = (unsigned int)va;
     return CUDA_SUCCESS;
 }

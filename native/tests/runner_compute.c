@@ -96,13 +96,27 @@ static int t_compute_process_stamp(const void *arg)
     return 0;
 }
 
+/* Turns on the GPU (GPUSHARDS_COMPUTE_TURNS=gpu, compute_gate.c), for the
+ * tests run with GPU_TURNS: the fake holds a stream wait's caller until the
+ * gate word lets it pass, so each hangs (and fails on the runner's timeout)
+ * unless the turn thread takes the turn and opens the gate. */
+#define GPU_TURNS "GPUSHARDS_COMPUTE_TURNS=gpu"
+
+/* "launches queued behind the gate N" from a process's exit statistics. */
+static long gated_launches(const char *stats)
+{
+    const char *at = strstr(stats, "launches queued behind the gate ");
+    return at == NULL ? -1 : atol(at + strlen("launches queued behind the gate "));
+}
+
+/* arg: NULL, or an extra setting of the waiting shard (turns on the GPU). */
 static int t_compute_dead_holder(const void *arg)
 {
     /* A holds the turn with a 300 ms lease and is killed; B must get the
      * GPU once the lease ends, and A is charged no more than its lease. */
     ledger_fresh();
     const char *ea[] = {ledger_env, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=300000", NULL};
-    const char *eb[] = {ledger_env, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=1000", NULL};
+    const char *eb[] = {ledger_env, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=1000", (const char *)arg, NULL};
     struct proc holder;
     H_CHECK(start_ready(&holder, ea, "compute-hold", NULL) == 0, "holder did not start: %s", err_text);
     kill_wait(&holder);
@@ -275,6 +289,8 @@ static int t_compute_limits_names_shard(const void *arg)
     return 0;
 }
 
+/* arg: NULL, or an extra setting of the victim (turns on the GPU, where it
+ * must also open its own gate). */
 static int t_compute_rogue_holder(const void *arg)
 {
     /* A process writes the ledger itself and holds the turn forever: a
@@ -282,7 +298,7 @@ static int t_compute_rogue_holder(const void *arg)
      * turns (plain co-location) instead of stalling. */
     ledger_fresh();
     const char *er[] = {ledger_env, "GPUSHARDS_SHARD_ID=rogue-setup", NULL};
-    const char *ev[] = {ledger_env, "GPUSHARDS_SHARD_ID=victim", "GPUSHARDS_COMPUTE_STATS=1", NULL};
+    const char *ev[] = {ledger_env, "GPUSHARDS_SHARD_ID=victim", "GPUSHARDS_COMPUTE_STATS=1", (const char *)arg, NULL};
     struct proc rogue;
     H_CHECK(start_ready(&rogue, er, "compute-rogue", NULL) == 0, "the rogue did not start: %s", err_text);
     struct timespec t0;
@@ -291,6 +307,8 @@ static int t_compute_rogue_holder(const void *arg)
     kill_wait(&rogue);
     if (failed) return 1;
     H_CHECK(strstr(err_text, "gave up waiting 1") != NULL, "the victim did not give up waiting once: %s", err_text);
+    if (arg != NULL)
+        H_CHECK(gated_launches(err_text) > 0, "the victim queued nothing behind its gate: %s", err_text);
     /* Its launches without turns still show in its entry (the agent's
      * compute fence reads them): the last one came after the second it waited. */
     struct gpushards_ledger *L = ledger_map();
@@ -301,19 +319,6 @@ static int t_compute_rogue_holder(const void *arg)
     munmap(L, sizeof *L);
     H_CHECK(shown, "the victim's launches without turns left no trace in its entry");
     return 0;
-}
-
-/* ---- turns on the GPU (GPUSHARDS_COMPUTE_TURNS=gpu, compute_gate.c) ----
- * The fake holds a stream wait's caller until the gate word lets it pass,
- * so each of these hangs (and fails on the runner's timeout) unless the turn
- * thread takes the turn and opens the gate. */
-#define GPU_TURNS "GPUSHARDS_COMPUTE_TURNS=gpu"
-
-/* "launches queued behind the gate N" from a process's exit statistics. */
-static long gated_launches(const char *stats)
-{
-    const char *at = strstr(stats, "launches queued behind the gate ");
-    return at == NULL ? -1 : atol(at + strlen("launches queued behind the gate "));
 }
 
 static int t_gpu_turns_beside_busy(const void *arg)
@@ -337,43 +342,6 @@ static int t_gpu_turns_beside_busy(const void *arg)
     int charged = a != NULL && b != NULL && a->busy_ns > 0 && b->busy_ns > 0;
     munmap(L, sizeof *L);
     H_CHECK(charged, "both shards should have held the GPU");
-    return 0;
-}
-
-static int t_gpu_turns_dead_holder(const void *arg)
-{
-    /* A holds the turn with a 300 ms lease and is killed: B's gated work
-     * runs once its turn thread takes the lapsed turn. */
-    ledger_fresh();
-    const char *ea[] = {ledger_env, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=300000", NULL};
-    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=1000", NULL};
-    struct proc holder;
-    H_CHECK(start_ready(&holder, ea, "compute-hold", NULL) == 0, "holder did not start: %s", err_text);
-    kill_wait(&holder);
-    if (run(eb, "link", "compute-busy", NULL, NULL)) return 1;
-    struct gpushards_ledger *L = ledger_map();
-    H_CHECK(L != NULL, "no ledger");
-    const struct gpushards_ledger_member *b = ledger_member(L, "b");
-    int held = b != NULL && b->busy_ns > 0;
-    munmap(L, sizeof *L);
-    H_CHECK(held, "b never held the GPU");
-    return 0;
-}
-
-static int t_gpu_turns_rogue_holder(const void *arg)
-{
-    /* The turn held forever from outside libvgpu.so: the victim's turn
-     * thread gives up after MAX_WAIT_NS and opens its own gate. */
-    ledger_fresh();
-    const char *er[] = {ledger_env, "GPUSHARDS_SHARD_ID=rogue-setup", NULL};
-    const char *ev[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=victim", "GPUSHARDS_COMPUTE_STATS=1", NULL};
-    struct proc rogue;
-    H_CHECK(start_ready(&rogue, er, "compute-rogue", NULL) == 0, "the rogue did not start: %s", err_text);
-    int failed = run(ev, "link", "compute-launch", NULL, NULL);
-    kill_wait(&rogue);
-    if (failed) return 1;
-    H_CHECK(strstr(err_text, "gave up waiting 1") != NULL, "the victim did not give up waiting once: %s", err_text);
-    H_CHECK(gated_launches(err_text) > 0, "the victim queued nothing behind its gate: %s", err_text);
     return 0;
 }
 
@@ -524,8 +492,8 @@ static void add_compute_tests(struct t *tests, int *n)
          "the turn thread takes it",
          t_gpu_turns_beside_busy, NULL);
     ADDC("compute, turns on the GPU: a holder killed mid-slice stalls nobody's gated work past its lease",
-         t_gpu_turns_dead_holder, NULL);
+         t_compute_dead_holder, GPU_TURNS);
     ADDC("compute, turns on the GPU: a turn held from outside libvgpu.so is given up on, and the gate opened",
-         t_gpu_turns_rogue_holder, NULL);
+         t_compute_rogue_holder, GPU_TURNS);
 #undef ADDC
 }
