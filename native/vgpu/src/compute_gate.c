@@ -58,14 +58,18 @@ static void unlock(struct cdev *c)
 }
 
 /* The streams with gated work, so that the turn thread can ask whether any of
- * it is still queued; 0 when every slot holds another stream. */
+ * it is still queued; 0 when every slot holds another stream.  A stream the
+ * application destroys while work of it waits at the gate is no longer
+ * followed: that work runs at the shard's next turn (docs/compute.md). */
 static int note_stream(struct cdev *c, CUstream s)
 {
+    CUcontext ctx = NULL;
+    if (gs_real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return 0;
     lock(c);
     int free_slot = -1;
     for (int i = 0; i < GATE_STREAMS; i++) {
         if (c->gate_used & (1u << i)) {
-            if (c->gate_streams[i] == s) {
+            if (c->gate_streams[i] == s && c->gate_ctxs[i] == ctx) {
                 unlock(c);
                 return 1;
             }
@@ -75,6 +79,7 @@ static int note_stream(struct cdev *c, CUstream s)
     }
     if (free_slot >= 0) {
         c->gate_streams[free_slot] = s;
+        c->gate_ctxs[free_slot] = ctx;
         c->gate_used |= 1u << free_slot;
     }
     unlock(c);
@@ -86,14 +91,17 @@ static int note_stream(struct cdev *c, CUstream s)
 static int work_pending(struct cdev *c, uint64_t now, CUcontext *current)
 {
     if (__atomic_load_n(&c->gated_ns, __ATOMIC_RELAXED) + gs_cc.idle_ns > now) return 1;
-    if (*current != c->gate_ctx) {
-        if (gs_real_cuCtxSetCurrent(c->gate_ctx) != CUDA_SUCCESS) return 1;
-        *current = c->gate_ctx;
-    }
     int pending = 0;
     lock(c);
     for (int i = 0; i < GATE_STREAMS; i++) {
         if (!(c->gate_used & (1u << i))) continue;
+        if (*current != c->gate_ctxs[i]) {
+            if (gs_real_cuCtxSetCurrent(c->gate_ctxs[i]) != CUDA_SUCCESS) {
+                c->gate_used &= ~(1u << i); /* a context since destroyed, its work with it */
+                continue;
+            }
+            *current = c->gate_ctxs[i];
+        }
         CUresult r = gs_real_cuStreamQuery(c->gate_streams[i]);
         if (r == CUDA_ERROR_NOT_READY) pending = 1;
         else c->gate_used &= ~(1u << i); /* done, or a stream since destroyed */
@@ -206,8 +214,7 @@ static int gate_usable(struct cdev *c)
             r = gs_real_cuMemHostGetDevicePointer_v2(&c->gate_word, (void *)&c->L->gate, 0);
     }
     int ok = r == CUDA_SUCCESS && ctx != NULL;
-    if (ok) c->gate_ctx = ctx;
-    else
+    if (!ok)
         gs_log(GS_LOG_WARN, "turns on the GPU: the ledger of GPU %d cannot be mapped for it (error %d); "
                             "turns wait on the CPU", (int)(c - gs_cdevs), (int)r);
     ok = ok && start_turn_thread();

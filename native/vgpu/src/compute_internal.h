@@ -69,10 +69,10 @@ struct cdev {
     /* turns on the GPU (compute_gate.c) */
     int gate;                 /* 0 not set up, 1 usable, 2 being set up, -1 not usable */
     CUdeviceptr gate_word;    /* the ledger's gate word, as the GPU sees it */
-    CUcontext gate_ctx;       /* the context the turn thread queries streams in */
     uint32_t gate_lock;
-    uint32_t gate_used;       /* bit i: gate_streams[i] has had gated work */
+    uint32_t gate_used;       /* bit i: gate_streams[i] (of context gate_ctxs[i]) has had gated work */
     CUstream gate_streams[GATE_STREAMS];
+    CUcontext gate_ctxs[GATE_STREAMS]; /* a stream is asked about in its own context */
     uint64_t gated_ns;        /* the last gated launch */
 };
 extern struct cdev gs_cdevs[GS_MAX_ORDINALS];
