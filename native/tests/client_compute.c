@@ -3,6 +3,7 @@
  * runner_compute.c.  The ledger is read directly, as the agent would. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,24 @@ static int busy_hold(void)
             fflush(stdout);
         }
     }
+}
+
+/* Launches once on a device, in a thread of its own; done says when it returned. */
+struct device_launch {
+    int device;
+    int failed;
+    int done;
+};
+
+static void *launch_on(void *arg)
+{
+    struct device_launch *l = arg;
+    CUdevice d;
+    CUcontext c;
+    l->failed = cuDeviceGet(&d, l->device) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS ||
+                cuCtxSetCurrent(c) != CUDA_SUCCESS || launch() != CUDA_SUCCESS;
+    __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+    return NULL;
 }
 
 int compute_scenario(const char *s, int argc, char **argv)
@@ -323,6 +342,28 @@ int compute_scenario(const char *s, int argc, char **argv)
         h = GPUSHARDS_TURN_HOLDER(__atomic_load_n(&L->turn, __ATOMIC_ACQUIRE));
         if (h != 0 && &L->members[h - 1] == me) FAIL("%s still holds the turn after synchronizing", shard);
         printf("released\n");
+        return 0;
+    }
+    if (!strcmp(s, "compute-two-gpus")) {
+        /* GPU 0's turn is held from outside libvgpu.so (a rogue): a launch
+         * there waits behind the gate for about a second, until the turn
+         * thread gives up.  A launch on GPU 1 meanwhile must not wait for
+         * it: it returns while GPU 0's is still held. */
+        if (cuInit(0) != CUDA_SUCCESS) FAIL("cuInit failed");
+        struct device_launch first = {0, 0, 0}, second = {1, 0, 0};
+        pthread_t t0, t1;
+        if (pthread_create(&t0, NULL, launch_on, &first) != 0) FAIL("no thread");
+        struct gpushards_ledger *L = ledger();
+        if (L == NULL) FAIL("no ledger");
+        /* GPU 0's launch is behind the gate once this process waits there. */
+        while (__atomic_load_n(&L->last_wait_ns, __ATOMIC_ACQUIRE) == 0) sched_yield();
+        if (pthread_create(&t1, NULL, launch_on, &second) != 0) FAIL("no thread");
+        pthread_join(t1, NULL);
+        int first_done = __atomic_load_n(&first.done, __ATOMIC_ACQUIRE);
+        pthread_join(t0, NULL);
+        if (first.failed || second.failed) FAIL("a launch failed");
+        if (first_done) FAIL("GPU 1's launch waited for GPU 0's turn");
+        printf("independent\n");
         return 0;
     }
     return -1;

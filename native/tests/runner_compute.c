@@ -345,6 +345,20 @@ static int t_gpu_turns_beside_busy(const void *arg)
     return 0;
 }
 
+static int t_gpu_turns_per_gpu(const void *arg)
+{
+    /* Waiting for one GPU's turn (held from outside for a second) holds up
+     * no other GPU's launches: each GPU has a turn thread of its own. */
+    ledger_fresh();
+    const char *er[] = {ledger_env, "GPUSHARDS_SHARD_ID=rogue-setup", NULL};
+    const char *ev[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=two", NULL};
+    struct proc rogue;
+    H_CHECK(start_ready(&rogue, er, "compute-rogue", NULL) == 0, "the rogue did not start: %s", err_text);
+    int failed = run(ev, "link", "compute-two-gpus", NULL, NULL);
+    kill_wait(&rogue);
+    return failed;
+}
+
 static int t_compute_full_ledger(const void *arg)
 {
     /* Every entry of the GPU's ledger is in use when a shard starts: it
@@ -491,6 +505,8 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute, turns on the GPU: launches made while a busy shard holds the turn wait behind the gate until "
          "the turn thread takes it",
          t_gpu_turns_beside_busy, NULL);
+    ADDC("compute, turns on the GPU: waiting for one GPU's turn holds up no other GPU's launches",
+         t_gpu_turns_per_gpu, NULL);
     ADDC("compute, turns on the GPU: a holder killed mid-slice stalls nobody's gated work past its lease",
          t_compute_dead_holder, GPU_TURNS);
     ADDC("compute, turns on the GPU: a turn held from outside libvgpu.so is given up on, and the gate opened",

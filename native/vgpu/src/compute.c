@@ -368,7 +368,6 @@ void gs_compute_synced(void)
 
 void gs_compute_reset_process(void)
 {
-    memset(gs_cdevs, 0, sizeof gs_cdevs);
-    gs_compute_gate_reset_process();
+    memset(gs_cdevs, 0, sizeof gs_cdevs); /* the child has none of the parent's turn threads */
     gs_compute_conf_reset();
 }

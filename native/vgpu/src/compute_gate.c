@@ -3,7 +3,7 @@
  * launch first waits in its stream for its shard's bit in the ledger's gate
  * word, so a turn that moves stops the old holder's queue at its next
  * kernel.  A launch made while another shard holds the turn returns at once,
- * its kernels queued behind that wait, and the process's turn thread takes
+ * its kernels queued behind that wait, and the GPU's turn thread takes
  * the turn for it (compute.c's protocol) and opens the gate: a shard shut out
  * keeps its queue full, and its turn starts on work already queued
  * (native/gpu-tests/RESULTS.md, 2026-11-27 23:35). */
@@ -29,16 +29,11 @@ CUresult (*gs_real_cuCtxSetCurrent)(CUcontext);
 #define GATE_UNUSABLE (-1)
 #define IDLE_LOOK_NS 100000000ull /* the turn thread looks again at least this often */
 
-static uint32_t thread_started; /* reset after fork: the child has no turn thread */
-static uint32_t wake_seq;       /* futex the turn thread sleeps on */
-static uint32_t thread_asleep;
-static uint64_t gated_count;    /* gated launches so far: the turn thread sleeps only if none came */
-
-static void wake_turn_thread(void)
+static void wake_turn_thread(struct cdev *c)
 {
-    if (!__atomic_exchange_n(&thread_asleep, 0, __ATOMIC_SEQ_CST)) return;
-    __atomic_add_fetch(&wake_seq, 1, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &wake_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+    if (!__atomic_exchange_n(&c->turner_asleep, 0, __ATOMIC_SEQ_CST)) return;
+    __atomic_add_fetch(&c->turner_wake, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &c->turner_wake, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 /* ---- what the turn thread knows of our queued work ---------------------- */
@@ -139,54 +134,47 @@ static uint64_t serve(struct cdev *c, uint64_t now, CUcontext *current)
     return gs_now_ns();
 }
 
-static void *turn_thread(void *unused)
+/* One per GPU the process gates on, so that waiting for one GPU's turn never
+ * holds up another's. */
+static void *turn_thread(void *arg)
 {
+    struct cdev *c = arg;
+    int s;
+    while ((s = __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE)) == GATE_SETTING_UP) sched_yield();
+    if (s != GATE_USABLE) return NULL;
     CUcontext current = NULL;
     for (;;) {
-        uint32_t seq = __atomic_load_n(&wake_seq, __ATOMIC_ACQUIRE);
-        uint64_t gated = __atomic_load_n(&gated_count, __ATOMIC_SEQ_CST);
-        uint64_t now = gs_now_ns(), next = now + IDLE_LOOK_NS;
-        for (int d = 0; d < GS_MAX_ORDINALS; d++) {
-            struct cdev *c = &gs_cdevs[d];
-            if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != 1 ||
-                __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) != GATE_USABLE)
-                continue;
-            uint64_t due = serve(c, now, &current);
-            if (due < next) next = due;
-            now = gs_now_ns();
-        }
+        uint32_t seq = __atomic_load_n(&c->turner_wake, __ATOMIC_ACQUIRE);
+        uint64_t gated = __atomic_load_n(&c->gated_count, __ATOMIC_SEQ_CST);
+        uint64_t next = serve(c, gs_now_ns(), &current), now = gs_now_ns();
         if (next <= now) continue;
-        __atomic_store_n(&thread_asleep, 1, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&c->turner_asleep, 1, __ATOMIC_SEQ_CST);
         /* A launch gated after this pass began, whose wake saw us awake. */
-        if (__atomic_load_n(&gated_count, __ATOMIC_SEQ_CST) != gated) {
-            __atomic_store_n(&thread_asleep, 0, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&c->gated_count, __ATOMIC_SEQ_CST) != gated) {
+            __atomic_store_n(&c->turner_asleep, 0, __ATOMIC_RELEASE);
             continue;
         }
-        if (__atomic_load_n(&wake_seq, __ATOMIC_ACQUIRE) == seq) {
+        if (__atomic_load_n(&c->turner_wake, __ATOMIC_ACQUIRE) == seq) {
             uint64_t d = next - now;
             struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
-            syscall(SYS_futex, &wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+            syscall(SYS_futex, &c->turner_wake, FUTEX_WAIT, seq, &ts, NULL, 0);
         }
-        __atomic_store_n(&thread_asleep, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->turner_asleep, 0, __ATOMIC_RELEASE);
     }
     return NULL;
 }
 
-static int start_turn_thread(void)
+static int start_turn_thread(struct cdev *c)
 {
-    uint32_t zero = 0;
-    if (!__atomic_compare_exchange_n(&thread_started, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 1;
     pthread_t thread;
     pthread_attr_t attr;
-    if (pthread_attr_init(&attr) != 0) goto failed;
+    if (pthread_attr_init(&attr) != 0) return 0;
     int created = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-                  pthread_create(&thread, &attr, turn_thread, NULL) == 0;
+                  pthread_create(&thread, &attr, turn_thread, c) == 0;
     pthread_attr_destroy(&attr);
-    if (created) return 1;
-failed:
-    __atomic_store_n(&thread_started, 0, __ATOMIC_RELEASE);
-    gs_log(GS_LOG_WARN, "turns on the GPU: no turn thread; turns wait on the CPU");
-    return 0;
+    if (!created) gs_log(GS_LOG_WARN, "turns on the GPU: no turn thread for GPU %d; its turns wait on the CPU",
+                         (int)(c - gs_cdevs));
+    return created;
 }
 
 /* ---- setup, and what compute.c calls ------------------------------------ */
@@ -217,7 +205,7 @@ static int gate_usable(struct cdev *c)
     if (!ok)
         gs_log(GS_LOG_WARN, "turns on the GPU: the ledger of GPU %d cannot be mapped for it (error %d); "
                             "turns wait on the CPU", (int)(c - gs_cdevs), (int)r);
-    ok = ok && start_turn_thread();
+    ok = ok && start_turn_thread(c);
     __atomic_store_n(&c->gate, ok ? GATE_USABLE : GATE_UNUSABLE, __ATOMIC_RELEASE);
     return ok;
 }
@@ -228,8 +216,8 @@ int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now)
     /* The turn thread hears of the work first: a wait that holds its caller
      * (the fake driver's) must not keep it from taking the turn. */
     __atomic_store_n(&c->gated_ns, now, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&gated_count, 1, __ATOMIC_SEQ_CST);
-    wake_turn_thread();
+    __atomic_add_fetch(&c->gated_count, 1, __ATOMIC_SEQ_CST);
+    wake_turn_thread(c);
     if (gs_real_cuStreamWaitValue32_v2(s, c->gate_word, 1u << c->m, CU_STREAM_WAIT_VALUE_AND) != CUDA_SUCCESS)
         return 0;
     if (gs_cc.stats) __atomic_add_fetch(&gs_cst.gated, 1, __ATOMIC_RELAXED);
@@ -252,10 +240,4 @@ void gs_compute_gate_ungoverned(struct cdev *c)
 {
     if (__atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GATE_USABLE)
         __atomic_fetch_or(&c->L->gate, 1u << c->m, __ATOMIC_RELEASE);
-}
-
-void gs_compute_gate_reset_process(void)
-{
-    __atomic_store_n(&thread_started, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&thread_asleep, 0, __ATOMIC_RELEASE);
 }

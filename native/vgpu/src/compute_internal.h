@@ -74,6 +74,9 @@ struct cdev {
     CUstream gate_streams[GATE_STREAMS];
     CUcontext gate_ctxs[GATE_STREAMS]; /* a stream is asked about in its own context */
     uint64_t gated_ns;        /* the last gated launch */
+    uint64_t gated_count;     /* gated launches: the turn thread sleeps only if none came meanwhile */
+    uint32_t turner_wake;     /* futex the GPU's turn thread sleeps on */
+    uint32_t turner_asleep;
 };
 extern struct cdev gs_cdevs[GS_MAX_ORDINALS];
 
@@ -126,7 +129,6 @@ int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now);
 void gs_compute_gate_taken(struct cdev *c);      /* we hold the turn: only our bit */
 void gs_compute_gate_released(struct cdev *c);   /* we gave it up: our bit off */
 void gs_compute_gate_ungoverned(struct cdev *c); /* no turns for a while: our bit on */
-void gs_compute_gate_reset_process(void);
 
 /* compute_inflight.c (callers hold c->ring_lock where said) */
 void gs_compute_drain(struct cdev *c);
