@@ -6,6 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { createClient } from 'graphql-ws';
 import { WebSocket } from 'ws';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
+import { within } from '../testing/bounded-wait.js';
 import { createControlPlane, type ControlPlane } from '../control-plane.js';
 import { FenceService } from '../fence/fence.service.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
@@ -22,25 +23,6 @@ import {
 import { startPostgres, type PostgresServer } from '../testing/index.js';
 import { ShardEventBus } from './shard-event-bus.js';
 import { MAX_NOTIFY_PAYLOAD_BYTES, payloadsOf, SHARD_EVENTS_CHANNEL } from './shard-event-relay.js';
-
-/** How long a wait may take before the test fails naming it (a bound, not a synchronisation). */
-const WAIT_BOUND_MS = 15_000;
-
-/** `promise`, or a failure naming what was awaited if it has not settled within WAIT_BOUND_MS. */
-async function within<T>(promise: Promise<T>, what: string | (() => string)): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new Error(`timed out waiting for ${typeof what === 'string' ? what : what()}`)),
-      WAIT_BOUND_MS,
-    );
-  });
-  try {
-    return await Promise.race([promise, timedOut]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** Until the control planes' buses have `count` subscribers each (subscribed, or let go). */
 async function subscribers(controlPlanes: readonly ControlPlane[], count: number): Promise<void> {

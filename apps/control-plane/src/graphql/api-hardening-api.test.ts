@@ -23,6 +23,7 @@ import {
   type TestTeam,
 } from '../testing/fleet-fixtures.js';
 import { FakeShardCommands } from '../testing/fake-shard-commands.js';
+import { within } from '../testing/bounded-wait.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
 
 /**
@@ -291,16 +292,3 @@ describe('main.js', () => {
     assert.match(run.stderr, /no agent link: set GPUSHARDS_NATS_URL .* GPUSHARDS_NO_AGENTS=true/);
   });
 });
-
-/** `promise`, or a failure naming `what` if it has not settled in 15 s (a bound, not a wait). */
-async function within<T>(promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), 15_000);
-  });
-  try {
-    return await Promise.race([promise, timedOut]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
