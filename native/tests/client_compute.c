@@ -261,6 +261,26 @@ int compute_scenario(const char *s, int argc, char **argv)
             usleep(100);
         }
     }
+    if (!strcmp(s, "ledger-scribble")) {
+        /* A shard that writes the ledger's header outside the protocol, in
+         * a loop: zeros over every byte the turns do not use (where gates
+         * were once kept), as fast as it can, until killed. */
+        if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch"); /* the ledger exists */
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", getenv("GPUSHARDS_LEDGER_DIR"), LEDGER_GPU0);
+        int fd = open(path, O_RDWR);
+        struct gpushards_ledger *L =
+            fd < 0 ? MAP_FAILED : mmap(NULL, sizeof *L, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (L == MAP_FAILED) FAIL("cannot map the ledger read-write");
+        uint32_t *words = &L->lock + 1, *members = (uint32_t *)(void *)L->members;
+        for (int said = 0;; said = 1) {
+            for (uint32_t *w = words; w < members; w++) __atomic_store_n(w, 0, __ATOMIC_RELAXED);
+            if (!said) {
+                printf("ready\n");
+                fflush(stdout);
+            }
+        }
+    }
     if (!strcmp(s, "compute-hold")) {
         /* Take the turn, say so, and wait to be killed holding it. */
         if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch");

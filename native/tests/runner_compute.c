@@ -345,6 +345,32 @@ static int t_gpu_turns_beside_busy(const void *arg)
     return 0;
 }
 
+static int t_gpu_turns_scribbled(const void *arg)
+{
+    /* Beside a busy shard, a third writes zeros over the ledger's header in a
+     * loop: every process keeps its gate in a page of its own, so b's gated
+     * work still runs at b's turns, and b never falls back to launching
+     * without turns. */
+    ledger_fresh();
+    const char *ea[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=2000", NULL};
+    const char *es[] = {ledger_env, "GPUSHARDS_SHARD_ID=scribbler", NULL};
+    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=2000",
+                        "GPUSHARDS_COMPUTE_STATS=1", NULL};
+    struct proc busy, scribbler;
+    H_CHECK(start_ready(&busy, ea, "busy-hold", NULL) == 0, "a did not start: %s", err_text);
+    if (start_ready(&scribbler, es, "ledger-scribble", NULL) != 0) {
+        kill_wait(&busy);
+        return h_fail("the scribbler did not start: %s", err_text);
+    }
+    int failed = run(eb, "link", "compute-busy", NULL, NULL);
+    kill_wait(&scribbler);
+    kill_wait(&busy);
+    if (failed) return 1;
+    H_CHECK(gated_launches(err_text) > 0, "b queued nothing behind its gate: %s", err_text);
+    H_CHECK(strstr(err_text, "gave up waiting 0") != NULL, "b fell back to launching without turns: %s", err_text);
+    return 0;
+}
+
 static int t_gpu_turns_per_gpu(const void *arg)
 {
     /* Waiting for one GPU's turn (held from outside for a second) holds up
@@ -505,6 +531,8 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute, turns on the GPU: launches made while a busy shard holds the turn wait behind the gate until "
          "the turn thread takes it",
          t_gpu_turns_beside_busy, NULL);
+    ADDC("compute, turns on the GPU: a shard writing zeros over the ledger's header holds up nobody's gated work",
+         t_gpu_turns_scribbled, NULL);
     ADDC("compute, turns on the GPU: waiting for one GPU's turn holds up no other GPU's launches",
          t_gpu_turns_per_gpu, NULL);
     ADDC("compute, turns on the GPU: a holder killed mid-slice stalls nobody's gated work past its lease",

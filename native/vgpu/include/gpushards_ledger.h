@@ -72,17 +72,15 @@ struct gpushards_ledger {
     uint64_t last_wait_ns; /* last time anybody waited: contention is recent */
     uint64_t vclock;       /* virtual time of the last charged holder */
     uint32_t lock;         /* spin lock for claiming member entries (slow path) */
-    /* Turns on the GPU (GPUSHARDS_COMPUTE_TURNS=gpu): bit m set, member m's
-     * kernels queued behind a stream wait on this word may run.  Whoever
-     * takes the turn stores its own bit alone; 0 in a file of the CPU turns. */
-    uint32_t gate;
-    uint8_t reserved[64];
+    /* Nothing here gates anybody's work: with turns on the GPU each process
+     * keeps its gate in a page of its own (compute_gate.c), since every
+     * shard of the host can write this file. */
+    uint8_t reserved[68];
     struct gpushards_ledger_member members[GPUSHARDS_LEDGER_MEMBERS];
 };
 
 _Static_assert(sizeof(struct gpushards_ledger_member) == 128, "layout");
 _Static_assert(offsetof(struct gpushards_ledger, turn) == 24, "layout");
-_Static_assert(offsetof(struct gpushards_ledger, gate) == 60, "layout");
 _Static_assert(offsetof(struct gpushards_ledger, members) == 128, "layout");
 
 #endif

@@ -58,7 +58,7 @@ static void give_up_waiting(struct cdev *c, struct gpushards_ledger_member *e, u
 {
     c->ungoverned_until = now + UNGOVERNED_NS;
     __atomic_store_n(&e->wait_hb_ns, 0, __ATOMIC_RELAXED);
-    gs_compute_gate_ungoverned(c);
+    gs_compute_gate_open(c);
     if (gs_cc.stats) gs_cst.gave_up++;
     gs_log(GS_LOG_WARN, "no compute turn for %llu ms on GPU %d: launching without turns for %llu s",
            MAX_WAIT_NS / 1000000ull, (int)(c - gs_cdevs), UNGOVERNED_NS / 1000000000ull);
@@ -67,8 +67,8 @@ static void give_up_waiting(struct cdev *c, struct gpushards_ledger_member *e, u
 /* Our lease (turn word t) is over: renew it unless somebody is owed the
  * GPU; 1 when renewed.  Otherwise hand it over (turn word 0), after our
  * queue has drained when turns wait on the CPU: the next holder gets the GPU
- * clean.  On the GPU the next holder's gate opens at once and ours stops our
- * queue at its next kernel, so nothing is drained (the launch that asks
+ * clean.  On the GPU the next holder's gate opens at once and ours, shut,
+ * stops our queue at its next wait, so nothing is drained (the launch that asks
  * returns at once). */
 static int renew_or_release(struct cdev *c, uint64_t t, uint64_t now)
 {
@@ -91,7 +91,7 @@ static int renew_or_release(struct cdev *c, uint64_t t, uint64_t now)
     uint64_t from = __atomic_load_n(&L->since_ns, __ATOMIC_ACQUIRE);
     if (__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(0, gen, 0), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         gs_compute_charge(L, me, from, now, now);
-        gs_compute_gate_released(c);
+        gs_compute_gate_shut(c);
         gs_compute_wake_all(L);
     }
     return 0;
@@ -125,8 +125,9 @@ static void acquire(struct cdev *c, uint64_t now)
             /* We do not hold the turn: let our queued work finish before we
              * say (wait heartbeat) that we wait, so that a holder that took
              * the turn from us knows when the GPU is its own.  Not on the
-             * GPU: the gate stops it, and it may wait behind our own gate. */
-            if (!gs_compute_gate_on(c)) gs_compute_drain(c);
+             * GPU: our gate, shut, stops it, and it may wait behind it. */
+            if (gs_compute_gate_on(c)) gs_compute_gate_shut(c);
+            else gs_compute_drain(c);
             now = gs_now_ns();
             /* Coming back: no more credit than one slice of our own. */
             uint32_t w = gs_compute_weight(L, m, now);
@@ -170,6 +171,9 @@ static void acquire(struct cdev *c, uint64_t now)
                 } else {
                     __atomic_store_n(&L->since_ns, now, __ATOMIC_RELEASE);
                 }
+                /* The turn moved: the old holder's turn threads shut their
+                 * gates, ours (and our shard's other processes') open theirs. */
+                gs_compute_wake_all(L);
                 break;
             }
             if (entitled_since == 0) entitled_since = now;
@@ -192,7 +196,7 @@ static void acquire(struct cdev *c, uint64_t now)
         now = gs_now_ns();
     }
     __atomic_store_n(&e->wait_hb_ns, 0, __ATOMIC_RELAXED);
-    gs_compute_gate_taken(c);
+    gs_compute_gate_open(c);
     /* Another shard launched or waited within 50 ms: keep our work in
      * flight short until the next turn boundary looks again. */
     for (unsigned j = 0; j < GPUSHARDS_LEDGER_MEMBERS; j++) {
@@ -230,7 +234,7 @@ enum gpu_turn { LAUNCH_AS_HOLDER, QUEUED_BEHIND_GATE, WAIT_ON_CPU };
 static enum gpu_turn turn_on_gpu(struct cdev *c, CUstream s, uint64_t t, uint64_t now)
 {
     if (GPUSHARDS_TURN_HOLDER(t) == (unsigned)c->m + 1 && renew_or_release(c, t, now)) return LAUNCH_AS_HOLDER;
-    return gs_compute_gate(c, s, now) ? QUEUED_BEHIND_GATE : WAIT_ON_CPU;
+    return gs_compute_gate(c, s, now, 0) ? QUEUED_BEHIND_GATE : WAIT_ON_CPU;
 }
 
 static void *admit(CUstream s, int graph)
@@ -284,9 +288,9 @@ again:;
         gs_compute_forget(c);
         return NULL;
     }
-    /* On the GPU the gate is the bound: our queue stops at its next kernel
+    /* On the GPU the gate is the bound: our queue stops at its next wait
      * once the turn moves. */
-    if (gs_cc.gpu_turns && gs_compute_gate(c, s, now)) return NULL;
+    if (gs_cc.gpu_turns && gs_compute_gate(c, s, now, 1)) return NULL;
     uint32_t zero = 0;
     if (!__atomic_compare_exchange_n(&c->ring_lock, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return NULL;
     if (!gs_compute_bound(c, s, graph, &now)) {
@@ -360,7 +364,7 @@ void gs_compute_synced(void)
     if (__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(0, GPUSHARDS_TURN_GEN(t) + 1, 0), 0,
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         gs_compute_charge(L, me, from, now, end);
-        gs_compute_gate_released(c);
+        gs_compute_gate_shut(c);
         gs_compute_wake_all(L);
         if (gs_cc.stats) gs_cst.sync_releases++;
     }

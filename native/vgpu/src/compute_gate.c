@@ -1,16 +1,22 @@
 /* compute_gate.c — turns on the GPU (GPUSHARDS_COMPUTE_TURNS=gpu;
  * docs/compute.md, "Turns on the GPU").  While the GPU is contended, every
- * launch first waits in its stream for its shard's bit in the ledger's gate
- * word, so a turn that moves stops the old holder's queue at its next
- * kernel.  A launch made while another shard holds the turn returns at once,
- * its kernels queued behind that wait, and the GPU's turn thread takes
- * the turn for it (compute.c's protocol) and opens the gate: a shard shut out
- * keeps its queue full, and its turn starts on work already queued
- * (native/gpu-tests/RESULTS.md, 2026-11-27 23:35). */
+ * launch first waits in its stream on this process's own gate, a word in a
+ * private page mapped for the GPU, so a turn that moves stops the old
+ * holder's queue at its next wait.  A launch made while another shard holds
+ * the turn returns at once, its kernels queued behind that wait, and the
+ * GPU's turn thread takes the turn for it (compute.c's protocol) and opens
+ * the gate: a shard shut out keeps its queue full, and its turn starts on work
+ * already queued (native/gpu-tests/RESULTS.md, 2026-11-27 23:35).
+ *
+ * Only this process writes its gate, so no other shard of the host can open
+ * or shut it; the turn thread opens it while its shard holds the turn and
+ * shuts it when it sees the turn move (the turn word's futex wakes it) or
+ * its queue go idle. */
 #define _GNU_SOURCE
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,33 +58,42 @@ static void unlock(struct cdev *c)
     __atomic_store_n(&c->gate_lock, 0, __ATOMIC_RELEASE);
 }
 
-/* The streams with gated work, so that the turn thread can ask whether any of
- * it is still queued; 0 when every slot holds another stream.  A stream the
- * application destroys while work of it waits at the gate is no longer
- * followed: that work runs at the shard's next turn (docs/compute.md). */
-static int note_stream(struct cdev *c, CUstream s)
+enum gate_decision { GATE_FULL, GATE_WAIT, GATE_SKIP };
+
+/* Notes s among the streams with gated work, so that the turn thread can ask
+ * whether any of it is still queued, and says whether this launch needs a
+ * wait of its own: a holder's launch does not when a wait was queued in s
+ * within gate_every_ns (each wait costs about 2 us of GPU; RESULTS.md).
+ * GATE_FULL when every slot holds another stream.  A stream the application
+ * destroys while work of it waits at the gate is no longer followed: that
+ * work runs at the shard's next turn (docs/compute.md). */
+static enum gate_decision note_stream(struct cdev *c, CUstream s, uint64_t now, int holding)
 {
     CUcontext ctx = NULL;
-    if (gs_real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return 0;
+    if (gs_real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return GATE_FULL;
     lock(c);
-    int free_slot = -1;
-    for (int i = 0; i < GATE_STREAMS; i++) {
-        if (c->gate_used & (1u << i)) {
-            if (c->gate_streams[i] == s && c->gate_ctxs[i] == ctx) {
-                unlock(c);
-                return 1;
-            }
-        } else if (free_slot < 0) {
-            free_slot = i;
+    int slot = -1, free_slot = -1;
+    for (int i = 0; i < GATE_STREAMS && slot < 0; i++) {
+        if (!(c->gate_used & (1u << i))) {
+            if (free_slot < 0) free_slot = i;
+        } else if (c->gate_streams[i] == s && c->gate_ctxs[i] == ctx) {
+            slot = i;
         }
     }
-    if (free_slot >= 0) {
+    enum gate_decision d = GATE_WAIT;
+    if (slot >= 0) {
+        if (holding && c->gate_last_ns[slot] + gs_cc.gate_every_ns > now) d = GATE_SKIP;
+        else c->gate_last_ns[slot] = now;
+    } else if (free_slot >= 0) {
         c->gate_streams[free_slot] = s;
         c->gate_ctxs[free_slot] = ctx;
+        c->gate_last_ns[free_slot] = now;
         c->gate_used |= 1u << free_slot;
+    } else {
+        d = GATE_FULL;
     }
     unlock(c);
-    return free_slot >= 0;
+    return d;
 }
 
 /* 1 while gated work may still be queued: a launch within idle_ns, or a
@@ -107,31 +122,50 @@ static int work_pending(struct cdev *c, uint64_t now, CUcontext *current)
 
 /* ---- the turn thread ---------------------------------------------------- */
 
-/* Serves one GPU; returns when to look at it again. */
-static uint64_t serve(struct cdev *c, uint64_t now, CUcontext *current)
+/* When and how the turn thread looks at its GPU again. */
+struct look {
+    uint64_t at;
+    int on_turn;    /* 1: sleep on the turn word, which any move of the turn wakes */
+    uint32_t seen;  /* the turn word's low 32 bits when it looked */
+};
+
+/* Serves one GPU. */
+static struct look serve(struct cdev *c, uint64_t now, CUcontext *current)
 {
     struct gpushards_ledger *L = c->L;
     struct gpushards_ledger_member *e = &L->members[c->m];
-    uint32_t bit = 1u << c->m;
     if (!work_pending(c, now, current)) {
+        /* Idle: shut, so that a launch finds its gate shut whoever holds the
+         * turn by then, and wakes us to look. */
+        if (now >= c->ungoverned_until) gs_compute_gate_shut(c);
         __atomic_store_n(&e->inflight_ns, 0, __ATOMIC_RELAXED);
-        return now + IDLE_LOOK_NS;
+        return (struct look){now + IDLE_LOOK_NS, 0, 0};
     }
     /* Queued work: a holder that waits in a synchronize for it is not idle. */
     __atomic_store_n(&e->inflight_ns, now, __ATOMIC_RELAXED);
     if (now < c->ungoverned_until) {
-        __atomic_fetch_or(&L->gate, bit, __ATOMIC_RELEASE);
-        return now + gs_cc.slice_ns;
+        gs_compute_gate_open(c);
+        return (struct look){now + gs_cc.slice_ns, 0, 0};
     }
     uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
     uint64_t end = GPUSHARDS_TURN_END_US(t) * 1000ull;
     if (GPUSHARDS_TURN_HOLDER(t) == (unsigned)c->m + 1 && now < end) {
-        /* Ours: keep the gate open (a neighbour may have written the word). */
-        if (!(__atomic_load_n(&L->gate, __ATOMIC_ACQUIRE) & bit)) __atomic_store_n(&L->gate, bit, __ATOMIC_RELEASE);
-        return end;
+        /* Our shard's (another process of it may have taken it).  Look
+         * again within idle_ns, so that a queue that drains early is seen
+         * idle, and at once when the turn moves. */
+        gs_compute_gate_open(c);
+        uint64_t at = now + gs_cc.idle_ns < end ? now + gs_cc.idle_ns : end;
+        return (struct look){at, 1, (uint32_t)t};
     }
-    gs_compute_acquire(c, now); /* opens the gate when it has the turn */
-    return gs_now_ns();
+    gs_compute_acquire(c, now); /* shuts the gate while it waits, opens it when it has the turn */
+    return (struct look){gs_now_ns(), 0, 0};
+}
+
+static void sleep_until(uint32_t *word, uint32_t seen, uint64_t at, uint64_t now)
+{
+    uint64_t d = at - now;
+    struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+    syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
 /* One per GPU the process gates on, so that waiting for one GPU's turn never
@@ -146,19 +180,21 @@ static void *turn_thread(void *arg)
     for (;;) {
         uint32_t seq = __atomic_load_n(&c->turner_wake, __ATOMIC_ACQUIRE);
         uint64_t gated = __atomic_load_n(&c->gated_count, __ATOMIC_SEQ_CST);
-        uint64_t next = serve(c, gs_now_ns(), &current), now = gs_now_ns();
-        if (next <= now) continue;
+        struct look next = serve(c, gs_now_ns(), &current);
+        uint64_t now = gs_now_ns();
+        if (next.at <= now) continue;
+        if (next.on_turn) {
+            /* Holding, gate open: our launches need not wake us. */
+            sleep_until((uint32_t *)(void *)&c->L->turn, next.seen, next.at, now);
+            continue;
+        }
         __atomic_store_n(&c->turner_asleep, 1, __ATOMIC_SEQ_CST);
         /* A launch gated after this pass began, whose wake saw us awake. */
         if (__atomic_load_n(&c->gated_count, __ATOMIC_SEQ_CST) != gated) {
             __atomic_store_n(&c->turner_asleep, 0, __ATOMIC_RELEASE);
             continue;
         }
-        if (__atomic_load_n(&c->turner_wake, __ATOMIC_ACQUIRE) == seq) {
-            uint64_t d = next - now;
-            struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
-            syscall(SYS_futex, &c->turner_wake, FUTEX_WAIT, seq, &ts, NULL, 0);
-        }
+        if (__atomic_load_n(&c->turner_wake, __ATOMIC_ACQUIRE) == seq) sleep_until(&c->turner_wake, seq, next.at, now);
         __atomic_store_n(&c->turner_asleep, 0, __ATOMIC_RELEASE);
     }
     return NULL;
@@ -179,7 +215,23 @@ static int start_turn_thread(struct cdev *c)
 
 /* ---- setup, and what compute.c calls ------------------------------------ */
 
-/* The ledger mapped for the GPU (once per GPU, with a context current). */
+/* This process's gate for the GPU, a page of its own mapped for the GPU
+ * (once per GPU, with a context current); shut until the turn thread opens it. */
+static CUresult map_gate(struct cdev *c)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    void *p = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = gs_real_cuMemHostRegister_v2(p, (size_t)page, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r == CUDA_SUCCESS) r = gs_real_cuMemHostGetDevicePointer_v2(&c->gate_word, p, 0);
+    if (r != CUDA_SUCCESS) {
+        munmap(p, (size_t)page); /* a registration that half worked is undone with the mapping */
+        return r;
+    }
+    c->gate_open = p;
+    return CUDA_SUCCESS;
+}
+
 static int gate_usable(struct cdev *c)
 {
     int s = __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE);
@@ -194,50 +246,39 @@ static int gate_usable(struct cdev *c)
     CUresult r = CUDA_ERROR_NOT_FOUND;
     if (gs_real_cuMemHostRegister_v2 != NULL && gs_real_cuMemHostGetDevicePointer_v2 != NULL &&
         gs_real_cuStreamWaitValue32_v2 != NULL && gs_real_cuStreamQuery != NULL && gs_real_cuCtxSetCurrent != NULL &&
-        (r = gs_real_cuCtxGetCurrent(&ctx)) == CUDA_SUCCESS && ctx != NULL) {
-        long page = sysconf(_SC_PAGESIZE);
-        size_t bytes = (sizeof *c->L + (size_t)page - 1) / (size_t)page * (size_t)page;
-        r = gs_real_cuMemHostRegister_v2(c->L, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-        if (r == CUDA_SUCCESS || r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
-            r = gs_real_cuMemHostGetDevicePointer_v2(&c->gate_word, (void *)&c->L->gate, 0);
-    }
+        (r = gs_real_cuCtxGetCurrent(&ctx)) == CUDA_SUCCESS && ctx != NULL)
+        r = map_gate(c);
     int ok = r == CUDA_SUCCESS && ctx != NULL;
     if (!ok)
-        gs_log(GS_LOG_WARN, "turns on the GPU: the ledger of GPU %d cannot be mapped for it (error %d); "
-                            "turns wait on the CPU", (int)(c - gs_cdevs), (int)r);
+        gs_log(GS_LOG_WARN, "turns on the GPU: no gate can be mapped for GPU %d (error %d); turns wait on the CPU",
+               (int)(c - gs_cdevs), (int)r);
     ok = ok && start_turn_thread(c);
     __atomic_store_n(&c->gate, ok ? GATE_USABLE : GATE_UNUSABLE, __ATOMIC_RELEASE);
     return ok;
 }
 
-int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now)
+int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now, int holding)
 {
-    if (!gate_usable(c) || !note_stream(c, s)) return 0;
+    if (!gate_usable(c)) return 0;
+    enum gate_decision d = note_stream(c, s, now, holding);
+    if (d == GATE_FULL) return 0;
     /* The turn thread hears of the work first: a wait that holds its caller
      * (the fake driver's) must not keep it from taking the turn. */
     __atomic_store_n(&c->gated_ns, now, __ATOMIC_RELAXED);
+    if (d == GATE_SKIP) return 1;
     __atomic_add_fetch(&c->gated_count, 1, __ATOMIC_SEQ_CST);
     wake_turn_thread(c);
-    if (gs_real_cuStreamWaitValue32_v2(s, c->gate_word, 1u << c->m, CU_STREAM_WAIT_VALUE_AND) != CUDA_SUCCESS)
-        return 0;
+    if (gs_real_cuStreamWaitValue32_v2(s, c->gate_word, 1u, CU_STREAM_WAIT_VALUE_AND) != CUDA_SUCCESS) return 0;
     if (gs_cc.stats) __atomic_add_fetch(&gs_cst.gated, 1, __ATOMIC_RELAXED);
     return 1;
 }
 
-void gs_compute_gate_taken(struct cdev *c)
+void gs_compute_gate_open(struct cdev *c)
 {
-    if (__atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GATE_USABLE)
-        __atomic_store_n(&c->L->gate, 1u << c->m, __ATOMIC_RELEASE);
+    if (gs_compute_gate_on(c)) __atomic_store_n(c->gate_open, 1u, __ATOMIC_RELEASE);
 }
 
-void gs_compute_gate_released(struct cdev *c)
+void gs_compute_gate_shut(struct cdev *c)
 {
-    if (__atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GATE_USABLE)
-        __atomic_fetch_and(&c->L->gate, ~(1u << c->m), __ATOMIC_RELEASE);
-}
-
-void gs_compute_gate_ungoverned(struct cdev *c)
-{
-    if (__atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GATE_USABLE)
-        __atomic_fetch_or(&c->L->gate, 1u << c->m, __ATOMIC_RELEASE);
+    if (gs_compute_gate_on(c)) __atomic_store_n(c->gate_open, 0u, __ATOMIC_RELEASE);
 }

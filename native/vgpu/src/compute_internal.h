@@ -2,7 +2,7 @@
  * (docs/compute.md): compute_conf.c (settings, counters), compute_ledger.c
  * (the per-GPU ledger file, members, weights, charges), compute_inflight.c
  * (this process's work in flight: the bound, the drain, measured GPU time),
- * compute_gate.c (turns on the GPU: stream waits on the ledger's gate word,
+ * compute_gate.c (turns on the GPU: stream waits on each process's own gate,
  * the turn thread) and compute.c (turns: taking, renewing, handing over). */
 #ifndef GPUSHARDS_COMPUTE_INTERNAL_H
 #define GPUSHARDS_COMPUTE_INTERNAL_H
@@ -43,6 +43,7 @@ struct cconf {
     int depth_by_time; /* bound the estimated GPU time queued, not the age of the oldest launch */
     int timed;        /* events carry timestamps (charge by GPU time, or the bound by time) */
     int gpu_turns;    /* GPUSHARDS_COMPUTE_TURNS=gpu: a shut-out launch is queued behind a stream wait */
+    uint64_t gate_every_ns; /* a holder's stream gets a wait at most this often (0: every launch) */
     int stats;
 };
 extern struct cconf gs_cc;
@@ -68,11 +69,13 @@ struct cdev {
     uint64_t est_ns;       /* timed: moving average of one launch's GPU time */
     /* turns on the GPU (compute_gate.c) */
     int gate;                 /* 0 not set up, 1 usable, 2 being set up, -1 not usable */
-    CUdeviceptr gate_word;    /* the ledger's gate word, as the GPU sees it */
+    uint32_t *gate_open;      /* this process's gate for the GPU: 1 open, 0 shut (a page of its own) */
+    CUdeviceptr gate_word;    /* gate_open, as the GPU sees it */
     uint32_t gate_lock;
     uint32_t gate_used;       /* bit i: gate_streams[i] (of context gate_ctxs[i]) has had gated work */
     CUstream gate_streams[GATE_STREAMS];
     CUcontext gate_ctxs[GATE_STREAMS]; /* a stream is asked about in its own context */
+    uint64_t gate_last_ns[GATE_STREAMS]; /* the last wait queued in gate_streams[i] */
     uint64_t gated_ns;        /* the last gated launch */
     uint64_t gated_count;     /* gated launches: the turn thread sleeps only if none came meanwhile */
     uint32_t turner_wake;     /* futex the GPU's turn thread sleeps on */
@@ -123,12 +126,12 @@ static inline int gs_compute_gate_on(struct cdev *c)
 {
     return __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GS_GATE_USABLE;
 }
-/* Queues a wait for our bit in front of the next launch on s; 0 when it
- * cannot (then the launch waits on the CPU). */
-int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now);
-void gs_compute_gate_taken(struct cdev *c);      /* we hold the turn: only our bit */
-void gs_compute_gate_released(struct cdev *c);   /* we gave it up: our bit off */
-void gs_compute_gate_ungoverned(struct cdev *c); /* no turns for a while: our bit on */
+/* Queues a wait for our gate in front of the next launch on s (holding: we
+ * hold the turn, and a wait queued in s within gate_every_ns will do); 0
+ * when it cannot (then the launch waits on the CPU). */
+int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now, int holding);
+void gs_compute_gate_open(struct cdev *c); /* we hold the turn, or launch without turns */
+void gs_compute_gate_shut(struct cdev *c); /* somebody else may hold it */
 
 /* compute_inflight.c (callers hold c->ring_lock where said) */
 void gs_compute_drain(struct cdev *c);
