@@ -252,7 +252,7 @@ static int t_compute_isolated(const void *arg)
     uint64_t turn = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
     uint64_t last_wait = __atomic_load_n(&L->last_wait_ns, __ATOMIC_ACQUIRE);
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute isolated = {300, GPUSHARDS_COMPUTE_ISOLATED, 0, NULL};
+    struct lim_compute isolated = {300, GPUSHARDS_COMPUTE_ISOLATED, 0, NULL, 0};
     H_CHECK(write_limits_compute(&e, 1, NULL, &isolated) == 0, "cannot write the limits file");
     const char *ei[] = {ledger_env, limits_env, "GPUSHARDS_SHARD_ID=i", NULL};
     int failed = run(ei, "link", "compute-launch", NULL, NULL);
@@ -276,7 +276,7 @@ static int t_compute_limits_names_shard(const void *arg)
      * process of the shard cannot take another shard's ledger entry. */
     ledger_fresh();
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute named = {250, GPUSHARDS_COMPUTE_GUARANTEED, 0, "from-file"};
+    struct lim_compute named = {250, GPUSHARDS_COMPUTE_GUARANTEED, 0, "from-file", 0};
     H_CHECK(write_limits_compute(&e, 1, NULL, &named) == 0, "cannot write the limits file");
     const char *env[] = {ledger_env, limits_env, "GPUSHARDS_SHARD_ID=impostor", "GPUSHARDS_COMPUTE_SLICE_US=100", NULL};
     if (run(env, "link", "compute-launch", NULL, NULL)) return 1;
@@ -344,6 +344,52 @@ static int t_gpu_turns_beside_busy(const void *arg)
     H_CHECK(charged, "both shards should have held the GPU");
     return 0;
 }
+
+/* Where a shard waits for its turns, as the host's agent wrote it into the
+ * shard's limits file, against what the shard's own environment says. */
+struct turns_case {
+    uint32_t file;   /* compute_turns in the limits file */
+    const char *env; /* the shard's own setting, or NULL */
+    int gated;       /* 1: its launches must queue behind its gate; 0: none may */
+};
+
+static int t_compute_turns_from_limits(const void *arg)
+{
+    /* A keeps the GPU busy (turns on the GPU, from its environment); b's
+     * launches queue behind b's gate only when b's limits file says GPU. */
+    const struct turns_case *c = arg;
+    ledger_fresh();
+    struct lim_entry e = {0, 8 * GiB, 0, 0};
+    struct lim_compute named = {0, 0, 0, "b", c->file};
+    H_CHECK(write_limits_compute(&e, 1, NULL, &named) == 0, "cannot write the limits file");
+    const char *ea[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=2000", NULL};
+    /* compute-busy looks for b's entry under GPUSHARDS_SHARD_ID. */
+    const char *eb[] = {ledger_env, limits_env, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=2000",
+                        "GPUSHARDS_COMPUTE_STATS=1", c->env, NULL};
+    struct proc busy;
+    H_CHECK(start_ready(&busy, ea, "busy-hold", NULL) == 0, "a did not start: %s", err_text);
+    int failed = run(eb, "link", "compute-busy", NULL, NULL);
+    kill_wait(&busy);
+    if (failed) return 1;
+    long gated = gated_launches(err_text);
+    if (c->gated) H_CHECK(gated > 0, "b queued nothing behind its gate (%ld): %s", gated, err_text);
+    else H_CHECK(gated == 0, "b queued %ld launches behind a gate: %s", gated, err_text);
+    int warned = strstr(err_text, "compute_turns is") != NULL;
+    int known = c->file <= GPUSHARDS_COMPUTE_TURNS_GPU;
+    H_CHECK(warned != known, "a compute_turns of %u %s: %s", c->file, known ? "was warned about" : "went unwarned",
+            err_text);
+    struct gpushards_ledger *L = ledger_map();
+    H_CHECK(L != NULL, "no ledger");
+    const struct gpushards_ledger_member *b = ledger_member(L, "b");
+    int charged = b != NULL && b->busy_ns > 0;
+    munmap(L, sizeof *L);
+    H_CHECK(charged, "b never held the GPU under the limits file's shard id");
+    return 0;
+}
+
+static const struct turns_case turns_gpu_file = {GPUSHARDS_COMPUTE_TURNS_GPU, NULL, 1};
+static const struct turns_case turns_cpu_file = {GPUSHARDS_COMPUTE_TURNS_CPU, GPU_TURNS, 0};
+static const struct turns_case turns_bad_file = {7, GPU_TURNS, 0};
 
 static int t_gpu_turns_scribbled(const void *arg)
 {
@@ -442,7 +488,7 @@ static int t_mps_forced(const void *arg)
     mps_pipes(pipes_env, sizeof pipes_env, 1);
     snprintf(pipes, sizeof pipes, "%s/mps", dir);
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute client = {0, 0, 40, NULL};
+    struct lim_compute client = {0, 0, 40, NULL, 0};
     H_CHECK(write_limits_compute(&e, 1, NULL, &client) == 0, "cannot write the limits file");
     const char *env[] = {limits_env, pipes_env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100",
                          "CUDA_MPS_PIPE_DIRECTORY=/nowhere", NULL};
@@ -456,7 +502,7 @@ static int t_mps_refused(const void *arg)
     char pipes_env[500];
     mps_pipes(pipes_env, sizeof pipes_env, 0);
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute client = {0, 0, 60, NULL};
+    struct lim_compute client = {0, 0, 60, NULL, 0};
     H_CHECK(write_limits_compute(&e, 1, NULL, &client) == 0, "cannot write the limits file");
     const char *env[] = {limits_env, pipes_env, NULL};
     return run(env, "link", "mps-refused", NULL, NULL);
@@ -471,7 +517,7 @@ static int t_mps_rest_bound_by_time(const void *arg)
     char pipes_env[500];
     mps_pipes(pipes_env, sizeof pipes_env, 1);
     struct lim_entry e = {0, 8 * GiB, 0, 0};
-    struct lim_compute rest = {500, GPUSHARDS_COMPUTE_CAPPED, 50, NULL};
+    struct lim_compute rest = {500, GPUSHARDS_COMPUTE_CAPPED, 50, NULL, 0};
     H_CHECK(write_limits_compute(&e, 1, NULL, &rest) == 0, "cannot write the limits file");
     const char *env[] = {ledger_env, limits_env, pipes_env, "GPUSHARDS_SHARD_ID=q", "GPUSHARDS_COMPUTE_DEPTH_BY=age",
                          NULL};
@@ -539,5 +585,13 @@ static void add_compute_tests(struct t *tests, int *n)
          t_compute_dead_holder, GPU_TURNS);
     ADDC("compute, turns on the GPU: a turn held from outside libvgpu.so is given up on, and the gate opened",
          t_compute_rogue_holder, GPU_TURNS);
+    ADDC("compute, turns on the GPU: a shard whose limits file says GPU turns (its environment nothing) queues "
+         "launches behind its gate beside a busy shard",
+         t_compute_turns_from_limits, &turns_gpu_file);
+    ADDC("compute, turns on the GPU: a limits file that says CPU turns wins over GPUSHARDS_COMPUTE_TURNS=gpu",
+         t_compute_turns_from_limits, &turns_cpu_file);
+    ADDC("compute, turns on the GPU: an unknown compute_turns in the limits file is warned about and means CPU "
+         "turns",
+         t_compute_turns_from_limits, &turns_bad_file);
 #undef ADDC
 }

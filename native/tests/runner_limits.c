@@ -16,6 +16,7 @@ struct lim_entry {
 struct lim_compute {
     uint32_t share, mode, mps; /* compute_share_permille, compute_mode, mps_thread_percent */
     const char *shard;         /* the header's shard_id; NULL = none */
+    uint32_t turns;            /* the header's compute_turns (GPUSHARDS_COMPUTE_TURNS_*) */
 };
 
 static char limits_path[320];
@@ -52,6 +53,7 @@ static int write_limits_compute(const struct lim_entry *e, int n, const char *co
     }
     if (compute != NULL && compute->shard != NULL)
         snprintf(l.header.shard_id, sizeof l.header.shard_id, "%s", compute->shard);
+    if (compute != NULL) l.header.compute_turns = compute->turns;
     if (corrupt && !strcmp(corrupt, "version")) l.header.version = 2;
     l.header.checksum = fnv(&l.header, GPUSHARDS_LIMITS_CHECKSUM_BYTES);
     if (corrupt && !strcmp(corrupt, "magic")) l.header.magic ^= 0xff;

@@ -14,7 +14,9 @@
  * temporary file, then rename(2)), and later updates limit_bytes,
  * context_bytes, pool_growth_bytes, real_bytes and real_sampled_at_ms of an
  * ACTIVE device in place with aligned 8-byte writes.  The header and the
- * uuid/state fields do not change while the container runs.
+ * uuid/state fields do not change while the container runs.  compute_turns
+ * took reserved bytes without a new version: an older libvgpu.so ignores it
+ * (CPU turns), and this one reads an older agent's zeros as UNSET.
  *
  * Byte order is the host's (little endian).  `region-layout` prints these
  * offsets as JSON under "limits"; the agent's test holds its writer
@@ -36,6 +38,17 @@
 /* Where the agent mounts its host's MPS pipe folder (read-only) into a shard
  * whose devices have a nonzero mps_thread_percent. */
 #define GPUSHARDS_MPS_PIPE_FIXED_PATH "/run/gpushards/mps"
+
+/* gpushards_limits_header.compute_turns: where the shard waits for its
+ * compute turns, on the CPU or on the GPU (docs/compute.md, "Turns on the
+ * GPU").  The host's agent chooses for every shard (GPUSHARDS_COMPUTE_TURNS):
+ * inside a shard libvgpu.so reads no compute setting from the environment,
+ * which any process of the shard could set.  UNSET, what an older agent's
+ * file says, leaves it to the environment outside a shard (CPU turns inside
+ * one); any other value means CPU turns, with a warning. */
+#define GPUSHARDS_COMPUTE_TURNS_UNSET 0u
+#define GPUSHARDS_COMPUTE_TURNS_CPU 1u
+#define GPUSHARDS_COMPUTE_TURNS_GPU 2u
 
 /* gpushards_limits_device.state */
 #define GPUSHARDS_LIMITS_FREE 0u
@@ -69,7 +82,8 @@ struct gpushards_limits_header {
     uint32_t reserved0;
     uint64_t checksum;    /* FNV-1a 64 of bytes [0, 40) */
     char shard_id[48];    /* the shard's id, NUL-terminated; "" = none (its ledger member) */
-    uint8_t reserved1[32];
+    uint32_t compute_turns; /* GPUSHARDS_COMPUTE_TURNS_*; fixed while the container runs */
+    uint8_t reserved1[28];  /* zero */
 };
 
 struct gpushards_limits {
@@ -87,6 +101,8 @@ _Static_assert(offsetof(struct gpushards_limits_header, device_count) == 32, "la
 _Static_assert(offsetof(struct gpushards_limits_header, reserved0) == 36, "layout");
 _Static_assert(offsetof(struct gpushards_limits_header, checksum) == GPUSHARDS_LIMITS_CHECKSUM_BYTES, "layout");
 _Static_assert(offsetof(struct gpushards_limits_header, shard_id) == 48, "layout");
+_Static_assert(offsetof(struct gpushards_limits_header, compute_turns) == 96, "layout");
+_Static_assert(offsetof(struct gpushards_limits_header, reserved1) == 100, "layout");
 _Static_assert(sizeof(struct gpushards_limits_header) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_limits_device, uuid) == 0, "layout");

@@ -51,6 +51,20 @@ static int env_choice(const char *name, const char *a, const char *b, int dflt)
     return dflt;
 }
 
+/* Turns on the GPU (1) or the CPU (0): the host's choice in the limits file
+ * wins.  An older agent's file, or none, leaves it to the environment, which
+ * is not read inside a shard (so CPU turns there). */
+static int compute_turns(void)
+{
+    uint32_t v = gs_limits != NULL ? gs_limits->header.compute_turns : GPUSHARDS_COMPUTE_TURNS_UNSET;
+    if (v == GPUSHARDS_COMPUTE_TURNS_CPU) return 0;
+    if (v == GPUSHARDS_COMPUTE_TURNS_GPU) return 1;
+    if (v == GPUSHARDS_COMPUTE_TURNS_UNSET) return env_choice("GPUSHARDS_COMPUTE_TURNS", "cpu", "gpu", 0);
+    gs_log(GS_LOG_WARN, "the limits file's compute_turns is %u, neither %u (CPU) nor %u (GPU); using CPU turns", v,
+           GPUSHARDS_COMPUTE_TURNS_CPU, GPUSHARDS_COMPUTE_TURNS_GPU);
+    return 0;
+}
+
 static void print_stats(void)
 {
     const struct gs_compute_stats *s = &gs_cst;
@@ -89,7 +103,7 @@ static void load_conf(void)
     cc->preempt = (int)env_u64("GPUSHARDS_COMPUTE_PREEMPT", 1, 0, 1);
     cc->handover_wait = (int)env_u64("GPUSHARDS_COMPUTE_HANDOVER_WAIT", 1, 0, 1);
     cc->charge = env_choice("GPUSHARDS_COMPUTE_CHARGE", "wall", "gpu", 0) ? GS_CHARGE_GPU : GS_CHARGE_WALL;
-    cc->gpu_turns = env_choice("GPUSHARDS_COMPUTE_TURNS", "cpu", "gpu", 0);
+    cc->gpu_turns = compute_turns();
     if (cc->gpu_turns) {
         /* Every contended launch waits for its turn on the GPU: no in-flight
          * ring to measure GPU time with, and a new holder starts at once (the

@@ -78,7 +78,8 @@ int main(void)
     FIELD(gpushards_limits_header, device_size, 0);
     FIELD(gpushards_limits_header, device_count, 0);
     FIELD(gpushards_limits_header, checksum, 0);
-    FIELD(gpushards_limits_header, shard_id, 1);
+    FIELD(gpushards_limits_header, shard_id, 0);
+    FIELD(gpushards_limits_header, compute_turns, 1);
     printf("      }\n    },\n");
     printf("    \"device\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n"
            "      \"fields\": {\n",
