@@ -12,6 +12,7 @@ import { AgentModule } from './agent.module.js';
 import { checkMpsPartition } from './compute/mps-partition.js';
 import { DEFAULTS, type AgentConfig, type AgentOptions } from './config/agent-options.js';
 import { GpusService, type GpuInventory } from './gpus/gpus.service.js';
+import { COMPUTE_TURNS } from './limits/limits-file.js';
 import type { AgentLink } from './link/agent-link.js';
 import { AgentLinkServer } from './link/agent-link-server.js';
 import { NatsAgentLink } from './link/nats-agent-link.js';
@@ -102,6 +103,12 @@ function resolveConfig(options: AgentOptions): AgentConfig {
   if (options.gpus.kind === 'simulated' && options.gpus.gpus.length === 0) {
     throw new RangeError('simulated GPUs: give at least one');
   }
+  const computeTurns = options.computeTurns ?? DEFAULTS.computeTurns;
+  if (!COMPUTE_TURNS.includes(computeTurns)) {
+    throw new RangeError(
+      `computeTurns must be ${COMPUTE_TURNS.join(' or ')}, got ${JSON.stringify(computeTurns)}`,
+    );
+  }
   const stateDir = resolve(options.stateDir);
   return {
     hostId: options.hostId,
@@ -114,6 +121,7 @@ function resolveConfig(options: AgentOptions): AgentConfig {
     ...(options.computeLedgerDir !== undefined
       ? { computeLedgerDir: resolve(options.computeLedgerDir) }
       : {}),
+    computeTurns,
     ...(options.mps !== undefined
       ? {
           mps: checkMpsPartition({

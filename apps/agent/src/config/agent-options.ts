@@ -3,6 +3,7 @@ import type { DestinationStream } from 'pino';
 
 import type { MpsPartition } from '../compute/mps-partition.js';
 import type { SimulatedGpu } from '../gpus/simulated-gpus.js';
+import type { ComputeTurns } from '../limits/limits-file.js';
 import type { AgentLink } from '../link/agent-link.js';
 import type { NatsLinkOptions } from '../link/nats-agent-link.js';
 import type { LogLevel } from '../logging/logger.js';
@@ -84,6 +85,13 @@ export interface AgentOptions {
    */
   readonly computeLedgerDir?: string;
   /**
+   * Where libvgpu.so makes every shard of this host wait for its compute turns: 'cpu' (the
+   * default) or 'gpu', behind a gate in the shard's streams (docs/compute.md, "Turns on the
+   * GPU"). Written into each shard's limits file when its container is created; a running shard
+   * keeps what it started with.
+   */
+  readonly computeTurns?: ComputeTurns;
+  /**
    * The host's MPS partition (docs/agent.md, "MPS partition"): the MPS control daemon's pipe
    * folder, which must hold its `control` socket, and P, the whole percent of every GPU kept
    * for isolated shards (1..90). Every shard is then an MPS client: isolated ones at their share,
@@ -117,6 +125,7 @@ export interface AgentConfig {
   readonly stateDir: string;
   readonly regionRoot: string;
   readonly computeLedgerDir?: string;
+  readonly computeTurns: ComputeTurns;
   readonly mps?: MpsPartition;
   readonly heartbeatSeconds: number;
   readonly reconcileSeconds: number;
@@ -143,4 +152,5 @@ export const DEFAULTS = {
   computeFenceSeconds: 5,
   computeFenceThresholdPercent: 10,
   pidsLimit: 4096,
+  computeTurns: 'cpu',
 } as const;

@@ -24,6 +24,7 @@ describe('agentOptionsFromEnv', () => {
       interposerPath: '/usr/lib/gpushards/libvgpu.so',
       stateDir: '/var/lib/gpushards',
       regionRoot: '/var/lib/gpushards/regions',
+      computeTurns: 'cpu',
       heartbeatSeconds: 10,
       reconcileSeconds: 30,
       stopGraceSeconds: 10,
@@ -94,6 +95,32 @@ describe('agentOptionsFromEnv', () => {
       ],
     ] as const) {
       assert.throws(() => read(value), problem, value);
+    }
+  });
+
+  it('reads where shards wait for their compute turns: cpu (the default) or gpu', () => {
+    const read = (value?: string) =>
+      agentOptionsFromEnv({
+        GPUSHARDS_HOST_ID: 'b',
+        ...(value === undefined ? {} : { GPUSHARDS_COMPUTE_TURNS: value }),
+      }).computeTurns;
+    assert.equal(read(), 'cpu');
+    assert.equal(read(''), 'cpu');
+    assert.equal(read('cpu'), 'cpu');
+    assert.equal(read('gpu'), 'gpu');
+    for (const value of ['fast', 'GPU', ' gpu']) {
+      assert.throws(
+        () => read(value),
+        (error: unknown) => {
+          assert.ok(error instanceof ConfigError);
+          assert.match(
+            error.message,
+            new RegExp(`GPUSHARDS_COMPUTE_TURNS must be cpu or gpu .*, got "${value}"`),
+          );
+          return true;
+        },
+        value,
+      );
     }
   });
 

@@ -13,6 +13,7 @@ import { z } from 'zod';
 
 import { mpsPipeDirProblem, type MpsPartition } from '../compute/mps-partition.js';
 import { parseSimulatedGpus, SimulatedGpuSpecError } from '../gpus/simulated-gpus.js';
+import { COMPUTE_TURNS } from '../limits/limits-file.js';
 import { DEFAULTS, type AgentOptions } from './agent-options.js';
 
 export class ConfigError extends Error {
@@ -59,6 +60,11 @@ const envSchema = z.object({
   GPUSHARDS_STATE_DIR: path.default(DEFAULTS.stateDir),
   GPUSHARDS_REGION_ROOT: path.optional(),
   GPUSHARDS_COMPUTE_LEDGER_DIR: path.optional(),
+  GPUSHARDS_COMPUTE_TURNS: z
+    .enum(COMPUTE_TURNS, {
+      error: 'must be cpu or gpu (where every shard of this host waits for its compute turns)',
+    })
+    .default(DEFAULTS.computeTurns),
   GPUSHARDS_MPS_PIPE_DIR: path.optional(),
   GPUSHARDS_MPS_ISOLATED_PERCENT: z
     .string()
@@ -190,6 +196,7 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     ...(vars.GPUSHARDS_COMPUTE_LEDGER_DIR
       ? { computeLedgerDir: resolve(vars.GPUSHARDS_COMPUTE_LEDGER_DIR) }
       : {}),
+    computeTurns: vars.GPUSHARDS_COMPUTE_TURNS,
     ...(mps !== undefined ? { mps } : {}),
     heartbeatSeconds: vars.GPUSHARDS_HEARTBEAT_SECONDS,
     reconcileSeconds: vars.GPUSHARDS_RECONCILE_SECONDS,

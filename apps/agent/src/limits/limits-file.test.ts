@@ -11,6 +11,7 @@ import {
   LimitsFile,
   LimitsFileError,
   writeLimitsFile,
+  type ComputeTurns,
 } from './limits-file.js';
 import { LIMITS_SIZE } from './limits-layout.js';
 
@@ -90,6 +91,24 @@ describe('limits file', () => {
       encodeLimits([])
         .subarray(48, 128)
         .every((b) => b === 0),
+    );
+  });
+
+  it("carries the host's compute turns in the header, outside the checksum", () => {
+    // compute_turns at 96: 1 CPU, 2 GPU; 0 (unset) when the writer names none.
+    assert.equal(encodeLimits([], 'a', 'cpu').readUInt32LE(96), 1);
+    assert.equal(encodeLimits([], 'a', 'gpu').readUInt32LE(96), 2);
+    assert.equal(encodeLimits([], 'a').readUInt32LE(96), 0);
+    const bytes = encodeLimits([{ uuid: GPU0, limitBytes: 1, contextBytes: 1 }], 'a', 'gpu');
+    assert.equal(bytes.readBigUInt64LE(40), fnv1a64(bytes.subarray(0, 40)));
+    assert.ok(
+      bytes.subarray(100, 128).every((b) => b === 0),
+      'the rest stays reserved',
+    );
+    assert.equal(decodeLimits(bytes).length, 1);
+    assert.throws(
+      () => encodeLimits([], 'a', 'fast' as ComputeTurns),
+      /compute turns are cpu or gpu, got fast/,
     );
   });
 

@@ -4,6 +4,9 @@ import { dirname } from 'node:path';
 import { fnv1a64, formatUuid, parseUuid } from '../regions/region-file.js';
 import {
   LIMITS_CHECKSUM_BYTES,
+  LIMITS_COMPUTE_TURNS_CPU,
+  LIMITS_COMPUTE_TURNS_GPU,
+  LIMITS_COMPUTE_TURNS_UNSET,
   LIMITS_DEVICES_OFFSET,
   LIMITS_DEVICE_FIELDS,
   LIMITS_DEVICE_SIZE,
@@ -52,6 +55,27 @@ const COMPUTE_MODE_BY_CODE = new Map(
   Object.entries(COMPUTE_MODE_CODE).map(([mode, code]) => [code, mode as ComputeMode]),
 );
 
+/**
+ * Where libvgpu.so makes a shard wait for its compute turns: on the CPU, or on the GPU behind a
+ * gate in the shard's streams (docs/compute.md, "Turns on the GPU"). The host's choice, written
+ * into every shard's limits file: inside a shard libvgpu.so reads no compute setting from the
+ * environment.
+ */
+export const COMPUTE_TURNS = ['cpu', 'gpu'] as const;
+export type ComputeTurns = (typeof COMPUTE_TURNS)[number];
+const COMPUTE_TURNS_CODE: Record<ComputeTurns, number> = {
+  cpu: LIMITS_COMPUTE_TURNS_CPU,
+  gpu: LIMITS_COMPUTE_TURNS_GPU,
+};
+
+function computeTurnsCode(turns: ComputeTurns | undefined): number {
+  if (turns === undefined) return LIMITS_COMPUTE_TURNS_UNSET;
+  if (!COMPUTE_TURNS.includes(turns)) {
+    throw new RangeError(`compute turns are ${COMPUTE_TURNS.join(' or ')}, got ${String(turns)}`);
+  }
+  return COMPUTE_TURNS_CODE[turns];
+}
+
 function checkMpsPercent(value: number): number {
   if (!Number.isInteger(value) || value < 0 || value > 100) {
     throw new RangeError(`an MPS thread percentage is 0..100, got ${value}`);
@@ -80,10 +104,14 @@ export const LIMITS_SHARD_ID_BYTES = LIMITS_HEADER_FIELDS.shard_id.size - 1;
 
 /**
  * The whole file for these GPUs (in this order), naming the shard whose ledger entry
- * libvgpu.so uses (a process cannot pick another through GPUSHARDS_SHARD_ID). Throws RangeError
- * on bad input.
+ * libvgpu.so uses (a process cannot pick another through GPUSHARDS_SHARD_ID) and where it waits
+ * for its compute turns (absent: unset, CPU turns in a shard). Throws RangeError on bad input.
  */
-export function encodeLimits(devices: readonly LimitsDevice[], shardId = ''): Buffer {
+export function encodeLimits(
+  devices: readonly LimitsDevice[],
+  shardId = '',
+  computeTurns?: ComputeTurns,
+): Buffer {
   const shardIdBytes = Buffer.from(shardId, 'utf8');
   if (shardIdBytes.length > LIMITS_SHARD_ID_BYTES || shardIdBytes.includes(0)) {
     throw new RangeError(
@@ -95,6 +123,7 @@ export function encodeLimits(devices: readonly LimitsDevice[], shardId = ''): Bu
       `a limits file holds at most ${LIMITS_MAX_DEVICES} GPUs, got ${devices.length}`,
     );
   }
+  const turns = computeTurnsCode(computeTurns);
   const seen = new Set<string>();
   const buffer = Buffer.alloc(LIMITS_SIZE);
   buffer.writeBigUInt64LE(LIMITS_MAGIC, LIMITS_HEADER_FIELDS.magic.offset);
@@ -109,6 +138,7 @@ export function encodeLimits(devices: readonly LimitsDevice[], shardId = ''): Bu
     LIMITS_HEADER_FIELDS.checksum.offset,
   );
   shardIdBytes.copy(buffer, LIMITS_HEADER_FIELDS.shard_id.offset);
+  buffer.writeUInt32LE(turns, LIMITS_HEADER_FIELDS.compute_turns.offset);
   devices.forEach((device, index) => {
     const uuid = parseUuid(device.uuid);
     const key = uuid.toString('hex');
@@ -191,8 +221,9 @@ export async function writeLimitsFile(
   path: string,
   devices: readonly LimitsDevice[],
   shardId = '',
+  computeTurns?: ComputeTurns,
 ): Promise<void> {
-  const bytes = encodeLimits(devices, shardId);
+  const bytes = encodeLimits(devices, shardId, computeTurns);
   const temporary = `${path}.${process.pid}.tmp`;
   await fs.mkdir(dirname(path), { recursive: true, mode: 0o755 });
   try {

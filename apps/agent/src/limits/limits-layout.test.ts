@@ -77,5 +77,16 @@ describe('limits file layout', () => {
     for (const [name, field] of Object.entries(LIMITS_DEVICE_FIELDS)) {
       assert.deepEqual(device.fields[name], field, `device.${name}`);
     }
+    // And every field region-layout prints is one the agent writes, not zeros it never chose.
+    assert.deepEqual(
+      Object.keys(header.fields),
+      Object.keys(LIMITS_HEADER_FIELDS),
+      'header fields',
+    );
+    assert.deepEqual(
+      Object.keys(device.fields),
+      Object.keys(LIMITS_DEVICE_FIELDS),
+      'device fields',
+    );
   });
 });

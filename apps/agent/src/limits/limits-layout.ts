@@ -11,6 +11,10 @@ export const LIMITS_MAX_DEVICES = 16;
 export const LIMITS_DEVICE_STATE_ACTIVE = 1;
 /** The header checksum (FNV-1a 64) covers bytes [0, LIMITS_CHECKSUM_BYTES). */
 export const LIMITS_CHECKSUM_BYTES = 40;
+/** compute_turns: 0 is what an older agent's file holds (CPU turns in a shard). */
+export const LIMITS_COMPUTE_TURNS_UNSET = 0;
+export const LIMITS_COMPUTE_TURNS_CPU = 1;
+export const LIMITS_COMPUTE_TURNS_GPU = 2;
 
 export const LIMITS_HEADER_FIELDS = {
   magic: { offset: 0, size: 8 },
@@ -23,6 +27,8 @@ export const LIMITS_HEADER_FIELDS = {
   checksum: { offset: 40, size: 8 },
   /** The shard's id, NUL-terminated (libvgpu.so's ledger member, over GPUSHARDS_SHARD_ID). */
   shard_id: { offset: 48, size: 48 },
+  /** Where the shard waits for its compute turns (LIMITS_COMPUTE_TURNS_*); fixed while it runs. */
+  compute_turns: { offset: 96, size: 4 },
 } as const satisfies Record<string, Field>;
 
 export const LIMITS_DEVICE_FIELDS = {

@@ -86,7 +86,9 @@ export class LimitsService implements OnModuleDestroy {
         ...(mpsThreadPercent === undefined ? {} : { mpsThreadPercent }),
       }));
       await fs.mkdir(this.folder(), { recursive: true, mode: 0o755 });
-      await writeLimitsFile(this.file(shardId), devices, shardId);
+      // The host's choice of turns, fixed for the life of the container (libvgpu.so reads it once
+      // per process).
+      await writeLimitsFile(this.file(shardId), devices, shardId, this.config.computeTurns);
       this.entries.set(shardId, {
         policy: policy ?? DEFAULT_CAP_POLICY,
         capBytes: new Map(gpus.map((gpu) => [gpu.uuid, gpu.limitBytes])),
