@@ -234,7 +234,7 @@ enum gpu_turn { LAUNCH_AS_HOLDER, QUEUED_BEHIND_GATE, WAIT_ON_CPU };
 static enum gpu_turn turn_on_gpu(struct cdev *c, CUstream s, uint64_t t, uint64_t now)
 {
     if (GPUSHARDS_TURN_HOLDER(t) == (unsigned)c->m + 1 && renew_or_release(c, t, now)) return LAUNCH_AS_HOLDER;
-    return gs_compute_gate(c, s, now, 0) ? QUEUED_BEHIND_GATE : WAIT_ON_CPU;
+    return gs_compute_gate(c, s, now) ? QUEUED_BEHIND_GATE : WAIT_ON_CPU;
 }
 
 static void *admit(CUstream s, int graph)
@@ -290,7 +290,7 @@ again:;
     }
     /* On the GPU the gate is the bound: our queue stops at its next wait
      * once the turn moves. */
-    if (gs_cc.gpu_turns && gs_compute_gate(c, s, now, 1)) return NULL;
+    if (gs_cc.gpu_turns && gs_compute_gate(c, s, now)) return NULL;
     uint32_t zero = 0;
     if (!__atomic_compare_exchange_n(&c->ring_lock, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return NULL;
     if (!gs_compute_bound(c, s, graph, &now)) {

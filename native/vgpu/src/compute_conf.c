@@ -110,7 +110,6 @@ static void load_conf(void)
          * old one's queue stops at its next kernel). */
         cc->charge = GS_CHARGE_WALL;
         cc->handover_wait = 0;
-        cc->gate_every_ns = env_u64("GPUSHARDS_COMPUTE_GATE_EVERY_US", 0, 0, 100000) * 1000ull;
     }
     /* An MPS client of a partition is bound by queued GPU time whatever its
      * environment says: by age, graph neighbours in the rest took an

@@ -58,42 +58,33 @@ static void unlock(struct cdev *c)
     __atomic_store_n(&c->gate_lock, 0, __ATOMIC_RELEASE);
 }
 
-enum gate_decision { GATE_FULL, GATE_WAIT, GATE_SKIP };
-
-/* Notes s among the streams with gated work, so that the turn thread can ask
- * whether any of it is still queued, and says whether this launch needs a
- * wait of its own: a holder's launch does not when a wait was queued in s
- * within gate_every_ns (each wait costs about 2 us of GPU; RESULTS.md).
- * GATE_FULL when every slot holds another stream.  A stream the application
- * destroys while work of it waits at the gate is no longer followed: that
- * work runs at the shard's next turn (docs/compute.md). */
-static enum gate_decision note_stream(struct cdev *c, CUstream s, uint64_t now, int holding)
+/* The streams with gated work, so that the turn thread can ask whether any of
+ * it is still queued; 0 when every slot holds another stream.  A stream the
+ * application destroys while work of it waits at the gate is no longer
+ * followed: that work runs at the shard's next turn (docs/compute.md). */
+static int note_stream(struct cdev *c, CUstream s)
 {
     CUcontext ctx = NULL;
-    if (gs_real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return GATE_FULL;
+    if (gs_real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return 0;
     lock(c);
-    int slot = -1, free_slot = -1;
-    for (int i = 0; i < GATE_STREAMS && slot < 0; i++) {
-        if (!(c->gate_used & (1u << i))) {
-            if (free_slot < 0) free_slot = i;
-        } else if (c->gate_streams[i] == s && c->gate_ctxs[i] == ctx) {
-            slot = i;
+    int free_slot = -1;
+    for (int i = 0; i < GATE_STREAMS; i++) {
+        if (c->gate_used & (1u << i)) {
+            if (c->gate_streams[i] == s && c->gate_ctxs[i] == ctx) {
+                unlock(c);
+                return 1;
+            }
+        } else if (free_slot < 0) {
+            free_slot = i;
         }
     }
-    enum gate_decision d = GATE_WAIT;
-    if (slot >= 0) {
-        if (holding && c->gate_last_ns[slot] + gs_cc.gate_every_ns > now) d = GATE_SKIP;
-        else c->gate_last_ns[slot] = now;
-    } else if (free_slot >= 0) {
+    if (free_slot >= 0) {
         c->gate_streams[free_slot] = s;
         c->gate_ctxs[free_slot] = ctx;
-        c->gate_last_ns[free_slot] = now;
         c->gate_used |= 1u << free_slot;
-    } else {
-        d = GATE_FULL;
     }
     unlock(c);
-    return d;
+    return free_slot >= 0;
 }
 
 /* 1 while gated work may still be queued: a launch within idle_ns, or a
@@ -257,15 +248,12 @@ static int gate_usable(struct cdev *c)
     return ok;
 }
 
-int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now, int holding)
+int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now)
 {
-    if (!gate_usable(c)) return 0;
-    enum gate_decision d = note_stream(c, s, now, holding);
-    if (d == GATE_FULL) return 0;
+    if (!gate_usable(c) || !note_stream(c, s)) return 0;
     /* The turn thread hears of the work first: a wait that holds its caller
      * (the fake driver's) must not keep it from taking the turn. */
     __atomic_store_n(&c->gated_ns, now, __ATOMIC_RELAXED);
-    if (d == GATE_SKIP) return 1;
     __atomic_add_fetch(&c->gated_count, 1, __ATOMIC_SEQ_CST);
     wake_turn_thread(c);
     if (gs_real_cuStreamWaitValue32_v2(s, c->gate_word, 1u, CU_STREAM_WAIT_VALUE_AND) != CUDA_SUCCESS) return 0;

@@ -43,7 +43,6 @@ struct cconf {
     int depth_by_time; /* bound the estimated GPU time queued, not the age of the oldest launch */
     int timed;        /* events carry timestamps (charge by GPU time, or the bound by time) */
     int gpu_turns;    /* GPUSHARDS_COMPUTE_TURNS=gpu: a shut-out launch is queued behind a stream wait */
-    uint64_t gate_every_ns; /* a holder's stream gets a wait at most this often (0: every launch) */
     int stats;
 };
 extern struct cconf gs_cc;
@@ -75,7 +74,6 @@ struct cdev {
     uint32_t gate_used;       /* bit i: gate_streams[i] (of context gate_ctxs[i]) has had gated work */
     CUstream gate_streams[GATE_STREAMS];
     CUcontext gate_ctxs[GATE_STREAMS]; /* a stream is asked about in its own context */
-    uint64_t gate_last_ns[GATE_STREAMS]; /* the last wait queued in gate_streams[i] */
     uint64_t gated_ns;        /* the last gated launch */
     uint64_t gated_count;     /* gated launches: the turn thread sleeps only if none came meanwhile */
     uint32_t turner_wake;     /* futex the GPU's turn thread sleeps on */
@@ -126,10 +124,9 @@ static inline int gs_compute_gate_on(struct cdev *c)
 {
     return __atomic_load_n(&c->gate, __ATOMIC_ACQUIRE) == GS_GATE_USABLE;
 }
-/* Queues a wait for our gate in front of the next launch on s (holding: we
- * hold the turn, and a wait queued in s within gate_every_ns will do); 0
- * when it cannot (then the launch waits on the CPU). */
-int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now, int holding);
+/* Queues a wait for our gate in front of the next launch on s; 0 when it
+ * cannot (then the launch waits on the CPU). */
+int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now);
 void gs_compute_gate_open(struct cdev *c); /* we hold the turn, or launch without turns */
 void gs_compute_gate_shut(struct cdev *c); /* somebody else may hold it */
 
