@@ -168,7 +168,7 @@ static int t_compute_resize(const void *arg)
     H_CHECK(fd >= 0 && pwrite(fd, &share, 4, 128 + 64) == 4, "cannot set the share");
     close(fd);
     const char *env[] = {ledger_env, limits_env, "GPUSHARDS_SHARD_ID=r", "GPUSHARDS_COMPUTE_SHARE=90",
-                         "GPUSHARDS_COMPUTE_SLICE_US=100", NULL};
+                         "GPUSHARDS_COMPUTE_SLICE_US=100", (const char *)arg, NULL};
     return run(env, "link", "compute-resize", "250", "500");
 }
 
@@ -558,6 +558,8 @@ static void add_compute_tests(struct t *tests, int *n)
     ADDC("compute: a holder killed mid-slice stalls nobody past its lease", t_compute_dead_holder, NULL);
     ADDC("compute: two shards in two processes share one ledger", t_compute_two_shards, NULL);
     ADDC("compute: a share changed in the limits file reaches the ledger", t_compute_resize, NULL);
+    ADDC("compute, turns on the GPU: a share changed in the limits file reaches the ledger", t_compute_resize,
+         GPU_TURNS);
     ADDC("compute: graph launches take turns like kernel launches", t_compute_graph, NULL);
     ADDC("compute: graph launches keep at most two in flight while bound, whatever their age", t_compute_graph_depth, NULL);
     ADDC("compute: a synchronize hands the turn to a waiting shard", t_compute_sync_release, NULL);

@@ -64,6 +64,19 @@ static void give_up_waiting(struct cdev *c, struct gpushards_ledger_member *e, u
            MAX_WAIT_NS / 1000000ull, (int)(c - gs_cdevs), UNGOVERNED_NS / 1000000000ull);
 }
 
+/* Our share and mode as the agent's file (or the environment) gives them
+ * now, in our entry: read at every turn boundary (taking a turn or renewing
+ * a lease), so that a live change takes effect at the next one. */
+static void publish_share(struct cdev *c, uint64_t now)
+{
+    struct gpushards_ledger_member *e = &c->L->members[c->m];
+    uint32_t share, mode;
+    gs_compute_share_of(c, &share, &mode);
+    __atomic_store_n(&e->share_permille, share, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->mode, mode, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->seen_ns, now, __ATOMIC_RELAXED);
+}
+
 /* Our lease (turn word t) is over: renew it unless somebody is owed the
  * GPU; 1 when renewed.  Otherwise hand it over (turn word 0), after our
  * queue has drained when turns wait on the CPU: the next holder gets the GPU
@@ -76,6 +89,7 @@ static int renew_or_release(struct cdev *c, uint64_t t, uint64_t now)
     unsigned m = (unsigned)c->m, me = m + 1;
     uint64_t end = GPUSHARDS_TURN_END_US(t) * 1000ull;
     uint64_t gen = GPUSHARDS_TURN_GEN(t) + 1;
+    publish_share(c, now);
     if (gs_compute_eligible(&L->members[m], now) && gs_compute_most_entitled(L, m, now)) {
         uint64_t lease = (now + gs_cc.slice_ns) / 1000ull;
         if (!__atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(me, gen, lease), 0, __ATOMIC_ACQ_REL,
@@ -104,11 +118,7 @@ static void acquire(struct cdev *c, uint64_t now)
     unsigned m = (unsigned)c->m, me = m + 1;
     struct gpushards_ledger_member *e = &L->members[m];
     uint64_t entitled_since = 0; /* eligible and waiting since */
-    uint32_t share, mode;
-    gs_compute_share_of(c, &share, &mode);
-    __atomic_store_n(&e->share_permille, share, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->mode, mode, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->seen_ns, now, __ATOMIC_RELAXED);
+    publish_share(c, now);
     int waiting = 0;
     for (;;) {
         uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
