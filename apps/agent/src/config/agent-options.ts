@@ -152,5 +152,5 @@ export const DEFAULTS = {
   computeFenceSeconds: 5,
   computeFenceThresholdPercent: 10,
   pidsLimit: 4096,
-  computeTurns: 'cpu',
+  computeTurns: 'gpu',
 } as const;

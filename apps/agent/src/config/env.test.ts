@@ -24,7 +24,7 @@ describe('agentOptionsFromEnv', () => {
       interposerPath: '/usr/lib/gpushards/libvgpu.so',
       stateDir: '/var/lib/gpushards',
       regionRoot: '/var/lib/gpushards/regions',
-      computeTurns: 'cpu',
+      computeTurns: 'gpu',
       heartbeatSeconds: 10,
       reconcileSeconds: 30,
       stopGraceSeconds: 10,
@@ -98,14 +98,14 @@ describe('agentOptionsFromEnv', () => {
     }
   });
 
-  it('reads where shards wait for their compute turns: cpu (the default) or gpu', () => {
+  it('reads where shards wait for their compute turns: gpu (the default) or cpu', () => {
     const read = (value?: string) =>
       agentOptionsFromEnv({
         GPUSHARDS_HOST_ID: 'b',
         ...(value === undefined ? {} : { GPUSHARDS_COMPUTE_TURNS: value }),
       }).computeTurns;
-    assert.equal(read(), 'cpu');
-    assert.equal(read(''), 'cpu');
+    assert.equal(read(), 'gpu');
+    assert.equal(read(''), 'gpu');
     assert.equal(read('cpu'), 'cpu');
     assert.equal(read('gpu'), 'gpu');
     for (const value of ['fast', 'GPU', ' gpu']) {
