@@ -25,6 +25,7 @@
 
 CUresult (*gs_real_cuMemHostRegister_v2)(void *, size_t, unsigned int);
 CUresult (*gs_real_cuMemHostGetDevicePointer_v2)(CUdeviceptr *, void *, unsigned int);
+CUresult (*gs_real_cuMemHostUnregister)(void *);
 CUresult (*gs_real_cuStreamWaitValue32_v2)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 CUresult (*gs_real_cuStreamQuery)(CUstream);
 CUresult (*gs_real_cuCtxSetCurrent)(CUcontext);
@@ -214,9 +215,13 @@ static CUresult map_gate(struct cdev *c)
     void *p = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = gs_real_cuMemHostRegister_v2(p, (size_t)page, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-    if (r == CUDA_SUCCESS) r = gs_real_cuMemHostGetDevicePointer_v2(&c->gate_word, p, 0);
+    if (r == CUDA_SUCCESS) {
+        r = gs_real_cuMemHostGetDevicePointer_v2(&c->gate_word, p, 0);
+        if (r != CUDA_SUCCESS && gs_real_cuMemHostUnregister(p) != CUDA_SUCCESS)
+            gs_log(GS_LOG_WARN, "turns on the GPU: a gate page that cannot be used stays registered");
+    }
     if (r != CUDA_SUCCESS) {
-        munmap(p, (size_t)page); /* a registration that half worked is undone with the mapping */
+        munmap(p, (size_t)page);
         return r;
     }
     c->gate_open = p;
@@ -236,6 +241,7 @@ static int gate_usable(struct cdev *c)
     CUcontext ctx = NULL;
     CUresult r = CUDA_ERROR_NOT_FOUND;
     if (gs_real_cuMemHostRegister_v2 != NULL && gs_real_cuMemHostGetDevicePointer_v2 != NULL &&
+        gs_real_cuMemHostUnregister != NULL &&
         gs_real_cuStreamWaitValue32_v2 != NULL && gs_real_cuStreamQuery != NULL && gs_real_cuCtxSetCurrent != NULL &&
         (r = gs_real_cuCtxGetCurrent(&ctx)) == CUDA_SUCCESS && ctx != NULL)
         r = map_gate(c);

@@ -149,6 +149,7 @@ const struct gs_hook gs_launch_hooks[] = {
     {"cuEventElapsedTime", NULL, (void **)&gs_real_cuEventElapsedTime_v1},
     CALLS(cuMemHostRegister_v2),
     CALLS(cuMemHostGetDevicePointer_v2),
+    CALLS(cuMemHostUnregister),
     CALLS(cuStreamWaitValue32_v2),
     CALLS(cuStreamQuery),
     CALLS(cuCtxSetCurrent),

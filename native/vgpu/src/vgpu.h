@@ -198,6 +198,7 @@ extern CUresult (*gs_real_cuEventElapsedTime)(float *, CUevent, CUevent);
 extern CUresult (*gs_real_cuEventElapsedTime_v1)(float *, CUevent, CUevent);
 extern CUresult (*gs_real_cuMemHostRegister_v2)(void *, size_t, unsigned int);
 extern CUresult (*gs_real_cuMemHostGetDevicePointer_v2)(CUdeviceptr *, void *, unsigned int);
+extern CUresult (*gs_real_cuMemHostUnregister)(void *);
 extern CUresult (*gs_real_cuStreamWaitValue32_v2)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 extern CUresult (*gs_real_cuStreamQuery)(CUstream);
 extern CUresult (*gs_real_cuCtxSetCurrent)(CUcontext);
