@@ -79,9 +79,9 @@ API CUresult cuCtxDestroy_v2(CUcontext ctx)
     NEED_INIT();
     struct fctx *c = (struct fctx *)ctx;
     if (!fake_ctx_valid(c) || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     fake_mem_drop_ctx(c);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     c->alive = 0;
     fake_phys_give(c->phys, fake_context_bytes);
     for (int i = 0; i < ctx_depth; i++)
@@ -100,17 +100,17 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d)
     NEED_INIT();
     int phys = fake_phys_of(d);
     if (phys < 0) return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     struct fctx *c = &primary[d];
     if (c->refs == 0) {
         if (fake_phys_take(phys, fake_context_bytes) != 0) {
-            pthread_mutex_unlock(&fake_mu);
+            fake_unlock();
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         *c = (struct fctx){.magic = M_CTX, .ordinal = d, .phys = phys, .primary = 1, .alive = 1};
     }
     c->refs++;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     *pctx = (CUcontext)c;
     return CUDA_SUCCESS;
 }
@@ -119,10 +119,10 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 {
     NEED_INIT();
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     struct fctx *c = &primary[d];
     if (c->refs == 0) {
-        pthread_mutex_unlock(&fake_mu);
+        fake_unlock();
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     if (--c->refs == 0) {
@@ -130,7 +130,7 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
         c->alive = 0;
         fake_phys_give(c->phys, fake_context_bytes);
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -143,9 +143,9 @@ API CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 {
     NEED_INIT();
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     if (primary[d].refs > 0) fake_mem_drop_ctx(&primary[d]);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 

@@ -42,6 +42,10 @@
 /* One lock for the driver's bookkeeping: allocation records, pools, VMM
  * mappings, primary contexts, captures and graph memory. */
 FAKE_HIDDEN extern pthread_mutex_t fake_mu;
+/* Take and give back fake_mu.  A fake whose lock fails cannot keep its
+ * books, and a test that went on would measure nonsense: it aborts. */
+FAKE_HIDDEN void fake_lock(void);
+FAKE_HIDDEN void fake_unlock(void);
 
 /* ---- fake_device.c ---- */
 /* cuInit has run (in any thread). */

@@ -10,6 +10,24 @@
 
 pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
 
+static void lock_failed(const char *what, int err)
+{
+    fprintf(stderr, "fake CUDA: pthread_mutex_%s of the driver's lock failed (%d)\n", what, err);
+    abort();
+}
+
+void fake_lock(void)
+{
+    int err = pthread_mutex_lock(&fake_mu);
+    if (err != 0) lock_failed("lock", err);
+}
+
+void fake_unlock(void)
+{
+    int err = pthread_mutex_unlock(&fake_mu);
+    if (err != 0) lock_failed("unlock", err);
+}
+
 static int inited;
 static int visible[FAKE_MAX_GPUS], visible_count;
 
@@ -84,11 +102,11 @@ API CUresult cuInit(unsigned int flags)
 {
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (fake_setup() != 0) return CUDA_ERROR_UNKNOWN;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     if (!inited) {
         if (fake_records_init() != 0) {
             /* Not initialised: a later cuInit tries again. */
-            pthread_mutex_unlock(&fake_mu);
+            fake_unlock();
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         parse_visible();
@@ -96,7 +114,7 @@ API CUresult cuInit(unsigned int flags)
         fake_pools_init();
         __atomic_store_n(&inited, 1, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return visible_count > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 

@@ -43,11 +43,11 @@ static struct fstream *capturing_streams[MAX_CAPTURING];
 void fake_capture_unsafe_call(void)
 {
     if (__atomic_load_n(&active_global_captures, __ATOMIC_ACQUIRE) == 0) return;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     if (active_global_captures > 0)
         for (int i = 0; i < MAX_CAPTURING; i++)
             if (capturing_streams[i] != NULL && capturing_streams[i]->global_mode) capturing_streams[i]->invalidated = 1;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
 }
 
 static struct fnode *node_add(struct fgraph *g, CUgraphNodeType type)
@@ -62,7 +62,7 @@ int fake_capture_alloc(CUdeviceptr *dptr, size_t bytes, CUstream s)
 {
     struct fstream *st = fake_stream_real(s);
     if (st == NULL || !st->capturing) return 0;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     struct fnode *n = node_add(st->graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
     if (n != NULL) {
         n->bytes = bytes;
@@ -73,7 +73,7 @@ int fake_capture_alloc(CUdeviceptr *dptr, size_t bytes, CUstream s)
         st->invalidated = 1;
         *dptr = 0;
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return 1;
 }
 
@@ -82,7 +82,7 @@ API CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
     NEED_INIT();
     struct fstream *st = fake_stream_real(s);
     if (st == NULL) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     CUresult r = CUDA_SUCCESS;
     int slot = -1;
     for (int i = 0; i < MAX_CAPTURING && slot < 0; i++)
@@ -99,7 +99,7 @@ API CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
         capturing_streams[slot] = st;
         if (st->global_mode) active_global_captures++;
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return r;
 }
 
@@ -113,9 +113,9 @@ API CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
     NEED_INIT();
     struct fstream *st = fake_stream_real(s);
     if (st == NULL || g == NULL) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     if (!st->capturing) {
-        pthread_mutex_unlock(&fake_mu);
+        fake_unlock();
         return CUDA_ERROR_ILLEGAL_STATE;
     }
     st->capturing = 0;
@@ -131,7 +131,7 @@ API CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
         *g = (CUgraph)st->graph;
     }
     st->graph = NULL;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return r;
 }
 
@@ -150,11 +150,11 @@ API CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
         *status = CU_STREAM_CAPTURE_STATUS_NONE;
         return CUDA_SUCCESS;
     }
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     *status = !st->capturing ? CU_STREAM_CAPTURE_STATUS_NONE
               : st->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                 : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -188,7 +188,7 @@ API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphN
         return CUDA_ERROR_INVALID_VALUE;
     int phys = fake_phys_of(p->poolProps.location.id);
     if (phys < 0) return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     struct fnode *n = node_add(fg, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
     if (n != NULL) {
         n->bytes = p->bytesize;
@@ -196,7 +196,7 @@ API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphN
         n->va = fake_va_alloc(phys, p->bytesize);
         p->dptr = n->va;
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     if (n == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
     *node = (CUgraphNode)n;
     return CUDA_SUCCESS;
@@ -208,10 +208,10 @@ API CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNo
     NEED_INIT();
     struct fgraph *fg = (struct fgraph *)g;
     if (fg == NULL || fg->magic != M_GRAPH) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     struct fnode *n = node_add(fg, CU_GRAPH_NODE_TYPE_MEM_FREE);
     if (n != NULL) n->va = dptr;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     if (n == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
     *node = (CUgraphNode)n;
     return CUDA_SUCCESS;
@@ -264,10 +264,10 @@ API CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned 
     e->alive = 1;
     for (int i = 0; i < fg->n; i++)
         if (fg->nodes[i].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) e->need[fake_phys_of(fg->nodes[i].ordinal)] += fg->nodes[i].bytes;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     int ok = exec_count < 1024;
     if (ok) execs[exec_count++] = e;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     if (!ok) {
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -289,7 +289,7 @@ static CUresult graph_make_real(CUgraphExec exec)
     NEED_INIT();
     struct fexec *e = (struct fexec *)exec;
     if (e == NULL || e->magic != M_EXEC || !e->alive) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     CUresult r = CUDA_SUCCESS;
     for (int g = 0; g < FAKE_MAX_GPUS && r == CUDA_SUCCESS; g++) {
         if (e->need[g] <= graph_reserved[g]) continue;
@@ -297,7 +297,7 @@ static CUresult graph_make_real(CUgraphExec exec)
         else graph_reserved[g] = e->need[g];
     }
     if (r == CUDA_SUCCESS) e->launched = 1;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return r;
 }
 
@@ -327,9 +327,9 @@ API CUresult cuGraphExecDestroy(CUgraphExec exec)
 {
     struct fexec *e = (struct fexec *)exec;
     if (e == NULL || e->magic != M_EXEC || !e->alive) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     e->alive = 0;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -338,7 +338,7 @@ API CUresult cuDeviceGraphMemTrim(CUdevice d)
     NEED_INIT();
     int g = fake_phys_of(d);
     if (g < 0) return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     uint64_t keep = 0;
     for (int i = 0; i < exec_count; i++)
         if (execs[i]->alive && execs[i]->launched && execs[i]->need[g] > keep) keep = execs[i]->need[g];
@@ -346,7 +346,7 @@ API CUresult cuDeviceGraphMemTrim(CUdevice d)
         fake_phys_give(g, graph_reserved[g] - keep);
         graph_reserved[g] = keep;
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -355,8 +355,8 @@ API CUresult cuDeviceGetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr,
     NEED_INIT();
     int g = fake_phys_of(d);
     if (g < 0 || value == NULL) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     *(cuuint64_t *)value = graph_reserved[g];
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }

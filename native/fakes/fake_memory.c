@@ -115,10 +115,10 @@ static CUresult alloc_plain(CUdeviceptr *dptr, size_t bytes)
     NEED_CTX(c);
     if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     uint64_t va = fake_va_alloc(c->phys, bytes);
     CUresult res = record_plain(c, va, bytes);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     if (res != CUDA_SUCCESS) return res;
     *dptr = va;
     return CUDA_SUCCESS;
@@ -172,17 +172,17 @@ API CUresult cuMemAllocPitch(unsigned int *dptr, unsigned int *pitch, unsigned i
 CUresult fake_mem_free(CUdeviceptr dptr)
 {
     if (dptr == 0) return CUDA_SUCCESS;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     struct rec *r = rec_find(dptr);
     if (r == NULL) {
-        pthread_mutex_unlock(&fake_mu);
+        fake_unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct rec copy = *r;
     r->key = FREED_KEY;
     if (copy.kind == K_ASYNC) fake_pool_freed(copy.owner.pool, copy.size);
     va_free(copy.phys, dptr, copy.size);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     if (copy.kind == K_PLAIN) fake_phys_give(copy.phys, copy.size);
     return CUDA_SUCCESS;
 }
@@ -196,7 +196,7 @@ API CUresult cuMemFree_v2(CUdeviceptr dptr)
 API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
 {
     NEED_INIT();
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     struct rec *r = rec_find(dptr);
     CUresult res = CUDA_ERROR_NOT_FOUND;
     if (r != NULL) {
@@ -204,7 +204,7 @@ API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevicept
         if (size) *size = r->size;
         res = CUDA_SUCCESS;
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return res;
 }
 
@@ -212,10 +212,10 @@ API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdevic
 {
     NEED_INIT();
     if (attr != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) return CUDA_ERROR_NOT_SUPPORTED;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     struct rec *r = rec_find(ptr);
     int phys = r ? r->phys : -1;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     for (int d = 0; d < fake_visible_count(); d++)
         if (fake_phys_of(d) == phys) {
             *(int *)data = d;
@@ -252,11 +252,11 @@ API CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytes)
     NEED_CTX(c);
     if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     uint64_t va = next_va32;
     next_va32 += (bytes + 511) / 512 * 512;
     CUresult res = record_plain(c, va, bytes);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     if (res != CUDA_SUCCESS) return res;
     *dptr = (unsigned int)va;
     return CUDA_SUCCESS;

@@ -48,14 +48,14 @@ static void trim(struct fpool *p, uint64_t keep)
 
 void fake_pools_synchronize(void)
 {
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     for (int d = 0; d < fake_visible_count(); d++) {
         struct fpool *p = &default_pool[fake_phys_of(d)];
         trim(p, p->threshold);
     }
     for (int i = 0; i < pool_count; i++)
         if (!pools[i]->destroyed) trim(pools[i], pools[i]->threshold);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
 }
 
 void fake_pool_freed(struct fpool *p, uint64_t bytes)
@@ -77,12 +77,12 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct fpool *p)
         if (seed == 0) seed = (unsigned)(uintptr_t)&seed ^ (unsigned)getpid();
         if (rand_r(&seed) % 2 == 0) usleep((useconds_t)(rand_r(&seed) % fake_pool_jitter_us));
     }
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     uint64_t spare = p->reserved - p->used;
     if (spare < bytes) {
         uint64_t grow = round_chunk(bytes - spare);
         if (p->phys >= 0 && fake_phys_take(p->phys, grow) != 0) {
-            pthread_mutex_unlock(&fake_mu);
+            fake_unlock();
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         p->reserved += grow;
@@ -91,7 +91,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct fpool *p)
     struct rec *r = fake_rec_add(va);
     if (r == NULL) {
         /* The pool keeps what it grew, as it keeps freed memory, until trimmed. */
-        pthread_mutex_unlock(&fake_mu);
+        fake_unlock();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     p->used += bytes;
@@ -101,7 +101,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct fpool *p)
     r->phys = p->phys;
     r->kind = K_ASYNC;
     r->owner.pool = p;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     *dptr = va;
     return CUDA_SUCCESS;
 }
@@ -180,19 +180,19 @@ API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
         phys = fake_phys_of(props->location.id);
         if (phys < 0) return CUDA_ERROR_INVALID_DEVICE;
     }
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     if (pool_count == 256) {
-        pthread_mutex_unlock(&fake_mu);
+        fake_unlock();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     struct fpool *p = calloc(1, sizeof *p);
     if (p == NULL) {
-        pthread_mutex_unlock(&fake_mu);
+        fake_unlock();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *p = (struct fpool){.magic = M_POOL, .phys = phys};
     pools[pool_count++] = p;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     *pool = (CUmemoryPool)p;
     return CUDA_SUCCESS;
 }
@@ -202,12 +202,12 @@ API CUresult cuMemPoolDestroy(CUmemoryPool pool)
     NEED_INIT();
     struct fpool *p = (struct fpool *)pool;
     if (p == NULL || p->magic != M_POOL || p->destroyed) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     p->destroyed = 1;
     /* Live allocations keep their memory until freed. */
     if (p->phys >= 0) fake_phys_give(p->phys, p->reserved - p->used);
     p->reserved = p->used;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -216,9 +216,9 @@ API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
     NEED_INIT();
     struct fpool *p = (struct fpool *)pool;
     if (p == NULL || p->magic != M_POOL) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     trim(p, keep);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -228,7 +228,7 @@ API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, 
     fake_capture_unsafe_call();
     struct fpool *p = (struct fpool *)pool;
     if (p == NULL || p->magic != M_POOL) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     cuuint64_t *v = value;
     switch (attr) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *v = p->threshold; break;
@@ -238,7 +238,7 @@ API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, 
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *v = p->used_high; break;
     default: *(int *)value = 1; break;
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -247,8 +247,8 @@ API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, 
     NEED_INIT();
     struct fpool *p = (struct fpool *)pool;
     if (p == NULL || p->magic != M_POOL) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) p->threshold = *(cuuint64_t *)value;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }

@@ -67,14 +67,14 @@ API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     NEED_INIT();
     struct fvmm *h = (struct fvmm *)(uintptr_t)handle;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     if (h == NULL || h->magic != M_VMM || h->refs == 0) {
-        pthread_mutex_unlock(&fake_mu);
+        fake_unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }
     h->refs--;
     vmm_maybe_free(h);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -82,10 +82,10 @@ API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CU
                                  unsigned long long flags)
 {
     NEED_INIT();
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     *ptr = next_vmm_va;
     next_vmm_va += (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -100,21 +100,21 @@ API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericA
 {
     NEED_INIT();
     struct fvmm *h = (struct fvmm *)(uintptr_t)handle;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     if (h == NULL || h->magic != M_VMM || offset + size > h->size || map_count == MAP_CAP) {
-        pthread_mutex_unlock(&fake_mu);
+        fake_unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }
     maps[map_count++] = (struct mapping){.va = ptr, .size = size, .h = h};
     h->maps++;
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
 API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     NEED_INIT();
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     int n = 0;
     for (int i = 0; i < map_count;) {
         if (maps[i].va >= ptr && maps[i].va + maps[i].size <= ptr + size) {
@@ -127,7 +127,7 @@ API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
             i++;
         }
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return n > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -141,15 +141,15 @@ API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, v
 {
     NEED_INIT();
     uint64_t a = (uint64_t)(uintptr_t)addr;
-    pthread_mutex_lock(&fake_mu);
+    fake_lock();
     for (int i = 0; i < map_count; i++) {
         if (a >= maps[i].va && a < maps[i].va + maps[i].size) {
             maps[i].h->refs++;
             *handle = (CUmemGenericAllocationHandle)(uintptr_t)maps[i].h;
-            pthread_mutex_unlock(&fake_mu);
+            fake_unlock();
             return CUDA_SUCCESS;
         }
     }
-    pthread_mutex_unlock(&fake_mu);
+    fake_unlock();
     return CUDA_ERROR_INVALID_VALUE;
 }
