@@ -51,6 +51,7 @@ static void push(struct fctx *c)
 API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice d)
 {
     NEED_INIT();
+    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
     struct fctx *c;
     CUresult r = ctx_new(&c, d);
     if (r != CUDA_SUCCESS) return r;
@@ -98,6 +99,7 @@ API CUresult cuCtxDestroy(CUcontext ctx)
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d)
 {
     NEED_INIT();
+    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
     int phys = fake_phys_of(d);
     if (phys < 0) return CUDA_ERROR_INVALID_DEVICE;
     fake_lock();
@@ -157,6 +159,7 @@ API CUresult cuDevicePrimaryCtxReset(CUdevice d)
 API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active)
 {
     NEED_INIT();
+    if (flags == NULL || active == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
     *flags = 0;
     *active = primary[d].refs > 0;
@@ -179,6 +182,7 @@ API CUresult cuCtxSetCurrent(CUcontext ctx)
 API CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
     NEED_INIT();
+    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
     *pctx = (CUcontext)fake_ctx_current();
     return CUDA_SUCCESS;
 }
@@ -194,6 +198,7 @@ API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
     NEED_INIT();
+    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (ctx_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
     struct fctx *c = ctx_stack[--ctx_depth];
     if (pctx) *pctx = (CUcontext)c;
@@ -203,6 +208,7 @@ API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 API CUresult cuCtxGetDevice(CUdevice *d)
 {
     NEED_INIT();
+    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
     NEED_CTX(c);
     *d = c->ordinal;
     return CUDA_SUCCESS;

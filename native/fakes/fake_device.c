@@ -121,6 +121,7 @@ API CUresult cuInit(unsigned int flags)
 API CUresult cuDeviceGetCount(int *n)
 {
     NEED_INIT();
+    if (n == NULL) return CUDA_ERROR_INVALID_VALUE;
     *n = visible_count;
     return CUDA_SUCCESS;
 }
@@ -128,6 +129,7 @@ API CUresult cuDeviceGetCount(int *n)
 API CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
     NEED_INIT();
+    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (ordinal < 0 || ordinal >= visible_count) return CUDA_ERROR_INVALID_DEVICE;
     *d = ordinal;
     return CUDA_SUCCESS;
@@ -136,6 +138,7 @@ API CUresult cuDeviceGet(CUdevice *d, int ordinal)
 API CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 {
     NEED_INIT();
+    if (name == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
     snprintf(name, (size_t)len, "%s", fake_gpus[fake_phys_of(d)].name);
     return CUDA_SUCCESS;
@@ -144,6 +147,7 @@ API CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
 {
     NEED_INIT();
+    if (u == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
     memcpy(u->bytes, fake_gpus[fake_phys_of(d)].uuid, 16);
     return CUDA_SUCCESS;
@@ -157,6 +161,7 @@ API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 {
     NEED_INIT();
+    if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
     *bytes = fake_gpus[fake_phys_of(d)].capacity;
     return CUDA_SUCCESS;
@@ -164,6 +169,7 @@ API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 
 API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice d)
 {
+    if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
     size_t b;
     CUresult r = cuDeviceTotalMem_v2(&b, d);
     if (r == CUDA_SUCCESS) *bytes = b > UINT32_MAX ? UINT32_MAX : (unsigned int)b;
@@ -173,6 +179,7 @@ API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice d)
 API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice d)
 {
     NEED_INIT();
+    if (v == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;

@@ -182,6 +182,7 @@ API CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphN
                                     CUDA_MEM_ALLOC_NODE_PARAMS *p)
 {
     NEED_INIT();
+    if (node == NULL) return CUDA_ERROR_INVALID_VALUE;
     struct fgraph *fg = (struct fgraph *)g;
     if (fg == NULL || fg->magic != M_GRAPH || p == NULL || p->bytesize == 0 ||
         p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
@@ -206,6 +207,7 @@ API CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNo
                                    CUdeviceptr dptr)
 {
     NEED_INIT();
+    if (node == NULL) return CUDA_ERROR_INVALID_VALUE;
     struct fgraph *fg = (struct fgraph *)g;
     if (fg == NULL || fg->magic != M_GRAPH) return CUDA_ERROR_INVALID_VALUE;
     fake_lock();
@@ -278,6 +280,7 @@ API CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned 
 
 API CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
 {
+    if (exec == NULL) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = cuGraphInstantiateWithFlags(exec, g, p != NULL ? p->flags : 0);
     if (p != NULL) p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
     return r;

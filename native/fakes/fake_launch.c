@@ -180,9 +180,11 @@ static CUresult elapsed(float *ms, CUevent start, CUevent end)
 }
 API CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
 {
+    if (ms == NULL) return CUDA_ERROR_INVALID_VALUE;
     return elapsed(ms, start, end);
 }
 API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
 {
+    if (ms == NULL) return CUDA_ERROR_INVALID_VALUE;
     return elapsed(ms, start, end);
 }

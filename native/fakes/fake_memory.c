@@ -127,12 +127,14 @@ static CUresult alloc_plain(CUdeviceptr *dptr, size_t bytes)
 API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
     NEED_INIT();
+    if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
     return alloc_plain(dptr, bytes);
 }
 
 API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 {
     NEED_INIT();
+    if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
     return alloc_plain(dptr, bytes);
 }
 
@@ -146,6 +148,7 @@ static uint64_t pitch_align(void)
 API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem)
 {
     NEED_INIT();
+    if (dptr == NULL || pitch == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (elem != 4 && elem != 8 && elem != 16) return CUDA_ERROR_INVALID_VALUE;
     /* Rows aligned to 512 bytes, as the real driver did for 1000-byte rows
      * (GPUSHARDS_FAKE_PITCH_ALIGN: another alignment, to test a driver
@@ -160,6 +163,7 @@ API CUresult cuMemAllocPitch(unsigned int *dptr, unsigned int *pitch, unsigned i
                              unsigned int elem)
 {
     NEED_INIT();
+    if (dptr == NULL || pitch == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (elem != 4 && elem != 8 && elem != 16) return CUDA_ERROR_INVALID_VALUE;
     uint64_t align = pitch_align();
     uint64_t p = (width + align - 1) / align * align;
@@ -227,6 +231,7 @@ API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdevic
 API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     NEED_INIT();
+    if (free == NULL || total == NULL) return CUDA_ERROR_INVALID_VALUE;
     NEED_CTX(c);
     uint64_t cap = fake_gpus[c->phys].capacity, used = fake_phys_used(c->phys) + fake_reserved_bytes;
     *total = cap;
@@ -236,6 +241,7 @@ API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 
 API CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 {
+    if (free == NULL || total == NULL) return CUDA_ERROR_INVALID_VALUE;
     size_t f, t;
     CUresult r = cuMemGetInfo_v2(&f, &t);
     if (r == CUDA_SUCCESS) {
@@ -249,6 +255,7 @@ API CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 API CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytes)
 {
     NEED_INIT();
+    if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
     NEED_CTX(c);
     if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_take(c->phys, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -348,12 +355,14 @@ static uint64_t dim(uint64_t v)
 API CUresult cuArrayCreate_v2(CUarray *h, const CUDA_ARRAY_DESCRIPTOR *d)
 {
     NEED_INIT();
+    if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
     return array_new((void **)h, dim(d->Width) * dim(d->Height) * texel(d->Format, d->NumChannels));
 }
 
 API CUresult cuArray3DCreate_v2(CUarray *h, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     NEED_INIT();
+    if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
     uint64_t b = (d->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))
                      ? 0
                      : dim(d->Width) * dim(d->Height) * dim(d->Depth) * texel(d->Format, d->NumChannels);
@@ -363,6 +372,7 @@ API CUresult cuArray3DCreate_v2(CUarray *h, const CUDA_ARRAY3D_DESCRIPTOR *d)
 API CUresult cuMipmappedArrayCreate(CUmipmappedArray *h, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
 {
     NEED_INIT();
+    if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
     uint64_t b = 0;
     int layered = (d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
     for (unsigned l = 0; l < (levels ? levels : 1); l++)

@@ -109,6 +109,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct fpool *p)
 API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
 {
     NEED_INIT();
+    if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
     struct fctx *c = fake_stream_ctx(s);
     if (!fake_ctx_valid(c)) return CUDA_ERROR_INVALID_CONTEXT;
     if (fake_capture_alloc(dptr, bytes, s)) return CUDA_SUCCESS;
@@ -123,6 +124,7 @@ API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
 API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s)
 {
     NEED_INIT();
+    if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (!fake_ctx_valid(fake_stream_ctx(s))) return CUDA_ERROR_INVALID_CONTEXT;
     return pool_alloc(dptr, bytes, (struct fpool *)pool);
 }
@@ -148,6 +150,7 @@ API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
 {
     NEED_INIT();
+    if (pool == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
     *pool = (CUmemoryPool)&default_pool[fake_phys_of(d)];
     return CUDA_SUCCESS;
@@ -156,6 +159,7 @@ API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
 API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d)
 {
     NEED_INIT();
+    if (pool == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys_of(d) < 0) return CUDA_ERROR_INVALID_DEVICE;
     *pool = (CUmemoryPool)current_pool[fake_phys_of(d)];
     return CUDA_SUCCESS;
@@ -174,6 +178,7 @@ API CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool)
 API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
     NEED_INIT();
+    if (pool == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (props == NULL) return CUDA_ERROR_INVALID_VALUE;
     int phys = -1;
     if (props->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {

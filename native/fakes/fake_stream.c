@@ -25,6 +25,7 @@ struct fstream *fake_stream_real(CUstream s)
 API CUresult cuStreamCreate(CUstream *s, unsigned int flags)
 {
     NEED_INIT();
+    if (s == NULL) return CUDA_ERROR_INVALID_VALUE;
     NEED_CTX(c);
     struct fstream *st = calloc(1, sizeof *st);
     if (st == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -60,6 +61,7 @@ API CUresult cuStreamSynchronize_ptsz(CUstream s)
 API CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
 {
     NEED_INIT();
+    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
     struct fctx *c = fake_stream_ctx(s);
     if (!fake_ctx_valid(c)) return CUDA_ERROR_INVALID_CONTEXT;
     *pctx = (CUcontext)c;
@@ -69,6 +71,7 @@ API CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
 API CUresult cuStreamGetDevice(CUstream s, CUdevice *d)
 {
     NEED_INIT();
+    if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
     fake_capture_unsafe_call();
     struct fctx *c = fake_stream_ctx(s);
     if (!fake_ctx_valid(c)) return CUDA_ERROR_INVALID_CONTEXT;

@@ -38,6 +38,7 @@ API CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp 
                                            CUmemAllocationGranularity_flags option)
 {
     NEED_INIT();
+    if (g == NULL) return CUDA_ERROR_INVALID_VALUE;
     *g = 2u << 20;
     return CUDA_SUCCESS;
 }
@@ -46,6 +47,7 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, cons
                          unsigned long long flags)
 {
     NEED_INIT();
+    if (handle == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (prop == NULL || size == 0 || size % (2u << 20) != 0) return CUDA_ERROR_INVALID_VALUE;
     int phys = -1;
     if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
@@ -82,6 +84,7 @@ API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CU
                                  unsigned long long flags)
 {
     NEED_INIT();
+    if (ptr == NULL) return CUDA_ERROR_INVALID_VALUE;
     fake_lock();
     *ptr = next_vmm_va;
     next_vmm_va += (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
@@ -140,6 +143,7 @@ API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc 
 API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
     NEED_INIT();
+    if (handle == NULL) return CUDA_ERROR_INVALID_VALUE;
     uint64_t a = (uint64_t)(uintptr_t)addr;
     fake_lock();
     for (int i = 0; i < map_count; i++) {

@@ -115,6 +115,26 @@ static int s_alloc(void)
     return 0;
 }
 
+/* An allocation whose result has nowhere to go is refused, as the driver
+ * refuses it, and leaves no charge behind. */
+static int s_null_out(void)
+{
+    if (start()) return 1;
+    int me = getpid();
+    uint64_t base = slot_used(me, 0);
+    size_t pitch;
+    CUstream s;
+    OK(A.cuStreamCreate(&s, 0));
+    CHECK(A.cuMemAlloc(NULL, 64 * MiB) == CUDA_ERROR_INVALID_VALUE, "cuMemAlloc into NULL was taken");
+    CHECK(A.cuMemAllocPitch(NULL, &pitch, 4096, 16, 4) == CUDA_ERROR_INVALID_VALUE, "cuMemAllocPitch into NULL was taken");
+    CHECK(A.cuMemAllocManaged(NULL, 64 * MiB, CU_MEM_ATTACH_GLOBAL) == CUDA_ERROR_INVALID_VALUE,
+          "cuMemAllocManaged into NULL was taken");
+    CHECK(A.cuMemAllocAsync(NULL, 64 * MiB, s) == CUDA_ERROR_INVALID_VALUE, "cuMemAllocAsync into NULL was taken");
+    CHECK(slot_used(me, 0) == base, "%llu bytes charged for refused allocations",
+          (unsigned long long)(slot_used(me, 0) - base));
+    return 0;
+}
+
 static int s_pitch(void)
 {
     if (start()) return 1;
@@ -1017,6 +1037,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(s, "alloc")) return s_alloc();
     if (!strcmp(s, "pitch")) return s_pitch();
+    if (!strcmp(s, "null-out")) return s_null_out();
     if (!strcmp(s, "managed")) return s_managed();
     if (!strcmp(s, "async")) return s_async();
     if (!strcmp(s, "pool")) return s_pool();

@@ -675,9 +675,9 @@ int main(int argc, char **argv)
 {
     const char *filter = argc > 1 ? argv[1] : NULL;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    static struct path_case paths[3][15];
+    static struct path_case paths[3][16];
     static const char *modes[] = {"link", "dlsym", "gpa"};
-    static char names[3][15][64];
+    static char names[3][16][64];
     struct t tests[200];
     int n = 0;
 #define ADD(nm, f, a) tests[n++] = (struct t){nm, f, a}
@@ -689,6 +689,7 @@ int main(int argc, char **argv)
         } list[] = {
             {"alloc", NULL, NULL},
             {"pitch", NULL, NULL},
+            {"null-out", NULL, NULL},
             {"managed", NULL, NULL},
             {"async", NULL, NULL},
             {"pool", NULL, NULL},
