@@ -8,7 +8,9 @@
  * a GPU's file on first use (built privately, published with link(2)).
  *
  * The GPU is handed out in TURNS.  Only the shard that holds the turn may
- * launch work; the others wait in their launch call.  A turn is a lease:
+ * run work; the others wait, in their launch call (CPU turns) or in their
+ * own streams behind a gate only their process writes (turns on the GPU,
+ * the limits file's compute_turns).  A turn is a lease:
  * holder, generation and lease end are packed into one 64-bit word changed
  * only by compare-and-swap, so a holder that dies simply lets its lease run
  * out (at most one slice) and nobody waits on it longer.  Who gets the next
