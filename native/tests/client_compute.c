@@ -261,6 +261,24 @@ int compute_scenario(const char *s, int argc, char **argv)
             usleep(100);
         }
     }
+    if (!strcmp(s, "compute-ctx-anew")) {
+        /* Launches in a context of its own, which it then destroys, then in
+         * a second one: a gate registered in the first must not be used in
+         * the second (its registration ended with the first). */
+        CUdevice d;
+        CUcontext first, second;
+        if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&d, 0) != CUDA_SUCCESS) FAIL("no device");
+        if (cuCtxCreate(&first, NULL, 0, d) != CUDA_SUCCESS) FAIL("no first context");
+        for (int i = 0; i < 200; i++)
+            if (launch() != CUDA_SUCCESS) FAIL("a launch in the first context failed");
+        if (cuCtxSynchronize() != CUDA_SUCCESS || cuCtxDestroy(first) != CUDA_SUCCESS) FAIL("cannot destroy the first context");
+        if (cuCtxCreate(&second, NULL, 0, d) != CUDA_SUCCESS) FAIL("no second context");
+        for (int i = 0; i < 200; i++)
+            if (launch() != CUDA_SUCCESS) FAIL("a launch in the second context failed");
+        if (cuCtxSynchronize() != CUDA_SUCCESS) FAIL("the second context's work never finished");
+        printf("done\n");
+        return 0;
+    }
     if (!strcmp(s, "ledger-scribble")) {
         /* A shard that writes the ledger's header outside the protocol, in
          * a loop: zeros over every byte the turns do not use (where gates

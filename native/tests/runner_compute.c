@@ -417,6 +417,24 @@ static int t_gpu_turns_scribbled(const void *arg)
     return 0;
 }
 
+static int t_gpu_turns_ctx_anew(const void *arg)
+{
+    /* Beside a busy shard, b launches in a context it then destroys, then in
+     * a second one: its gate is mapped anew in the second (once per context
+     * that registered one), and the second's gated work runs. */
+    ledger_fresh();
+    const char *ea[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=2000", NULL};
+    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=2000",
+                        "GPUSHARDS_COMPUTE_STATS=1", NULL};
+    struct proc busy;
+    H_CHECK(start_ready(&busy, ea, "busy-hold", NULL) == 0, "a did not start: %s", err_text);
+    int failed = run(eb, "link", "compute-ctx-anew", NULL, NULL);
+    kill_wait(&busy);
+    if (failed) return 1;
+    H_CHECK(strstr(err_text, "gate pages mapped 2") != NULL, "b's gate was not mapped once per context: %s", err_text);
+    return 0;
+}
+
 static int t_gpu_turns_per_gpu(const void *arg)
 {
     /* Waiting for one GPU's turn (held from outside for a second) holds up
@@ -581,6 +599,9 @@ static void add_compute_tests(struct t *tests, int *n)
          t_gpu_turns_beside_busy, NULL);
     ADDC("compute, turns on the GPU: a shard writing zeros over the ledger's header holds up nobody's gated work",
          t_gpu_turns_scribbled, NULL);
+    ADDC("compute, turns on the GPU: a gate registered in a context the application destroys is mapped anew in "
+         "the next",
+         t_gpu_turns_ctx_anew, NULL);
     ADDC("compute, turns on the GPU: waiting for one GPU's turn holds up no other GPU's launches",
          t_gpu_turns_per_gpu, NULL);
     ADDC("compute, turns on the GPU: a holder killed mid-slice stalls nobody's gated work past its lease",

@@ -72,9 +72,10 @@ static void print_stats(void)
             "released at a synchronize %lu, turns taken from a busy holder %lu (waited %lu us for its drain), "
             "turn lost during the in-flight wait %lu, credit clamped %lu times (%lu us of its own time), "
             "GPU time measured %lu us, waits for work in flight %lu, gave up waiting %lu, "
-            "launches queued behind the gate %lu\n", gs_cc.shard, s->admits,
+            "launches queued behind the gate %lu, gate pages mapped %lu\n", gs_cc.shard, s->admits,
             s->capturing, s->acquires, s->syncs, s->sync_releases, s->handovers, s->handover_waits_us, s->retakes,
-            s->clamps, s->clamped_us, s->measured_us, s->bound_waits, s->gave_up, s->gated);
+            s->clamps, s->clamped_us, s->measured_us, s->bound_waits, s->gave_up, s->gated,
+            s->gates_mapped);
 }
 
 static void load_conf(void)

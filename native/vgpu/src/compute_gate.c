@@ -225,6 +225,7 @@ static CUresult map_gate(struct cdev *c)
         return r;
     }
     c->gate_open = p;
+    if (gs_cc.stats) __atomic_add_fetch(&gs_cst.gates_mapped, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
@@ -246,10 +247,11 @@ static int gate_usable(struct cdev *c)
         (r = gs_real_cuCtxGetCurrent(&ctx)) == CUDA_SUCCESS && ctx != NULL)
         r = map_gate(c);
     int ok = r == CUDA_SUCCESS && ctx != NULL;
+    c->gate_ctx = ok ? ctx : NULL;
     if (!ok)
         gs_log(GS_LOG_WARN, "turns on the GPU: no gate can be mapped for GPU %d (error %d); turns wait on the CPU",
                (int)(c - gs_cdevs), (int)r);
-    ok = ok && start_turn_thread(c);
+    if (ok && !c->turner_started) ok = c->turner_started = start_turn_thread(c);
     __atomic_store_n(&c->gate, ok ? GATE_USABLE : GATE_UNUSABLE, __ATOMIC_RELEASE);
     return ok;
 }
@@ -265,6 +267,20 @@ int gs_compute_gate(struct cdev *c, CUstream s, uint64_t now)
     if (gs_real_cuStreamWaitValue32_v2(s, c->gate_word, 1u, CU_STREAM_WAIT_VALUE_AND) != CUDA_SUCCESS) return 0;
     if (gs_cc.stats) __atomic_add_fetch(&gs_cst.gated, 1, __ATOMIC_RELAXED);
     return 1;
+}
+
+/* The registration of a gate ends with the context that made it (an
+ * application that creates and destroys its own contexts): the next gated
+ * launch maps a new page in the context current then.  The old page stays
+ * mapped, since the turn thread may be writing it. */
+void gs_compute_ctx_gone(CUcontext ctx)
+{
+    for (int i = 0; i < GS_MAX_ORDINALS; i++) {
+        struct cdev *c = &gs_cdevs[i];
+        int usable = GATE_USABLE;
+        if (ctx != NULL && c->gate_ctx == ctx)
+            __atomic_compare_exchange_n(&c->gate, &usable, GATE_UNKNOWN, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
 }
 
 void gs_compute_gate_open(struct cdev *c)

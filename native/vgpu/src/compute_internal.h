@@ -70,6 +70,8 @@ struct cdev {
     int gate;                 /* 0 not set up, 1 usable, 2 being set up, -1 not usable */
     uint32_t *gate_open;      /* this process's gate for the GPU: 1 open, 0 shut (a page of its own) */
     CUdeviceptr gate_word;    /* gate_open, as the GPU sees it */
+    CUcontext gate_ctx;       /* the context that registered gate_open (its registration ends with it) */
+    int turner_started;       /* the turn thread runs (it outlives a gate mapped anew) */
     uint32_t gate_lock;
     uint32_t gate_used;       /* bit i: gate_streams[i] (of context gate_ctxs[i]) has had gated work */
     CUstream gate_streams[GATE_STREAMS];
@@ -84,7 +86,7 @@ extern struct cdev gs_cdevs[GS_MAX_ORDINALS];
 /* Diagnostics (GPUSHARDS_COMPUTE_STATS=1): counts printed at exit. */
 struct gs_compute_stats {
     unsigned long admits, capturing, acquires, syncs, sync_releases, handovers, handover_waits_us, retakes;
-    unsigned long clamps, clamped_us, measured_us, bound_waits, gave_up, gated;
+    unsigned long clamps, clamped_us, measured_us, bound_waits, gave_up, gated, gates_mapped;
 };
 extern struct gs_compute_stats gs_cst;
 

@@ -71,7 +71,11 @@ GS_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, un
 static CUresult ctx_destroy(CUcontext ctx, CUresult (*fn)(CUcontext))
 {
     struct gs_entry e;
-    if (!gs_counting() || !gs_track_take(&gs_allocs, (uint64_t)(uintptr_t)ctx, GS_T_CTX, &e)) return fn(ctx);
+    if (!gs_counting() || !gs_track_take(&gs_allocs, (uint64_t)(uintptr_t)ctx, GS_T_CTX, &e)) {
+        CUresult r = fn(ctx);
+        if (r == CUDA_SUCCESS) gs_compute_ctx_gone(ctx);
+        return r;
+    }
     CUresult r = fn(ctx);
     if (r != CUDA_SUCCESS) {
         if (gs_track_insert(&gs_allocs, &e) != 0) GS_WARN("lost track of a context");
@@ -79,6 +83,7 @@ static CUresult ctx_destroy(CUcontext ctx, CUresult (*fn)(CUcontext))
     }
     gs_track_each(&gs_allocs, gs_drop_owned, ctx);
     gs_uncharge((int)e.dev, e.size);
+    gs_compute_ctx_gone(ctx);
     return r;
 }
 
@@ -143,7 +148,10 @@ static CUresult primary_release(CUdevice dev, CUresult (*fn)(CUdevice), int rese
         }
         /* Reset destroys the context's allocations but keeps it retained:
          * its charge stays until the last release. */
-        if (gone) gs_track_each(&gs_allocs, gs_drop_owned, primary_ctx[dev]);
+        if (gone) {
+            gs_track_each(&gs_allocs, gs_drop_owned, primary_ctx[dev]);
+            gs_compute_ctx_gone(primary_ctx[dev]);
+        }
     }
     pthread_mutex_unlock(&primary_lock);
     return r;

@@ -212,6 +212,9 @@ void *gs_compute_admit_graph(CUstream s);
 void gs_compute_synced(void);
 void gs_compute_launched(void *token, CUstream stream, CUresult launched);
 void gs_compute_reset_process(void);
+/* A context was destroyed: a gate it registered is mapped anew at the next
+ * gated launch (compute_gate.c). */
+void gs_compute_ctx_gone(CUcontext ctx);
 
 /* ---- pools.c -------------------------------------------------------- */
 CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream, int from_pool,
