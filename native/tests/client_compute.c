@@ -37,6 +37,18 @@ static struct gpushards_ledger *ledger(void)
     return m == MAP_FAILED ? NULL : m;
 }
 
+/* The ledger as a neighbour that writes it outside the protocol sees it. */
+static struct gpushards_ledger *ledger_rw(void)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", getenv("GPUSHARDS_LEDGER_DIR"), LEDGER_GPU0);
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return NULL;
+    void *m = mmap(NULL, sizeof(struct gpushards_ledger), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return m == MAP_FAILED ? NULL : m;
+}
+
 static uint64_t mono_ns(void)
 {
     struct timespec t;
@@ -237,12 +249,8 @@ int compute_scenario(const char *s, int argc, char **argv)
          * holds the turn under an entry of its own, never idle, never
          * owed anything, until killed. */
         if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch"); /* the ledger exists */
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s", getenv("GPUSHARDS_LEDGER_DIR"), LEDGER_GPU0);
-        int fd = open(path, O_RDWR);
-        struct gpushards_ledger *L =
-            fd < 0 ? MAP_FAILED : mmap(NULL, sizeof *L, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (L == MAP_FAILED) FAIL("cannot map the ledger read-write");
+        struct gpushards_ledger *L = ledger_rw();
+        if (L == NULL) FAIL("cannot map the ledger read-write");
         unsigned r = GPUSHARDS_LEDGER_MEMBERS - 1;
         struct gpushards_ledger_member *me = &L->members[r];
         snprintf(me->shard, sizeof me->shard, "rogue");
@@ -284,12 +292,8 @@ int compute_scenario(const char *s, int argc, char **argv)
          * a loop: zeros over every byte the turns do not use (where gates
          * were once kept), as fast as it can, until killed. */
         if (context() != 0 || launch() != CUDA_SUCCESS) FAIL("no launch"); /* the ledger exists */
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s", getenv("GPUSHARDS_LEDGER_DIR"), LEDGER_GPU0);
-        int fd = open(path, O_RDWR);
-        struct gpushards_ledger *L =
-            fd < 0 ? MAP_FAILED : mmap(NULL, sizeof *L, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (L == MAP_FAILED) FAIL("cannot map the ledger read-write");
+        struct gpushards_ledger *L = ledger_rw();
+        if (L == NULL) FAIL("cannot map the ledger read-write");
         uint32_t *words = &L->lock + 1, *members = (uint32_t *)(void *)L->members;
         for (int said = 0;; said = 1) {
             for (uint32_t *w = words; w < members; w++) __atomic_store_n(w, 0, __ATOMIC_RELAXED);

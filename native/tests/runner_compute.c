@@ -321,19 +321,35 @@ static int t_compute_rogue_holder(const void *arg)
     return 0;
 }
 
+/* Runs shard b's scenario (turns on the GPU, statistics on, and extra, which
+ * may be NULL) beside a busy shard a that takes turns on the GPU, and, with
+ * a scribbler, beside a third shard writing zeros over the ledger's header;
+ * 0 when b's run succeeded, its statistics then in err_text.  The ledger is
+ * fresh. */
+static int b_beside_busy(const char *scenario, const char *extra, int scribbler)
+{
+    ledger_fresh();
+    const char *ea[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=2000", NULL};
+    const char *es[] = {ledger_env, "GPUSHARDS_SHARD_ID=scribbler", NULL};
+    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=2000",
+                        "GPUSHARDS_COMPUTE_STATS=1", extra, NULL};
+    struct proc busy, writer;
+    H_CHECK(start_ready(&busy, ea, "busy-hold", NULL) == 0, "a did not start: %s", err_text);
+    if (scribbler && start_ready(&writer, es, "ledger-scribble", NULL) != 0) {
+        kill_wait(&busy);
+        return h_fail("the scribbler did not start: %s", err_text);
+    }
+    int failed = run(eb, "link", scenario, NULL, NULL);
+    if (scribbler) kill_wait(&writer);
+    kill_wait(&busy);
+    return failed;
+}
+
 static int t_gpu_turns_beside_busy(const void *arg)
 {
     /* A keeps the GPU busy; B's launches, made while A holds the turn, wait
      * behind B's gate until B's turn thread takes the turn for it. */
-    ledger_fresh();
-    const char *ea[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=2000", NULL};
-    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=2000",
-                        "GPUSHARDS_COMPUTE_STATS=1", NULL};
-    struct proc busy;
-    H_CHECK(start_ready(&busy, ea, "busy-hold", NULL) == 0, "a did not start: %s", err_text);
-    int failed = run(eb, "link", "compute-busy", NULL, NULL);
-    kill_wait(&busy);
-    if (failed) return 1;
+    if (b_beside_busy("compute-busy", NULL, 0)) return 1;
     long gated = gated_launches(err_text);
     H_CHECK(gated > 0, "b queued nothing behind its gate (%ld): %s", gated, err_text);
     struct gpushards_ledger *L = ledger_map();
@@ -397,21 +413,7 @@ static int t_gpu_turns_scribbled(const void *arg)
      * loop: every process keeps its gate in a page of its own, so b's gated
      * work still runs at b's turns, and b never falls back to launching
      * without turns. */
-    ledger_fresh();
-    const char *ea[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=2000", NULL};
-    const char *es[] = {ledger_env, "GPUSHARDS_SHARD_ID=scribbler", NULL};
-    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=2000",
-                        "GPUSHARDS_COMPUTE_STATS=1", NULL};
-    struct proc busy, scribbler;
-    H_CHECK(start_ready(&busy, ea, "busy-hold", NULL) == 0, "a did not start: %s", err_text);
-    if (start_ready(&scribbler, es, "ledger-scribble", NULL) != 0) {
-        kill_wait(&busy);
-        return h_fail("the scribbler did not start: %s", err_text);
-    }
-    int failed = run(eb, "link", "compute-busy", NULL, NULL);
-    kill_wait(&scribbler);
-    kill_wait(&busy);
-    if (failed) return 1;
+    if (b_beside_busy("compute-busy", NULL, 1)) return 1;
     H_CHECK(gated_launches(err_text) > 0, "b queued nothing behind its gate: %s", err_text);
     H_CHECK(strstr(err_text, "gave up waiting 0") != NULL, "b fell back to launching without turns: %s", err_text);
     return 0;
@@ -422,15 +424,7 @@ static int t_gpu_turns_ctx_anew(const void *arg)
     /* Beside a busy shard, b launches in a context it then destroys, then in
      * a second one: its gate is mapped anew in the second (once per context
      * that registered one), and the second's gated work runs. */
-    ledger_fresh();
-    const char *ea[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=a", "GPUSHARDS_COMPUTE_SLICE_US=2000", NULL};
-    const char *eb[] = {ledger_env, GPU_TURNS, "GPUSHARDS_SHARD_ID=b", "GPUSHARDS_COMPUTE_SLICE_US=2000",
-                        "GPUSHARDS_COMPUTE_STATS=1", NULL};
-    struct proc busy;
-    H_CHECK(start_ready(&busy, ea, "busy-hold", NULL) == 0, "a did not start: %s", err_text);
-    int failed = run(eb, "link", "compute-ctx-anew", NULL, NULL);
-    kill_wait(&busy);
-    if (failed) return 1;
+    if (b_beside_busy("compute-ctx-anew", NULL, 0)) return 1;
     H_CHECK(strstr(err_text, "gate pages mapped 2") != NULL, "b's gate was not mapped once per context: %s", err_text);
     return 0;
 }
