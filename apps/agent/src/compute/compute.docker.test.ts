@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +9,7 @@ import type { Heartbeat, ShardLaunchSpec } from '@gpushards/protocol';
 
 import type { Agent } from '../create-agent.js';
 import { decodeLimits } from '../limits/limits-file.js';
+import { LIMITS_COMPUTE_TURNS_GPU, LIMITS_HEADER_FIELDS } from '../limits/limits-layout.js';
 import { ScriptedControlPlane } from '../testing/control-plane-peer.js';
 import { startDockerAgent, type DockerAgentStack } from '../testing/docker-agent.js';
 import { docker } from '../testing/docker.js';
@@ -30,7 +32,10 @@ const WAIT_MS = 30_000;
  * A shard's compute share from the launch spec to libvgpu.so, in the real Docker engine with
  * the fake driver (its launches take simulated kernel time): the agent writes the share into
  * the shard's limits file, libvgpu.so in the container takes its turns on the GPU's ledger
- * with it, a resize changes it live, and the heartbeat carries each shard's activity.
+ * with it, a resize changes it live, and the heartbeat carries each shard's activity. The
+ * agent runs with its default turns, on the GPU: libvgpu.so in a container, which reads no
+ * compute setting from the shard's environment, queues the shard's launches behind its gate
+ * while a neighbour holds the turn.
  */
 describe('compute share through the agent (Docker)', () => {
   let stack: DockerAgentStack | undefined;
@@ -192,5 +197,40 @@ describe('compute share through the agent (Docker)', () => {
       still.lastKernelSeconds !== undefined && still.lastKernelSeconds >= busy.lastKernelSeconds!,
       JSON.stringify(still),
     );
+  });
+
+  it("the host's default turns on the GPU reach a shard: its launches queue behind its gate while a busy neighbour holds the turn", async () => {
+    const launchWaiting = async (shardId: string, command: string[], ready: string) => {
+      const launched = await controlPlane.command(HOST, {
+        type: 'launch',
+        shard: spec(shardId, { command }),
+      });
+      assert.ok(launched.ok && launched.result.type === 'launch', JSON.stringify(launched));
+      await logsOf(launched.result.containerId!, ready);
+      return launched.result.containerId!;
+    };
+    const turnsOf = (shardId: string) =>
+      readFileSync(join(stateDir, 'limits', shardId)).readUInt32LE(
+        LIMITS_HEADER_FIELDS.compute_turns.offset,
+      );
+    await launchWaiting('t-busy', ['/cuda-probe', 'busy', '0'], '{"busy":1}');
+    const gated = await launchWaiting(
+      't-gated',
+      ['/cuda-probe', 'hold', String(GiB / 4)],
+      '{"result":0}',
+    );
+    assert.equal(turnsOf('t-busy'), LIMITS_COMPUTE_TURNS_GPU);
+    assert.equal(turnsOf('t-gated'), LIMITS_COMPUTE_TURNS_GPU);
+    // Another process of the shard, its statistics on (read inside a shard too), launches
+    // while t-busy holds the turn; its environment says nothing about turns.
+    const run = spawnSync(
+      'docker',
+      ['exec', '-e', 'GPUSHARDS_COMPUTE_STATS=1', gated, '/cuda-probe', 'launch', '200'],
+      { encoding: 'utf8' },
+    );
+    assert.match(run.stdout, /"launched":200,"result":0/, run.stderr);
+    const queued = /launches queued behind the gate (\d+)/.exec(run.stderr);
+    assert.ok(queued !== null, `no statistics: ${run.stderr}`);
+    assert.ok(Number(queued[1]) > 0, `nothing queued behind the gate: ${run.stderr}`);
   });
 });
