@@ -124,6 +124,7 @@ for (const kind of TEST_DATABASE_KINDS) {
             'shard_event',
             'shard_gpu',
             'team',
+            'team_quota_total',
             'team_quota_usage',
             'usage_rollup',
             'usage_sample',
