@@ -16,15 +16,16 @@
 //                       database; each case runs against each in turn; keys: name, limits, dist)
 //     [--rounds 1]      (each round runs every case against every variant, the order
 //                       reversed every other round: A B, B A, A B ...; medians at the end)
+//     [--separate]      (each variant on a database of its own, migrated and set up by its own
+//                       build, on the one PostgreSQL: builds whose schemas differ side by side)
 import { fork, spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
-import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -48,6 +49,7 @@ const { values: options } = parseArgs({
     limits: { type: 'string', default: 'on' },
     variants: { type: 'string' },
     rounds: { type: 'string', default: '1' },
+    separate: { type: 'boolean', default: false },
   },
 });
 const SECONDS = Number(options.seconds);
@@ -57,17 +59,17 @@ const TEAMS = Number(options.teams);
 const PROCESSES = Number(options.processes);
 const HOSTS = 1000;
 const GPUS_PER_HOST = 8;
-const GiB = 2 ** 30;
-const MiB = 2 ** 20;
 const dist = resolve(options.dist);
 const PROFILE = options.profile === undefined ? undefined : resolve(options.profile);
 const KEEP_ALIVE = !options['no-keep-alive'];
 const CASES = new Set(options.cases.split(','));
 const STATEMENTS = options.statements;
 const ROUNDS = Number(options.rounds);
+const SEPARATE = options.separate;
 /**
  * The servers to compare, side by side on one database: a build (`dist`) with its request
- * limits on or off. Builds compared this way must share the database schema.
+ * limits on or off. Builds compared this way must share the database schema, unless
+ * `--separate` gives each its own database.
  */
 const VARIANTS = (options.variants ?? `name=${options.limits === 'off' ? 'limits off' : 'build'}`)
   .split(';')
@@ -82,141 +84,32 @@ const VARIANTS = (options.variants ?? `name=${options.limits === 'off' ? 'limits
   });
 let postmaster;
 
-const { startPostgres, createTestDatabase } = await import(`${dist}/testing/index.js`);
-const { createControlPlane } = await import(`${dist}/control-plane.js`);
-const { AgentReportsService } = await import(`${dist}/fleet/agent-reports.service.js`);
+const { startPostgres } = await import(`${dist}/testing/index.js`);
 
 /** Preloaded with --profile: SIGUSR2 exits normally, so that --cpu-prof writes its file. */
 const exitOnSignal = `data:text/javascript,process.on('SIGUSR2',()=>process.exit(0))`;
 
-async function graphql(url, query, variables, token) {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-    body: JSON.stringify({ query, variables }),
-  });
-  return response.json();
-}
-
-function must(body) {
-  if (body.errors) throw new Error(JSON.stringify(body.errors));
-  return body.data;
-}
-
-function registerRequest(i) {
-  const hostId = `host-${String(i).padStart(4, '0')}`;
-  return {
-    protocolVersion: 1,
-    hostId,
-    host: {
-      hostId,
-      name: hostId,
-      labels: { zone: `zone-${i % 4}` },
-      agentVersion: 'bench',
-      driverVersion: '550.54',
-      cudaVersion: '12.4',
-      simulated: true,
-      contextOverheadBytes: 512 * MiB,
-    },
-    gpus: Array.from({ length: GPUS_PER_HOST }, (_, index) => ({
-      uuid: `GPU-${hostId}-${index}`,
-      index,
-      model: 'NVIDIA H100 80GB HBM3',
-      totalBytes: 80 * GiB,
-      usedBytes: 0,
-    })),
-    runningShards: [],
-  };
-}
-
 /**
- * registerHost, tried again when its transaction could not start in time: on a loaded shared
- * box (load average 20+) the pool's 2 s wait for a connection ran out and the set-up died.
+ * A database made empty on the bench's PostgreSQL, then migrated and given the fleet, the teams
+ * and their tokens by a control plane of the build `buildDist` in a child process (set-up.mjs:
+ * two builds' schema engines cannot share one process). Resolves with the teams' tokens.
  */
-async function registerWithRetries(fleet, request, tries = 5) {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await fleet.registerHost(request);
-    } catch (error) {
-      if (attempt >= tries || error?.code !== 'P2028') throw error;
-    }
-  }
-}
-
-/** The fleet, teams and tokens, through a control plane in this process that then stops. */
-async function setUp(database, dataDir) {
-  const silent = new Writable({ write: (_chunk, _encoding, done) => done() });
-  const setup = await createControlPlane({
-    dataDir,
-    database,
-    hostOfflineSeconds: 86_400,
-    port: 0,
-    logLevel: 'silent',
-    operatorOutput: silent,
-    // Set-up only: hundreds of admin requests at once, past a token's rate limit.
-    security: { enforceLimits: false },
+function setUp(database, dataDir, buildDist) {
+  const child = fork(fileURLToPath(new URL('./set-up.mjs', import.meta.url)), [], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  try {
-    const fleet = setup.app.get(AgentReportsService);
-    for (let i = 0; i < HOSTS; i += 10) {
-      await Promise.all(
-        Array.from({ length: 10 }, (_, k) => registerWithRetries(fleet, registerRequest(i + k))),
-      );
-    }
-    const admin = (await readFile(join(dataDir, 'admin-token'), 'utf8')).trim();
-    const tokens = [];
-    for (let i = 0; i < TEAMS; i++) {
-      const { createTeam } = must(
-        await graphql(
-          setup.graphqlUrl,
-          `
-            mutation ($n: String!) {
-              createTeam(name: $n) {
-                id
-              }
-            }
-          `,
-          { n: `team-${i}` },
-          admin,
-        ),
-      );
-      must(
-        await graphql(
-          setup.graphqlUrl,
-          `
-            mutation ($t: ID!) {
-              setQuotaPolicy(
-                teamId: $t
-                input: { maxTotal: "1000t", maxShards: 100000, maxPerShard: "1t" }
-              ) {
-                id
-              }
-            }
-          `,
-          { t: createTeam.id },
-          admin,
-        ),
-      );
-      const { createApiToken } = must(
-        await graphql(
-          setup.graphqlUrl,
-          `
-            mutation ($t: ID!) {
-              createApiToken(teamId: $t, role: MEMBER, name: "bench") {
-                secret
-              }
-            }
-          `,
-          { t: createTeam.id },
-          admin,
-        ),
-      );
-      tokens.push(createApiToken.secret);
-    }
-    return tokens;
-  } finally {
-    await setup.close();
-  }
+  return new Promise((resolveTokens, reject) => {
+    child.once('message', resolveTokens);
+    child.once('exit', (code) => reject(new Error(`set-up exited with ${code}`)));
+    child.send({
+      dist: buildDist,
+      database,
+      dataDir,
+      hosts: HOSTS,
+      gpusPerHost: GPUS_PER_HOST,
+      teams: TEAMS,
+    });
+  });
 }
 
 /** The control plane as main.js runs it (serve.mjs) on the database; resolves with its GraphQL URL. */
@@ -277,25 +170,31 @@ function postmasterOf(dir) {
   return undefined;
 }
 
-/** One case in the load process, with the CPU the server, PostgreSQL and the client used. */
-async function measure(servers, tokens, job) {
+/**
+ * One case in the load process against `servers`, with the CPU the server, PostgreSQL and the
+ * client used. `db`: the variant's database (its tokens and its statistics client).
+ */
+async function measure(servers, db, job) {
+  const { stats, tokens } = db;
   const serverCpu = () => servers.reduce((sum, { child }) => sum + cpuOf(child.pid), 0);
   // Reset before counting, so that the count taken after the case starts from this one.
   if (STATEMENTS) await stats.query('SELECT pg_stat_statements_reset()');
+  const shards = Number((await stats.query('SELECT count(*) AS n FROM shard')).rows[0].n);
   const before = {
     server: serverCpu(),
     postgres: postgresCpu(postmaster),
-    statements: await statementCount(),
+    statements: await statementCount(stats),
   };
   const answer = new Promise((resolveAnswer) => load.once('message', resolveAnswer));
   load.send({ urls: servers.map((s) => s.graphqlUrl), tokens, ...job });
   const result = await answer;
-  if (STATEMENTS) await printStatements(job, result.ms.length);
+  if (STATEMENTS) await printStatements(stats, job, result.ms.length);
   return {
     ...result,
+    shards,
     serverCpuMs: (serverCpu() - before.server) * 1000,
     // Minus the count query itself; includes the background refreshes during the case.
-    statements: (await statementCount()) - before.statements - 1,
+    statements: (await statementCount(stats)) - before.statements - 1,
     postgresCpuMs: (postgresCpu(postmaster) - before.postgres) * 1000,
   };
 }
@@ -309,6 +208,8 @@ function summary(name, result) {
   const perRequest = (cpuMs) => cpuMs / Math.max(1, result.ms.length);
   return {
     case: name,
+    // Shards in the database when the case began (ended ones too: none end here).
+    shards: result.shards,
     requests: result.ms.length,
     failures: JSON.stringify(failures),
     'ok/s': ms.length / result.elapsed,
@@ -378,20 +279,22 @@ const server = await startPostgres({
     full_page_writes: options['no-fsync'] ? 'off' : 'on',
   },
 });
-const database = await createTestDatabase('postgres', { server });
-const stats = new pg.Client({ connectionString: database.config.url });
-await stats.connect();
-await stats.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
-/** Statements run in the bench database so far (pg_stat_statements). */
-async function statementCount() {
+/** Creates and drops the bench's databases. */
+const superuser = new pg.Client({ connectionString: server.url });
+await superuser.connect();
+/** Statements run in the bench database of `stats` so far (pg_stat_statements). */
+async function statementCount(stats) {
   const { rows } = await stats.query(
     `SELECT coalesce(sum(calls), 0)::bigint AS calls FROM pg_stat_statements
       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
   );
   return Number(rows[0].calls);
 }
-/** What PostgreSQL spent its time on during one case, per request, most expensive first. */
-async function printStatements(job, requests) {
+/**
+ * What PostgreSQL spent its time on during one case, per request, most expensive first; and
+ * the tables with the most dead rows (left by updates and deletes until VACUUM).
+ */
+async function printStatements(stats, job, requests) {
   const { rows } = await stats.query(
     `SELECT calls, total_plan_time AS plan, total_exec_time AS exec, max_exec_time AS max, query FROM pg_stat_statements
       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -407,23 +310,51 @@ async function printStatements(job, requests) {
       query: row.query.replace(/\s+/g, ' ').slice(0, 70),
     })),
   );
+  const { rows: tables } = await stats.query(
+    `SELECT relname AS table, n_live_tup AS live, n_dead_tup AS dead,
+            autovacuum_count AS autovacuums, autoanalyze_count AS autoanalyzes
+       FROM pg_stat_user_tables ORDER BY n_dead_tup DESC LIMIT 4`,
+  );
+  console.table(tables);
 }
-await database.prisma.close();
-const dataDir = await mkdtemp(join(os.tmpdir(), 'gpushards-bench-'));
-/** Per variant: its servers (`--processes` of them). */
-const groups = VARIANTS.map((variant) => ({ variant, servers: [] }));
+/**
+ * A database of its own, migrated by the build `buildDist`, with the fleet, the teams and
+ * their tokens set up, and a client for its statistics.
+ */
+async function benchDatabase(buildDist) {
+  const name = `gpushards_bench_${randomBytes(6).toString('hex')}`;
+  await superuser.query(`CREATE DATABASE "${name}"`);
+  const config = { url: server.urlFor(name), embeddedDataDir: '', poolSize: 5 };
+  const dataDir = await mkdtemp(join(os.tmpdir(), 'gpushards-bench-'));
+  const db = { name, config, stats: undefined, dataDir, tokens: [] };
+  databases.push(db);
+  const setupStarted = performance.now();
+  db.tokens = await setUp(config, dataDir, buildDist);
+  console.log(
+    `set up ${HOSTS} hosts × ${GPUS_PER_HOST} GPUs and ${TEAMS} teams in ${Math.round(performance.now() - setupStarted)} ms (${name}, ${buildDist})`,
+  );
+  db.stats = new pg.Client({ connectionString: config.url });
+  await db.stats.connect();
+  await db.stats.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+  return db;
+}
+/** Every database made, for the clean-up. */
+const databases = [];
+/** Per variant: its database and its servers (`--processes` of them). */
+const groups = VARIANTS.map((variant) => ({ variant, db: undefined, servers: [] }));
 const servers = [];
 try {
-  const setupStarted = performance.now();
-  const tokens = await setUp(database.config, dataDir);
-  console.log(
-    `set up ${HOSTS} hosts × ${GPUS_PER_HOST} GPUs and ${TEAMS} teams in ${Math.round(performance.now() - setupStarted)} ms`,
-  );
+  if (SEPARATE) {
+    for (const group of groups) group.db = await benchDatabase(group.variant.dist);
+  } else {
+    const shared = await benchDatabase(dist);
+    for (const group of groups) group.db = shared;
+  }
   for (const group of groups) {
     for (let i = 0; i < PROCESSES; i++) {
       const started = await startServer(
-        database.config.url,
-        dataDir,
+        group.db.config.url,
+        group.db.dataDir,
         Number(options.pool),
         group.variant,
       );
@@ -434,7 +365,7 @@ try {
   postmaster = postmasterOf(server.dir);
   const closed = { seconds: SECONDS, concurrency: CONCURRENCY, keepAlive: KEEP_ALIVE };
   for (const group of groups) {
-    await measure(group.servers, tokens, { ...closed, seconds: 2, operation: 'create' });
+    await measure(group.servers, group.db, { ...closed, seconds: 2, operation: 'create' });
   }
   const rows = [];
   // Background work with no requests (the fleet cache's refresh every second, the sweeps).
@@ -465,14 +396,14 @@ try {
   ];
   for (let round = 1; round <= ROUNDS; round++) {
     const order = round % 2 === 1 ? groups : [...groups].reverse();
-    for (const { variant, servers: serversOf } of order) {
+    for (const { variant, db, servers: serversOf } of order) {
       const speed = boxSpeed();
       for (const [name, job] of cases) {
         rows.push({
           variant: variant.name,
           round,
           'box ms': Math.round(speed),
-          ...summary(name, await measure(serversOf, tokens, job)),
+          ...summary(name, await measure(serversOf, db, job)),
         });
       }
     }
@@ -515,8 +446,11 @@ try {
       ({ child }) => new Promise((r) => (child.exitCode === null ? child.once('exit', r) : r())),
     ),
   );
-  await stats.end();
-  await database.cleanup();
+  for (const { name, stats, dataDir } of databases) {
+    await stats?.end();
+    await superuser.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+    await rm(dataDir, { recursive: true, force: true });
+  }
+  await superuser.end();
   await server.stop();
-  await rm(dataDir, { recursive: true, force: true });
 }
