@@ -174,7 +174,7 @@ function postmasterOf(dir) {
  * One case in the load process against `servers`, with the CPU the server, PostgreSQL and the
  * client used. `db`: the variant's database (its tokens and its statistics client).
  */
-async function measure(servers, db, job) {
+async function measure(servers, db, job, label = '') {
   const { stats, tokens } = db;
   const serverCpu = () => servers.reduce((sum, { child }) => sum + cpuOf(child.pid), 0);
   // Reset before counting, so that the count taken after the case starts from this one.
@@ -188,7 +188,7 @@ async function measure(servers, db, job) {
   const answer = new Promise((resolveAnswer) => load.once('message', resolveAnswer));
   load.send({ urls: servers.map((s) => s.graphqlUrl), tokens, ...job });
   const result = await answer;
-  if (STATEMENTS) await printStatements(stats, job, result.ms.length);
+  if (STATEMENTS) await printStatements(stats, job, result.ms.length, label);
   return {
     ...result,
     shards,
@@ -294,13 +294,15 @@ async function statementCount(stats) {
  * What PostgreSQL spent its time on during one case, per request, most expensive first; and
  * the tables with the most dead rows (left by updates and deletes until VACUUM).
  */
-async function printStatements(stats, job, requests) {
+async function printStatements(stats, job, requests, label) {
   const { rows } = await stats.query(
     `SELECT calls, total_plan_time AS plan, total_exec_time AS exec, max_exec_time AS max, query FROM pg_stat_statements
       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
       ORDER BY total_plan_time + total_exec_time DESC LIMIT 16`,
   );
-  console.log(`statements, ${job.operation} ${job.rate ? `at ${job.rate} req/s` : 'closed loop'}:`);
+  console.log(
+    `statements, ${label}${job.operation} ${job.rate ? `at ${job.rate} req/s` : 'closed loop'}:`,
+  );
   console.table(
     rows.map((row) => ({
       'calls/req': (Number(row.calls) / Math.max(1, requests)).toFixed(2),
@@ -365,7 +367,12 @@ try {
   postmaster = postmasterOf(server.dir);
   const closed = { seconds: SECONDS, concurrency: CONCURRENCY, keepAlive: KEEP_ALIVE };
   for (const group of groups) {
-    await measure(group.servers, group.db, { ...closed, seconds: 2, operation: 'create' });
+    await measure(
+      group.servers,
+      group.db,
+      { ...closed, seconds: 2, operation: 'create' },
+      `${group.variant.name}, warm-up, `,
+    );
   }
   const rows = [];
   // Background work with no requests (the fleet cache's refresh every second, the sweeps).
@@ -403,7 +410,7 @@ try {
           variant: variant.name,
           round,
           'box ms': Math.round(speed),
-          ...summary(name, await measure(serversOf, db, job)),
+          ...summary(name, await measure(serversOf, db, job, `${variant.name}, round ${round}, `)),
         });
       }
     }
