@@ -5,22 +5,10 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import { graphql, must } from '../graphql.mjs';
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
-async function graphql(url, query, variables, token) {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-    body: JSON.stringify({ query, variables }),
-  });
-  return response.json();
-}
-
-function must(body) {
-  if (body.errors) throw new Error(JSON.stringify(body.errors));
-  return body.data;
-}
 
 function registerRequest(i, gpusPerHost) {
   const hostId = `host-${String(i).padStart(4, '0')}`;

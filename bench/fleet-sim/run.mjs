@@ -26,6 +26,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
 import { quantile } from '../quantile.mjs';
+import { graphql, must } from '../graphql.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -130,18 +131,6 @@ function natsPid() {
 }
 
 // ---------- GraphQL ----------
-async function graphql(url, query, variables, token) {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-    body: JSON.stringify({ query, variables }),
-  });
-  return response.json();
-}
-function must(body) {
-  if (body.errors) throw new Error(JSON.stringify(body.errors));
-  return body.data;
-}
 
 // ---------- processes ----------
 async function freePort() {
