@@ -5,7 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { graphql, must } from '../graphql.mjs';
+import { teamToken } from '../graphql.mjs';
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
@@ -77,52 +77,13 @@ async function setUp({ database, dataDir, dist: buildDist, hosts, gpusPerHost, t
     const admin = (await readFile(join(dataDir, 'admin-token'), 'utf8')).trim();
     const tokens = [];
     for (let i = 0; i < teams; i++) {
-      const { createTeam } = must(
-        await graphql(
-          setup.graphqlUrl,
-          `
-            mutation ($n: String!) {
-              createTeam(name: $n) {
-                id
-              }
-            }
-          `,
-          { n: `team-${i}` },
-          admin,
-        ),
+      tokens.push(
+        await teamToken(setup.graphqlUrl, admin, {
+          team: `team-${i}`,
+          maxTotal: '1000t',
+          tokenName: 'bench',
+        }),
       );
-      must(
-        await graphql(
-          setup.graphqlUrl,
-          `
-            mutation ($t: ID!) {
-              setQuotaPolicy(
-                teamId: $t
-                input: { maxTotal: "1000t", maxShards: 100000, maxPerShard: "1t" }
-              ) {
-                id
-              }
-            }
-          `,
-          { t: createTeam.id },
-          admin,
-        ),
-      );
-      const { createApiToken } = must(
-        await graphql(
-          setup.graphqlUrl,
-          `
-            mutation ($t: ID!) {
-              createApiToken(teamId: $t, role: MEMBER, name: "bench") {
-                secret
-              }
-            }
-          `,
-          { t: createTeam.id },
-          admin,
-        ),
-      );
-      tokens.push(createApiToken.secret);
     }
     return tokens;
   } finally {

@@ -26,7 +26,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
 import { quantile } from '../quantile.mjs';
-import { graphql, must } from '../graphql.mjs';
+import { graphql, teamToken } from '../graphql.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -316,48 +316,9 @@ try {
   const admin = (await readFile(join(dataDirs[0], 'admin-token'), 'utf8')).trim();
   const url = controlPlanes[0].graphqlUrl;
   /** A team with room for the whole run, and a MEMBER token of it. */
-  const teamToken = async (name) => {
-    const { createTeam } = must(
-      await graphql(
-        url,
-        'mutation ($name: String!) { createTeam(name: $name) { id } }',
-        { name },
-        admin,
-      ),
-    );
-    must(
-      await graphql(
-        url,
-        `
-          mutation ($t: ID!) {
-            setQuotaPolicy(
-              teamId: $t
-              input: { maxTotal: "5000t", maxShards: 100000, maxPerShard: "1t" }
-            ) {
-              id
-            }
-          }
-        `,
-        { t: createTeam.id },
-        admin,
-      ),
-    );
-    return must(
-      await graphql(
-        url,
-        `
-          mutation ($t: ID!) {
-            createApiToken(teamId: $t, role: MEMBER, name: "fleet-sim") {
-              secret
-            }
-          }
-        `,
-        { t: createTeam.id },
-        admin,
-      ),
-    ).createApiToken.secret;
-  };
-  const token = await teamToken('fleet-sim');
+  const memberToken = (name) =>
+    teamToken(url, admin, { team: name, maxTotal: '5000t', tokenName: 'fleet-sim' });
+  const token = await memberToken('fleet-sim');
 
   // Register the fleet.
   const started = performance.now();
@@ -446,7 +407,7 @@ try {
   if (SCENARIOS.has('create')) {
     const tokens = [token];
     for (let t = 1; t < Number(options['create-teams']); t++) {
-      tokens.push(await teamToken(`fleet-sim-${t}`));
+      tokens.push(await memberToken(`fleet-sim-${t}`));
     }
     await createUnderHeartbeats(tokens);
   }
