@@ -85,9 +85,9 @@ export interface AgentOptions {
    */
   readonly computeLedgerDir?: string;
   /**
-   * Where libvgpu.so makes every shard of this host wait for its compute turns: 'cpu' (the
-   * default) or 'gpu', behind a gate in the shard's streams (docs/compute.md, "Turns on the
-   * GPU"). Written into each shard's limits file when its container is created; a running shard
+   * Where libvgpu.so makes every shard of this host wait for its compute turns: 'gpu' (the
+   * default), behind a gate in the shard's streams (docs/compute.md, "Turns on the GPU"), or
+   * 'cpu', in its launch calls. Written into each shard's limits file when its container is created; a running shard
    * keeps what it started with.
    */
   readonly computeTurns?: ComputeTurns;
