@@ -2,14 +2,24 @@ import { isFinal, type ShardState } from './states.js';
 import { stoppedStateOf, type NextState, type StopIntent } from './transitions.js';
 
 /**
+ * Where the GPU memory of a running container's CUDA processes is, as the agent reads it from
+ * the driver's checkpoint state of each process: all on the GPU (or no CUDA process at all),
+ * all in host RAM, or in between (some locked or checkpointed: a suspend or resume that did
+ * not finish, e.g. the agent was killed mid-way).
+ */
+export const OBSERVED_MEMORY = ['resident', 'suspended', 'partial'] as const;
+export type ObservedMemory = (typeof OBSERVED_MEMORY)[number];
+
+/**
  * What the host observes of a shard's container (Docker's State.Status, or no container).
- * `exited` carries the exit code.
+ * `exited` carries the exit code; `running` and `paused` where its memory is (absent: an agent
+ * that does not suspend, so resident).
  */
 export type ContainerObservation =
   | { readonly kind: 'absent' }
   | { readonly kind: 'created' }
-  | { readonly kind: 'running' }
-  | { readonly kind: 'paused' }
+  | { readonly kind: 'running'; readonly memory?: ObservedMemory }
+  | { readonly kind: 'paused'; readonly memory?: ObservedMemory }
   | { readonly kind: 'restarting' }
   | { readonly kind: 'exited'; readonly exitCode: number }
   | { readonly kind: 'dead' }
@@ -28,14 +38,22 @@ export const CONTAINER_KINDS: readonly ContainerKind[] = [
   'removing',
 ];
 
-/** Reads Docker's State.Status word (unknown words count as dead: not usable, removed). */
-export function observationOf(status: string | undefined, exitCode = 0): ContainerObservation {
+/**
+ * Reads Docker's State.Status word (unknown words count as dead: not usable, removed), with
+ * where a running or paused container's memory is.
+ */
+export function observationOf(
+  status: string | undefined,
+  exitCode = 0,
+  memory?: ObservedMemory,
+): ContainerObservation {
   switch (status) {
     case undefined:
       return { kind: 'absent' };
-    case 'created':
     case 'running':
     case 'paused':
+      return memory === undefined ? { kind: status } : { kind: status, memory };
+    case 'created':
     case 'restarting':
     case 'dead':
     case 'removing':
@@ -47,20 +65,28 @@ export function observationOf(status: string | undefined, exitCode = 0): Contain
   }
 }
 
-/** What the shard's container should be, by the shard's state. */
-export type DesiredContainer = 'run' | 'stopped' | 'none';
+/**
+ * What the shard's container should be, by the shard's state. `suspended`: running with its
+ * GPU memory in host RAM, and never launched afresh (a new container would not have it).
+ */
+export type DesiredContainer = 'run' | 'suspended' | 'stopped' | 'none';
 
 /**
- * PLACED, STARTING and RUNNING shards run; a PENDING or DELETED one has no container; every
- * other state keeps its container stopped (logs stay readable; the agent keeps the newest).
- * A LOST shard's container is kept stopped too: the host decides it on its way back.
+ * PLACED, STARTING, RUNNING and RESUMING shards run; SUSPENDING and SUSPENDED ones run
+ * suspended; a PENDING or DELETED one has no container; every other state keeps its container
+ * stopped (logs stay readable; the agent keeps the newest). A LOST shard's container is kept
+ * stopped too: the host decides it on its way back.
  */
 export function desiredContainerOf(state: ShardState): DesiredContainer {
   switch (state) {
     case 'PLACED':
     case 'STARTING':
     case 'RUNNING':
+    case 'RESUMING':
       return 'run';
+    case 'SUSPENDING':
+    case 'SUSPENDED':
+      return 'suspended';
     case 'PENDING':
     case 'DELETED':
       return 'none';
@@ -112,6 +138,21 @@ export function containerActionFor(
           return 'none';
       }
       break;
+    case 'suspended':
+      switch (observed) {
+        case 'paused':
+          return 'unpause';
+        case 'dead':
+          return 'remove';
+        case 'absent':
+        case 'created':
+        case 'running':
+        case 'restarting':
+        case 'exited':
+        case 'removing':
+          return 'none';
+      }
+      break;
     case 'stopped':
       switch (observed) {
         case 'running':
@@ -132,6 +173,37 @@ export function containerActionFor(
   }
 }
 
+/** Where a running shard's GPU memory should be, by its state (undefined: it should not run). */
+export type DesiredMemory = 'resident' | 'suspended';
+
+export function desiredMemoryOf(state: ShardState): DesiredMemory | undefined {
+  switch (desiredContainerOf(state)) {
+    case 'run':
+      return 'resident';
+    case 'suspended':
+      return 'suspended';
+    case 'stopped':
+    case 'none':
+      return undefined;
+  }
+}
+
+/**
+ * What the agent does to a running container's memory: lock and checkpoint every CUDA process
+ * (`suspend`), restore and unlock them (`resume`), or nothing. A partial observation is
+ * finished in the direction the state wants: a suspend or resume is idempotent per process.
+ */
+export type MemoryAction = 'none' | 'suspend' | 'resume';
+
+export function memoryActionFor(desired: DesiredMemory, observed: ObservedMemory): MemoryAction {
+  switch (desired) {
+    case 'resident':
+      return observed === 'resident' ? 'none' : 'resume';
+    case 'suspended':
+      return observed === 'suspended' ? 'none' : 'suspend';
+  }
+}
+
 /** What a shard's state becomes, given its container, and what the agent does. */
 export interface Convergence {
   /** Undefined: the state stays. */
@@ -140,6 +212,8 @@ export interface Convergence {
   readonly reason?: string;
   readonly exitCode?: number;
   readonly container: ContainerAction;
+  /** What to do to its memory (only while its container runs or is paused). */
+  readonly memory: MemoryAction;
 }
 
 /**
@@ -160,7 +234,21 @@ export function converge(
   return {
     ...(next ?? { next: undefined }),
     container: containerActionFor(desiredContainerOf(after), observed.kind),
+    memory: memoryActionOn(after, observed),
   };
+}
+
+function memoryActionOn(state: ShardState, observed: ContainerObservation): MemoryAction {
+  if (observed.kind !== 'running' && observed.kind !== 'paused') return 'none';
+  const desired = desiredMemoryOf(state);
+  return desired === undefined ? 'none' : memoryActionFor(desired, observed.memory ?? 'resident');
+}
+
+/** The memory a running or paused container's processes were seen with (resident if unsaid). */
+function memoryOf(observed: ContainerObservation): ObservedMemory {
+  return observed.kind === 'running' || observed.kind === 'paused'
+    ? (observed.memory ?? 'resident')
+    : 'resident';
 }
 
 function nextStateOf(
@@ -200,6 +288,32 @@ function nextStateOf(
           return undefined;
       }
       break;
+    case 'SUSPENDING':
+    case 'SUSPENDED':
+    case 'RESUMING':
+      switch (kind) {
+        case 'running':
+        case 'paused':
+          return settledMove(state, memoryOf(observed));
+        case 'exited':
+          return {
+            next: { state: 'EXITED', cause: 'exited' },
+            exitCode: observed.exitCode,
+            reason: `its container was found stopped by reconciliation (exit code ${observed.exitCode})`,
+          };
+        case 'dead':
+          return { next: { state: 'FAILED', cause: 'failed' }, reason: 'its container is dead' };
+        case 'absent':
+        case 'created':
+          return {
+            next: { state: 'FAILED', cause: 'failed' },
+            reason: 'its container is gone, and its GPU memory with it',
+          };
+        case 'restarting':
+        case 'removing':
+          return undefined;
+      }
+      break;
     case 'STOPPING':
       switch (kind) {
         case 'running':
@@ -219,7 +333,11 @@ function nextStateOf(
       switch (kind) {
         case 'running':
         case 'paused':
-          return { next: { state: 'RUNNING', cause: 'recovered' } };
+          // Memory seen anywhere but all on the GPU comes back suspended: no room needed, and
+          // the agent finishes the suspend it had begun.
+          return memoryOf(observed) === 'resident'
+            ? { next: { state: 'RUNNING', cause: 'recovered' } }
+            : { next: { state: 'SUSPENDED', cause: 'recovered' } };
         case 'exited':
           return {
             next: { state: 'EXITED', cause: 'exited' },
@@ -239,4 +357,25 @@ function nextStateOf(
       }
   }
   return undefined;
+}
+
+/**
+ * A suspend or resume whose end the agent's event did not bring (lost, or the agent restarted):
+ * a SUSPENDING shard seen all in host RAM is SUSPENDED, a RESUMING one seen all on the GPU is
+ * RUNNING. Anything else stays, and the memory action finishes the move.
+ */
+function settledMove(
+  state: 'SUSPENDING' | 'SUSPENDED' | 'RESUMING',
+  memory: ObservedMemory,
+): { next: NextState } | undefined {
+  switch (state) {
+    case 'SUSPENDING':
+      return memory === 'suspended'
+        ? { next: { state: 'SUSPENDED', cause: 'suspended' } }
+        : undefined;
+    case 'RESUMING':
+      return memory === 'resident' ? { next: { state: 'RUNNING', cause: 'resumed' } } : undefined;
+    case 'SUSPENDED':
+      return undefined;
+  }
 }

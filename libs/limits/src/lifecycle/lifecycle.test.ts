@@ -4,6 +4,7 @@ import fc from 'fast-check';
 import {
   countsAgainstQuota,
   FINAL_STATES,
+  holdsHostMemory,
   holdsReservation,
   isFinal,
   SHARD_STATES,
@@ -19,6 +20,7 @@ import {
   INITIAL_STATES,
   nextOnReport,
   reservationChange,
+  SUSPEND_CAUSES,
   TRANSITIONS,
   type StopIntent,
 } from './transitions.js';
@@ -27,7 +29,12 @@ import {
   containerActionFor,
   converge,
   desiredContainerOf,
+  desiredMemoryOf,
+  memoryActionFor,
+  OBSERVED_MEMORY,
   type ContainerObservation,
+  type MemoryAction,
+  type ObservedMemory,
 } from './convergence.js';
 import {
   DEFAULT_STUCK_SECONDS,
@@ -38,12 +45,16 @@ import {
 
 const state = fc.constantFrom(...SHARD_STATES);
 const intent = fc.constantFrom<StopIntent>('stop', 'requeue', 'preempt');
+const memory = fc.constantFrom<ObservedMemory | undefined>(...OBSERVED_MEMORY, undefined);
 const observation: fc.Arbitrary<ContainerObservation> = fc.oneof(
   fc.constantFrom<ContainerObservation>(
-    ...CONTAINER_KINDS.filter((k) => k !== 'exited').map(
+    ...CONTAINER_KINDS.filter((k) => k !== 'exited' && k !== 'running' && k !== 'paused').map(
       (kind) => ({ kind }) as ContainerObservation,
     ),
   ),
+  fc
+    .tuple(fc.constantFrom('running' as const, 'paused' as const), memory)
+    .map(([kind, where]) => (where === undefined ? { kind } : { kind, memory: where })),
   fc.integer({ min: 0, max: 255 }).map((exitCode) => ({ kind: 'exited' as const, exitCode })),
 );
 
@@ -193,7 +204,7 @@ function reconcileOnce(world: World, why: StopIntent, room: boolean): boolean {
   let changed = false;
   if (decision.next !== undefined && decision.next.state !== world.state) {
     let { state: to, cause } = decision.next;
-    if (cause === 'recovered' && !room) {
+    if (cause === 'recovered' && to === 'RUNNING' && !room) {
       to = 'FAILED';
       cause = 'failed';
     }
@@ -206,9 +217,30 @@ function reconcileOnce(world: World, why: StopIntent, room: boolean): boolean {
     // The agent acts on the reply, which reflects the new state.
     const action = containerActionFor(desiredContainerOf(to), world.container.kind);
     changed = act(world, action) || changed;
-    return changed;
+    return moveMemory(world, to) || changed;
   }
-  return act(world, decision.container) || changed;
+  changed = act(world, decision.container) || changed;
+  return moveMemory(world, world.state) || changed;
+}
+
+/** The agent moves a running container's memory where the state wants it (after acting on it). */
+function moveMemory(world: World, state: ShardState): boolean {
+  const container = world.container;
+  if (container.kind !== 'running' && container.kind !== 'paused') return false;
+  const desired = desiredMemoryOf(state);
+  if (desired === undefined) return false;
+  const action: MemoryAction = memoryActionFor(desired, container.memory ?? 'resident');
+  switch (action) {
+    case 'none':
+      return false;
+    case 'suspend':
+      world.container = { kind: container.kind, memory: 'suspended' };
+      return true;
+    case 'resume':
+      assert.ok(world.reserved, `${state}: memory moved back to a GPU without a reservation`);
+      world.container = { kind: container.kind, memory: 'resident' };
+      return true;
+  }
 }
 
 function act(world: World, action: ReturnType<typeof containerActionFor>): boolean {
@@ -217,15 +249,22 @@ function act(world: World, action: ReturnType<typeof containerActionFor>): boole
       return false;
     case 'launch':
       assert.equal(world.container.kind, 'absent', 'a launch never makes a second container');
+      assert.ok(world.reserved, `${world.state}: a launch without a reservation`);
       world.container = { kind: 'running' };
       return true;
     case 'relaunch':
       assert.equal(world.container.kind, 'created', 'only a container that never ran is replaced');
+      assert.ok(world.reserved, `${world.state}: a launch without a reservation`);
       world.container = { kind: 'running' };
       return true;
-    case 'unpause':
-      world.container = { kind: 'running' };
+    case 'unpause': {
+      const paused = world.container;
+      world.container =
+        paused.kind === 'paused' && paused.memory !== undefined
+          ? { kind: 'running', memory: paused.memory }
+          : { kind: 'running' };
       return true;
+    }
     case 'stop':
       world.container = { kind: 'exited', exitCode: 137 };
       return true;
@@ -252,7 +291,7 @@ describe('convergence table', () => {
   });
 
   test('a launch only where no container exists (at most one container per shard)', () => {
-    for (const desired of ['run', 'stopped', 'none'] as const) {
+    for (const desired of ['run', 'suspended', 'stopped', 'none'] as const) {
       for (const kind of CONTAINER_KINDS) {
         const action = containerActionFor(desired, kind);
         if (action === 'launch') assert.equal(kind, 'absent');
@@ -286,7 +325,18 @@ describe('convergence table', () => {
           assert.ok(stable, `not stable after 8 rounds from ${start} × ${container.kind}`);
           const desired = desiredContainerOf(world.state);
           const kind = world.container.kind;
-          if (desired === 'run') assert.equal(kind, 'running', `${world.state} with ${kind}`);
+          const where = kind === 'running' ? (world.container.memory ?? 'resident') : undefined;
+          if (desired === 'run') {
+            assert.equal(kind, 'running', `${world.state} with ${kind}`);
+            assert.equal(where, 'resident', `${world.state} with its memory ${where}`);
+          }
+          if (desired === 'suspended') {
+            assert.equal(kind, 'running', `${world.state} with ${kind}`);
+            assert.equal(where, 'suspended', `${world.state} with its memory ${where}`);
+          }
+          // GPU memory is held only under a reservation.
+          if (kind === 'running' && where !== 'suspended')
+            assert.ok(world.reserved, `${world.state}: memory on the GPU without a reservation`);
           if (desired === 'stopped')
             assert.ok(
               !['running', 'paused', 'restarting', 'dead'].includes(kind),
@@ -296,6 +346,8 @@ describe('convergence table', () => {
           assert.equal(world.reserved, holdsReservation(world.state));
           if (world.reserved)
             assert.equal(kind, 'running', 'a reservation held by a shard that runs nothing');
+          if (world.reserved)
+            assert.equal(where, 'resident', 'a reservation held by a shard whose memory is away');
           // No final state moved anywhere: it stayed as it started.
           if (isFinal(start)) assert.equal(world.state, start);
         },
@@ -321,6 +373,126 @@ describe('convergence table', () => {
   });
 });
 
+describe('elastic memory: suspend and resume', () => {
+  const running = (where: ObservedMemory): ContainerObservation => ({
+    kind: 'running',
+    memory: where,
+  });
+
+  test('a suspended shard holds no reservation but host memory, and keeps its quota; the moves between hold both', () => {
+    assert.equal(holdsReservation('SUSPENDED'), false);
+    assert.equal(holdsHostMemory('SUSPENDED'), true);
+    for (const moving of ['SUSPENDING', 'RESUMING'] as const) {
+      assert.equal(holdsReservation(moving), true, moving);
+      assert.equal(holdsHostMemory(moving), true, moving);
+    }
+    for (const s of ['SUSPENDING', 'SUSPENDED', 'RESUMING'] as const) {
+      assert.equal(countsAgainstQuota(s), true, s);
+    }
+    assert.equal(reservationChange('SUSPENDING', 'SUSPENDED'), 'release');
+    assert.equal(reservationChange('SUSPENDED', 'RESUMING'), 'acquire');
+    assert.equal(reservationChange('SUSPENDED', 'STOPPED'), 'keep');
+    assert.equal(reservationChange('RESUMING', 'SUSPENDED'), 'release');
+  });
+
+  test('every suspend cause starts from RUNNING only, and a suspended shard is never reclaimed', () => {
+    for (const cause of SUSPEND_CAUSES) {
+      for (const from of SHARD_STATES) {
+        assert.equal(
+          canTransition(from, 'SUSPENDING', cause),
+          from === 'RUNNING',
+          `${from} by ${cause}`,
+        );
+      }
+    }
+    for (const s of ['SUSPENDING', 'SUSPENDED', 'RESUMING'] as const) {
+      assert.equal(canTransition(s, 'STOPPING', 'reclaim'), false, s);
+    }
+  });
+
+  test('memory reports settle only the move they answer; late ones change nothing', () => {
+    assert.deepEqual(nextOnReport('SUSPENDING', 'SUSPENDED'), {
+      state: 'SUSPENDED',
+      cause: 'suspended',
+    });
+    assert.deepEqual(nextOnReport('SUSPENDING', 'SUSPEND_FAILED'), {
+      state: 'RUNNING',
+      cause: 'suspend-failed',
+    });
+    assert.deepEqual(nextOnReport('RESUMING', 'RESUMED'), { state: 'RUNNING', cause: 'resumed' });
+    assert.deepEqual(nextOnReport('RESUMING', 'RESUME_FAILED'), {
+      state: 'SUSPENDED',
+      cause: 'resume-failed',
+    });
+    assert.deepEqual(nextOnReport('LOST', 'SUSPENDED'), { state: 'SUSPENDED', cause: 'recovered' });
+    // A late SUSPENDED of the previous suspend arrives while the shard resumes, a late RUNNING
+    // (from its launch) while it suspends: neither moves it.
+    assert.equal(nextOnReport('RESUMING', 'SUSPENDED'), undefined);
+    assert.equal(nextOnReport('SUSPENDING', 'RUNNING'), undefined);
+    assert.equal(nextOnReport('SUSPENDED', 'RUNNING'), undefined);
+    assert.equal(nextOnReport('RUNNING', 'RESUMED'), undefined);
+    assert.equal(nextOnReport('SUSPENDED', 'EXITED')?.state, 'EXITED');
+    assert.equal(nextOnReport('STOPPING', 'SUSPENDED'), undefined);
+  });
+
+  test('crash points converge: a lost command, an agent killed mid-checkpoint, a lost event, a host back', () => {
+    // The control plane committed SUSPENDING and died before sending the command: the next
+    // reconcile has the agent suspend.
+    assert.deepEqual(converge('SUSPENDING', running('resident')), {
+      next: undefined,
+      container: 'none',
+      memory: 'suspend',
+    });
+    // The agent was killed mid-checkpoint (some processes locked or moved): finished either way.
+    assert.equal(converge('SUSPENDING', running('partial')).memory, 'suspend');
+    assert.equal(converge('RESUMING', running('partial')).memory, 'resume');
+    assert.equal(converge('SUSPENDED', running('partial')).memory, 'suspend');
+    // A suspend that failed half-way leaves a RUNNING shard partly moved: it is brought back.
+    assert.equal(converge('RUNNING', running('partial')).memory, 'resume');
+    // The event that ended the move was lost: the observation settles it.
+    assert.deepEqual(converge('SUSPENDING', running('suspended')).next, {
+      state: 'SUSPENDED',
+      cause: 'suspended',
+    });
+    assert.deepEqual(converge('RESUMING', running('resident')).next, {
+      state: 'RUNNING',
+      cause: 'resumed',
+    });
+    // A host back from a loss: suspended or half-moved memory comes back suspended (no room needed).
+    assert.deepEqual(converge('LOST', running('suspended')).next, {
+      state: 'SUSPENDED',
+      cause: 'recovered',
+    });
+    assert.deepEqual(converge('LOST', running('partial')).next, {
+      state: 'SUSPENDED',
+      cause: 'recovered',
+    });
+    assert.deepEqual(converge('LOST', running('resident')).next, {
+      state: 'RUNNING',
+      cause: 'recovered',
+    });
+  });
+
+  test('a suspended shard is never launched afresh: its memory lived in the container that is gone', () => {
+    for (const s of ['SUSPENDING', 'SUSPENDED', 'RESUMING'] as const) {
+      for (const kind of ['absent', 'created'] as const) {
+        const decision = converge(s, { kind });
+        assert.equal(decision.next?.state, 'FAILED', `${s} × ${kind}`);
+        assert.notEqual(decision.container, 'launch');
+        assert.notEqual(decision.container, 'relaunch');
+      }
+      assert.deepEqual(converge(s, { kind: 'exited', exitCode: 137 }).next, {
+        state: 'EXITED',
+        cause: 'exited',
+      });
+    }
+    for (const kind of CONTAINER_KINDS) {
+      const action = containerActionFor('suspended', kind);
+      assert.ok(action !== 'launch' && action !== 'relaunch', kind);
+    }
+  });
+});
+
 describe('stuck shards', () => {
   test('exactly the transitional shards past their limit, with the action that fits their state', () => {
     fc.assert(
@@ -332,6 +504,8 @@ describe('stuck shards', () => {
           PENDING: fc.integer({ min: 0, max: 5000 }),
           PLACED: fc.integer({ min: 0, max: 5000 }),
           STARTING: fc.integer({ min: 0, max: 5000 }),
+          SUSPENDING: fc.integer({ min: 0, max: 5000 }),
+          RESUMING: fc.integer({ min: 0, max: 5000 }),
           STOPPING: fc.integer({ min: 0, max: 5000 }),
         }),
         (shards, limits) => {
@@ -346,15 +520,15 @@ describe('stuck shards', () => {
           );
           assert.equal(stuck.length, expected.length);
           for (const s of stuck) {
-            assert.ok(['PENDING', 'PLACED', 'STARTING', 'STOPPING'].includes(s.state));
-            assert.equal(
-              s.action,
-              s.state === 'STOPPING'
-                ? 'resend-stop'
-                : s.state === 'PENDING'
-                  ? 'report'
-                  : 'resend-launch',
-            );
+            const actions = {
+              PENDING: 'report',
+              PLACED: 'resend-launch',
+              STARTING: 'resend-launch',
+              SUSPENDING: 'resend-suspend',
+              RESUMING: 'resend-resume',
+              STOPPING: 'resend-stop',
+            } as const;
+            assert.equal(s.action, actions[s.state]);
           }
           for (let i = 1; i < stuck.length; i++)
             assert.ok(stuck[i - 1]!.stuckForMs >= stuck[i]!.stuckForMs);

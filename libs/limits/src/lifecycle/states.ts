@@ -10,6 +10,9 @@ export const SHARD_STATES = [
   'PLACED', // a host and GPUs chosen, reservation taken; the agent is told to launch it
   'STARTING', // the agent pulls the image, creates and starts the container
   'RUNNING', // its container runs
+  'SUSPENDING', // elastic: its processes' GPU memory is being moved to host RAM (still on the GPU)
+  'SUSPENDED', // elastic: its container runs with its GPU memory in host RAM; no GPU reservation
+  'RESUMING', // elastic: room taken again on its GPUs; its memory is moving back from host RAM
   'STOPPING', // asked to stop (a user, a drain, a reclaim); the agent stops the container
   'STOPPED', // stopped on request
   'EXITED', // its main process ended on its own (exitCode)
@@ -22,15 +25,26 @@ export const SHARD_STATES = [
 
 export type ShardState = (typeof SHARD_STATES)[number];
 
-const HOLDING: ReadonlySet<ShardState> = new Set(['PLACED', 'STARTING', 'RUNNING', 'STOPPING']);
+const HOLDING: ReadonlySet<ShardState> = new Set([
+  'PLACED',
+  'STARTING',
+  'RUNNING',
+  'SUSPENDING',
+  'RESUMING',
+  'STOPPING',
+]);
 const QUOTA: ReadonlySet<ShardState> = new Set([
   'PENDING',
   'PLACED',
   'STARTING',
   'RUNNING',
+  'SUSPENDING',
+  'SUSPENDED',
+  'RESUMING',
   'STOPPING',
   'LOST',
 ]);
+const HOST_MEMORY: ReadonlySet<ShardState> = new Set(['SUSPENDING', 'SUSPENDED', 'RESUMING']);
 const FINAL: ReadonlySet<ShardState> = new Set([
   'STOPPED',
   'EXITED',
@@ -43,6 +57,8 @@ const TRANSITIONAL: ReadonlySet<ShardState> = new Set([
   'PENDING',
   'PLACED',
   'STARTING',
+  'SUSPENDING',
+  'RESUMING',
   'STOPPING',
 ]);
 
@@ -60,7 +76,8 @@ export function holdsReservation(state: ShardState): boolean {
 
 /**
  * Counts against its team's quota: the holding states, a pending shard (the queue is for
- * capacity, not for going past a quota) and a lost one (its container may come back).
+ * capacity, not for going past a quota), a suspended one (its cap is still its own: it comes
+ * back) and a lost one (its container may come back).
  */
 export function countsAgainstQuota(state: ShardState): boolean {
   return QUOTA.has(state);
@@ -76,9 +93,30 @@ export function isTransitional(state: ShardState): boolean {
   return TRANSITIONAL.has(state);
 }
 
-/** The host's agent is told to run the shard (it is in the reconcile reply's `desired`). */
+/**
+ * Holds host RAM for its GPU memory (docs/elastic.md): from the moment its memory starts to
+ * leave the GPU until it is back. Counted against the host's budget for suspended shards, by
+ * the shard's caps (what it may have on its GPUs), so the budget never depends on a sample.
+ */
+export function holdsHostMemory(state: ShardState): boolean {
+  return HOST_MEMORY.has(state);
+}
+
+/**
+ * The host's agent is told to run the shard with its memory on the GPU (it is in the reconcile
+ * reply's `desired`, and launched when its container is missing).
+ */
 export function shouldRun(state: ShardState): boolean {
-  return state === 'PLACED' || state === 'STARTING' || state === 'RUNNING';
+  return state === 'PLACED' || state === 'STARTING' || state === 'RUNNING' || state === 'RESUMING';
+}
+
+/**
+ * The host's agent is told to keep the shard's container running with its GPU memory in host
+ * RAM (the reconcile reply's `suspendedShardIds`): never launched afresh, since its memory
+ * lives in its processes.
+ */
+export function shouldStaySuspended(state: ShardState): boolean {
+  return state === 'SUSPENDING' || state === 'SUSPENDED';
 }
 
 /** Entering it sets stoppedAt: the shard's run is over. */
@@ -90,6 +128,8 @@ export const HOLDING_STATES: readonly ShardState[] = SHARD_STATES.filter(holdsRe
 export const QUOTA_STATES: readonly ShardState[] = SHARD_STATES.filter(countsAgainstQuota);
 export const FINAL_STATES: readonly ShardState[] = SHARD_STATES.filter(isFinal);
 export const RUNNABLE_STATES: readonly ShardState[] = SHARD_STATES.filter(shouldRun);
+export const SUSPENDED_STATES: readonly ShardState[] = SHARD_STATES.filter(shouldStaySuspended);
+export const HOST_MEMORY_STATES: readonly ShardState[] = SHARD_STATES.filter(holdsHostMemory);
 export const TRANSITIONAL_STATES: readonly ShardState[] = SHARD_STATES.filter(isTransitional);
 
 /** Exhaustiveness check for switches over states, causes and observations. */

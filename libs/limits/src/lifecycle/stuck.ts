@@ -1,20 +1,25 @@
 import { TRANSITIONAL_STATES, type ShardState } from './states.js';
 
 /** The states a shard passes through; stuck when it stays in one too long. */
-export type TransitionalState = 'PENDING' | 'PLACED' | 'STARTING' | 'STOPPING';
+export type TransitionalState =
+  'PENDING' | 'PLACED' | 'STARTING' | 'SUSPENDING' | 'RESUMING' | 'STOPPING';
 
 /** Seconds a shard may stay in each transitional state before it counts as stuck; 0: never. */
 export type StuckSeconds = Readonly<Record<TransitionalState, number>>;
 
 /**
  * PLACED: the agent takes a launch in a moment. STARTING includes an image pull, which may be
- * long. STOPPING: the longest stop grace (600 s) and a minute. PENDING: the queue's own
- * maximum wait decides (EXPIRED), so never stuck by default.
+ * long. SUSPENDING and RESUMING move a shard's memory at 2–5 GB/s (an H200 moved 123 GiB out
+ * in 65 s and back in 19 s): ten minutes is several times the largest card. STOPPING: the
+ * longest stop grace (600 s) and a minute. PENDING: the queue's own maximum wait decides
+ * (EXPIRED), so never stuck by default.
  */
 export const DEFAULT_STUCK_SECONDS: StuckSeconds = {
   PENDING: 0,
   PLACED: 120,
   STARTING: 900,
+  SUSPENDING: 600,
+  RESUMING: 600,
   STOPPING: 660,
 };
 
@@ -24,6 +29,10 @@ export type StuckAction =
   | 'resend-launch'
   /** Send the stop again. */
   | 'resend-stop'
+  /** Send the suspend again (idempotent per process on the agent). */
+  | 'resend-suspend'
+  /** Send the resume again (idempotent per process on the agent). */
+  | 'resend-resume'
   /** Only tell: the queue decides for pending shards. */
   | 'report';
 
@@ -50,6 +59,10 @@ export function stuckActionOf(state: TransitionalState): StuckAction {
     case 'PLACED':
     case 'STARTING':
       return 'resend-launch';
+    case 'SUSPENDING':
+      return 'resend-suspend';
+    case 'RESUMING':
+      return 'resend-resume';
     case 'STOPPING':
       return 'resend-stop';
     case 'PENDING':

@@ -18,6 +18,15 @@ export const TRANSITION_CAUSES = [
   'preempted', // a reclaimed shard's container stopped; it asked not to be requeued
   'expired', // it waited in the queue past its maximum wait
   'deleted', // deleteShard (the row stays)
+  // Elastic memory (docs/elastic.md): who asked for a suspend is its cause.
+  'suspend-requested', // a user's suspendShard
+  'idle-suspend', // its team's idle policy (action suspend)
+  'make-room', // the queue: a waiting shard fits once idle elastic shards are suspended
+  'suspended', // the agent moved every process's GPU memory to host RAM
+  'suspend-failed', // the agent could not (the driver refused, a process used what cannot move)
+  'resume-placed', // the queue took room for it again on its own GPUs
+  'resumed', // the agent moved its memory back and let its processes go on
+  'resume-failed', // the agent could not move it back (the driver refused); it stays suspended
 ] as const;
 
 export type TransitionCause = (typeof TRANSITION_CAUSES)[number];
@@ -35,6 +44,21 @@ const LIVE_END = {
   DELETED: ['deleted'],
 } as const satisfies Partial<Record<ShardState, readonly TransitionCause[]>>;
 
+/** How a shard whose memory is (partly) in host RAM ends: as a running one, but not reclaimed. */
+const ELASTIC_END = {
+  ...LIVE_END,
+  STOPPING: ['stop-requested'],
+} as const satisfies Partial<Record<ShardState, readonly TransitionCause[]>>;
+
+/** The causes that may start a suspend: the owner, the idle policy, the queue, a reclaim. */
+export const SUSPEND_CAUSES = [
+  'suspend-requested',
+  'idle-suspend',
+  'make-room',
+  'reclaim',
+] as const;
+export type SuspendCause = (typeof SUSPEND_CAUSES)[number];
+
 /**
  * Every allowed transition and the causes that may take it. A pair that is not here is
  * refused: the caller has a bug, or a late message that no longer applies.
@@ -43,7 +67,19 @@ export const TRANSITIONS: Table = {
   PENDING: { PLACED: ['placed'], EXPIRED: ['expired'], DELETED: ['deleted'] },
   PLACED: { STARTING: ['launching'], RUNNING: ['started'], ...LIVE_END },
   STARTING: { RUNNING: ['started'], ...LIVE_END },
-  RUNNING: { ...LIVE_END },
+  RUNNING: { SUSPENDING: SUSPEND_CAUSES, ...LIVE_END },
+  SUSPENDING: { SUSPENDED: ['suspended'], RUNNING: ['suspend-failed'], ...ELASTIC_END },
+  // A suspended shard holds no GPU: a stop needs no wait for its memory (the agent stops its
+  // container as for any STOPPED shard).
+  SUSPENDED: {
+    RESUMING: ['resume-placed'],
+    STOPPED: ['stop-requested', 'stopped'],
+    EXITED: ['exited'],
+    FAILED: ['failed'],
+    LOST: ['host-offline'],
+    DELETED: ['deleted'],
+  },
+  RESUMING: { RUNNING: ['resumed'], SUSPENDED: ['resume-failed'], ...ELASTIC_END },
   STOPPING: {
     STOPPED: ['stopped', 'host-offline'],
     PENDING: ['requeued'],
@@ -52,6 +88,7 @@ export const TRANSITIONS: Table = {
   },
   LOST: {
     RUNNING: ['recovered'],
+    SUSPENDED: ['recovered'],
     EXITED: ['exited'],
     FAILED: ['host-back-without-it', 'failed'],
     STOPPED: ['stopped'],
@@ -72,7 +109,11 @@ export const INITIAL_STATES: Readonly<Partial<Record<ShardState, readonly Transi
 };
 
 /** Causes that take a reservation (every transition from a non-holding to a holding state has one). */
-export const ACQUIRING_CAUSES: ReadonlySet<TransitionCause> = new Set(['placed', 'recovered']);
+export const ACQUIRING_CAUSES: ReadonlySet<TransitionCause> = new Set([
+  'placed',
+  'recovered',
+  'resume-placed',
+]);
 
 /** What a transition does to the shard's GPU reservation. */
 export type ReservationChange = 'acquire' | 'release' | 'keep';
@@ -162,6 +203,14 @@ export const AGENT_REPORTS = [
   'FAILED',
   'STOPPED',
   'VANISHED',
+  // Elastic memory: what the agent's checkpoint of the container's processes came to. The
+  // container runs throughout; SUSPENDING and RESUMING carry progress only.
+  'SUSPENDING',
+  'SUSPENDED',
+  'SUSPEND_FAILED',
+  'RESUMING',
+  'RESUMED',
+  'RESUME_FAILED',
 ] as const;
 
 export type AgentReport = (typeof AGENT_REPORTS)[number];
@@ -189,7 +238,9 @@ export function stoppedStateOf(intent: StopIntent): NextState {
 /**
  * The state change an agent's report leads to, or undefined when it does not apply (a final
  * or queued shard, a start report for a shard already running or stopping). A STOPPING shard
- * ends as its stop intent says however its container ended.
+ * ends as its stop intent says however its container ended. A memory report settles only the
+ * move it answers (SUSPENDED a SUSPENDING shard, RESUMED a RESUMING one, or either a LOST one
+ * whose host came back), so a late report of an earlier move changes nothing.
  */
 export function nextOnReport(
   current: ShardState,
@@ -198,9 +249,7 @@ export function nextOnReport(
 ): NextState | undefined {
   if (isFinal(current) || current === 'PENDING') return undefined;
   if (current === 'STOPPING') {
-    return report === 'RUNNING' || report === 'PULLING' || report === 'STARTING'
-      ? undefined
-      : stoppedStateOf(intent);
+    return containerRunsOn(report) ? undefined : stoppedStateOf(intent);
   }
   switch (report) {
     case 'PULLING':
@@ -209,8 +258,17 @@ export function nextOnReport(
         ? { state: 'STARTING', cause: 'launching' }
         : undefined;
     case 'RUNNING':
-      if (current === 'RUNNING') return { state: 'RUNNING', cause: 'started' };
-      return { state: 'RUNNING', cause: current === 'LOST' ? 'recovered' : 'started' };
+      switch (current) {
+        case 'LOST':
+          return { state: 'RUNNING', cause: 'recovered' };
+        case 'SUSPENDING':
+        case 'SUSPENDED':
+        case 'RESUMING':
+          // The container runs; where its memory is, the memory reports say.
+          return undefined;
+        default:
+          return { state: 'RUNNING', cause: 'started' };
+      }
     case 'EXITED':
       return { state: 'EXITED', cause: 'exited' };
     case 'FAILED':
@@ -218,5 +276,39 @@ export function nextOnReport(
       return { state: 'FAILED', cause: 'failed' };
     case 'STOPPED':
       return { state: 'STOPPED', cause: 'stopped' };
+    case 'SUSPENDING':
+    case 'RESUMING':
+      return undefined;
+    case 'SUSPENDED':
+      if (current === 'SUSPENDING') return { state: 'SUSPENDED', cause: 'suspended' };
+      return current === 'LOST' ? { state: 'SUSPENDED', cause: 'recovered' } : undefined;
+    case 'SUSPEND_FAILED':
+      return current === 'SUSPENDING' ? { state: 'RUNNING', cause: 'suspend-failed' } : undefined;
+    case 'RESUMED':
+      if (current === 'RESUMING') return { state: 'RUNNING', cause: 'resumed' };
+      return current === 'LOST' ? { state: 'RUNNING', cause: 'recovered' } : undefined;
+    case 'RESUME_FAILED':
+      return current === 'RESUMING' ? { state: 'SUSPENDED', cause: 'resume-failed' } : undefined;
+  }
+}
+
+/** The report says the shard's container still runs (whatever its memory is doing). */
+function containerRunsOn(report: AgentReport): boolean {
+  switch (report) {
+    case 'PULLING':
+    case 'STARTING':
+    case 'RUNNING':
+    case 'SUSPENDING':
+    case 'SUSPENDED':
+    case 'SUSPEND_FAILED':
+    case 'RESUMING':
+    case 'RESUMED':
+    case 'RESUME_FAILED':
+      return true;
+    case 'EXITED':
+    case 'FAILED':
+    case 'STOPPED':
+    case 'VANISHED':
+      return false;
   }
 }
