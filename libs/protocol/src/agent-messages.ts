@@ -25,6 +25,7 @@ import {
   acceptsKeptShards,
   capPolicySchema,
   desiredStateFields,
+  memoryResidencySchema,
   shardStateSchema,
 } from './shard-spec.js';
 
@@ -61,6 +62,13 @@ export const hostInfoSchema = z.object({
    * takes no isolated shard.
    */
   isolatedComputePermille: z.int().min(0).max(900).optional(),
+  /**
+   * Elastic memory (docs/elastic.md): how much host RAM this host lets suspended shards' GPU
+   * memory take, by their caps. Absent or 0: the host does not suspend (its driver lacks the
+   * checkpoint API, or its operator turned suspends off); `suspendUnavailableReason` says why.
+   */
+  suspendBudgetBytes: bytesSchema.optional(),
+  suspendUnavailableReason: textSchema(1024).optional(),
 });
 export type HostInfo = z.infer<typeof hostInfoSchema>;
 
@@ -222,6 +230,10 @@ export const heartbeatSchema = z
             )
             .max(MAX_GPUS_PER_HOST)
             .optional(),
+          /** Where its GPU memory is (absent: an agent that does not suspend, so resident). */
+          memory: memoryResidencySchema.optional(),
+          /** What its processes hold in host RAM for their GPU memory while suspended. */
+          suspendedBytes: bytesSchema.optional(),
         }),
       )
       .max(MAX_SHARDS_PER_HOST),
@@ -256,11 +268,22 @@ export const shardStateEventSchema = z
     reason: textSchema(4096).optional(),
     /** When the agent saw the change; the control plane ignores events older than the last applied. */
     at: timestampSchema,
-    /** Image pull progress, with PULLING. */
+    /** Image pull progress, with PULLING; memory moved so far, with SUSPENDING and RESUMING. */
     progress: z
       .object({
         completedBytes: bytesSchema,
         totalBytes: bytesSchema.optional(),
+      })
+      .optional(),
+    /** With SUSPENDED and RESUMED: what the move took. */
+    moved: z
+      .object({
+        /** GPU memory moved, summed over the container's CUDA processes and GPUs. */
+        bytes: bytesSchema,
+        /** From the first lock (or restore) to the last checkpoint (or unlock). */
+        seconds: z.number().min(0),
+        /** CUDA processes moved. */
+        processes: z.int().min(0),
       })
       .optional(),
   })
@@ -286,6 +309,8 @@ export const reconcileRequestSchema = z
           exitCode: z.int().optional(),
           /** The agent is launching or stopping it: its outcome follows as events. */
           busy: z.boolean().optional(),
+          /** With status running or paused: where its GPU memory is (absent: resident). */
+          memory: memoryResidencySchema.optional(),
         }),
       )
       .max(MAX_SHARDS_PER_HOST),
@@ -304,10 +329,27 @@ export const reconcileReplySchema = z
   .describe('reconcile reply');
 export type ReconcileReply = z.infer<typeof reconcileReplySchema>;
 
+// ---------------------------------------------------------------------------------------
+// wake: agent -> control plane, plain publish, when a process of a suspended shard asks for
+// the GPU (libvgpu.so rang its region's wake bell).
+
+export const shardWakeSchema = z
+  .object({
+    ...envelope,
+    shardId: shardIdSchema,
+    /** When the first ring the agent saw since the shard was suspended happened. */
+    at: timestampSchema,
+    /** Rings counted so far (the region's wake_requests): repeats of one wake carry more. */
+    requests: z.int().min(1),
+  })
+  .describe('shard wake request');
+export type ShardWake = z.infer<typeof shardWakeSchema>;
+
 /** The schema of the message each agent subject carries (requests; replies are above). */
 export const AGENT_MESSAGE_SCHEMAS = {
   register: registerRequestSchema,
   heartbeat: heartbeatSchema,
   state: shardStateEventSchema,
   reconcile: reconcileRequestSchema,
+  wake: shardWakeSchema,
 } as const;

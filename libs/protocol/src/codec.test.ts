@@ -90,7 +90,7 @@ describe('decodeMessage refuses, naming the reason', () => {
     );
     assert.equal(
       message,
-      'command: type: unknown command type "reboot": expected one of launch, stop, delete, resize, reconcile',
+      'command: type: unknown command type "reboot": expected one of launch, stop, delete, resize, reconcile, suspend, resume',
     );
     assert.match(
       refused(commandSchema, json({ protocolVersion: 1, hostId: 'h' }), 'INVALID'),

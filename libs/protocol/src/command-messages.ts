@@ -16,6 +16,7 @@ import {
 import {
   computeShareSchema,
   gpuLimitsSchema,
+  memoryResidencySchema,
   shardLaunchSpecSchema,
   shardStateSchema,
 } from './shard-spec.js';
@@ -57,6 +58,32 @@ export const resizeCommandSchema = z.object({
 });
 
 /**
+ * Elastic memory (docs/elastic.md): move the GPU memory of every CUDA process of the shard's
+ * container to host RAM (lock all, then checkpoint all) and mark its limits file suspended, or
+ * back (restore all, then unlock all, then mark it resident). Answered once taken on; the end
+ * arrives as a SUSPENDED / SUSPEND_FAILED or RESUMED / RESUME_FAILED state event. Idempotent:
+ * a repeat while the move runs joins it; one for memory already there answers at once.
+ */
+export const SUSPEND_CAUSE_VALUES = [
+  'suspend-requested',
+  'idle-suspend',
+  'make-room',
+  'reclaim',
+] as const;
+export const suspendCommandSchema = z.object({
+  ...commandHeader,
+  type: z.literal('suspend'),
+  shardId: shardIdSchema,
+  /** Who asked (libs/limits SUSPEND_CAUSES): for the agent's metrics and logs. */
+  cause: z.enum(SUSPEND_CAUSE_VALUES),
+});
+export const resumeCommandSchema = z.object({
+  ...commandHeader,
+  type: z.literal('resume'),
+  shardId: shardIdSchema,
+});
+
+/**
  * Reconcile now instead of at the next period: a control plane that starts asks each agent,
  * since state events published while no control plane listened went to no one. An agent
  * older than this command refuses it (INVALID_COMMAND); its next period does the same.
@@ -66,7 +93,15 @@ export const reconcileCommandSchema = z.object({
   type: z.literal('reconcile'),
 });
 
-export const COMMAND_TYPES = ['launch', 'stop', 'delete', 'resize', 'reconcile'] as const;
+export const COMMAND_TYPES = [
+  'launch',
+  'stop',
+  'delete',
+  'resize',
+  'reconcile',
+  'suspend',
+  'resume',
+] as const;
 export type CommandType = (typeof COMMAND_TYPES)[number];
 
 export const commandSchema = z
@@ -78,6 +113,8 @@ export const commandSchema = z
       deleteCommandSchema,
       resizeCommandSchema,
       reconcileCommandSchema,
+      suspendCommandSchema,
+      resumeCommandSchema,
     ],
     {
       error: (issue) =>
@@ -93,6 +130,8 @@ export type StopCommand = z.infer<typeof stopCommandSchema>;
 export type DeleteCommand = z.infer<typeof deleteCommandSchema>;
 export type ResizeCommand = z.infer<typeof resizeCommandSchema>;
 export type ReconcileCommand = z.infer<typeof reconcileCommandSchema>;
+export type SuspendCommand = z.infer<typeof suspendCommandSchema>;
+export type ResumeCommand = z.infer<typeof resumeCommandSchema>;
 
 function readType(input: unknown): unknown {
   return typeof input === 'object' && input !== null ? (input as { type?: unknown }).type : input;
@@ -113,6 +152,9 @@ export const commandResultSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('resize'), gpus: gpuLimitsSchema }),
   /** Taken on: the reconcile runs after the reply, as the periodic one does. */
   z.object({ type: z.literal('reconcile') }),
+  /** Taken on; `memory` is where the shard's memory was when the agent took it. */
+  z.object({ type: z.literal('suspend'), memory: memoryResidencySchema }),
+  z.object({ type: z.literal('resume'), memory: memoryResidencySchema }),
 ]);
 export type CommandResult = z.infer<typeof commandResultSchema>;
 
@@ -129,6 +171,11 @@ export const COMMAND_ERROR_CODES = {
   BELOW_USAGE: 'BELOW_USAGE',
   /** Docker refused or failed. */
   RUNTIME_ERROR: 'RUNTIME_ERROR',
+  /**
+   * A suspend or resume this host cannot do: no checkpoint API in its driver, suspends turned
+   * off, the host RAM budget for suspended shards exhausted, or the container not running.
+   */
+  NOT_SUSPENDABLE: 'NOT_SUSPENDABLE',
   INTERNAL: 'INTERNAL',
 } as const;
 

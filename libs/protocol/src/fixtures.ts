@@ -123,6 +123,8 @@ export const commands: Command[] = [
   { ...header, type: 'delete', shardId: 'shard_01HZX3' },
   { ...header, type: 'resize', shardId: 'shard_01HZX3', gpus: [{ uuid: GPU_0, limitBytes: GIB }] },
   { ...header, type: 'reconcile' },
+  { ...header, type: 'suspend', shardId: 'shard_01HZX3', cause: 'idle-suspend' },
+  { ...header, type: 'resume', shardId: 'shard_01HZX3' },
 ];
 
 export const commandReplies: CommandReply[] = [
@@ -131,6 +133,8 @@ export const commandReplies: CommandReply[] = [
   { ...header, ok: true, result: { type: 'delete', removed: false } },
   { ...header, ok: true, result: { type: 'resize', gpus: [{ uuid: GPU_0, limitBytes: GIB }] } },
   { ...header, ok: true, result: { type: 'reconcile' } },
+  { ...header, ok: true, result: { type: 'suspend', memory: 'resident' } },
+  { ...header, ok: true, result: { type: 'resume', memory: 'partial' } },
   { ...header, ok: false, error: { code: 'UNKNOWN_SHARD', message: 'no shard shard_x here' } },
   {
     ...header,

@@ -10,6 +10,7 @@ import {
   registerReplySchema,
   registerRequestSchema,
   shardStateEventSchema,
+  shardWakeSchema,
 } from './agent-messages.js';
 import { commandReplySchema, commandSchema } from './command-messages.js';
 import type { z } from 'zod';
@@ -82,6 +83,42 @@ describe('every message round-trips through encode and decode', () => {
       JSON.stringify({ ...examples.reconcileReply, keptShardIds: ['not an id!'] }),
     );
     assert.equal(notAnId.ok, false, 'kept shards are shard ids');
+  });
+
+  test('elastic memory: a suspending host, memory in reports, moves, wake requests', () => {
+    roundTrip(registerRequestSchema, {
+      ...examples.registerRequest,
+      host: { ...examples.registerRequest.host, suspendBudgetBytes: 64 * 2 ** 30 },
+    });
+    roundTrip(reconcileRequestSchema, {
+      ...examples.reconcileRequest,
+      containers: [{ ...examples.reconcileRequest.containers[0]!, memory: 'partial' }],
+    });
+    roundTrip(reconcileReplySchema, {
+      ...examples.reconcileReply,
+      suspendedShardIds: ['shard_s1'],
+    });
+    const { exitCode: _exitCode, reason: _reason, ...event } = examples.exitedEvent;
+    roundTrip(shardStateEventSchema, {
+      ...event,
+      state: 'SUSPENDED',
+      moved: { bytes: 21 * 2 ** 30, seconds: 11.6, processes: 2 },
+    });
+    roundTrip(shardWakeSchema, {
+      protocolVersion: 1,
+      hostId: examples.registerRequest.hostId,
+      shardId: 'shard_01HZX3',
+      at: '2024-05-01T12:00:00.000Z',
+      requests: 3,
+    });
+    const odd = decodeMessage(
+      reconcileRequestSchema,
+      JSON.stringify({
+        ...examples.reconcileRequest,
+        containers: [{ ...examples.reconcileRequest.containers[0]!, memory: 'elsewhere' }],
+      }),
+    );
+    assert.equal(odd.ok, false, 'memory is resident, suspended or partial');
   });
 
   test('a launch spec without the optional command and overhead', () => {

@@ -31,8 +31,25 @@ export const SHARD_STATES = [
   'FAILED', // the agent could not launch or keep it (pull, create, start); `reason` says why
   'STOPPED', // stopped by a stop command or reconciliation
   'VANISHED', // the container went away without the agent removing it
+  // Elastic memory (docs/elastic.md): the container runs throughout; these say where its
+  // processes' GPU memory is going or went. SUSPENDING and RESUMING carry `progress`.
+  'SUSPENDING', // moving its GPU memory to host RAM
+  'SUSPENDED', // all of it in host RAM (`moved` says how much and how long)
+  'SUSPEND_FAILED', // could not; `reason` says why; its memory is back on the GPU
+  'RESUMING', // moving it back
+  'RESUMED', // all of it on the GPU again, its processes let go on (`moved`)
+  'RESUME_FAILED', // could not; `reason` says why; its memory stays in host RAM
 ] as const;
 export const shardStateSchema = z.enum(SHARD_STATES);
+
+/**
+ * Where a running container's GPU memory is, by the driver's checkpoint state of its CUDA
+ * processes (libs/limits' OBSERVED_MEMORY): all on the GPU (or no CUDA process), all in host
+ * RAM, or in between (a move that did not finish).
+ */
+export const MEMORY_RESIDENCIES = ['resident', 'suspended', 'partial'] as const;
+export const memoryResidencySchema = z.enum(MEMORY_RESIDENCIES);
+export type MemoryResidency = z.infer<typeof memoryResidencySchema>;
 
 /** Docker's words for a container's state (State.Status). */
 export const CONTAINER_STATUSES = [
@@ -130,9 +147,10 @@ export type ShardLaunchSpec = z.infer<typeof shardLaunchSpecSchema>;
 
 /**
  * The level-triggered answer to "what should run here": shards in `desired` must run
- * with that spec; shards in `stoppedShardIds` must stay stopped (containers kept);
- * shards in `keptShardIds` are left as they are; any other labelled container is stopped and
- * removed.
+ * with that spec and their GPU memory on the GPU; shards in `suspendedShardIds` must keep
+ * running with their GPU memory in host RAM (never launched afresh); shards in
+ * `stoppedShardIds` must stay stopped (containers kept); shards in `keptShardIds` are left as
+ * they are; any other labelled container is stopped and removed.
  */
 export const desiredStateFields = {
   desired: z
@@ -147,6 +165,12 @@ export const desiredStateFields = {
    * would drop the field and remove them.
    */
   keptShardIds: z.array(shardIdSchema).max(MAX_SHARDS_PER_HOST).optional(),
+  /**
+   * Shards whose container runs with its GPU memory in host RAM (SUSPENDING, SUSPENDED):
+   * suspended if they are not, never launched. Sent only to an agent whose host registered as
+   * able to suspend (`HostInfo.suspendBudgetBytes` > 0): no other host has such shards.
+   */
+  suspendedShardIds: z.array(shardIdSchema).max(MAX_SHARDS_PER_HOST).optional(),
 };
 
 /** In a register or reconcile request: the agent honours a reply's `keptShardIds`. */

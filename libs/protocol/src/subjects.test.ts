@@ -36,6 +36,7 @@ describe('subjects', () => {
       heartbeat: 'gpushards.agent.box-1.heartbeat',
       state: 'gpushards.agent.box-1.state',
       reconcile: 'gpushards.agent.box-1.reconcile',
+      wake: 'gpushards.agent.box-1.wake',
     });
     assert.deepEqual(hostSubjects('box-1'), { cmd: 'gpushards.host.box-1.cmd' });
     assert.equal(agentInboxPrefix('box-1'), 'gpushards.inbox.box-1');

@@ -10,7 +10,7 @@ import { assertValidHostId, isValidHostId } from './primitives.js';
  */
 export const SUBJECT_ROOT = 'gpushards';
 
-export const AGENT_SUBJECT_KINDS = ['register', 'heartbeat', 'state', 'reconcile'] as const;
+export const AGENT_SUBJECT_KINDS = ['register', 'heartbeat', 'state', 'reconcile', 'wake'] as const;
 export type AgentSubjectKind = (typeof AGENT_SUBJECT_KINDS)[number];
 
 export const HOST_SUBJECT_KINDS = ['cmd'] as const;
@@ -29,6 +29,7 @@ export function agentSubjects(hostId: string): AgentSubjects {
     heartbeat: `${SUBJECT_ROOT}.agent.${hostId}.heartbeat`,
     state: `${SUBJECT_ROOT}.agent.${hostId}.state`,
     reconcile: `${SUBJECT_ROOT}.agent.${hostId}.reconcile`,
+    wake: `${SUBJECT_ROOT}.agent.${hostId}.wake`,
   };
 }
 
@@ -55,6 +56,7 @@ export const CONTROL_PLANE_SUBSCRIPTIONS: AgentSubjects = {
   heartbeat: `${SUBJECT_ROOT}.agent.*.heartbeat`,
   state: `${SUBJECT_ROOT}.agent.*.state`,
   reconcile: `${SUBJECT_ROOT}.agent.*.reconcile`,
+  wake: `${SUBJECT_ROOT}.agent.*.wake`,
 };
 
 export type ParsedSubject =
