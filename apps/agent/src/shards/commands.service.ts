@@ -13,7 +13,7 @@ import { LOGGER, type Logger } from '../logging/logger.js';
 import { BelowUsageError } from '../regions/regions.service.js';
 import { CommandJournal } from './command-journal.js';
 import { ReconcileRequests } from './reconcile-requests.js';
-import { UnknownGpuError, UnknownShardError } from './shard-record.js';
+import { NotSuspendableError, UnknownGpuError, UnknownShardError } from './shard-record.js';
 import { ShardsService } from './shards.service.js';
 
 /**
@@ -96,6 +96,9 @@ export class CommandsService {
       case 'reconcile':
         this.reconcileRequests.request();
         return { type: 'reconcile' };
+      case 'suspend':
+      case 'resume':
+        throw new NotSuspendableError('this agent does not suspend shards yet');
     }
   }
 
@@ -119,5 +122,6 @@ function errorCode(error: unknown): string {
   if (error instanceof UnknownGpuError) return 'UNKNOWN_GPU';
   if (error instanceof BelowUsageError) return 'BELOW_USAGE';
   if (error instanceof RuntimeError) return 'RUNTIME_ERROR';
+  if (error instanceof NotSuspendableError) return 'NOT_SUSPENDABLE';
   return 'INTERNAL';
 }

@@ -32,6 +32,11 @@ export class UnknownGpuError extends Error {
   override name = 'UnknownGpuError';
 }
 
+/** A suspend or resume this host cannot do (docs/elastic.md): NOT_SUSPENDABLE. */
+export class NotSuspendableError extends Error {
+  override name = 'NotSuspendableError';
+}
+
 export interface LaunchResult {
   readonly state: ShardState;
   readonly containerId?: string;

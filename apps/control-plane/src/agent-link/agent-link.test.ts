@@ -82,6 +82,9 @@ function ok(command: Command): CommandReply {
       return { ...header, result: { type: 'resize', gpus: command.gpus } };
     case 'reconcile':
       return { ...header, result: { type: 'reconcile' } };
+    case 'suspend':
+    case 'resume':
+      return { ...header, result: { type: command.type, memory: 'resident' } };
   }
 }
 

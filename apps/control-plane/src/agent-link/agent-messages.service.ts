@@ -159,6 +159,9 @@ export class AgentMessagesService {
         return { outcome: 'handled' };
       case 'reconcile':
         return this.reconcile(hostId, message as ReconcileRequest);
+      case 'wake':
+        // Elastic memory is being built (docs/elastic.md): no shard is suspended yet.
+        return { outcome: 'handled' };
     }
   }
 

@@ -19,6 +19,17 @@ registerEnumType(ShardState, {
     PLACED: { description: 'GPUs reserved; the agent has not reported it starting yet.' },
     STARTING: { description: 'The agent is pulling the image or starting the container.' },
     RUNNING: { description: 'The container runs.' },
+    SUSPENDING: {
+      description:
+        "Elastic: its processes' GPU memory is being moved to host RAM; still holds its GPUs.",
+    },
+    SUSPENDED: {
+      description:
+        'Elastic: its container runs with its GPU memory in host RAM; holds no GPU, counts against quota. Its next CUDA call that needs the GPU asks for a resume (docs/elastic.md).',
+    },
+    RESUMING: {
+      description: 'Elastic: room taken again on its own GPUs; its memory is moving back.',
+    },
     STOPPING: {
       description: 'Asked to stop; still holds its reservation until the agent reports.',
     },
