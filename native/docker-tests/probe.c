@@ -4,7 +4,7 @@
 //   probe hold BYTES      allocate BYTES, print, then sleep until killed
 //   probe fill            allocate 64 MiB at a time until CUDA_ERROR_OUT_OF_MEMORY
 //   probe launch N        launch N kernels (the compute share's admission decides when each runs)
-#include <cuda.h>
+#include "cuda_subset.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

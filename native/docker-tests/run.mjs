@@ -151,7 +151,7 @@ execFileSync('gcc', [
   '-o',
   probePath,
   join(here, 'probe.c'),
-  '-I/usr/local/cuda/include',
+  `-I${join(here, '..', 'vgpu', 'include')}`,
   `-L${dirname(fakeCudaPath)}`,
   '-l:libcuda.so.1',
 ]);

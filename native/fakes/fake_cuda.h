@@ -14,11 +14,11 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include <cuda.h>
+#include "cuda_subset.h"
 
 #include "fake_common.h"
 
-/* cuda.h maps these names to their newest version; the fake exports every
+/* cuda_subset.h, as cuda.h, maps these names to their newest version; the fake exports every
  * version under its own name, as the real driver does. */
 #undef cuMemAlloc
 #undef cuStreamBeginCapture

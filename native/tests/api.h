@@ -9,7 +9,7 @@
 #ifndef GPUSHARDS_TEST_API_H
 #define GPUSHARDS_TEST_API_H
 
-#include <cuda.h>
+#include "cuda_subset.h"
 
 #include "nvml_subset.h"
 

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cuda.h>
+#include "cuda_subset.h"
 
 #include "client_compute.h"
 #include "gpushards_ledger.h"

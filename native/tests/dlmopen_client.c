@@ -7,7 +7,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-#include <cuda.h>
+#include "cuda_subset.h"
 
 int main(void)
 {

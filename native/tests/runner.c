@@ -670,6 +670,7 @@ static int t_track_race(const void *arg)
 #include "runner_limits.c"
 #include "runner_compute.c"
 #include "runner_fake.c"
+#include "runner_subset.c"
 
 int main(int argc, char **argv)
 {
@@ -678,7 +679,7 @@ int main(int argc, char **argv)
     static struct path_case paths[3][16];
     static const char *modes[] = {"link", "dlsym", "gpa"};
     static char names[3][16][64];
-    struct t tests[200];
+    struct t tests[256];
     int n = 0;
 #define ADD(nm, f, a) tests[n++] = (struct t){nm, f, a}
     ADD("region-layout JSON matches the header", t_layout, NULL);
@@ -830,6 +831,7 @@ int main(int argc, char **argv)
     add_limits_tests(tests, &n);
     add_compute_tests(tests, &n);
     add_fake_tests(tests, &n);
+    add_subset_tests(tests, &n);
 
     for (int i = 0; i < n; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;

@@ -107,11 +107,6 @@ function typescriptBuildReason() {
   return undefined;
 }
 
-/** The CUDA headers the native build needs (native/CMakeLists.txt's CUDA_INCLUDE_DIR). */
-function cudaIncludeDir() {
-  return process.env.CUDA_INCLUDE_DIR ?? '/usr/local/cuda/include';
-}
-
 /**
  * Builds the TypeScript projects and native/ when needed. `say(line)` prints a step title.
  * Throws an Error whose message says what failed and what to do.
@@ -155,14 +150,7 @@ export async function ensureNativeBuilt({ say, out = process.stdout }) {
   if (!existsSync(join(NATIVE_BUILD_DIR, 'CMakeCache.txt'))) {
     await runStep(
       'cmake',
-      [
-        '-S',
-        join(REPO_ROOT, 'native'),
-        '-B',
-        NATIVE_BUILD_DIR,
-        '-DCMAKE_BUILD_TYPE=Release',
-        `-DCUDA_INCLUDE_DIR=${cudaIncludeDir()}`,
-      ],
+      ['-S', join(REPO_ROOT, 'native'), '-B', NATIVE_BUILD_DIR, '-DCMAKE_BUILD_TYPE=Release'],
       { out },
     );
   }

@@ -32,7 +32,6 @@ function place(root, source, target) {
 /** Builds the demo image under `tag`. */
 async function buildDemoImage(tag) {
   await ensureNativeBuilt({ say: console.log });
-  const cudaInclude = process.env.CUDA_INCLUDE_DIR ?? '/usr/local/cuda/include';
   const work = mkdtempSync(join(tmpdir(), 'gpushards-demo-image-'));
   try {
     const root = join(work, 'rootfs');
@@ -41,7 +40,7 @@ async function buildDemoImage(tag) {
     // exports the same ones.
     execFileSync('cc', [
       '-O2',
-      `-I${cudaInclude}`,
+      `-I${join(REPO_ROOT, 'native/vgpu/include')}`,
       '-o',
       probe,
       join(REPO_ROOT, 'scripts/one-box/demo-probe.c'),

@@ -5,7 +5,7 @@
  * It is the image's only program (no shell), linked against libcuda.so.1, which the host
  * provides at run time: the NVIDIA container runtime on a GPU host, the agent's fake driver
  * in simulated mode. */
-#include <cuda.h>
+#include "cuda_subset.h"
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>

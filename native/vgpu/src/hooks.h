@@ -17,7 +17,7 @@
 
 #include "vgpu.h"
 
-/* cuda.h renames these to their newest versions; the legacy symbols are
+/* cuda_subset.h, as cuda.h, renames these to their newest versions; the legacy symbols are
  * separate functions with their own signatures. */
 #undef cuMemAlloc
 #undef cuMemAllocPitch

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cuda.h>
+#include "cuda_subset.h"
 
 #include "gpushards_limits.h"
 #include "gpushards_region.h"

@@ -5,7 +5,7 @@
  *   e2e-probe hold BYTES   allocates BYTES on GPU 0, prints {"held":..,"result":N}, holds
  *   e2e-probe alloc BYTES  allocates BYTES on GPU 0, prints {"result":N}, exits (docker exec)
  * Every verdict is one JSON line on stdout. */
-#include <cuda.h>
+#include "cuda_subset.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

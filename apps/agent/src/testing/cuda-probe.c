@@ -28,7 +28,7 @@
  *                                       "percent_after": libvgpu.so sets them at cuInit)}
  * N is the CUresult of the first call that failed, 0 when all succeeded. */
 #define _GNU_SOURCE
-#include <cuda.h>
+#include "cuda_subset.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>

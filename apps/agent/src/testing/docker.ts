@@ -61,7 +61,7 @@ export function importWorkloadImage(tag: string, files: Record<string, Buffer> =
 export function buildCudaProbe(out: string, fakeCuda: string): string {
   execFileSync('cc', [
     '-O2',
-    '-I/usr/local/cuda/include',
+    `-I${join(REPO_ROOT, 'native/vgpu/include')}`,
     '-o',
     out,
     join(REPO_ROOT, 'apps/agent/src/testing/cuda-probe.c'),

@@ -54,10 +54,9 @@ export function importProbeImage(tag: string, native: NativeBuild, runLabel: str
   try {
     const root = join(work, 'rootfs');
     const probe = join(work, 'e2e-probe');
-    const cudaInclude = process.env.CUDA_INCLUDE_DIR ?? '/usr/local/cuda/include';
     execFileSync('cc', [
       '-O2',
-      `-I${cudaInclude}`,
+      `-I${join(REPO_ROOT, 'native/vgpu/include')}`,
       '-o',
       probe,
       join(REPO_ROOT, 'test/e2e/probe/e2e-probe.c'),
