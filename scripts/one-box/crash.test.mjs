@@ -7,14 +7,14 @@
 // Bounded: ROUNDS rounds, each burst killed within KILL_WITHIN_MS.
 //   node --test scripts/one-box/crash.test.mjs
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { randomInt, randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
+import { freePort, startLauncher } from './launcher.mjs';
 import { REPO_ROOT } from './paths.mjs';
 
 const IMAGE = `gpushards-test/one-box-crash-${process.pid}:local`;
@@ -26,59 +26,6 @@ const HOLDING = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING'];
 const dataDir = mkdtempSync(join(tmpdir(), 'gpushards-one-box-crash-'));
 let port;
 let launcher;
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port: chosen } = server.address();
-      server.close(() => resolve(chosen));
-    });
-  });
-}
-
-function startLauncher() {
-  const child = spawn(process.execPath, [join(REPO_ROOT, 'scripts/start.mjs')], {
-    cwd: REPO_ROOT,
-    env: {
-      ...process.env,
-      GPUSHARDS_DATA_DIR: dataDir,
-      GPUSHARDS_PORT: String(port),
-      GPUSHARDS_SIMULATE_GPUS: '2xTest GPU:8g',
-      GPUSHARDS_HOST_ID: '',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const running = { child, output: '' };
-  child.stdout.on('data', (chunk) => (running.output += chunk));
-  child.stderr.on('data', (chunk) => (running.output += chunk));
-  running.exited = new Promise((resolve) =>
-    child.on('exit', (code, signal) => resolve(signal ?? code)),
-  );
-  running.ready = new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`no banner after ${START_TIMEOUT_MS} ms:\n${running.output}`)),
-      START_TIMEOUT_MS,
-    );
-    const watch = () => {
-      const match =
-        /GraphQL\s+(?:POST\s+)?(http:\/\/\S+\/graphql)[\s\S]*Ctrl-C stops[\s\S]*\n─{20,}\n/.exec(
-          running.output,
-        );
-      if (match) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
-    };
-    child.stdout.on('data', watch);
-    void running.exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`the launcher exited with ${code} before serving:\n${running.output}`));
-    });
-  });
-  return running;
-}
 
 /** The answer's data, or undefined when the request got no answer (the process died). */
 async function call(url, token, query, variables = {}) {
@@ -175,7 +122,7 @@ after(async () => {
 });
 
 test(`the one-box killed with SIGKILL in ${ROUNDS} bursts converges: nothing stuck, lost or duplicated`, async () => {
-  launcher = startLauncher();
+  launcher = startLauncher({ dataDir, port, timeoutMs: START_TIMEOUT_MS });
   let url = await launcher.ready;
   const admin = readFileSync(join(dataDir, 'admin-token'), 'utf8').trim();
   const { createTeam } = await graphql(url, admin, 'mutation { createTeam(name: "crash") { id } }');
@@ -242,7 +189,7 @@ test(`the one-box killed with SIGKILL in ${ROUNDS} bursts converges: nothing stu
     launcher.child.kill('SIGKILL');
     assert.equal(await launcher.exited, 'SIGKILL');
     await Promise.all(requests);
-    launcher = startLauncher();
+    launcher = startLauncher({ dataDir, port, timeoutMs: START_TIMEOUT_MS });
     url = await launcher.ready;
 
     // This round's creates resent with their keys after the restart, as a client whose call

@@ -4,76 +4,21 @@
 // and find the running shard again. Needs the Docker engine; builds what is missing first.
 //   node --test scripts/one-box/
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 
+import { freePort, startLauncher } from './launcher.mjs';
 import { REPO_ROOT } from './paths.mjs';
 
 const IMAGE = `gpushards-test/one-box-${process.pid}:local`;
 const GiB = 2 ** 30;
-// A first start may build the TypeScript projects and native/ (a minute or more on 2 cores).
-const START_TIMEOUT_MS = 8 * 60_000;
 
 const dataDir = mkdtempSync(join(tmpdir(), 'gpushards-one-box-'));
 let port;
 let launcher;
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port: chosen } = server.address();
-      server.close(() => resolve(chosen));
-    });
-  });
-}
-
-/** Starts the launcher; resolves once it printed its banner (the GraphQL URL). */
-function startLauncher() {
-  const child = spawn(process.execPath, [join(REPO_ROOT, 'scripts/start.mjs')], {
-    cwd: REPO_ROOT,
-    env: {
-      ...process.env,
-      GPUSHARDS_DATA_DIR: dataDir,
-      GPUSHARDS_PORT: String(port),
-      GPUSHARDS_SIMULATE_GPUS: '2xTest GPU:8g',
-      GPUSHARDS_HOST_ID: '',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const running = { child, output: '', exited: undefined };
-  child.stdout.on('data', (chunk) => (running.output += chunk));
-  child.stderr.on('data', (chunk) => (running.output += chunk));
-  running.exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
-  running.ready = new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`no banner after ${START_TIMEOUT_MS} ms:\n${running.output}`)),
-      START_TIMEOUT_MS,
-    );
-    const watch = () => {
-      // The banner ends with "Ctrl-C stops ..." and a rule.
-      const match =
-        /GraphQL\s+(?:POST\s+)?(http:\/\/\S+\/graphql)[\s\S]*Ctrl-C stops[\s\S]*\n─{20,}\n/.exec(
-          running.output,
-        );
-      if (match) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
-    };
-    child.stdout.on('data', watch);
-    void running.exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`the launcher exited with ${code} before serving:\n${running.output}`));
-    });
-  });
-  return running;
-}
 
 /** Ctrl-C, as a person would; resolves to the exit code. */
 async function stopLauncher(running) {
@@ -140,7 +85,7 @@ after(async () => {
 });
 
 test('npm start serves the API, runs a shard on the simulated host, and finds it again after a restart', async (t) => {
-  launcher = startLauncher();
+  launcher = startLauncher({ dataDir, port });
   const url = await launcher.ready;
   assert.match(launcher.output, /SIMULATED GPUs/);
   assert.match(launcher.output, /engine \S+ \(API /);
@@ -252,7 +197,7 @@ test('npm start serves the API, runs a shard on the simulated host, and finds it
   assert.match(launcher.output, /shard containers keep running/);
   assert.equal(docker('inspect', '--format', '{{.State.Running}}', running.containerId), 'true');
 
-  launcher = startLauncher();
+  launcher = startLauncher({ dataDir, port });
   const urlAgain = await launcher.ready;
   assert.match(launcher.output, /1 shard container\(s\) of this host running now \(found again/);
   const { shard } = await graphql(urlAgain, member, shardQuery, { id: shardId });
