@@ -15,6 +15,8 @@ import {
 import { topCommand } from './commands/top.js';
 import { completionCommand } from './commands/completion.js';
 
+const HELP_AFTER_ERROR = '(add --help for usage)';
+
 export function buildProgram(): Command {
   const program = new Command('gpushards')
     .description(
@@ -24,7 +26,6 @@ export function buildProgram(): Command {
     .option('--url <url>', 'control plane URL (default: GPUSHARDS_URL, then `gpushards login`)')
     .option('--token <token>', 'API token (default: GPUSHARDS_TOKEN, then `gpushards login`)')
     .option('--json', 'JSON output for scripts')
-    .showHelpAfterError('(add --help for usage)')
     .addHelpText(
       'after',
       `
@@ -56,11 +57,14 @@ ${EXIT_CODE_HELP}
     program.addCommand(command);
   }
   program.addCommand(completionCommand(program));
-  const exitOverride = (command: Command): void => {
+  // Every command, however deep: a parse error exits 2, and says where help is (subcommands
+  // added with addCommand inherit neither from the program).
+  const everyCommand = (command: Command): void => {
     command.exitOverride();
-    command.commands.forEach(exitOverride);
+    command.showHelpAfterError(HELP_AFTER_ERROR);
+    command.commands.forEach(everyCommand);
   };
-  exitOverride(program);
+  everyCommand(program);
   return program;
 }
 

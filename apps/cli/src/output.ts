@@ -1,3 +1,4 @@
+import type { Command } from 'commander';
 import Table from 'cli-table3';
 import { parseSize } from '@gpushards/limits';
 import { CliError, EXIT } from './exit-codes.js';
@@ -38,6 +39,27 @@ export function table(head: string[], rows: (string | number | null | undefined)
 
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+/** `-q, --quiet` on a command that prints shards, hosts or teams: only their ids, as `docker ps -q`. */
+export function withQuiet(command: Command): Command {
+  return command.option(
+    '-q, --quiet',
+    'print only the id (one per line for a list), for scripts: $(gpushards ...)',
+  );
+}
+
+/**
+ * With -q, writes the ids one per line and answers true (refusing --json with it); without,
+ * answers false and the command prints as it would.
+ */
+export function printIds(command: Command, ids: readonly string[]): boolean {
+  const options = command.optsWithGlobals<{ quiet?: boolean; json?: boolean }>();
+  if (!options.quiet) return false;
+  if (options.json)
+    throw new CliError('--quiet and --json: choose one', EXIT.USAGE, 'BAD_USER_INPUT');
+  process.stdout.write(ids.map((id) => `${id}\n`).join(''));
+  return true;
 }
 
 /** A size as users write it ("12g", "1536m"), checked before anything is sent. */

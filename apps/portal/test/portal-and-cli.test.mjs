@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { chromium } from 'playwright-core';
-import { cli, cliStream, IMAGE, REPO_ROOT, startBox } from './harness.mjs';
+import { spawnSync } from 'node:child_process';
+import { cli, CLI, cliStream, IMAGE, REPO_ROOT, startBox } from './harness.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = join(REPO_ROOT, 'apps/portal/test-results');
@@ -357,7 +358,32 @@ describe('gpushards CLI as a member', () => {
       );
       assert.match(table.stdout, /cli-probe\s+RUNNING\s+demo\s.*\s20% guaranteed\s/);
       assert.match(table.stdout, /idler\s+RUNNING\s+demo\s.*\s25% capped\s/);
+      assert.match(
+        table.stdout,
+        /^cli-probe\s+RUNNING\s+demo\s+\S+\s+1 \(#[01]\)\s/m,
+        'GPUS: how many, and which it holds',
+      );
       assert.doesNotMatch(table.stdout, / +$/m, 'no line of the table ends with spaces');
+      const id = ls.json.find((s) => s.name === 'cli-probe').id;
+      const quiet = await cli(['shards', 'show', 'cli-probe', '-q'], { env: memberEnv() });
+      assert.equal(quiet.code, 0, quiet.stderr);
+      assert.equal(quiet.stdout, `${id}\n`, 'the id alone, for $(...)');
+      const ids = await cli(['shards', 'ls', '--quiet'], { env: memberEnv() });
+      assert.deepEqual(
+        ids.stdout
+          .split('\n')
+          .filter((line) => line !== '')
+          .sort(),
+        ls.json.map((s) => s.id).sort(),
+      );
+      const hostIds = await cli(['hosts', '-q'], { env: adminEnv() });
+      assert.equal(
+        hostIds.stdout,
+        `${readFileSync(join(box.dataDir, 'host-id'), 'utf8').trim()}\n`,
+      );
+      const quietJson = await cli(['shards', 'ls', '-q', '--json'], { env: memberEnv() });
+      assert.equal(quietJson.code, 2);
+      assert.equal(JSON.parse(quietJson.stderr).error.message, '--quiet and --json: choose one');
       const show = await cli(['shards', 'show', 'cli-probe', '--json'], { env: memberEnv() });
       assert.equal(show.json.memoryPerGpu.human, '1 GiB');
       const overBound = await cli(['shards', 'set-compute', 'cli-probe', '60'], {
@@ -452,6 +478,8 @@ describe('gpushards CLI as a member', () => {
       assert.equal(notRunning.code, 9, 'a stopped shard will not reach RUNNING');
       const removed = await cli(['shards', 'rm', 'cli-probe', '--json'], { env: memberEnv() });
       assert.equal(removed.json.state, 'DELETED');
+      const all = await cli(['shards', 'ls', '--all'], { env: memberEnv() });
+      assert.match(all.stdout, /^cli-probe\s+DELETED\s+demo\s+\S+\s+1\s{2,}\d/m, 'how many it had');
       const usage = await cli(['usage', '--from', new Date().toISOString().slice(0, 10), '--csv'], {
         env: memberEnv(),
       });
@@ -535,9 +563,58 @@ describe('gpushards CLI as a member', () => {
       assert.match(help.stdout, new RegExp(`Examples:\\n {2}\\$ gpushards ${command.join(' ')}`));
     }
     const completion = await cli(['completion', 'bash']);
-    assert.match(completion.stdout, /complete -F _gpushards gpushards/);
-    assert.match(completion.stdout, /resize/);
-    assert.match(completion.stdout, /set-compute/);
+    assert.match(completion.stdout, /^complete -F _gpushards gpushards$/m);
+    assert.match(completion.stdout, /^complete -o default -F _gpushards_npx npx$/m);
+    for (const [, list] of completion.stdout.matchAll(/words="([^"]*)"/g)) {
+      const words = list.split(' ');
+      assert.equal(new Set(words).size, words.length, `a word twice in "${list}"`);
+    }
+    // What bash offers with the script loaded, for the function each command is registered with.
+    const offered = (complete, ...words) =>
+      spawnSync(
+        'bash',
+        [
+          '-c',
+          `eval "$(node '${CLI}' completion bash)"; COMP_WORDS=(${words.join(' ')}); ` +
+            `COMP_CWORD=${words.length - 1}; ${complete}; echo "\${COMPREPLY[*]}"`,
+        ],
+        { encoding: 'utf8' },
+      ).stdout.trim();
+    assert.equal(offered('_gpushards', 'gpushards', 'sh'), 'shards shard');
+    assert.equal(offered('_gpushards_npx', 'npx', 'gpushards', 'sh'), 'shards shard');
+    assert.equal(offered('_gpushards_npx', 'npx', 'gpushards', 'shards', 'ls', '--q'), '--quiet');
+    assert.equal(offered('_gpushards_npx', 'npx', 'gp'), 'gpushards');
+    assert.equal(offered('_gpushards_npx', 'npx', 'prettier', '--c'), '', 'not ours: left alone');
+  });
+
+  it('a mistyped subcommand gets the suggestion and the pointer to --help, as a mistyped command does', async () => {
+    for (const args of [
+      ['shrads', 'ls'],
+      ['shard', 'lss'],
+    ]) {
+      const typo = await cli(args);
+      assert.equal(typo.code, 2);
+      assert.match(typo.stderr, /\(Did you mean (shards|ls)\?\)\n\(add --help for usage\)\n$/);
+    }
+  });
+});
+
+describe('the API explorer in Chromium', () => {
+  it('without a token it says that listing the schema needs one and takes it here; a refused one says why', async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    page.setDefaultTimeout(UI_TIMEOUT);
+    await page.goto(box.url + '/explorer');
+    const schema = page.locator('#schema');
+    await schema.getByText(/Listing the schema \(introspection\) needs a token/).waitFor();
+    await page.fill('#schema-token-input', box.adminToken);
+    await page.getByRole('button', { name: 'Load schema', exact: true }).click();
+    await schema.locator('summary', { hasText: /^Query \(object\)$/ }).waitFor();
+    assert.equal(await page.inputValue('#token'), box.adminToken, 'the token field has it too');
+    await page.fill('#token', 'gps_not-a-real-token');
+    await page.click('#reload');
+    await schema.getByText(/^The token was refused: .*invalid token/i).waitFor();
+    await context.close();
   });
 });
 

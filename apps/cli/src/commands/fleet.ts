@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
-import { age, printJson, table } from '../output.js';
+import { age, printIds, printJson, table, withQuiet } from '../output.js';
 import { gpuComputeLabel } from '../compute.js';
 import {
   AdminTokens,
@@ -20,8 +20,7 @@ export function hostsCommand(): Command {
     .alias('host')
     .description('the fleet: hosts and their GPUs; cordon, uncordon, drain (admins)');
   examples(
-    hosts
-      .command('ls', { isDefault: true })
+    withQuiet(hosts.command('ls', { isDefault: true }))
       .alias('list')
       .description(
         "every host with its GPUs: memory, the compute shares guaranteed on each GPU, and the MPS partition a host keeps for isolated shards (ISOLATED; '-': none)",
@@ -29,6 +28,13 @@ export function hostsCommand(): Command {
       .action(async (_options: unknown, command: Command) => {
         const result = await apiFor(command).request(Hosts, { first: 100 });
         const rows = result.hosts.edges.map((e) => e.node);
+        if (
+          printIds(
+            command,
+            rows.map((h) => h.id),
+          )
+        )
+          return;
         if (globals(command).json) return printJson(rows);
         if (rows.length === 0) return void process.stdout.write('no hosts\n');
         process.stdout.write(

@@ -2,7 +2,7 @@ import { Command, Option } from 'commander';
 import type { ResultOf } from 'gql.tada';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
-import { age, checkSize, printJson, table, until } from '../output.js';
+import { age, checkSize, printIds, printJson, table, until, withQuiet } from '../output.js';
 import { busyLabel, computeInput, idleLabel, shareLabel, withComputeOptions } from '../compute.js';
 import { addComputeCommands } from './compute.js';
 import { addEventsCommand } from './events.js';
@@ -20,6 +20,13 @@ import {
 type Shard = ResultOf<typeof ListShards>['shards']['edges'][number]['node'];
 
 const FINAL = ['RUNNING', 'STOPPED', 'EXITED', 'FAILED', 'LOST', 'DELETED', 'PREEMPTED', 'EXPIRED'];
+
+/** How many GPUs, and which ones while it holds them: "1 (#0)", "2 (#0,#1)"; "1" when it holds none. */
+function gpusLabel(count: number, held: readonly { index: number }[]): string {
+  return held.length === 0
+    ? String(count)
+    : `${count} (${held.map((g) => `#${g.index}`).join(',')})`;
+}
 
 export function shardRows(shards: readonly Shard[]): string {
   return table(
@@ -45,7 +52,7 @@ export function shardRows(shards: readonly Shard[]): string {
         s.state,
         s.team.name,
         s.hostId,
-        live.length > 0 ? live.map((g) => g.index).join(',') : `${s.gpuCount}x`,
+        gpusLabel(s.gpuCount, live),
         s.limitPerGpu.human,
         live.length > 0 ? `${(used / 2 ** 30).toFixed(2)} GiB` : '-',
         shareLabel(s.computeSharePercent, s.computeMode),
@@ -135,6 +142,7 @@ async function shardId(command: Command, ref: string): Promise<string> {
 }
 
 function show(command: Command, shard: Shard, line: string): void {
+  if (printIds(command, [shard.id])) return;
   if (globals(command).json) printJson(shard);
   else process.stdout.write(`${line}\n`);
 }
@@ -147,8 +155,7 @@ export function shardsCommand(): Command {
     );
 
   examples(
-    shards
-      .command('ls')
+    withQuiet(shards.command('ls'))
       .alias('list')
       .description("your team's shards, newest first (admins: every team's)")
       .option('--team <name|id>', 'one team (admins)')
@@ -171,17 +178,27 @@ export function shardsCommand(): Command {
           const rows = result.shards.edges
             .map((e) => e.node)
             .filter((s) => options.all || states || s.state !== 'DELETED');
+          if (
+            printIds(
+              command,
+              rows.map((s) => s.id),
+            )
+          )
+            return;
           if (globals(command).json) printJson(rows);
           else process.stdout.write(rows.length === 0 ? 'no shards\n' : `${shardRows(rows)}\n`);
         },
       ),
-    ['gpushards shards ls', 'gpushards shards ls --state RUNNING --json | jq -r ".[].name"'],
+    [
+      'gpushards shards ls',
+      'gpushards shards ls --state RUNNING -q',
+      'gpushards shards ls --state RUNNING --json | jq -r ".[].name"',
+    ],
   );
 
   examples(
     withComputeOptions(
-      shards
-        .command('create <name>')
+      withQuiet(shards.command('create <name>'))
         .description('place a shard: a container with a hard memory cap on GPUs of one host')
         .requiredOption('-i, --image <image>', 'container image')
         .requiredOption('-m, --memory <size>', 'memory per GPU, like 12g or 1536m (1024-based)')
@@ -256,21 +273,24 @@ export function shardsCommand(): Command {
   );
 
   examples(
-    shards
-      .command('show <shard>')
+    withQuiet(shards.command('show <shard>'))
       .alias('get')
       .description('one shard, by name or id, with its GPUs')
       .action(async (ref: string, _options: unknown, command: Command) => {
         const result = await apiFor(command).request(GetShard, { id: await shardId(command, ref) });
+        if (printIds(command, [result.shard.id])) return;
         if (globals(command).json) printJson(result.shard);
         else process.stdout.write(`${describe(result.shard)}\n`);
       }),
-    ['gpushards shards show trainer', 'gpushards shards show 7b730a1d-… --json'],
+    [
+      'gpushards shards show trainer',
+      'gpushards shards show 7b730a1d-… --json',
+      'docker ps --filter label=io.gpushards.shard=$(gpushards shards show trainer -q)',
+    ],
   );
 
   examples(
-    shards
-      .command('stop <shard>')
+    withQuiet(shards.command('stop <shard>'))
       .description('stop it (SIGTERM, then SIGKILL after the grace period); the container is kept')
       .option('--grace <seconds>', 'seconds between SIGTERM and SIGKILL')
       .option('--wait', 'wait until it has stopped')
@@ -290,8 +310,7 @@ export function shardsCommand(): Command {
   );
 
   examples(
-    shards
-      .command('rm <shard>')
+    withQuiet(shards.command('rm <shard>'))
       .alias('delete')
       .description('delete it: the container is removed, the record stays (DELETED)')
       .action(async (ref: string, _options: unknown, command: Command) => {
@@ -304,8 +323,7 @@ export function shardsCommand(): Command {
   );
 
   examples(
-    shards
-      .command('resize <shard> <size>')
+    withQuiet(shards.command('resize <shard> <size>'))
       .description('a new memory per GPU on the same GPUs')
       .action(async (ref: string, size: string, _options: unknown, command: Command) => {
         const memoryPerGpu = checkSize(size);
@@ -324,8 +342,7 @@ export function shardsCommand(): Command {
   );
 
   examples(
-    shards
-      .command('wait <shard>')
+    withQuiet(shards.command('wait <shard>'))
       .description(
         'wait until the shard reaches a state (default RUNNING); exit 9 if it ends in another',
       )

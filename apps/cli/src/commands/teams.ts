@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import { formatDuration } from '@gpushards/limits';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
-import { checkSize, printJson, table } from '../output.js';
+import { checkSize, printIds, printJson, table, withQuiet } from '../output.js';
 import { checkDuration } from '../compute.js';
 import { CreateTeam, SetIdlePolicy, SetQuota, Team, TeamCompute, Teams } from '../queries/index.js';
 
@@ -61,23 +61,29 @@ export function teamsCommand(): Command {
     .alias('team')
     .description('teams and their quota policies (admins: every team)');
   examples(
-    teams
-      .command('ls', { isDefault: true })
+    withQuiet(teams.command('ls', { isDefault: true }))
       .alias('list')
       .description('teams, what they hold and their quota')
       .action(async (_options: unknown, command: Command) => {
         const rows = await listTeams(command);
+        if (
+          printIds(
+            command,
+            rows.map((t) => t.id),
+          )
+        )
+          return;
         if (globals(command).json) printJson(rows);
         else process.stdout.write(rows.length === 0 ? 'no teams\n' : `${teamTable(rows)}\n`);
       }),
     ['gpushards teams'],
   );
   examples(
-    teams
-      .command('create <name>')
+    withQuiet(teams.command('create <name>'))
       .description('a new team (admins); it may place nothing until it has a quota')
       .action(async (name: string, _options: unknown, command: Command) => {
         const result = await apiFor(command).request(CreateTeam, { name });
+        if (printIds(command, [result.createTeam.id])) return;
         if (globals(command).json) printJson(result.createTeam);
         else
           process.stdout.write(

@@ -50,16 +50,50 @@ function signature(field) {
   return field.name + (args ? '(' + args + ')' : '') + ': ' + typeName(field.type);
 }
 
+// Introspection answers only a signed-in caller: without a token, say so and take one here.
+function askForToken(list) {
+  const form = document.createElement('form');
+  form.id = 'schema-token';
+  const label = document.createElement('label');
+  label.htmlFor = 'schema-token-input';
+  label.textContent = 'Listing the schema (introspection) needs a token, as every query does. ' +
+    'Paste one (the admin token: cat .gpushards/admin-token):';
+  const input = document.createElement('input');
+  input.id = 'schema-token-input';
+  input.type = 'password';
+  input.autocomplete = 'off';
+  input.placeholder = 'gps_...';
+  const load = document.createElement('button');
+  load.textContent = 'Load schema';
+  form.append(label, input, load);
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    token.value = input.value.trim();
+    localStorage.setItem('gpushards.token', token.value);
+    loadSchema();
+  });
+  list.appendChild(form);
+  input.focus();
+}
+
 async function loadSchema() {
   const typeRef = 'kind name ofType { kind name ofType { kind name ofType { kind name } } }';
   const query = '{ __schema { queryType { name } mutationType { name } subscriptionType { name } types { name kind description ' +
     'fields { name description args { name type { ' + typeRef + ' } } type { ' + typeRef + ' } } ' +
     'inputFields { name type { ' + typeRef + ' } } enumValues { name } } } }';
-  const result = await graphql(query, {});
   const list = $('schema');
+  list.textContent = 'loading schema...';
+  let result;
+  try {
+    result = await graphql(query, {});
+  } catch (error) {
+    list.textContent = 'The schema could not be read: ' + error.message;
+    return;
+  }
   list.textContent = '';
   if (!result.data) {
-    list.textContent = 'schema unavailable';
+    if (!token.value.trim()) askForToken(list);
+    else list.textContent = 'The token was refused: ' + ((result.errors || [])[0] || {}).message;
     return;
   }
   const schema = result.data.__schema;
@@ -88,6 +122,7 @@ document.addEventListener('keydown', (event) => {
   if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) run();
 });
 $('reload').addEventListener('click', loadSchema);
+token.addEventListener('change', loadSchema);
 loadSchema();
 `;
 
@@ -100,6 +135,7 @@ textarea, pre { font: 13px ui-monospace, monospace; border: 1px solid #bbb; padd
 #query { flex: 3; } #variables { flex: 1; } #result { flex: 1; overflow: auto; background: #f6f6f6; }
 aside { overflow: auto; padding: 8px; border-left: 1px solid #ddd; font-size: 12px; }
 .member { font-family: ui-monospace, monospace; padding-left: 1em; }
+#schema-token { display: flex; flex-direction: column; gap: 6px; }
 `;
 
 export const EXPLORER_HTML = `<!doctype html>
