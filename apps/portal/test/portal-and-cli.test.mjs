@@ -9,6 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { chromium } from 'playwright-core';
 import { spawnSync } from 'node:child_process';
 import { cli, CLI, cliStream, IMAGE, REPO_ROOT, startBox } from './harness.mjs';
+import { docsFiles, readmeDocs, readmeOutputs, tableHeaders } from './readme.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = join(REPO_ROOT, 'apps/portal/test-results');
@@ -687,5 +688,25 @@ describe('idle shards', { timeout: 240_000 }, () => {
       env: memberEnv(),
     });
     assert.equal(badKind.code, 2);
+  });
+
+  it("the README's Try it: its tables are the ones the CLI prints, ids whole; its docs list has every doc", async () => {
+    const printed = new Set();
+    for (const [args, env] of [
+      [['hosts'], adminEnv()],
+      [['shards', 'ls'], memberEnv()],
+      [['quota'], memberEnv()],
+      [['shards', 'idle'], memberEnv()],
+    ]) {
+      const run = await cli(args, { env });
+      assert.equal(run.code, 0, run.stderr);
+      for (const header of tableHeaders(run.stdout)) printed.add(header);
+    }
+    const shown = new Set(readmeOutputs().flatMap((block) => [...tableHeaders(block)]));
+    assert.deepEqual([...shown].sort(), [...printed].sort());
+    for (const block of readmeOutputs()) {
+      assert.doesNotMatch(block, /[0-9a-f]{8}-…/, 'an id cut short, which the CLI never prints');
+    }
+    assert.deepEqual([...readmeDocs()].sort(), [...docsFiles()].sort());
   });
 });
