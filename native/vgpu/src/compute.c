@@ -111,115 +111,195 @@ static int renew_or_release(struct cdev *c, uint64_t t, uint64_t now)
     return 0;
 }
 
+/* ---- waiting for the turn --------------------------------------------------- */
+
+/* A wait for the turn sleeps on the turn word at least this long (shorter
+ * would be a spin). */
+#define MIN_TURN_SLEEP_NS 20000ull
+/* Another shard launched or waited on the GPU this recently: we are
+ * contended, and keep our work in flight short. */
+#define CONTENDED_WITHIN_NS 50000000ull
+/* A capped shard sleeps until its cap lifts when that is within this many
+ * slices (else it looks again after idle_ns, as every waiter does). */
+#define CAP_WAKE_SLICES 100u
+
+/* ns of GPU time as virtual time at a weight (permille), as holders are
+ * charged (compute_ledger.c), and back. */
+static inline uint64_t vtime_of(uint64_t ns, uint32_t weight)
+{
+    return ns * 1000u / weight;
+}
+
+static inline uint64_t ns_of_vtime(uint64_t vtime, uint32_t weight)
+{
+    return vtime * weight / 1000u;
+}
+
+/* We start waiting: let our queued work finish before we say (wait
+ * heartbeat) that we wait, so that a holder that took the turn from us knows
+ * when the GPU is its own; on the GPU our gate, shut, stops it instead, and
+ * it may wait behind it.  Coming back, we get no more credit than one slice
+ * of our own.  Returns the time after the drain. */
+static uint64_t start_waiting(struct cdev *c)
+{
+    struct gpushards_ledger *L = c->L;
+    unsigned m = (unsigned)c->m;
+    struct gpushards_ledger_member *self = &L->members[m];
+    if (gs_compute_gate_on(c)) gs_compute_gate_shut(c);
+    else gs_compute_drain(c);
+    uint64_t now = gs_now_ns();
+    uint32_t weight = gs_compute_weight(L, m, now);
+    uint64_t one_slice = vtime_of(gs_cc.slice_ns, weight);
+    uint64_t clock = __atomic_load_n(&L->vclock, __ATOMIC_RELAXED);
+    uint64_t vtime = __atomic_load_n(&self->vtime, __ATOMIC_RELAXED);
+    if (clock > one_slice && vtime < clock - one_slice) {
+        __atomic_store_n(&self->vtime, clock - one_slice, __ATOMIC_RELAXED);
+        if (gs_cc.stats) {
+            gs_cst.clamps++;
+            gs_cst.clamped_us += ns_of_vtime(clock - one_slice - vtime, weight) / 1000u;
+        }
+    }
+    return now;
+}
+
+/* The holder launched nothing for idle_ns and has no work of its own known
+ * to be in flight (a 2 ms graph launched every 2 ms is busy). */
+static int holder_idle(const struct gpushards_ledger_member *holder, uint64_t now)
+{
+    uint64_t last_kernel = __atomic_load_n(&holder->last_kernel_ns, __ATOMIC_RELAXED);
+    return last_kernel + gs_cc.idle_ns < now && __atomic_load_n(&holder->inflight_ns, __ATOMIC_RELAXED) == 0;
+}
+
+/* The holder's virtual time as it would be charged now (it has held the
+ * turn since the ledger's since_ns). */
+static uint64_t holder_vtime_now(struct gpushards_ledger *L, unsigned holder, uint64_t now)
+{
+    uint64_t since = __atomic_load_n(&L->since_ns, __ATOMIC_RELAXED);
+    uint64_t vtime = __atomic_load_n(&L->members[holder - 1].vtime, __ATOMIC_RELAXED);
+    if (now <= since || since == 0) return vtime;
+    return vtime + vtime_of(now - since, gs_compute_weight(L, holder - 1, now));
+}
+
+/* We (member m, eligible) may take the turn now: nobody holds it or its
+ * lease is over, or its holder is idle or (preempt) served more than half a
+ * slice ahead of us; and no waiter is more entitled.  While a lease runs we
+ * look again when it ends, at the latest (*wake_at). */
+static int may_take_turn(struct gpushards_ledger *L, unsigned m, unsigned holder, uint64_t lease_end, uint64_t now,
+                         uint64_t *wake_at)
+{
+    if (holder == 0 || now >= lease_end) return gs_compute_most_entitled(L, m, now);
+    const struct gpushards_ledger_member *self = &L->members[m];
+    int idle = holder_idle(&L->members[holder - 1], now);
+    uint32_t weight = gs_compute_weight(L, m, now);
+    uint64_t vtime = __atomic_load_n(&self->vtime, __ATOMIC_RELAXED);
+    int owed = gs_cc.preempt && vtime + vtime_of(gs_cc.slice_ns, weight) / 2 < holder_vtime_now(L, holder, now);
+    int take = (idle || owed) && gs_compute_most_entitled(L, m, now);
+    if (lease_end < *wake_at) *wake_at = lease_end;
+    return take;
+}
+
+/* The turn word went from *turn to ours: the holder we took it from (0: it
+ * was free) is charged to now and its queue waited for; then every turn
+ * thread looks again (the old holder's shut their gates, ours open). */
+static void took_turn(struct gpushards_ledger *L, unsigned holder, uint64_t lease_end, uint64_t now)
+{
+    if (holder != 0) {
+        gs_compute_charge(L, holder, __atomic_exchange_n(&L->since_ns, now, __ATOMIC_ACQ_REL), now, lease_end);
+        await_handover(L, holder, now);
+    } else {
+        __atomic_store_n(&L->since_ns, now, __ATOMIC_RELEASE);
+    }
+    gs_compute_wake_all(L);
+}
+
+/* A capped shard waiting for its own cap to lift is not kept waiting by
+ * others: it wakes when the cap lifts, if that is soon. */
+static uint64_t cap_wake(const struct gpushards_ledger_member *self, uint64_t now, uint64_t wake_at)
+{
+    uint64_t cap_lifts = __atomic_load_n(&self->cap_ns, __ATOMIC_RELAXED);
+    if (cap_lifts > now && cap_lifts - now < gs_cc.slice_ns * CAP_WAKE_SLICES) return cap_lifts;
+    return wake_at;
+}
+
+/* Sleep until the turn word is no longer turn, or until wake_at. */
+static void sleep_on_turn(struct gpushards_ledger *L, uint64_t turn, uint64_t now, uint64_t wake_at)
+{
+    if (wake_at <= now) return;
+    uint64_t ns = wake_at - now;
+    if (ns < MIN_TURN_SLEEP_NS) ns = MIN_TURN_SLEEP_NS;
+    struct timespec timeout = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    syscall(SYS_futex, (uint32_t *)(void *)&L->turn, FUTEX_WAIT, (uint32_t)turn, &timeout, NULL, 0);
+}
+
+/* We hold the turn: another shard (not an isolated one) launched or waited
+ * on this GPU lately, so keep our work in flight short until the next turn
+ * boundary looks again. */
+static void note_contention(struct cdev *c, uint64_t now)
+{
+    struct gpushards_ledger *L = c->L;
+    for (unsigned j = 0; j < GPUSHARDS_LEDGER_MEMBERS; j++) {
+        if (j == (unsigned)c->m) continue;
+        const struct gpushards_ledger_member *other = &L->members[j];
+        if (gs_compute_is_isolated(other)) continue;
+        uint64_t launched = __atomic_load_n(&other->last_kernel_ns, __ATOMIC_RELAXED);
+        uint64_t waited = __atomic_load_n(&other->wait_hb_ns, __ATOMIC_RELAXED);
+        if ((launched != 0 && launched + CONTENDED_WITHIN_NS > now) ||
+            (waited != 0 && waited + CONTENDED_WITHIN_NS > now)) {
+            c->contended_until = now + CONTENDED_WITHIN_NS;
+            return;
+        }
+    }
+}
+
 /* Wait until our shard holds the turn on this GPU (or gave up waiting). */
 static void acquire(struct cdev *c, uint64_t now)
 {
     struct gpushards_ledger *L = c->L;
     unsigned m = (unsigned)c->m, me = m + 1;
-    struct gpushards_ledger_member *e = &L->members[m];
+    struct gpushards_ledger_member *self = &L->members[m];
     uint64_t entitled_since = 0; /* eligible and waiting since */
-    publish_share(c, now);
     int waiting = 0;
+    publish_share(c, now);
     for (;;) {
-        uint64_t t = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
-        unsigned h = GPUSHARDS_TURN_HOLDER(t);
-        uint64_t end = GPUSHARDS_TURN_END_US(t) * 1000ull;
-        uint64_t gen = GPUSHARDS_TURN_GEN(t) + 1;
-        uint64_t lease = (now + gs_cc.slice_ns) / 1000ull;
-        if (h == me) {
-            if (now < end || renew_or_release(c, t, now)) break;
+        uint64_t turn = __atomic_load_n(&L->turn, __ATOMIC_ACQUIRE);
+        unsigned holder = GPUSHARDS_TURN_HOLDER(turn);
+        uint64_t lease_end = GPUSHARDS_TURN_END_US(turn) * 1000ull;
+        uint64_t ours = GPUSHARDS_TURN(me, GPUSHARDS_TURN_GEN(turn) + 1, (now + gs_cc.slice_ns) / 1000ull);
+        if (holder == me) {
+            if (now < lease_end || renew_or_release(c, turn, now)) break;
             now = gs_now_ns();
             continue;
         }
         if (!waiting) {
-            /* We do not hold the turn: let our queued work finish before we
-             * say (wait heartbeat) that we wait, so that a holder that took
-             * the turn from us knows when the GPU is its own.  Not on the
-             * GPU: our gate, shut, stops it, and it may wait behind it. */
-            if (gs_compute_gate_on(c)) gs_compute_gate_shut(c);
-            else gs_compute_drain(c);
-            now = gs_now_ns();
-            /* Coming back: no more credit than one slice of our own. */
-            uint32_t w = gs_compute_weight(L, m, now);
-            uint64_t lag = gs_cc.slice_ns * 1000u / w, vc = __atomic_load_n(&L->vclock, __ATOMIC_RELAXED);
-            uint64_t v = __atomic_load_n(&e->vtime, __ATOMIC_RELAXED);
-            if (vc > lag && v < vc - lag) {
-                __atomic_store_n(&e->vtime, vc - lag, __ATOMIC_RELAXED);
-                if (gs_cc.stats) { gs_cst.clamps++; gs_cst.clamped_us += (vc - lag - v) * w / 1000u / 1000u; }
-            }
+            now = start_waiting(c);
             waiting = 1;
         }
-        __atomic_store_n(&e->wait_hb_ns, now, __ATOMIC_RELAXED);
+        __atomic_store_n(&self->wait_hb_ns, now, __ATOMIC_RELAXED);
         __atomic_store_n(&L->last_wait_ns, now, __ATOMIC_RELAXED);
         uint64_t wake_at = now + gs_cc.idle_ns;
-        if (gs_compute_eligible(e, now)) {
-            int take = 0;
-            if (h == 0 || now >= end) {
-                take = gs_compute_most_entitled(L, m, now);
-            } else {
-                struct gpushards_ledger_member *o = &L->members[h - 1];
-                uint64_t last = __atomic_load_n(&o->last_kernel_ns, __ATOMIC_RELAXED);
-                uint32_t w = gs_compute_weight(L, m, now);
-                uint64_t v = __atomic_load_n(&e->vtime, __ATOMIC_RELAXED);
-                /* Idle: no launch for idle_ns and no work of its own known to
-                 * be in flight (a 2 ms graph launched every 2 ms is busy). */
-                int idle = last + gs_cc.idle_ns < now && __atomic_load_n(&o->inflight_ns, __ATOMIC_RELAXED) == 0;
-                /* The holder's virtual time as it would be charged now. */
-                uint64_t since = __atomic_load_n(&L->since_ns, __ATOMIC_RELAXED);
-                uint64_t live = __atomic_load_n(&o->vtime, __ATOMIC_RELAXED) +
-                                (now > since && since != 0 ? (now - since) * 1000u / gs_compute_weight(L, h - 1, now)
-                                                           : 0);
-                int owed = gs_cc.preempt && v + gs_cc.slice_ns * 500u / w < live;
-                take = (idle || owed) && gs_compute_most_entitled(L, m, now);
-                if (end < wake_at) wake_at = end;
-            }
-            if (take && __atomic_compare_exchange_n(&L->turn, &t, GPUSHARDS_TURN(me, gen, lease), 0,
-                                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-                if (h != 0) {
-                    gs_compute_charge(L, h, __atomic_exchange_n(&L->since_ns, now, __ATOMIC_ACQ_REL), now, end);
-                    await_handover(L, h, now);
-                } else {
-                    __atomic_store_n(&L->since_ns, now, __ATOMIC_RELEASE);
-                }
-                /* The turn moved: the old holder's turn threads shut their
-                 * gates, ours (and our shard's other processes') open theirs. */
-                gs_compute_wake_all(L);
+        if (gs_compute_eligible(self, now)) {
+            /* A failed exchange leaves the turn word as it is now in turn:
+             * the sleep below waits for that to change. */
+            if (may_take_turn(L, m, holder, lease_end, now, &wake_at) &&
+                __atomic_compare_exchange_n(&L->turn, &turn, ours, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                took_turn(L, holder, lease_end, now);
                 break;
             }
             if (entitled_since == 0) entitled_since = now;
             if (now - entitled_since > MAX_WAIT_NS) {
-                give_up_waiting(c, e, now);
+                give_up_waiting(c, self, now);
                 return;
             }
         } else {
-            /* A capped shard waiting for its own cap is not kept waiting by others. */
             entitled_since = 0;
-            uint64_t c2 = __atomic_load_n(&e->cap_ns, __ATOMIC_RELAXED);
-            if (c2 > now && c2 - now < gs_cc.slice_ns * 100u) wake_at = c2;
+            wake_at = cap_wake(self, now, wake_at);
         }
-        if (wake_at > now) {
-            uint64_t d = wake_at - now;
-            if (d < 20000ull) d = 20000ull;
-            struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
-            syscall(SYS_futex, (uint32_t *)(void *)&L->turn, FUTEX_WAIT, (uint32_t)t, &ts, NULL, 0);
-        }
+        sleep_on_turn(L, turn, now, wake_at);
         now = gs_now_ns();
     }
-    __atomic_store_n(&e->wait_hb_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&self->wait_hb_ns, 0, __ATOMIC_RELAXED);
     gs_compute_gate_open(c);
-    /* Another shard launched or waited within 50 ms: keep our work in
-     * flight short until the next turn boundary looks again. */
-    for (unsigned j = 0; j < GPUSHARDS_LEDGER_MEMBERS; j++) {
-        if (j == m) continue;
-        struct gpushards_ledger_member *o = &L->members[j];
-        if (gs_compute_is_isolated(o)) continue;
-        uint64_t a = __atomic_load_n(&o->last_kernel_ns, __ATOMIC_RELAXED);
-        uint64_t b = __atomic_load_n(&o->wait_hb_ns, __ATOMIC_RELAXED);
-        if ((a != 0 && a + 50000000ull > now) || (b != 0 && b + 50000000ull > now)) {
-            c->contended_until = now + 50000000ull;
-            break;
-        }
-    }
+    note_contention(c, now);
 }
 
 /* ---- what the launch hooks call ----------------------------------------- */
