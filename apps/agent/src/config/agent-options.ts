@@ -1,5 +1,9 @@
 import type Docker from 'dockerode';
 import type { DestinationStream } from 'pino';
+import {
+  DEFAULT_COMPUTE_FENCE_WINDOW_SECONDS,
+  DEFAULT_UNGOVERNED_THRESHOLD_PERCENT,
+} from '@gpushards/limits';
 
 import type { MpsPartition } from '../compute/mps-partition.js';
 import type { SimulatedGpu } from '../gpus/simulated-gpus.js';
@@ -149,8 +153,8 @@ export const DEFAULTS = {
   cudaLibrary: 'libcuda.so.1',
   enforcementIntervalMs: 50,
   capToleranceBytes: 160 * 1024 * 1024,
-  computeFenceSeconds: 5,
-  computeFenceThresholdPercent: 10,
+  computeFenceSeconds: DEFAULT_COMPUTE_FENCE_WINDOW_SECONDS,
+  computeFenceThresholdPercent: DEFAULT_UNGOVERNED_THRESHOLD_PERCENT,
   pidsLimit: 4096,
   computeTurns: 'gpu',
 } as const;

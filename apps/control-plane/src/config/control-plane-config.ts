@@ -158,7 +158,7 @@ export function loadConfigFromEnv(
     database = databaseConfigFromEnv(env, cwd);
   } catch (error) {
     if (!(error instanceof DatabaseConfigError)) throw error;
-    problems.push(error.message);
+    problems.push(...error.problems);
   }
   if (values === undefined || database === undefined) {
     throw new ConfigError(`invalid configuration:\n  ${problems.join('\n  ')}`);

@@ -1,4 +1,6 @@
 import { join, resolve } from 'node:path';
+import { readEnvVariables } from '@gpushards/protocol';
+import { z } from 'zod';
 
 /** How the control plane reaches its database. */
 export interface DatabaseConfig {
@@ -27,36 +29,50 @@ export const DEFAULT_DATA_DIR = '.gpushards';
 /** The embedded database lives in this subfolder of the data folder. */
 export const EMBEDDED_DATABASE_SUBDIR = 'database';
 
+/** The database's settings are wrong: one line per wrong variable (problems). */
 export class DatabaseConfigError extends Error {
   override name = 'DatabaseConfigError';
+  constructor(readonly problems: readonly string[]) {
+    super(problems.join('\n'));
+  }
 }
+
+const POOL_SIZE_RULE = 'must be a whole number from 1 to 1000';
+
+const envSchema = z.object({
+  DATABASE_URL: z
+    .string()
+    .regex(/^postgres(ql)?:\/\//, 'must be a postgresql:// URL')
+    .optional(),
+  GPUSHARDS_DATABASE_POOL_SIZE: z
+    .string()
+    .regex(/^\d{1,4}$/, POOL_SIZE_RULE)
+    .transform(Number)
+    .refine((size) => size >= 1 && size <= 1000, POOL_SIZE_RULE)
+    .optional(),
+  GPUSHARDS_DATA_DIR: z.string().default(DEFAULT_DATA_DIR),
+});
 
 /**
  * Reads DATABASE_URL, GPUSHARDS_DATA_DIR (the embedded database goes into its `database`
- * subfolder; default `.gpushards` under `cwd`) and GPUSHARDS_DATABASE_POOL_SIZE. Empty
- * variables count as unset.
+ * subfolder; default `.gpushards` under `cwd`) and GPUSHARDS_DATABASE_POOL_SIZE (1 to 1000)
+ * through the shared reader, as every other setting. Empty variables count as unset. A bad
+ * value is a DatabaseConfigError; DATABASE_URL's value is never shown (it may hold a password).
  */
 export function databaseConfigFromEnv(
   env: NodeJS.ProcessEnv = process.env,
   cwd: string = process.cwd(),
 ): DatabaseConfig {
-  const url = env['DATABASE_URL'] || undefined;
-  if (url !== undefined && !/^postgres(ql)?:\/\//.test(url)) {
-    // Never echo the value: it may carry a password.
-    throw new DatabaseConfigError('DATABASE_URL must be a postgresql:// URL');
-  }
-  const poolSizeText = env['GPUSHARDS_DATABASE_POOL_SIZE'] || undefined;
-  const poolSize = poolSizeText === undefined ? undefined : Number(poolSizeText);
-  if (
-    poolSize !== undefined &&
-    !(Number.isInteger(poolSize) && poolSize >= 1 && poolSize <= 1000)
-  ) {
-    throw new DatabaseConfigError(
-      `GPUSHARDS_DATABASE_POOL_SIZE must be a whole number from 1 to 1000, not "${poolSizeText}"`,
-    );
-  }
-  const dataDir = resolve(cwd, env['GPUSHARDS_DATA_DIR'] || DEFAULT_DATA_DIR);
-  return { url, embeddedDataDir: join(dataDir, EMBEDDED_DATABASE_SUBDIR), poolSize };
+  const { values, problems } = readEnvVariables(envSchema, env, {
+    secret: new Set(['DATABASE_URL']),
+  });
+  if (values === undefined) throw new DatabaseConfigError(problems);
+  const dataDir = resolve(cwd, values.GPUSHARDS_DATA_DIR);
+  return {
+    url: values.DATABASE_URL,
+    embeddedDataDir: join(dataDir, EMBEDDED_DATABASE_SUBDIR),
+    poolSize: values.GPUSHARDS_DATABASE_POOL_SIZE,
+  };
 }
 
 /** Says where the database is without revealing credentials, for logs and errors. */

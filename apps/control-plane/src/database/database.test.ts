@@ -3,10 +3,13 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Test } from '@nestjs/testing';
 import pg from 'pg';
+import { createLogger } from '../logging/logger.js';
+import { LoggingModule } from '../logging/logging.module.js';
 import { startPostgres, type PostgresServer } from '../testing/postgres-server.js';
 import {
   createTestDatabase,
@@ -393,19 +396,34 @@ describe('PGlite', () => {
 });
 
 describe('DatabaseModule', () => {
-  it('migrates the database during init and closes it on shutdown', async () => {
+  it('migrates the database during init (saying so in the application log) and closes it on shutdown', async () => {
     const admin = new pg.Client({ connectionString: server.url });
     await admin.connect();
     await admin.query('CREATE DATABASE nest_module_test');
     try {
       const config = { url: server.urlFor('nest_module_test'), embeddedDataDir: '' };
+      const log = new PassThrough();
+      let logged = '';
+      log.on('data', (chunk: Buffer) => (logged += chunk.toString()));
       const moduleRef = await Test.createTestingModule({
-        imports: [DatabaseModule.forRoot(config)],
+        imports: [
+          LoggingModule.forRoot(createLogger('info', log), new PassThrough()),
+          DatabaseModule.forRoot(config),
+        ],
       }).compile();
       await moduleRef.init();
       const prisma = moduleRef.get(PrismaService);
       assert.equal(prisma.backendKind, 'postgres');
       assert.equal(await prisma.team.count(), 0, 'the tables exist');
+      const line = logged
+        .split('\n')
+        .filter((text) => text !== '')
+        .map((text) => JSON.parse(text) as Record<string, unknown>)
+        .find((record) => record['msg'] === 'applied migrations');
+      assert.ok(line, `no "applied migrations" line in the log:\n${logged}`);
+      assert.equal(line['module'], 'database');
+      assert.equal(line['service'], 'control-plane');
+      assert.ok(Array.isArray(line['migrations']) && line['migrations'].length > 0);
       await moduleRef.close();
       const sessions = await admin.query(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = 'nest_module_test'",
@@ -438,11 +456,30 @@ describe('databaseConfigFromEnv', () => {
     );
   });
 
-  it('refuses bad values without echoing a URL (it may hold a password)', () => {
+  it('refuses bad values as every setting is refused, without echoing a URL (it may hold a password)', () => {
     assert.throws(
-      () => databaseConfigFromEnv({ DATABASE_URL: 'mysql://user:secret@db/x' }),
-      (error: Error) => error instanceof DatabaseConfigError && !error.message.includes('secret'),
+      () =>
+        databaseConfigFromEnv({
+          DATABASE_URL: 'mysql://user:secret@db/x',
+          GPUSHARDS_DATABASE_POOL_SIZE: '0',
+        }),
+      (error: unknown) => {
+        assert.ok(error instanceof DatabaseConfigError);
+        assert.deepEqual(error.problems, [
+          'DATABASE_URL must be a postgresql:// URL, got (hidden)',
+          'GPUSHARDS_DATABASE_POOL_SIZE must be a whole number from 1 to 1000, got "0"',
+        ]);
+        assert.doesNotMatch(error.message, /secret/);
+        return true;
+      },
     );
-    assert.throws(() => databaseConfigFromEnv({ GPUSHARDS_DATABASE_POOL_SIZE: '0' }), /POOL_SIZE/);
+    for (const size of ['1001', '2.5', 'ten', '-1']) {
+      assert.throws(
+        () => databaseConfigFromEnv({ GPUSHARDS_DATABASE_POOL_SIZE: size }),
+        new RegExp(
+          `: GPUSHARDS_DATABASE_POOL_SIZE must be a whole number from 1 to 1000, got "${size}"$`,
+        ),
+      );
+    }
   });
 });

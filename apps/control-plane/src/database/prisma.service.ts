@@ -1,10 +1,5 @@
-import {
-  Inject,
-  Injectable,
-  Logger,
-  type OnModuleDestroy,
-  type OnModuleInit,
-} from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { pino } from 'pino';
 import type {
   SqlDriverAdapter,
   SqlMigrationAwareDriverAdapterFactory,
@@ -13,6 +8,7 @@ import { openDatabaseBackend, type DatabaseBackend } from './database-backend.js
 import { DirectSql } from './direct-sql.js';
 import { describeDatabase, type DatabaseConfig } from './database-config.js';
 import { PrismaClient } from './generated/client.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
 import { applyPendingMigrations } from './migrations/migrate.js';
 import { findPrismaFolder, type PrismaFolder } from './migrations/migration-files.js';
 
@@ -35,24 +31,33 @@ export const DATABASE_CONFIG = Symbol('DatabaseConfig');
  */
 @Injectable()
 export class PrismaService extends PrismaClient implements OnModuleInit, OnModuleDestroy {
-  private readonly logger = new Logger(PrismaService.name);
+  private readonly logger: Logger;
   private readonly connection: DeferredBackend;
   /** Raw SQL on the client's own pool without the client's interpreter, for hot paths. */
   readonly direct: DirectSql;
 
-  constructor(@Inject(DATABASE_CONFIG) readonly config: DatabaseConfig) {
-    const connection = new DeferredBackend(config);
+  constructor(
+    @Inject(DATABASE_CONFIG) readonly config: DatabaseConfig,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    const databaseLogger = logger.child({ module: 'database' });
+    const connection = new DeferredBackend(config, databaseLogger);
     super({ adapter: connection.clientAdapterFactory() });
+    this.logger = databaseLogger;
     this.connection = connection;
     this.direct = new DirectSql(() => connection.directAdapter());
   }
 
-  /** A connected, migrated service outside Nest (scripts, tests). */
+  /**
+   * A connected, migrated service outside Nest (scripts, tests); what it logs (the migrations
+   * it applied) goes to `logger`, nowhere by default.
+   */
   static async open(
     config: DatabaseConfig,
     prismaFolder: PrismaFolder = findPrismaFolder(),
+    logger: Logger = pino({ level: 'silent' }),
   ): Promise<PrismaService> {
-    const service = new PrismaService(config);
+    const service = new PrismaService(config, logger);
     try {
       await service.connectAndMigrate(prismaFolder);
     } catch (error) {
@@ -79,7 +84,10 @@ export class PrismaService extends PrismaClient implements OnModuleInit, OnModul
     const backend = await this.connection.open();
     const applied = await applyPendingMigrations(backend.migrationAdapter, prismaFolder);
     if (applied.length > 0) {
-      this.logger.log(`${describeDatabase(this.config)}: applied migrations ${applied.join(', ')}`);
+      this.logger.info(
+        { database: describeDatabase(this.config), migrations: applied },
+        'applied migrations',
+      );
       // PGlite learns array types (shard_state[] and the like) when it opens; types the
       // migrations just created would otherwise be unknown until the next start.
       await backend.pglite?.refreshArrayTypes();
@@ -107,11 +115,14 @@ class DeferredBackend {
   private opening: Promise<DatabaseBackend> | undefined;
   private direct: Promise<SqlDriverAdapter> | undefined;
 
-  constructor(private readonly config: DatabaseConfig) {}
+  constructor(
+    private readonly config: DatabaseConfig,
+    private readonly logger: Logger,
+  ) {}
 
   open(): Promise<DatabaseBackend> {
     this.opening ??= openDatabaseBackend(this.config, (error) =>
-      Logger.warn(`the database ended an idle connection: ${error.message}`, PrismaService.name),
+      this.logger.warn({ err: error }, 'the database ended an idle connection'),
     );
     return this.opening;
   }
