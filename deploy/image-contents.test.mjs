@@ -1,5 +1,6 @@
 // What the control-plane image ships (deploy/control-plane/Dockerfile copies the dist folders
-// through the repository's .dockerignore): no test code, and every module it ships can load its
+// through the repository's .dockerignore): no test code (test-code.mjs: by name, and by what each
+// module imports), and every module it ships can load its
 // relative imports, and the image's files alone start a control plane that serves. Needs a build
 // first (npm run build); control-plane-image.test.mjs builds and runs the image itself.
 //   node --test deploy/
@@ -16,11 +17,11 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createInterface } from 'node:readline';
-import { dirname, join, relative, resolve } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { isTestCode } from './test-code.mjs';
+import { missingImports, testCodeAmong } from './test-code.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SHIPPED_DIST = [
@@ -58,24 +59,14 @@ function shippedFiles() {
   return SHIPPED_DIST.flatMap(filesUnder).filter((path) => !excluded.some((x) => x(path)));
 }
 
-test('the image ships no test code', () => {
+test('the image ships no test code, by name or by what a module imports', () => {
   const shipped = shippedFiles();
   assert.ok(shipped.some((path) => path === 'apps/control-plane/dist/main.js'));
-  assert.deepEqual(shipped.filter(isTestCode), []);
+  assert.deepEqual(testCodeAmong(root, shipped), []);
 });
 
 test('every shipped module finds its relative imports in the image', () => {
-  const shipped = new Set(shippedFiles());
-  const missing = [];
-  for (const path of shipped) {
-    if (!path.endsWith('.js')) continue;
-    const text = readFileSync(join(root, path), 'utf8');
-    for (const [, specifier] of text.matchAll(/(?:from|import)\s*\(?\s*'(\.{1,2}\/[^']+)'/g)) {
-      const target = relative(root, resolve(join(root, dirname(path)), specifier));
-      if (!shipped.has(target)) missing.push(`${path} → ${specifier}`);
-    }
-  }
-  assert.deepEqual(missing, []);
+  assert.deepEqual(missingImports(root, shippedFiles()), []);
 });
 
 /**

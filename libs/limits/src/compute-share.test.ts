@@ -13,7 +13,7 @@ import {
   type TeamComputePolicy,
 } from './compute-share.js';
 import { place } from './placement.js';
-import { fleetArb, requestArb } from './placement-arbitraries.js';
+import { fleetArb, requestArb } from './testing/placement-arbitraries.js';
 import type { Host } from './inventory.js';
 
 const policyArb: fc.Arbitrary<TeamComputePolicy> = fc.record(

@@ -11,7 +11,7 @@ import {
 import { gpuUuid, hostId, type Host } from './inventory.js';
 import { describeNoFitReason, place } from './placement.js';
 import { PlacementIndex } from './placement-index.js';
-import { fleetArb, requestArb } from './placement-arbitraries.js';
+import { fleetArb, requestArb } from './testing/placement-arbitraries.js';
 import { admit } from './queue/admission.js';
 import type { PendingShard } from './queue/model.js';
 import { bytes, GiB } from './sizes.js';

@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { bytes, GiB } from './sizes.js';
 import { type Gpu, gpuUuid, type Host, hostId, HOST_STATES, type HostState } from './inventory.js';
 import { place } from './placement.js';
-import { fleetArb, optionsArb, requestArb } from './placement-arbitraries.js';
+import { fleetArb, optionsArb, requestArb } from './testing/placement-arbitraries.js';
 import { PLACEMENT_INDEX_SHAPES, PlacementIndex } from './placement-index.js';
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };

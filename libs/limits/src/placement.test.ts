@@ -23,7 +23,7 @@ import {
   type PlacementRequest,
   type PlacementResult,
 } from './placement.js';
-import { fleetArb, optionsArb, requestArb } from './placement-arbitraries.js';
+import { fleetArb, optionsArb, requestArb } from './testing/placement-arbitraries.js';
 
 const H100 = 'NVIDIA H100 80GB HBM3';
 const A100 = 'NVIDIA A100-SXM4-40GB';

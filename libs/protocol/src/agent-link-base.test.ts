@@ -11,7 +11,7 @@ import {
   shardStateEventSchema,
 } from './agent-messages.js';
 import { encodeMessage } from './codec.js';
-import * as examples from './fixtures.js';
+import * as examples from './testing/fixtures.js';
 import { agentSubjects } from './subjects.js';
 
 /** A transport that records what it carries and answers requests from `answers`. */

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 
 import { decodeMessage, encodeMessage, type DecodeErrorCode } from './codec.js';
-import * as examples from './fixtures.js';
+import * as examples from './testing/fixtures.js';
 import {
   AGENT_MESSAGE_SCHEMAS,
   heartbeatSchema,

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 
 import { encodeMessage } from './codec.js';
 import { answerCommand, type CommandRefusal } from './command-answer.js';
-import * as examples from './fixtures.js';
+import * as examples from './testing/fixtures.js';
 import { commandSchema, type Command, type CommandReply } from './command-messages.js';
 import { hostSubjects } from './subjects.js';
 import { protocolText } from './text.js';

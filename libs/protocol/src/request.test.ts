@@ -2,7 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { encodeMessage } from './codec.js';
-import * as examples from './fixtures.js';
+import * as examples from './testing/fixtures.js';
 import { registerReplySchema, registerRequestSchema } from './agent-messages.js';
 import { requestMessage } from './request.js';
 import { agentSubjects } from './subjects.js';

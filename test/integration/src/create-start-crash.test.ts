@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { LinkUnavailableError } from '@gpushards/agent';
-import { docker, shardContainers } from '@gpushards/agent/testing/docker';
+import { docker, shardContainers } from '../../../apps/agent/dist/testing/docker.js';
 import { InProcessAgentHub } from '@gpushards/control-plane';
-import { TEST_DATABASE_KINDS } from '@gpushards/control-plane/testing';
+import { TEST_DATABASE_KINDS } from '../../../apps/control-plane/dist/testing/index.js';
 
 import { CREATE_SHARD, SHARD, Stack, waitFor, type ShardView } from './support/stack.js';
 

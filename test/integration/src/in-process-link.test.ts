@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { LinkUnavailableError } from '@gpushards/agent';
-import { docker, shardContainers } from '@gpushards/agent/testing/docker';
+import { docker, shardContainers } from '../../../apps/agent/dist/testing/docker.js';
 import { InProcessAgentHub } from '@gpushards/control-plane';
 
 import { CREATE_SHARD, GiB, MiB, SHARD, Stack, waitFor, type ShardView } from './support/stack.js';

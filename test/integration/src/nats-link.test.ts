@@ -4,8 +4,11 @@ import { existsSync, readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 
 import type { Agent, NatsAuth } from '@gpushards/agent';
-import { docker, shardContainers } from '@gpushards/agent/testing/docker';
-import { startNatsServer, type TestNatsServer } from '@gpushards/agent/testing/nats-server';
+import { docker, shardContainers } from '../../../apps/agent/dist/testing/docker.js';
+import {
+  startNatsServer,
+  type TestNatsServer,
+} from '../../../apps/agent/dist/testing/nats-server.js';
 import {
   PROTOCOL_VERSION,
   agentInboxPrefix,

@@ -5,7 +5,7 @@ import { bytes, GiB } from '../sizes.js';
 import { type Gpu, gpuUuid, type Host, hostId } from '../inventory.js';
 import { capacityBytes, place, type Placed, type PlacementRequest } from '../placement.js';
 import { admit, type AdmissionPlan } from './admission.js';
-import { A100, H100, scenarioArb, type Scenario } from './arbitraries.js';
+import { A100, H100, scenarioArb, type Scenario } from '../testing/queue-arbitraries.js';
 import { guaranteeCovers, withinGuaranteeRequest } from './guarantees.js';
 import {
   compareQueued,

@@ -5,7 +5,7 @@ import { bytes, GiB } from '../sizes.js';
 import { gpuUuid, hostId } from '../inventory.js';
 import type { Placed } from '../placement.js';
 import { admit, type Waiting, type WaitReason } from './admission.js';
-import { scenarioArb } from './arbitraries.js';
+import { scenarioArb } from '../testing/queue-arbitraries.js';
 import { estimateStarts, waitsOnFleet, type StartEstimateInput } from './estimate.js';
 
 const RUNS = 300;

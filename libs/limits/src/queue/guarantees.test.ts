@@ -5,7 +5,7 @@ import { gpuUuid, type Host, hostId } from '../inventory.js';
 import { checkGuarantees } from './guarantees.js';
 import { decayedUsage, decayWeight, fairShareKey, compareFairShare } from './fair-share.js';
 import { checkPriorityClass, priorityClasses } from './priority.js';
-import { A100, H100 } from './arbitraries.js';
+import { A100, H100 } from '../testing/queue-arbitraries.js';
 
 function host(name: string, models: string[]): Host {
   return {

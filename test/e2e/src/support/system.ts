@@ -5,7 +5,10 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { startPostgres, type PostgresServer } from '@gpushards/control-plane/testing';
+import {
+  startPostgres,
+  type PostgresServer,
+} from '../../../../apps/control-plane/dist/testing/index.js';
 import pg from 'pg';
 
 import { removeRunContainers } from './docker.js';

@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 
 import { createAgent, parseSimulatedGpus, type Agent, type AgentOptions } from '@gpushards/agent';
-import { cleanUpDocker, importCudaProbeImage } from '@gpushards/agent/testing/docker';
-import { fakeLibraries, nativeArtifacts } from '@gpushards/agent/testing/native';
+import { cleanUpDocker, importCudaProbeImage } from '../../../../apps/agent/dist/testing/docker.js';
+import { fakeLibraries, nativeArtifacts } from '../../../../apps/agent/dist/testing/native.js';
 import {
   ADMIN_TOKEN_FILE,
   createControlPlane,
@@ -19,7 +19,7 @@ import {
   type PostgresServer,
   type TestDatabase,
   type TestDatabaseKind,
-} from '@gpushards/control-plane/testing';
+} from '../../../../apps/control-plane/dist/testing/index.js';
 import pg from 'pg';
 import { pino } from 'pino';
 

@@ -6,9 +6,9 @@ import type {
   RegisterReply,
   RegisterRequest,
   ShardStateEvent,
-} from './agent-messages.js';
-import type { Command, CommandReply } from './command-messages.js';
-import type { ShardLaunchSpec } from './shard-spec.js';
+} from '../agent-messages.js';
+import type { Command, CommandReply } from '../command-messages.js';
+import type { ShardLaunchSpec } from '../shard-spec.js';
 
 export const HOST_ID = 'gpu-box-07';
 export const GPU_0 = 'GPU-5d3b7a1e-0c4f-4c8e-9f0a-1b2c3d4e5f60';

@@ -4,9 +4,9 @@
  * capacity, so that every reason and tie-break shows up within a few hundred runs.
  */
 import fc from 'fast-check';
-import { bytes, GiB, MiB } from './sizes.js';
-import { gpuUuid, type Host, hostId, type HostState } from './inventory.js';
-import type { PlacementOptions, PlacementPolicy, PlacementRequest } from './placement.js';
+import { bytes, GiB, MiB } from '../sizes.js';
+import { gpuUuid, type Host, hostId, type HostState } from '../inventory.js';
+import type { PlacementOptions, PlacementPolicy, PlacementRequest } from '../placement.js';
 
 const MODELS = ['NVIDIA H100 80GB HBM3', 'NVIDIA A100-SXM4-40GB', 'NVIDIA L4', 'NVIDIA H100 PCIe'];
 const TERMS = ['h100', 'A100', 'l4', 'pcie', 'nvidia', 'hbm3'];

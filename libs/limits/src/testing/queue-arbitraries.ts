@@ -7,8 +7,8 @@ import fc from 'fast-check';
 import { bytes, GiB, MiB } from '../sizes.js';
 import { type Gpu, gpuUuid, type Host, hostId, type HostState } from '../inventory.js';
 import { place, type PlacementOptions, type PlacementRequest } from '../placement.js';
-import type { HeldShard, PendingShard, QueueTeam } from './model.js';
-import { DEFAULT_PRIORITY_CLASSES } from './priority.js';
+import type { HeldShard, PendingShard, QueueTeam } from '../queue/model.js';
+import { DEFAULT_PRIORITY_CLASSES } from '../queue/priority.js';
 
 export const H100 = 'NVIDIA H100 80GB HBM3';
 export const A100 = 'NVIDIA A100-SXM4-40GB';
