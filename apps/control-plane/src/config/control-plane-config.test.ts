@@ -73,6 +73,8 @@ describe('loadConfigFromEnv', () => {
       PENDING: 0,
       PLACED: 30,
       STARTING: 900,
+      SUSPENDING: 600,
+      RESUMING: 600,
       STOPPING: 660,
     });
     assert.throws(
