@@ -267,13 +267,8 @@ function nextStateOf(
         case 'paused':
           return state === 'RUNNING' ? undefined : { next: { state: 'RUNNING', cause: 'started' } };
         case 'exited':
-          return {
-            next: { state: 'EXITED', cause: 'exited' },
-            exitCode: observed.exitCode,
-            reason: `its container was found stopped by reconciliation (exit code ${observed.exitCode})`,
-          };
         case 'dead':
-          return { next: { state: 'FAILED', cause: 'failed' }, reason: 'its container is dead' };
+          return endedOnItsOwn(observed);
         case 'absent':
           // PLACED and STARTING: the agent launches it (it may have crashed before creating it).
           return state === 'RUNNING'
@@ -296,13 +291,8 @@ function nextStateOf(
         case 'paused':
           return settledMove(state, memoryOf(observed));
         case 'exited':
-          return {
-            next: { state: 'EXITED', cause: 'exited' },
-            exitCode: observed.exitCode,
-            reason: `its container was found stopped by reconciliation (exit code ${observed.exitCode})`,
-          };
         case 'dead':
-          return { next: { state: 'FAILED', cause: 'failed' }, reason: 'its container is dead' };
+          return endedOnItsOwn(observed);
         case 'absent':
         case 'created':
           return {
@@ -357,6 +347,21 @@ function nextStateOf(
       }
   }
   return undefined;
+}
+
+/** A container that should run was found exited or dead. */
+function endedOnItsOwn(observed: ContainerObservation): {
+  next: NextState;
+  reason: string;
+  exitCode?: number;
+} {
+  return observed.kind === 'exited'
+    ? {
+        next: { state: 'EXITED', cause: 'exited' },
+        exitCode: observed.exitCode,
+        reason: `its container was found stopped by reconciliation (exit code ${observed.exitCode})`,
+      }
+    : { next: { state: 'FAILED', cause: 'failed' }, reason: 'its container is dead' };
 }
 
 /**
