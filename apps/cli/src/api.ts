@@ -1,4 +1,4 @@
-import type { TadaDocumentNode } from 'gql.tada';
+import type { TypedDocumentNode } from '@gpushards/graphql-client';
 import { print } from 'graphql';
 import { createClient } from 'graphql-ws';
 import WebSocket from 'ws';
@@ -33,7 +33,7 @@ export function apiError(error: GraphQLError): CliError {
 export class Api {
   constructor(readonly login: Login) {}
 
-  async request<R, V>(document: TadaDocumentNode<R, V>, variables?: V): Promise<R> {
+  async request<R, V>(document: TypedDocumentNode<R, V>, variables?: V): Promise<R> {
     let response: Response;
     try {
       response = await fetch(`${this.login.url}/graphql`, {
@@ -71,7 +71,7 @@ export class Api {
 
   /** A subscription over graphql-ws; resolves when it ends, rejects on an error. */
   subscribe<R, V>(
-    document: TadaDocumentNode<R, V>,
+    document: TypedDocumentNode<R, V>,
     variables: V,
     onData: (data: R) => void,
   ): { done: Promise<void>; stop: () => void; connected: Promise<void> } {

@@ -22,8 +22,8 @@ export function apiFor(command: Command): Api {
 export async function teamIdFor(api: Api, team: string | undefined): Promise<string | undefined> {
   if (team === undefined) return undefined;
   if (/^[0-9a-f-]{36}$/i.test(team)) return team;
-  const { TeamNames } = await import('./queries/index.js');
-  const found = await api.request(TeamNames, { first: 200 });
+  const { TeamNamesDocument } = await import('@gpushards/graphql-client');
+  const found = await api.request(TeamNamesDocument, { first: 200 });
   const match = found.teams.edges.find((e) => e.node.name === team);
   if (match === undefined) {
     const { CliError, EXIT } = await import('./exit-codes.js');
@@ -36,8 +36,8 @@ export async function teamIdFor(api: Api, team: string | undefined): Promise<str
 export async function teamIdOrOwn(api: Api, team: string | undefined): Promise<string> {
   const named = await teamIdFor(api, team);
   if (named !== undefined) return named;
-  const { Me } = await import('./queries/index.js');
-  const me = await api.request(Me);
+  const { MeDocument } = await import('@gpushards/graphql-client');
+  const me = await api.request(MeDocument);
   if (!me.me.team) {
     const { CliError, EXIT } = await import('./exit-codes.js');
     throw new CliError('admin tokens have no team: name one with --team', EXIT.USAGE);

@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useState } from 'react';
 import { Provider, useQuery } from 'urql';
 import { createApiClient } from './client.js';
-import { MeQuery } from './queries/index.js';
+import { MeDocument } from '@gpushards/graphql-client';
 import { clearToken, storedToken, storeToken } from './session.js';
 import { ErrorBox, Loading } from './ui.js';
 import { SignIn } from './views/SignIn.js';
@@ -49,7 +49,7 @@ export function App() {
 const ADMIN_ROUTES = ['fleet', 'teams', 'tokens'];
 
 export function Shell({ signOut }: { signOut: (problem?: string) => void }) {
-  const [me] = useQuery({ query: MeQuery, requestPolicy: 'network-only' });
+  const [me] = useQuery({ query: MeDocument, requestPolicy: 'network-only' });
   // urql asks for `me` again after every mutation that returns a team, and an answer with an
   // error carries no data: without the last good answer, one refused refetch (a timeout, a rate
   // limit) would unmount the page, and with it what the user was doing.

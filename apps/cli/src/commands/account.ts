@@ -4,7 +4,7 @@ import { configPath, removeLogin, saveLogin } from '../config.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
 import { checkSize, csvField, isoTime, printJson, table } from '../output.js';
-import { Me, Preview, Usage } from '../queries/index.js';
+import { MeDocument, PreviewDocument, UsageByShardDocument } from '@gpushards/graphql-client';
 import { computeInput, shareLabel, withComputeOptions } from '../compute.js';
 
 export function loginCommand(): Command {
@@ -27,7 +27,7 @@ export function loginCommand(): Command {
         const url = (options.url ?? process.env['GPUSHARDS_URL'] ?? 'http://127.0.0.1:4000')
           .replace(/\/+$/, '')
           .replace(/\/graphql$/, '');
-        const me = await new Api({ url, token }).request(Me);
+        const me = await new Api({ url, token }).request(MeDocument);
         saveLogin({ url, token });
         if (globals(command).json) return printJson({ url, config: configPath(), me: me.me });
         process.stdout.write(
@@ -58,7 +58,7 @@ export function whoamiCommand(): Command {
     .description('the token in use: its name, role and team')
     .action(async (_o: unknown, command: Command) => {
       const api = apiFor(command);
-      const me = await api.request(Me);
+      const me = await api.request(MeDocument);
       if (globals(command).json) return printJson({ url: api.login.url, ...me.me });
       process.stdout.write(
         `${me.me.name} (${me.me.role}${me.me.team ? ` of ${me.me.team.name}` : ''}) at ${api.login.url}\n`,
@@ -85,12 +85,12 @@ export function usageCommand(): Command {
           const to = options.to ? isoTime(options.to, '--to') : new Date().toISOString();
           const api = apiFor(command);
           const teamId = await teamIdOrOwn(api, options.team);
-          const first = await api.request(Usage, { teamId, from, to, first: 100 });
+          const first = await api.request(UsageByShardDocument, { teamId, from, to, first: 100 });
           const report = first.usage;
           const shards = report.shards.edges.map((e) => e.node);
           let page = report.shards.pageInfo;
           while (page.hasNextPage) {
-            const next = await api.request(Usage, {
+            const next = await api.request(UsageByShardDocument, {
               teamId,
               from,
               to,
@@ -174,7 +174,7 @@ export function previewCommand(): Command {
         const { share, mode, input } = computeInput(options);
         const api = apiFor(command);
         const teamId = await teamIdFor(api, options.team);
-        const result = await api.request(Preview, {
+        const result = await api.request(PreviewDocument, {
           input: {
             memoryPerGpu,
             gpuCount: Number(options.gpus),

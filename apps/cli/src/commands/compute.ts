@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { checkMode, checkShare, shareLabel } from '../compute.js';
 import { age, printJson, table } from '../output.js';
-import { ListShards, SetShardCompute } from '../queries/index.js';
+import { ShardsDocument, SetShardComputeDocument } from '@gpushards/graphql-client';
 
 /** `shards set-compute` and `shards idle`, added to the `shards` command. */
 export function addComputeCommands(
@@ -29,7 +29,7 @@ export function addComputeCommands(
         ) => {
           const share = checkShare(percent, '<percent>', true);
           const mode = checkMode(options.computeMode, share, 'a <percent>, not none');
-          const result = await apiFor(command).request(SetShardCompute, {
+          const result = await apiFor(command).request(SetShardComputeDocument, {
             id: await shardId(command, ref),
             percent: share,
             mode,
@@ -59,7 +59,7 @@ export function addComputeCommands(
       .action(async (options: { team?: string }, command: Command) => {
         const api = apiFor(command);
         const teamId = await teamIdFor(api, options.team);
-        const result = await api.request(ListShards, {
+        const result = await api.request(ShardsDocument, {
           first: 100,
           idle: true,
           ...(teamId ? { teamId } : {}),

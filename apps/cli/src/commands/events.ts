@@ -1,6 +1,6 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { apiFor, examples, globals } from '../context.js';
-import { ShardEventHistory } from '../queries/events.js';
+import { ShardEventHistoryDocument } from '@gpushards/graphql-client';
 import { printJson, table } from '../output.js';
 
 const KINDS = ['STATE', 'VIOLATION', 'UNGOVERNED_COMPUTE', 'IDLE', 'IDLE_STOP'] as const;
@@ -47,7 +47,7 @@ export function addEventsCommand(
       )
       .action(async (ref: string, options: { limit: number; kind?: Kind[] }, command: Command) => {
         const api = apiFor(command);
-        const result = await api.request(ShardEventHistory, {
+        const result = await api.request(ShardEventHistoryDocument, {
           shardId: await shardId(command, ref),
           first: options.limit,
           ...(options.kind ? { kinds: options.kind } : {}),

@@ -4,16 +4,16 @@ import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, printIds, printJson, table, withQuiet } from '../output.js';
 import { gpuComputeLabel } from '../compute.js';
 import {
-  AdminTokens,
-  Cordon,
-  CreateToken,
-  Drain,
-  Hosts,
-  Me,
-  RevokeToken,
-  TeamTokens,
-  Uncordon,
-} from '../queries/index.js';
+  AdminTokensDocument,
+  CordonDocument,
+  CreateTokenDocument,
+  DrainDocument,
+  HostsDocument,
+  MeDocument,
+  RevokeTokenDocument,
+  TeamTokensDocument,
+  UncordonDocument,
+} from '@gpushards/graphql-client';
 
 export function hostsCommand(): Command {
   const hosts = new Command('hosts')
@@ -26,7 +26,7 @@ export function hostsCommand(): Command {
         "every host with its GPUs: memory, the compute shares guaranteed on each GPU, and the MPS partition a host keeps for isolated shards (ISOLATED; '-': none)",
       )
       .action(async (_options: unknown, command: Command) => {
-        const result = await apiFor(command).request(Hosts, { first: 100 });
+        const result = await apiFor(command).request(HostsDocument, { first: 100 });
         const rows = result.hosts.edges.map((e) => e.node);
         if (
           printIds(
@@ -70,16 +70,16 @@ export function hostsCommand(): Command {
     ['gpushards hosts', 'gpushards hosts --json | jq ".[] | {id, state}"'],
   );
   for (const [name, doc, description] of [
-    ['cordon', Cordon, 'take no new shards on this host'],
-    ['uncordon', Uncordon, 'take shards again'],
-    ['drain', Drain, 'cordon and stop every shard on the host'],
+    ['cordon', CordonDocument, 'take no new shards on this host'],
+    ['uncordon', UncordonDocument, 'take shards again'],
+    ['drain', DrainDocument, 'cordon and stop every shard on the host'],
   ] as const) {
     examples(
       hosts
         .command(`${name} <host>`)
         .description(description)
         .action(async (id: string, _options: unknown, command: Command) => {
-          const document = doc as unknown as typeof Cordon;
+          const document = doc as unknown as typeof CordonDocument;
           const result = (await apiFor(command).request(document, { id })) as unknown as Record<
             string,
             { id: string; state: string; cordoned: boolean }
@@ -108,15 +108,15 @@ export function tokensCommand(): Command {
       .option('--team <name|id>', "a team's tokens (admins; default: the admin tokens)")
       .action(async (options: { revoked?: boolean; team?: string }, command: Command) => {
         const api = apiFor(command);
-        const me = await api.request(Me);
+        const me = await api.request(MeDocument);
         const includeRevoked = options.revoked === true;
         const teamId = (await teamIdFor(api, options.team)) ?? me.me.team?.id;
         const rows = teamId
           ? (
-              await api.request(TeamTokens, { id: teamId, first: 100, includeRevoked })
+              await api.request(TeamTokensDocument, { id: teamId, first: 100, includeRevoked })
             ).team.apiTokens.edges.map((e) => e.node)
           : (
-              await api.request(AdminTokens, { first: 100, includeRevoked })
+              await api.request(AdminTokensDocument, { first: 100, includeRevoked })
             ).adminApiTokens.edges.map((e) => e.node);
         if (globals(command).json) return printJson(rows);
         process.stdout.write(
@@ -149,7 +149,7 @@ export function tokensCommand(): Command {
           throw new CliError('--role: ADMIN, MEMBER or VIEWER', EXIT.USAGE);
         const api = apiFor(command);
         const teamId = await teamIdFor(api, options.team);
-        const result = await api.request(CreateToken, {
+        const result = await api.request(CreateTokenDocument, {
           name,
           role: role as 'MEMBER',
           ...(teamId ? { teamId } : {}),
@@ -170,7 +170,7 @@ export function tokensCommand(): Command {
       .command('revoke <id>')
       .description('revoke a token: requests with it fail at once')
       .action(async (id: string, _options: unknown, command: Command) => {
-        const result = await apiFor(command).request(RevokeToken, { id });
+        const result = await apiFor(command).request(RevokeTokenDocument, { id });
         if (globals(command).json) printJson(result.revokeApiToken);
         else process.stdout.write(`token ${result.revokeApiToken.name} revoked\n`);
       }),

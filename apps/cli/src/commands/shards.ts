@@ -1,5 +1,4 @@
 import { Command, Option } from 'commander';
-import type { ResultOf } from 'gql.tada';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, checkSize, printIds, printJson, table, until, withQuiet } from '../output.js';
@@ -7,17 +6,18 @@ import { busyLabel, computeInput, idleLabel, shareLabel, withComputeOptions } fr
 import { addComputeCommands } from './compute.js';
 import { addEventsCommand } from './events.js';
 import {
-  CreateShard,
-  DeleteShard,
-  GetShard,
-  ListShards,
-  ResizeShard,
-  ShardEvents,
-  ShardNames,
-  StopShard,
-} from '../queries/index.js';
+  CreateShardDocument,
+  DeleteShardDocument,
+  ShardDocument,
+  ShardsDocument,
+  ResizeShardDocument,
+  ShardEventsDocument,
+  ShardNamesDocument,
+  StopShardDocument,
+  type ResultOf,
+} from '@gpushards/graphql-client';
 
-type Shard = ResultOf<typeof ListShards>['shards']['edges'][number]['node'];
+type Shard = ResultOf<typeof ShardsDocument>['shards']['edges'][number]['node'];
 
 const FINAL = ['RUNNING', 'STOPPED', 'EXITED', 'FAILED', 'LOST', 'DELETED', 'PREEMPTED', 'EXPIRED'];
 
@@ -124,7 +124,7 @@ function createdLine(shard: Shard): string {
 async function shardId(command: Command, ref: string): Promise<string> {
   if (/^[0-9a-f]{8}-[0-9a-f]{4}-/i.test(ref)) return ref;
   const api = apiFor(command);
-  const found = await api.request(ShardNames, { first: 200 });
+  const found = await api.request(ShardNamesDocument, { first: 200 });
   const matches = found.shards.edges.filter(
     (e) => e.node.name === ref && e.node.state !== 'DELETED',
   );
@@ -170,7 +170,7 @@ export function shardsCommand(): Command {
           const api = apiFor(command);
           const teamId = await teamIdFor(api, options.team);
           const states = options.state?.split(',').map((s) => s.trim().toUpperCase());
-          const result = await api.request(ListShards, {
+          const result = await api.request(ShardsDocument, {
             first: Number(options.first),
             ...(teamId ? { teamId } : {}),
             ...(states ? { states: states as never } : {}),
@@ -236,7 +236,7 @@ export function shardsCommand(): Command {
           const compute = computeInput(options);
           const api = apiFor(command);
           const teamId = await teamIdFor(api, options['team'] as string | undefined);
-          const created = await api.request(CreateShard, {
+          const created = await api.request(CreateShardDocument, {
             input: {
               name,
               image: String(options['image']),
@@ -277,7 +277,9 @@ export function shardsCommand(): Command {
       .alias('get')
       .description('one shard, by name or id, with its GPUs')
       .action(async (ref: string, _options: unknown, command: Command) => {
-        const result = await apiFor(command).request(GetShard, { id: await shardId(command, ref) });
+        const result = await apiFor(command).request(ShardDocument, {
+          id: await shardId(command, ref),
+        });
         if (printIds(command, [result.shard.id])) return;
         if (globals(command).json) printJson(result.shard);
         else process.stdout.write(`${describe(result.shard)}\n`);
@@ -297,7 +299,7 @@ export function shardsCommand(): Command {
       .action(
         async (ref: string, options: { grace?: string; wait?: boolean }, command: Command) => {
           const id = await shardId(command, ref);
-          const result = await apiFor(command).request(StopShard, {
+          const result = await apiFor(command).request(StopShardDocument, {
             id,
             ...(options.grace ? { grace: Number(options.grace) } : {}),
           });
@@ -314,7 +316,7 @@ export function shardsCommand(): Command {
       .alias('delete')
       .description('delete it: the container is removed, the record stays (DELETED)')
       .action(async (ref: string, _options: unknown, command: Command) => {
-        const result = await apiFor(command).request(DeleteShard, {
+        const result = await apiFor(command).request(DeleteShardDocument, {
           id: await shardId(command, ref),
         });
         show(command, result.deleteShard, `${result.deleteShard.name} ${result.deleteShard.state}`);
@@ -327,7 +329,7 @@ export function shardsCommand(): Command {
       .description('a new memory per GPU on the same GPUs')
       .action(async (ref: string, size: string, _options: unknown, command: Command) => {
         const memoryPerGpu = checkSize(size);
-        const result = await apiFor(command).request(ResizeShard, {
+        const result = await apiFor(command).request(ResizeShardDocument, {
           id: await shardId(command, ref),
           memoryPerGpu,
         });
@@ -399,7 +401,7 @@ export async function waitFor(
       );
     }
   };
-  const subscription = api.subscribe(ShardEvents, {}, (data) => {
+  const subscription = api.subscribe(ShardEventsDocument, {}, (data) => {
     if (data.shardEvents.shard.id === id) judge(data.shardEvents.shard);
   });
   subscription.done.catch((error: Error) => rejectDone(error));
@@ -418,7 +420,7 @@ export async function waitFor(
   // subscription was registered (level-triggered: a missed event only delays).
   const check = async (): Promise<void> => {
     try {
-      judge((await api.request(GetShard, { id })).shard);
+      judge((await api.request(ShardDocument, { id })).shard);
     } catch (error) {
       rejectDone(error as Error);
     }

@@ -4,11 +4,18 @@ import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
 import { checkSize, printIds, printJson, table, withQuiet } from '../output.js';
 import { checkDuration } from '../compute.js';
-import { CreateTeam, SetIdlePolicy, SetQuota, Team, TeamCompute, Teams } from '../queries/index.js';
+import {
+  CreateTeamDocument,
+  SetIdlePolicyDocument,
+  SetQuotaDocument,
+  TeamDocument,
+  TeamComputeDocument,
+  TeamsDocument,
+} from '@gpushards/graphql-client';
 
 type TeamNode = Awaited<ReturnType<typeof listTeams>>[number];
 async function listTeams(command: Command) {
-  const result = await apiFor(command).request(Teams, { first: 100 });
+  const result = await apiFor(command).request(TeamsDocument, { first: 100 });
   return result.teams.edges.map((e) => e.node);
 }
 
@@ -82,7 +89,7 @@ export function teamsCommand(): Command {
     withQuiet(teams.command('create <name>'))
       .description('a new team (admins); it may place nothing until it has a quota')
       .action(async (name: string, _options: unknown, command: Command) => {
-        const result = await apiFor(command).request(CreateTeam, { name });
+        const result = await apiFor(command).request(CreateTeamDocument, { name });
         if (printIds(command, [result.createTeam.id])) return;
         if (globals(command).json) printJson(result.createTeam);
         else
@@ -126,7 +133,7 @@ export function teamsCommand(): Command {
           }
           const api = apiFor(command);
           const teamId = (await teamIdFor(api, team))!;
-          const result = await api.request(SetQuota, {
+          const result = await api.request(SetQuotaDocument, {
             teamId,
             input: {
               maxTotal,
@@ -183,7 +190,7 @@ export function teamsCommand(): Command {
             : null;
           const api = apiFor(command);
           const teamId = (await teamIdFor(api, team))!;
-          const result = await api.request(SetIdlePolicy, {
+          const result = await api.request(SetIdlePolicyDocument, {
             teamId,
             idleAfterSeconds,
             stopAfterSeconds,
@@ -211,10 +218,10 @@ export function quotaCommand(): Command {
       .action(async (options: { team?: string }, command: Command) => {
         const api = apiFor(command);
         const teamId = await teamIdOrOwn(api, options.team);
-        const { team } = await api.request(Team, { id: teamId });
+        const { team } = await api.request(TeamDocument, { id: teamId });
         if (globals(command).json) return printJson(team);
         // Compute: how many GPUs' worth of time the shares of its live shards guarantee.
-        const live = await api.request(TeamCompute, { first: 200, teamId });
+        const live = await api.request(TeamComputeDocument, { first: 200, teamId });
         let gpusHeld = 0;
         let guaranteed = 0;
         for (const { node } of live.shards.edges) {

@@ -1,11 +1,10 @@
 import { Command } from 'commander';
-import type { ResultOf } from 'gql.tada';
 import { apiFor, examples, globals, teamIdFor } from '../context.js';
-import { ListShards, ShardEvents } from '../queries/index.js';
+import { ShardsDocument, ShardEventsDocument, type ResultOf } from '@gpushards/graphql-client';
 import { shardRows } from './shards.js';
 
-type Shard = ResultOf<typeof ListShards>['shards']['edges'][number]['node'];
-type ShardEvent = ResultOf<typeof ShardEvents>['shardEvents'];
+type Shard = ResultOf<typeof ShardsDocument>['shards']['edges'][number]['node'];
+type ShardEvent = ResultOf<typeof ShardEventsDocument>['shardEvents'];
 
 /** Notices kept under the live table. */
 const NOTICES = 5;
@@ -53,21 +52,28 @@ export function topCommand(): Command {
             `\x1b[H\x1b[2J${api.login.url}  ${new Date().toISOString()}  (Ctrl-C quits)\n\n${rows.length ? shardRows(rows) : 'no shards'}\n${recent}`,
           );
         };
-        const subscription = api.subscribe(ShardEvents, teamId ? { teamId } : {}, (data) => {
-          const event = data.shardEvents;
-          shards.set(event.shard.id, event.shard);
-          const notice = eventNotice(event);
-          if (notice !== undefined) notices.push(notice);
-          if (notices.length > NOTICES) notices.shift();
-          if (tty) draw();
-          else if (json) process.stdout.write(`${JSON.stringify(event)}\n`);
-          else
-            process.stdout.write(
-              `${notice ?? `${event.at} ${event.shard.name} ${event.previousState ?? '-'} -> ${event.state}`} host=${event.shard.hostId ?? '-'}\n`,
-            );
-        });
+        const subscription = api.subscribe(
+          ShardEventsDocument,
+          teamId ? { teamId } : {},
+          (data) => {
+            const event = data.shardEvents;
+            shards.set(event.shard.id, event.shard);
+            const notice = eventNotice(event);
+            if (notice !== undefined) notices.push(notice);
+            if (notices.length > NOTICES) notices.shift();
+            if (tty) draw();
+            else if (json) process.stdout.write(`${JSON.stringify(event)}\n`);
+            else
+              process.stdout.write(
+                `${notice ?? `${event.at} ${event.shard.name} ${event.previousState ?? '-'} -> ${event.state}`} host=${event.shard.hostId ?? '-'}\n`,
+              );
+          },
+        );
         await Promise.race([subscription.connected, subscription.done]);
-        const listed = await api.request(ListShards, { first: 50, ...(teamId ? { teamId } : {}) });
+        const listed = await api.request(ShardsDocument, {
+          first: 50,
+          ...(teamId ? { teamId } : {}),
+        });
         for (const { node } of listed.shards.edges)
           if (!shards.has(node.id)) shards.set(node.id, node);
         if (tty) draw();

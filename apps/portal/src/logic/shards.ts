@@ -61,8 +61,8 @@ export function queueNote(
 }
 
 /**
- * A shard event as the notices need it (ShardEvent's fields, live or from the history): in the
- * views, readFragment(NoticeFields, event) with the event's shard (queries/events.ts).
+ * A shard event as the notices need it (ShardEvent's fields, live or from the history): what
+ * NoticeFields and the event's shard select (libs/graphql-client, events.graphql).
  */
 export interface NoticeEvent {
   /** The stored event's id: the same live and in the history (null: not stored). */

@@ -1,32 +1,32 @@
 import { useMutation, useQuery, useSubscription } from 'urql';
 import {
-  FleetShardsQuery,
-  HostActionCordon,
-  HostActionDrain,
-  HostActionUncordon,
-  HostsQuery,
-  IdleShardsQuery,
-  ShardEventsSubscription,
-} from '../../queries/index.js';
+  FleetShardsDocument,
+  CordonDocument,
+  DrainDocument,
+  UncordonDocument,
+  HostsDocument,
+  IdleShardsDocument,
+  ShardEventsDocument,
+  type ResultOf,
+} from '@gpushards/graphql-client';
 import { gpuComputeLabel } from '../../logic/compute.js';
 import { IdleShards } from './IdleShards.js';
 import { bytesOf, humanBytes, LIVE_STATES } from '../../logic/format.js';
 import { gpuSegments, teamColor, type FleetShard } from '../../logic/fleet.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
-import type { ResultOf } from 'gql.tada';
 
-type Host = ResultOf<typeof HostsQuery>['hosts']['edges'][number]['node'];
-type FleetShardRow = ResultOf<typeof FleetShardsQuery>['shards']['edges'][number]['node'];
+type Host = ResultOf<typeof HostsDocument>['hosts']['edges'][number]['node'];
+type FleetShardRow = ResultOf<typeof FleetShardsDocument>['shards']['edges'][number]['node'];
 
 /** Hosts × GPUs, each GPU's reservations as a bar split by team; refreshed on shard events. */
 export function Fleet() {
-  const [hosts, refetchHosts] = useQuery({ query: HostsQuery, variables: { first: 100 } });
+  const [hosts, refetchHosts] = useQuery({ query: HostsDocument, variables: { first: 100 } });
   const [shards, refetchShards] = useQuery({
-    query: FleetShardsQuery,
+    query: FleetShardsDocument,
     variables: { first: 200, states: LIVE_STATES.filter((s) => s !== 'PENDING') as never },
   });
-  const [idle, refetchIdle] = useQuery({ query: IdleShardsQuery, variables: { first: 100 } });
-  useSubscription({ query: ShardEventsSubscription, variables: {} }, (n: number = 0) => {
+  const [idle, refetchIdle] = useQuery({ query: IdleShardsDocument, variables: { first: 100 } });
+  useSubscription({ query: ShardEventsDocument, variables: {} }, (n: number = 0) => {
     refetchHosts({ requestPolicy: 'network-only' });
     refetchShards({ requestPolicy: 'network-only' });
     refetchIdle({ requestPolicy: 'network-only' });
@@ -86,9 +86,9 @@ function HostCard({
   shards: FleetShard[];
   rows: FleetShardRow[];
 }) {
-  const [cordon, doCordon] = useMutation(HostActionCordon);
-  const [uncordon, doUncordon] = useMutation(HostActionUncordon);
-  const [drain, doDrain] = useMutation(HostActionDrain);
+  const [cordon, doCordon] = useMutation(CordonDocument);
+  const [uncordon, doUncordon] = useMutation(UncordonDocument);
+  const [drain, doDrain] = useMutation(DrainDocument);
   return (
     <Section
       title={`Host ${host.name}`}

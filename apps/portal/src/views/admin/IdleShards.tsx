@@ -1,10 +1,13 @@
-import type { ResultOf } from 'gql.tada';
-import { IdleShardsQuery } from '../../queries/index.js';
+import { IdleShardsDocument, type ResultOf } from '@gpushards/graphql-client';
 import { age, bytesOf, humanBytes } from '../../logic/format.js';
 import { busyRatio, shareLabel } from '../../logic/compute.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
-type IdleResult = { data?: ResultOf<typeof IdleShardsQuery>; fetching: boolean; error?: unknown };
+type IdleResult = {
+  data?: ResultOf<typeof IdleShardsDocument>;
+  fetching: boolean;
+  error?: unknown;
+};
 
 /**
  * What holds GPU memory and computes nothing: the shards their team's idle policy reports idle

@@ -2,17 +2,17 @@ import { useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
 import { formatDuration, parseDuration } from '@gpushards/limits';
 import {
-  CreateTeamMutation,
-  SetIdlePolicyMutation,
-  SetQuotaMutation,
-  TeamsQuery,
-} from '../../queries/index.js';
+  CreateTeamDocument,
+  SetIdlePolicyDocument,
+  SetQuotaDocument,
+  TeamsDocument,
+} from '@gpushards/graphql-client';
 import { parseSizeInput } from '../../logic/format.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 export function Teams() {
-  const [teams] = useQuery({ query: TeamsQuery, variables: { first: 100 } });
-  const [created, createTeam] = useMutation(CreateTeamMutation);
+  const [teams] = useQuery({ query: TeamsDocument, variables: { first: 100 } });
+  const [created, createTeam] = useMutation(CreateTeamDocument);
   const [name, setName] = useState('');
   const [editing, setEditing] = useState<string | null>(null);
   const [editingIdle, setEditingIdle] = useState<string | null>(null);
@@ -128,7 +128,7 @@ export function Teams() {
 }
 
 function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
-  const [saved, save] = useMutation(SetQuotaMutation);
+  const [saved, save] = useMutation(SetQuotaDocument);
   const [maxTotal, setMaxTotal] = useState('16g');
   const [maxPerShard, setMaxPerShard] = useState('8g');
   const [maxShards, setMaxShards] = useState(4);
@@ -201,7 +201,7 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
 
 /** setTeamIdlePolicy: report a shard with no kernel after a time, and optionally stop it. */
 function IdlePolicyForm(props: { teamId: string; teamName: string; onDone: () => void }) {
-  const [saved, save] = useMutation(SetIdlePolicyMutation);
+  const [saved, save] = useMutation(SetIdlePolicyDocument);
   const [after, setAfter] = useState('30m');
   const [stopAfter, setStopAfter] = useState('');
   const reportAt = after.trim() === '' ? null : parseDuration(after);

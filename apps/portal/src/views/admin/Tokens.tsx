@@ -1,11 +1,11 @@
 import { useState } from 'react';
 import { useMutation, useQuery } from 'urql';
 import {
-  CreateTokenMutation,
-  RevokeTokenMutation,
-  TeamTokensQuery,
-  TokensQuery,
-} from '../../queries/index.js';
+  CreateTokenDocument,
+  RevokeTokenDocument,
+  TokensByTeamDocument,
+  AdminTokensDocument,
+} from '@gpushards/graphql-client';
 import { age } from '../../logic/format.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
@@ -13,15 +13,15 @@ export function Tokens() {
   // The fleet-wide (ADMIN) tokens and each team's own: two queries, one table.
   const [includeRevoked, setIncludeRevoked] = useState(false);
   const [admins, refetchAdmins] = useQuery({
-    query: TokensQuery,
+    query: AdminTokensDocument,
     variables: { first: 500, includeRevoked },
   });
   const [teams, refetchTeams] = useQuery({
-    query: TeamTokensQuery,
+    query: TokensByTeamDocument,
     variables: { first: 100, includeRevoked },
   });
-  const [created, create] = useMutation(CreateTokenMutation);
-  const [revoked, revoke] = useMutation(RevokeTokenMutation);
+  const [created, create] = useMutation(CreateTokenDocument);
+  const [revoked, revoke] = useMutation(RevokeTokenDocument);
   const refetch = () => {
     refetchAdmins({ requestPolicy: 'network-only' });
     refetchTeams({ requestPolicy: 'network-only' });

@@ -1,6 +1,6 @@
 import { useEffect, useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
-import { CreateShardMutation, PreviewQuery } from '../../queries/index.js';
+import { CreateShardDocument, PreviewDocument } from '@gpushards/graphql-client';
 import { parseSizeInput } from '../../logic/format.js';
 import {
   COMPUTE_MODE_HINTS,
@@ -30,7 +30,7 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
   const [gpuCount, setGpuCount] = useState(1);
   const [share, setShare] = useState('');
   const [mode, setMode] = useState<ComputeModeName>('GUARANTEED');
-  const [created, create] = useMutation(CreateShardMutation);
+  const [created, create] = useMutation(CreateShardDocument);
   const [done, setDone] = useState<string | null>(null);
 
   const size = parseSizeInput(memory);
@@ -55,7 +55,7 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
     250,
   );
   const [preview] = useQuery({
-    query: PreviewQuery,
+    query: PreviewDocument,
     variables: { input },
     pause:
       !parseSizeInput(input.memoryPerGpu).ok || !(input.gpuCount >= 1) || shareProblem !== null,

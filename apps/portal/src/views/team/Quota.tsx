@@ -1,18 +1,18 @@
 import { useQuery, useSubscription } from 'urql';
 import { formatDuration } from '@gpushards/limits';
-import { ShardEventsSubscription, TeamComputeQuery, TeamQuotaQuery } from '../../queries/index.js';
+import { ShardEventsDocument, TeamComputeDocument, TeamDocument } from '@gpushards/graphql-client';
 import { bytesOf } from '../../logic/format.js';
 import { teamCompute } from '../../logic/compute.js';
 import { Empty, ErrorBox, Gauge, Loading, Section } from '../../ui.js';
 
 export function Quota({ teamId }: { teamId: string }) {
-  const [result, refetchQuota] = useQuery({ query: TeamQuotaQuery, variables: { id: teamId } });
+  const [result, refetchQuota] = useQuery({ query: TeamDocument, variables: { id: teamId } });
   const [compute, refetchCompute] = useQuery({
-    query: TeamComputeQuery,
+    query: TeamComputeDocument,
     variables: { teamId, first: 200 },
   });
   // What the team holds changes with its shards: read again on each of its shard events.
-  useSubscription({ query: ShardEventsSubscription, variables: { teamId } }, (n: number = 0) => {
+  useSubscription({ query: ShardEventsDocument, variables: { teamId } }, (n: number = 0) => {
     refetchQuota({ requestPolicy: 'network-only' });
     refetchCompute({ requestPolicy: 'network-only' });
     return n + 1;

@@ -1,17 +1,15 @@
 import { useState, type FormEvent } from 'react';
 import { useMutation, useQuery, useSubscription } from 'urql';
-import { readFragment, type ResultOf } from 'gql.tada';
 import {
-  DeleteShardMutation,
-  NoticeFields,
-  ResizeShardMutation,
-  SetShardComputeMutation,
-  ShardEventsSubscription,
-  ShardFields,
-  ShardNoticesQuery,
-  ShardsQuery,
-  StopShardMutation,
-} from '../../queries/index.js';
+  DeleteShardDocument,
+  ResizeShardDocument,
+  SetShardComputeDocument,
+  ShardEventsDocument,
+  ShardNoticesDocument,
+  ShardsDocument,
+  StopShardDocument,
+  type ShardFieldsFragment,
+} from '@gpushards/graphql-client';
 import {
   age,
   canDelete,
@@ -41,7 +39,7 @@ import {
 } from '../../logic/compute.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
-type Shard = ResultOf<typeof ShardFields>;
+type Shard = ShardFieldsFragment;
 
 /**
  * The team's shards, kept live by shardEvents: no reload needed to see a state change. The
@@ -50,20 +48,20 @@ type Shard = ResultOf<typeof ShardFields>;
  */
 export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean }) {
   const [listed, refetchListed] = useQuery({
-    query: ShardsQuery,
+    query: ShardsDocument,
     variables: { first: 50, teamId },
   });
   // A resize (memory or compute) changes no state, so no event may come: the list is read again
   // (its newer version wins in mergeShards).
   const refetch = () => refetchListed({ requestPolicy: 'network-only' });
   const [events] = useSubscription(
-    { query: ShardEventsSubscription, variables: { teamId } },
+    { query: ShardEventsDocument, variables: { teamId } },
     (
       previous: { shards: Shard[]; notices: NoticeEvent[] } = { shards: [], notices: [] },
       event,
     ) => {
-      const shard = readFragment(ShardFields, event.shardEvents.shard);
-      const notice = { ...readFragment(NoticeFields, event.shardEvents), shard };
+      const { shard } = event.shardEvents;
+      const notice = event.shardEvents;
       return {
         shards: [...previous.shards, shard],
         notices: shardNotices([notice]).length ? [...previous.notices, notice] : previous.notices,
@@ -71,18 +69,15 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
     },
   );
   const rows = mergeShards(
-    listed.data?.shards.edges.map((e) => readFragment(ShardFields, e.node)) ?? [],
+    listed.data?.shards.edges.map((e) => e.node) ?? [],
     events.data?.shards ?? [],
   );
   const [stored] = useQuery({
-    query: ShardNoticesQuery,
+    query: ShardNoticesDocument,
     variables: { teamId, first: MAX_NOTICES, kinds: [...NOTICE_KINDS] },
   });
   const notices = shardNotices([
-    ...(stored.data?.teamShardEvents.edges.map((e) => ({
-      ...readFragment(NoticeFields, e.node),
-      shard: e.node.shard,
-    })) ?? []),
+    ...(stored.data?.teamShardEvents.edges.map((e) => e.node) ?? []),
     ...(events.data?.notices ?? []),
   ]);
   return (
@@ -143,10 +138,10 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
 
 function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => void }) {
   const { shard, canWrite } = props;
-  const [stop, doStop] = useMutation(StopShardMutation);
-  const [remove, doRemove] = useMutation(DeleteShardMutation);
-  const [resize, doResize] = useMutation(ResizeShardMutation);
-  const [setCompute, doSetCompute] = useMutation(SetShardComputeMutation);
+  const [stop, doStop] = useMutation(StopShardDocument);
+  const [remove, doRemove] = useMutation(DeleteShardDocument);
+  const [resize, doResize] = useMutation(ResizeShardDocument);
+  const [setCompute, doSetCompute] = useMutation(SetShardComputeDocument);
   const [resizing, setResizing] = useState(false);
   const [size, setSize] = useState('');
   const [sizeProblem, setSizeProblem] = useState<string | null>(null);

@@ -9,7 +9,7 @@ import {
   LinearScale,
   Tooltip,
 } from 'chart.js';
-import { UsageQuery } from '../../queries/index.js';
+import { UsageTotalsDocument } from '@gpushards/graphql-client';
 import { bytesOf, gibHours } from '../../logic/format.js';
 import { chartSeries, dayString, dayWindows, usageCsv, type DayUsage } from '../../logic/usage.js';
 import { ErrorBox, Loading, Section } from '../../ui.js';
@@ -65,7 +65,11 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
     // a 31-day window stays within the per-token concurrency limit.
     const ask = (w: (typeof windows)[number]) =>
       client
-        .query(UsageQuery, { teamId, from: w.from, to: w.to }, { requestPolicy: 'network-only' })
+        .query(
+          UsageTotalsDocument,
+          { teamId, from: w.from, to: w.to },
+          { requestPolicy: 'network-only' },
+        )
         .toPromise();
     void inBatches(windows, 4, ask).then((results) => {
       if (cancelled) return;
