@@ -2,3 +2,4 @@ export * from './states.js';
 export * from './transitions.js';
 export * from './convergence.js';
 export * from './stuck.js';
+export * from './checkpoint.js';
