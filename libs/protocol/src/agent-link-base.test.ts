@@ -9,6 +9,7 @@ import {
   registerReplySchema,
   registerRequestSchema,
   shardStateEventSchema,
+  shardWakeSchema,
 } from './agent-messages.js';
 import { encodeMessage } from './codec.js';
 import * as examples from './testing/fixtures.js';
@@ -75,13 +76,22 @@ describe('AgentLinkBase', () => {
     );
   });
 
-  test('publishes heartbeats and state events encoded, and tells listeners the link is back', async () => {
+  test('publishes heartbeats, state events and wakes encoded, and tells listeners the link is back', async () => {
     const link = new RecordingLink(examples.HOST_ID, {});
+    const wake = {
+      protocolVersion: examples.heartbeat.protocolVersion,
+      hostId: examples.HOST_ID,
+      shardId: 'shard_01HZX3',
+      at: '2024-05-01T12:00:00.000Z',
+      requests: 3,
+    };
     await link.heartbeat(examples.heartbeat);
     await link.publishState(examples.pullingEvent);
+    await link.publishWake(wake);
     assert.deepEqual(link.published, [
       [subjects.heartbeat, encodeMessage(heartbeatSchema, examples.heartbeat)],
       [subjects.state, encodeMessage(shardStateEventSchema, examples.pullingEvent)],
+      [subjects.wake, encodeMessage(shardWakeSchema, wake)],
     ]);
     let told = 0;
     link.onRestored(() => told++);

@@ -5,12 +5,14 @@ import {
   registerReplySchema,
   registerRequestSchema,
   shardStateEventSchema,
+  shardWakeSchema,
   type Heartbeat,
   type ReconcileReply,
   type ReconcileRequest,
   type RegisterReply,
   type RegisterRequest,
   type ShardStateEvent,
+  type ShardWake,
 } from './agent-messages.js';
 import type { z } from 'zod';
 
@@ -58,6 +60,11 @@ export abstract class AgentLinkBase {
 
   async publishState(event: ShardStateEvent): Promise<void> {
     this.publish(this.subjects.state, encodeMessage(shardStateEventSchema, event));
+  }
+
+  /** A process of a suspended shard asked for the GPU (docs/elastic.md). */
+  async publishWake(wake: ShardWake): Promise<void> {
+    this.publish(this.subjects.wake, encodeMessage(shardWakeSchema, wake));
   }
 
   /** Called after the link was lost and came back (the agent registers again). */

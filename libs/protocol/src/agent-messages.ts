@@ -184,6 +184,24 @@ export const ungovernedComputeSchema = z.object({
 });
 export type UngovernedComputeMessage = z.infer<typeof ungovernedComputeSchema>;
 
+/**
+ * A pressure ring (issue #31): libvgpu.so in `shardId` found the driver out of memory that the
+ * shard's budget allows on `gpuUuid` (someone else holds memory past what placement promised),
+ * and the fence sampled that GPU at once. `reliefSeconds`: from the ring to the memory of the
+ * processes the fence killed for it being gone; absent when the fence found no process past its
+ * cap there (the shortage is memory it does not judge, such as a process of no shard).
+ */
+export const pressureReliefSchema = z.object({
+  shardId: shardIdSchema,
+  gpuUuid: gpuUuidSchema,
+  /** When libvgpu.so rang. */
+  at: timestampSchema,
+  reliefSeconds: z.number().min(0).optional(),
+  /** What the fence killed on that GPU after the ring. */
+  killedPids: z.array(z.int().min(1)).max(4096),
+});
+export type PressureReliefMessage = z.infer<typeof pressureReliefSchema>;
+
 export const heartbeatSchema = z
   .object({
     ...envelope,
@@ -249,6 +267,8 @@ export const heartbeatSchema = z
     violations: z.array(capViolationSchema).max(MAX_SHARDS_PER_HOST).optional(),
     /** Ungoverned GPU work acted on since the last heartbeat (one is sent at once after each). */
     ungovernedCompute: z.array(ungovernedComputeSchema).max(MAX_SHARDS_PER_HOST).optional(),
+    /** Pressure rings settled since the last heartbeat, and how long each took to relieve. */
+    pressureReliefs: z.array(pressureReliefSchema).max(MAX_SHARDS_PER_HOST).optional(),
   })
   .describe('heartbeat');
 export type Heartbeat = z.infer<typeof heartbeatSchema>;

@@ -53,6 +53,26 @@ describe('every message round-trips through encode and decode', () => {
       ],
     }));
 
+  test('heartbeat with pressure reliefs', () =>
+    roundTrip(heartbeatSchema, {
+      ...examples.heartbeat,
+      pressureReliefs: [
+        {
+          shardId: 'shard_01HZX3',
+          gpuUuid: examples.heartbeat.gpus[0]!.uuid,
+          at: '2024-05-01T12:00:00.000Z',
+          reliefSeconds: 0.042,
+          killedPids: [4242],
+        },
+        {
+          shardId: 'shard_01HZX3',
+          gpuUuid: examples.heartbeat.gpus[0]!.uuid,
+          at: '2024-05-01T12:00:01.000Z',
+          killedPids: [],
+        },
+      ],
+    }));
+
   test('shard state events', () => {
     roundTrip(shardStateEventSchema, examples.pullingEvent);
     roundTrip(shardStateEventSchema, examples.exitedEvent);
