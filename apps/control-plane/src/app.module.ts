@@ -23,6 +23,7 @@ import { SecretsModule } from './secrets/secrets.module.js';
 import { ShardCommandsModule, type ShardCommands } from './shards/shard-commands.js';
 import { ShardsModule } from './shards/shards.module.js';
 import { QueueModule } from './queue/queue.module.js';
+import { TeamLifecycleModule } from './teams/team-lifecycle.module.js';
 import { TeamsModule } from './teams/teams.module.js';
 import { ApiTokensModule } from './tokens/api-tokens.module.js';
 
@@ -64,6 +65,7 @@ export class AppModule {
         PortalModule,
         HealthModule,
         TeamsModule,
+        TeamLifecycleModule,
         ApiTokensModule,
         AccountingModule,
         ClockModule.forRoot(clock),

@@ -10,6 +10,7 @@ import {
   DrainDocument,
   HostsDocument,
   MeDocument,
+  RemoveHostDocument,
   RevokeTokenDocument,
   TeamTokensDocument,
   UncordonDocument,
@@ -92,6 +93,20 @@ export function hostsCommand(): Command {
       [`gpushards hosts ${name} gpu-box-7`],
     );
   }
+  examples(
+    hosts
+      .command('remove <host>')
+      .alias('rm')
+      .description(
+        'retire a drained host for good (admins): gone from the fleet, its agent refused; its history stays',
+      )
+      .action(async (id: string, _options: unknown, command: Command) => {
+        const { removeHost: host } = await apiFor(command).request(RemoveHostDocument, { id });
+        if (globals(command).json) printJson(host);
+        else process.stdout.write(`${host.id} removed\n`);
+      }),
+    ['gpushards hosts drain gpu-box-7', 'gpushards hosts remove gpu-box-7'],
+  );
   return hosts;
 }
 

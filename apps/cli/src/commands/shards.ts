@@ -13,6 +13,7 @@ import {
   ResizeShardDocument,
   ShardEventsDocument,
   ShardNamesDocument,
+  StartShardDocument,
   StopShardDocument,
   type ResultOf,
 } from '@gpushards/graphql-client';
@@ -151,7 +152,7 @@ export function shardsCommand(): Command {
   const shards = new Command('shards')
     .alias('shard')
     .description(
-      'list, create, stop, delete, resize (memory or compute share) and wait for shards; idle ones',
+      'list, create, stop, start, delete, resize (memory or compute share) and wait for shards; idle ones',
     );
 
   examples(
@@ -309,6 +310,22 @@ export function shardsCommand(): Command {
         },
       ),
     ['gpushards shards stop trainer', 'gpushards shards stop trainer --grace 30 --wait'],
+  );
+
+  examples(
+    withQuiet(shards.command('start <shard>'))
+      .description(
+        'run a stopped shard again from its spec: it waits in the queue, keeping its id, name and history',
+      )
+      .option('--wait', 'wait until it runs')
+      .action(async (ref: string, options: { wait?: boolean }, command: Command) => {
+        const id = await shardId(command, ref);
+        const result = await apiFor(command).request(StartShardDocument, { id });
+        let shard = result.startShard;
+        if (options.wait) shard = await waitFor(command, id, ['RUNNING'], 300);
+        show(command, shard, `${shard.name} ${shard.state}`);
+      }),
+    ['gpushards shards start trainer', 'gpushards shards start trainer --wait'],
   );
 
   examples(

@@ -5,13 +5,20 @@ import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js
 import { checkSize, printIds, printJson, table, withQuiet } from '../output.js';
 import { checkDuration } from '../compute.js';
 import {
+  ArchiveTeamDocument,
   CreateTeamDocument,
+  DeleteTeamDocument,
+  RenameTeamDocument,
+  UnarchiveTeamDocument,
   SetIdlePolicyDocument,
   SetQuotaDocument,
   TeamDocument,
   TeamComputeDocument,
   TeamsDocument,
 } from '@gpushards/graphql-client';
+
+/** How often `teams rm --drain` asks again whether the team's shards have stopped. */
+const DRAIN_POLL_MS = 1_000;
 
 type TeamNode = Awaited<ReturnType<typeof listTeams>>[number];
 async function listTeams(command: Command) {
@@ -49,7 +56,7 @@ function teamTable(teams: TeamNode[]): string {
       'ID',
     ],
     teams.map((t) => [
-      t.name,
+      t.archivedAt === null ? t.name : `${t.name} (archived)`,
       t.usage.shardCount,
       t.usage.reserved.human,
       t.quotaPolicy?.maxTotal.human ?? 'no policy',
@@ -98,6 +105,80 @@ export function teamsCommand(): Command {
           );
       }),
     ['gpushards teams create ml-research'],
+  );
+  examples(
+    withQuiet(teams.command('rename <team> <name>'))
+      .description('a new name for the team (admins); its shards, tokens and history stay')
+      .action(async (team: string, name: string, _options: unknown, command: Command) => {
+        const api = apiFor(command);
+        const id = (await teamIdFor(api, team))!;
+        const { renameTeam } = await api.request(RenameTeamDocument, { id, name });
+        if (printIds(command, [renameTeam.id])) return;
+        if (globals(command).json) printJson(renameTeam);
+        else process.stdout.write(`team ${team} is now ${renameTeam.name}\n`);
+      }),
+    ['gpushards teams rename ml-research ml'],
+  );
+  for (const [name, document, description, done] of [
+    [
+      'archive',
+      ArchiveTeamDocument,
+      'archive the team (admins): no new shards and its tokens refused; what runs keeps running',
+      'archived',
+    ],
+    ['unarchive', UnarchiveTeamDocument, 'undo archive: its tokens work again', 'active again'],
+  ] as const) {
+    examples(
+      withQuiet(teams.command(`${name} <team>`))
+        .description(description)
+        .action(async (team: string, _options: unknown, command: Command) => {
+          const api = apiFor(command);
+          const id = (await teamIdFor(api, team))!;
+          const result = (await api.request(document as typeof ArchiveTeamDocument, {
+            id,
+          })) as unknown as Record<string, TeamNode>;
+          const changed = Object.values(result)[0]!;
+          if (printIds(command, [changed.id])) return;
+          if (globals(command).json) printJson(changed);
+          else process.stdout.write(`team ${changed.name} ${done}\n`);
+        }),
+      [`gpushards teams ${name} ml-research`],
+    );
+  }
+  examples(
+    teams
+      .command('rm <team>')
+      .alias('delete')
+      .description(
+        'delete the team for good (admins): refused while it has live shards unless --drain; its usage and history are kept',
+      )
+      .option(
+        '--drain',
+        'archive it and stop its live shards first, then delete it once they stopped',
+      )
+      .option('--timeout <seconds>', 'with --drain: how long to wait for its shards to stop', '300')
+      .action(
+        async (team: string, options: { drain?: boolean; timeout: string }, command: Command) => {
+          const api = apiFor(command);
+          const id = (await teamIdFor(api, team))!;
+          const deadline = Date.now() + Number(options.timeout) * 1000;
+          let result = (await api.request(DeleteTeamDocument, { id, drainFirst: !!options.drain }))
+            .deleteTeam;
+          while (!result.deleted) {
+            if (Date.now() > deadline) {
+              throw new CliError(
+                `team ${result.name}: ${result.stoppingShards} shard(s) still stopping after ${options.timeout}s; run this again once they stopped`,
+                EXIT.WAIT_FAILED,
+              );
+            }
+            await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+            result = (await api.request(DeleteTeamDocument, { id, drainFirst: true })).deleteTeam;
+          }
+          if (globals(command).json) printJson(result);
+          else process.stdout.write(`team ${result.name} deleted\n`);
+        },
+      ),
+    ['gpushards teams rm old-team', 'gpushards teams rm old-team --drain'],
   );
   examples(
     teams

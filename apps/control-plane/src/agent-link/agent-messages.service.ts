@@ -27,6 +27,7 @@ import {
   type HeartbeatOutcome,
   type StateEventOutcome,
 } from '../fleet/agent-reports.service.js';
+import { RemovedHosts } from '../fleet/removed-hosts.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import type { AgentMessage } from './agent-transport.js';
 import { WriteBatcher } from './write-batcher.js';
@@ -42,6 +43,8 @@ export type AgentMessageOutcome =
   | 'invalid_subject'
   /** From a host that never registered (heartbeat, reconcile). */
   | 'unknown_host'
+  /** From a host that removeHost retired: dropped (a registration rejected). */
+  | 'removed_host'
   /** The fleet service failed (the database); requests get no answer and are retried. */
   | 'failed';
 
@@ -85,6 +88,7 @@ export class AgentMessagesService {
     private readonly fleet: AgentReportsService,
     private readonly fence: FenceService,
     private readonly capPolicies: CapPolicies,
+    private readonly removedHosts: RemovedHosts,
     registry: Registry,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -101,7 +105,7 @@ export class AgentMessagesService {
       name: 'gpushards_agent_messages_total',
       help:
         'Messages from agents by kind (register, heartbeat, state, reconcile) and outcome ' +
-        '(handled, undecodable, host_mismatch, invalid_subject, unknown_host, failed).',
+        '(handled, undecodable, host_mismatch, invalid_subject, unknown_host, removed_host, failed).',
       labelNames: ['kind', 'outcome'],
       registers: [registry],
     });
@@ -134,6 +138,10 @@ export class AgentMessagesService {
       return undefined;
     }
     try {
+      if (await this.removedHosts.has(hostId)) {
+        this.drop(kind, 'removed_host', { hostId });
+        return kind === 'register' ? this.rejectRemovedHost(hostId) : undefined;
+      }
       const { outcome, reply } = await this.dispatch(kind, hostId, decoded.message);
       this.messages.inc({ kind, outcome });
       return reply;
@@ -227,6 +235,19 @@ export class AgentMessagesService {
       this.logger.warn({ hostId }, 'reconcile from a host that never registered; not answered');
       return { outcome: 'unknown_host' };
     }
+  }
+
+  /** removeHost retired this host: its agent is told so, once per registration. */
+  private rejectRemovedHost(hostId: string): string {
+    return encodeMessage(registerReplySchema, {
+      protocolVersion: PROTOCOL_VERSION,
+      hostId,
+      accepted: false,
+      error: {
+        code: REGISTER_REJECTION_CODES.HOST_DISABLED,
+        message: `host ${hostId} was removed from this fleet (removeHost); this agent is refused`,
+      },
+    });
   }
 
   /** Retrying cannot help an agent whose register request we cannot read: reject it. */

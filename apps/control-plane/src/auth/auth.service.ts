@@ -133,15 +133,22 @@ export class AuthService {
     // Raw SQL: this runs about once a second per token in use, and Prisma's findUnique costs
     // about twice the CPU of the same read as $queryRaw.
     const rows = await this.prisma.$queryRaw<TokenLookupRow[]>`
-      SELECT id::text AS id, name, role::text AS role, team_id::text AS "teamId", prefix,
-             created_at AS "createdAt", revoked_at AS "revokedAt", last_used_at AS "lastUsedAt",
-             rate_per_second AS "ratePerSecond", rate_burst AS "rateBurst",
-             max_concurrent AS "maxConcurrent"
-        FROM api_token WHERE token_hash = ${hash}`;
+      SELECT token.id::text AS id, token.name, token.role::text AS role,
+             token.team_id::text AS "teamId", token.prefix, token.created_at AS "createdAt",
+             token.revoked_at AS "revokedAt", token.last_used_at AS "lastUsedAt",
+             token.rate_per_second AS "ratePerSecond", token.rate_burst AS "rateBurst",
+             token.max_concurrent AS "maxConcurrent",
+             team.archived_at IS NOT NULL AS "teamArchived"
+        FROM api_token token LEFT JOIN team ON team.id = token.team_id
+       WHERE token.token_hash = ${hash}`;
     const token = rows[0];
     if (token === undefined || token.revokedAt !== null) {
       this.cache.delete(hash);
       throw new UnauthenticatedError('invalid token: unknown or revoked');
+    }
+    if (token.teamArchived) {
+      this.cache.delete(hash);
+      throw new UnauthenticatedError('its team is archived: its tokens are refused');
     }
     const caller = toCaller(token);
     if (caller === undefined) {
@@ -210,12 +217,18 @@ export class AuthService {
     const ok = this.prisma.apiToken
       .findUnique({
         where: { id: caller.tokenId },
-        select: { role: true, teamId: true, revokedAt: true },
+        select: {
+          role: true,
+          teamId: true,
+          revokedAt: true,
+          team: { select: { archivedAt: true } },
+        },
       })
       .then(
         (row) =>
           row !== null &&
           row.revokedAt === null &&
+          (row.team?.archivedAt ?? null) === null &&
           row.role === caller.role &&
           row.teamId === caller.teamId,
       );
@@ -255,6 +268,7 @@ export class AuthService {
 }
 
 interface TokenLookupRow extends TokenRow {
+  readonly teamArchived: boolean;
   readonly prefix: string;
   readonly createdAt: Date;
   readonly revokedAt: Date | null;

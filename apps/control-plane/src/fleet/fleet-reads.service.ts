@@ -19,13 +19,23 @@ const HOST_ID = /^[A-Za-z0-9_-]{1,64}$/;
 export class FleetReadsService {
   constructor(private readonly prisma: PrismaService) {}
 
+  /** NOT_FOUND for a host that does not exist or was removed. */
   async get(id: string): Promise<Host> {
     const hostId = checkHostId('id', id);
     const host = await this.prisma.host.findUnique({
       where: { id: hostId },
       include: { gpus: true },
     });
-    if (host === null) throw new NotFoundError('host', id);
+    if (host === null || host.removedAt !== null) throw new NotFoundError('host', id);
+    return hostView(host);
+  }
+
+  /** The host as removeHost left it. */
+  async getIncludingRemoved(hostId: string): Promise<Host> {
+    const host = await this.prisma.host.findUniqueOrThrow({
+      where: { id: hostId },
+      include: { gpus: true },
+    });
     return hostView(host);
   }
 
@@ -50,6 +60,7 @@ export class FleetReadsService {
     const page = pageRequest(args);
     const rows = await this.prisma.host.findMany({
       where: {
+        removedAt: null,
         ...(args.states && args.states.length > 0 ? { state: { in: args.states } } : {}),
         ...(page.afterKey === undefined ? {} : { id: { gt: page.afterKey } }),
       },

@@ -8,6 +8,7 @@ import { HostLivenessService } from './host-liveness.service.js';
 import { HostOperationsService } from './host-operations.service.js';
 import { StuckShardSweeper } from './stuck-shard-sweeper.js';
 import { HostOfflineSweeper } from './host-offline-sweeper.js';
+import { RemovedHosts } from './removed-hosts.js';
 
 /**
  * The fleet registry, by concern: what agents report (AgentReportsService, called by the agent
@@ -26,7 +27,14 @@ import { HostOfflineSweeper } from './host-offline-sweeper.js';
     ShardHostResolver,
     HostOfflineSweeper,
     StuckShardSweeper,
+    RemovedHosts,
   ],
-  exports: [AgentReportsService, HostLivenessService, HostOfflineSweeper, StuckShardSweeper],
+  exports: [
+    RemovedHosts,
+    AgentReportsService,
+    HostLivenessService,
+    HostOfflineSweeper,
+    StuckShardSweeper,
+  ],
 })
 export class FleetModule {}

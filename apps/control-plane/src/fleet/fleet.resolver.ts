@@ -57,6 +57,15 @@ export class FleetResolver {
     return this.operations.drain(caller, id);
   }
 
+  @MinRole(Role.ADMIN)
+  @Mutation(() => Host, {
+    description:
+      'Retires a drained host for good (cordoned or OFFLINE, no shard on it but stopped ones): gone from hosts and placement, its agent refused; its history stays. CONFLICT otherwise.',
+  })
+  removeHost(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
+    return this.operations.remove(caller, id);
+  }
+
   @ResolveField(() => ShardConnection, {
     description: "Shards on this host that the caller may see (team tokens: their team's only).",
   })

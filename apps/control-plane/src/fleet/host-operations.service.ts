@@ -2,7 +2,8 @@ import { Inject, Injectable } from '@nestjs/common';
 import { AuditService } from '../audit/audit.service.js';
 import type { Caller } from '../auth/caller.js';
 import { PrismaService, type HostState, type Prisma } from '../database/index.js';
-import { NotFoundError } from '../errors/domain-errors.js';
+import { ConflictError, NotFoundError } from '../errors/domain-errors.js';
+import { LifecycleMetrics } from '../metrics/lifecycle-metrics.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../shards/shard-mutations.service.js';
@@ -10,8 +11,26 @@ import { InjectClock, type Clock } from './clock.js';
 import type { Host } from './fleet.model.js';
 import { checkHostId, FleetReadsService } from './fleet-reads.service.js';
 import { lockHost, lockHostShards, setHostState, type LockedHost } from './fleet-statements.js';
+import { RemovedHosts } from './removed-hosts.js';
 
-/** What operators do to hosts: cordon, uncordon, drain; each with its audit event. */
+/** Shards that keep a host from being removed: any not stopped (PENDING ones wait elsewhere). */
+const LIVE_ON_HOST = [
+  'PLACED',
+  'STARTING',
+  'RUNNING',
+  'SUSPENDING',
+  'SUSPENDED',
+  'RESUMING',
+  'STOPPING',
+  'LOST',
+] as const;
+
+async function isRemoved(tx: Prisma.TransactionClient, hostId: string): Promise<boolean> {
+  const host = await tx.host.findUnique({ where: { id: hostId }, select: { removedAt: true } });
+  return host?.removedAt !== null && host?.removedAt !== undefined;
+}
+
+/** What operators do to hosts: cordon, uncordon, drain, remove; each with its audit event. */
 @Injectable()
 export class HostOperationsService {
   private readonly logger: Logger;
@@ -21,6 +40,8 @@ export class HostOperationsService {
     private readonly audit: AuditService,
     private readonly lifecycle: ShardLifecycle,
     private readonly reads: FleetReadsService,
+    private readonly removedHosts: RemovedHosts,
+    private readonly metrics: LifecycleMetrics,
     @InjectClock() private readonly clock: Clock,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -78,6 +99,53 @@ export class HostOperationsService {
   }
 
   /**
+   * Retires a drained host for good: it must be cordoned (drained) or OFFLINE with no live
+   * shard left on it (CONFLICT otherwise, saying what is left). It leaves the fleet (hosts,
+   * placement: OFFLINE, cordoned, its GPUs missing) and its agent is refused from then on
+   * (RemovedHosts); its row stays for the history of its shards and reservations.
+   */
+  async remove(caller: Caller, id: string): Promise<Host> {
+    const hostId = checkHostId('id', id);
+    const effects = new CommitEffects();
+    await this.prisma.$transaction(async (tx) => {
+      const host = await lockHost(tx, hostId);
+      if (host === undefined || (await isRemoved(tx, hostId))) throw new NotFoundError('host', id);
+      if (!host.cordoned && host.state !== 'OFFLINE') {
+        throw new ConflictError(
+          `host ${id} is ${host.state}: drain it first (drainHost), then remove it once its shards stopped`,
+        );
+      }
+      const live = await tx.$queryRaw<{ state: string; count: number }[]>`
+        SELECT state::text AS state, count(*)::int AS count FROM shard
+         WHERE host_id = ${hostId} AND state::text = ANY(${[...LIVE_ON_HOST]})
+         GROUP BY state ORDER BY state`;
+      if (live.length > 0) {
+        throw new ConflictError(
+          `host ${id} still has shards that are not stopped (${live.map((l) => `${l.count} ${l.state}`).join(', ')}): wait for the drain, or stop or delete them`,
+        );
+      }
+      await tx.$executeRaw`
+        UPDATE host SET removed_at = now(), state = 'OFFLINE', cordoned = true, updated_at = now()
+         WHERE id = ${hostId}`;
+      await tx.$executeRaw`
+        UPDATE gpu SET missing_since = coalesce(missing_since, now()) WHERE host_id = ${hostId}`;
+      await this.audit.record(tx, caller, {
+        action: 'host.remove',
+        targetType: 'Host',
+        targetId: hostId,
+        teamId: null,
+        details: { from: host.state },
+      });
+      effects.hostStates.push({ hostId, state: 'OFFLINE' });
+    });
+    this.lifecycle.afterCommit(effects);
+    this.removedHosts.removed(hostId);
+    this.metrics.committed('host.remove');
+    this.logger.info({ hostId, actorTokenId: caller.tokenId }, 'host removed');
+    return this.reads.getIncludingRemoved(hostId);
+  }
+
+  /**
    * Runs an operator's change of one host in a transaction with its audit event. `decide`
    * returns the new cordon flag and state, or undefined when nothing changes (no event).
    */
@@ -97,7 +165,7 @@ export class HostOperationsService {
     const effects = new CommitEffects();
     await this.prisma.$transaction(async (tx) => {
       const host = await lockHost(tx, hostId);
-      if (host === undefined) throw new NotFoundError('host', id);
+      if (host === undefined || (await isRemoved(tx, hostId))) throw new NotFoundError('host', id);
       const change = await decide(tx, host, effects);
       if (change === undefined) return;
       await setHostState(tx, hostId, change.cordoned, change.state);

@@ -1,6 +1,7 @@
 import { Global, Module } from '@nestjs/common';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { FleetMetrics } from './fleet-metrics.js';
+import { LifecycleMetrics } from './lifecycle-metrics.js';
 import { MetricsController } from './metrics.controller.js';
 
 /**
@@ -21,7 +22,8 @@ import { MetricsController } from './metrics.controller.js';
       },
     },
     FleetMetrics,
+    LifecycleMetrics,
   ],
-  exports: [Registry, FleetMetrics],
+  exports: [Registry, FleetMetrics, LifecycleMetrics],
 })
 export class MetricsModule {}

@@ -30,6 +30,7 @@ import type { ShardRequest } from './shard-input.js';
 import type { ShardRecord } from './shard-record.js';
 import {
   placementRequestOf,
+  archivedTeamError,
   quotaError,
   quotaPolicyOf,
   usageOf,
@@ -60,6 +61,10 @@ export function decideBatch(
     const team = teams.get(teamId);
     if (team === undefined) {
       verdicts.set(pending, { kind: 'failed', error: new NotFoundError('team', teamId) });
+      continue;
+    }
+    if (team.archived) {
+      verdicts.set(pending, { kind: 'failed', error: archivedTeamError(teamId) });
       continue;
     }
     if (request.idempotencyKey !== null) {

@@ -11,6 +11,7 @@ import {
   NoCapacityError,
   NotFoundError,
 } from '../errors/domain-errors.js';
+import { LifecycleMetrics } from '../metrics/lifecycle-metrics.js';
 import { checkId } from '../validation/input.js';
 import { SecretBox } from '../secrets/secret-box.js';
 import { formatSize } from '../validation/sizes.js';
@@ -22,11 +23,25 @@ import { CommitEffects, ShardLifecycle } from './shard-lifecycle.js';
 import { SHARD_COLUMNS, type ShardRecord } from './shard-record.js';
 import type { CreateShardInput } from './shard-input.model.js';
 import { targetTeam } from './target-team.js';
-import { quotaError, quotaPolicyOf, readTeamState, usageOf } from './team-quota.js';
+import {
+  archivedTeamError,
+  quotaError,
+  quotaPolicyOf,
+  readTeamState,
+  readTeamStates,
+  usageOf,
+} from './team-quota.js';
 
 /** Default seconds between SIGTERM and SIGKILL for stopShard. */
 export const DEFAULT_STOP_GRACE_SECONDS = 30;
 const MAX_STOP_GRACE_SECONDS = 600;
+/** startShard leaves these as they are: the shard already waits or runs. */
+const STARTED_STATES: ReadonlySet<ShardState> = new Set([
+  'PENDING',
+  'PLACED',
+  'STARTING',
+  'RUNNING',
+]);
 
 /** What changes shards: create, stop, delete, resize. */
 @Injectable()
@@ -39,6 +54,7 @@ export class ShardMutationsService {
     private readonly fleetCheck: ShardFleetCheck,
     private readonly launchPolicy: LaunchPolicy,
     private readonly secrets: SecretBox,
+    private readonly metrics: LifecycleMetrics,
   ) {}
 
   /**
@@ -111,6 +127,65 @@ export class ShardMutationsService {
       return shard;
     });
     this.lifecycle.afterCommit(effects);
+    return shard;
+  }
+
+  /**
+   * A STOPPED shard runs again from its spec: PENDING (`start-requested`), placed by the queue
+   * like any waiting shard, keeping its id, name, events and usage. Its team's quota is checked
+   * again (it counts from now on) under the team's lock; an archived team's shards stay
+   * stopped (CONFLICT). Already waiting or running: unchanged. Any other state: CONFLICT.
+   */
+  async start(caller: Caller, id: string): Promise<ShardRecord> {
+    const shardId = checkId('id', id);
+    const unlocked = await this.prisma.shard.findUnique({ where: { id: shardId } });
+    if (unlocked === null || !canSeeTeam(caller, unlocked.teamId))
+      throw new NotFoundError('shard', id);
+    const effects = new CommitEffects();
+    const shard = await this.prisma.$transaction(async (tx) => {
+      const [team] = (
+        await readTeamStates(tx, [unlocked.teamId], [], { lockAndFold: true })
+      ).values();
+      const shard = await this.lockVisible(tx, caller, shardId, id);
+      if (STARTED_STATES.has(shard.state)) return shard;
+      if (shard.state !== 'STOPPED') {
+        throw new ConflictError(
+          `only a STOPPED shard can be started; shard ${id} is ${shard.state}` +
+            (shard.state === 'DELETED' ? '' : ' (delete it and create it again)'),
+        );
+      }
+      if (team === undefined) throw new NotFoundError('team', shard.teamId);
+      if (team.archived) throw archivedTeamError(shard.teamId);
+      const decision = evaluateQuota(
+        { bytesPerGpu: bytes(Number(shard.bytesPerGpu)), gpuCount: shard.gpuCount },
+        usageOf(team),
+        { ...quotaPolicyOf(team), allowedGpuModels: undefined },
+      );
+      if (!decision.allowed) throw quotaError(decision);
+      // The last run's end is not this one's.
+      await tx.$executeRaw`
+        UPDATE shard SET stopped_at = NULL, exit_code = NULL, failure_reason = NULL,
+                         expires_at = NULL, idle_since = NULL
+         WHERE id = ${shardId}::uuid`;
+      const updated = await this.lifecycle.moveTo(
+        tx,
+        shard,
+        'PENDING',
+        'start-requested',
+        {},
+        effects,
+      );
+      await this.audit.record(tx, caller, {
+        action: 'shard.start',
+        targetType: 'Shard',
+        targetId: shard.id,
+        teamId: shard.teamId,
+        details: { from: shard.state, to: 'PENDING', hostId: shard.hostId },
+      });
+      return updated;
+    });
+    this.lifecycle.afterCommit(effects);
+    if (effects.changes.length > 0) this.metrics.committed('shard.start');
     return shard;
   }
 

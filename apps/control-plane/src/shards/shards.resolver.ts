@@ -92,6 +92,14 @@ export class ShardsResolver {
   }
 
   @Mutation(() => Shard, {
+    description:
+      "Runs a STOPPED shard again from its spec: PENDING, placed by the queue, keeping its id, name and history (the team's quota checked again). Waiting or running already: unchanged; other states: CONFLICT.",
+  })
+  async startShard(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
+    return shardView(await this.mutations.start(caller, id));
+  }
+
+  @Mutation(() => Shard, {
     description: 'DELETED: reservation released, container removed; the record stays.',
   })
   async deleteShard(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {

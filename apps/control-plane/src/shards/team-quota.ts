@@ -8,13 +8,15 @@ import {
   type TeamUsage,
 } from '@gpushards/limits';
 import { TEAM_LOCK_SPACE, type RawSql } from '../database/index.js';
-import { QuotaExceededError } from '../errors/domain-errors.js';
+import { ConflictError, QuotaExceededError } from '../errors/domain-errors.js';
 import type { PlacementRequestInput } from './shard-input.js';
 
 /** A team's quota policy and what its live shards hold, as one transaction read them. */
 export interface TeamState {
   readonly teamId: string;
   readonly hasPolicy: boolean;
+  /** Archived or deleted: it takes no new shards (createShard, startShard). */
+  readonly archived: boolean;
   readonly maxTotalBytes: bigint | null;
   readonly maxShards: number | null;
   readonly maxBytesPerShard: bigint | null;
@@ -44,7 +46,8 @@ type Reader = Pick<RawSql, '$queryRaw'>;
 
 /**
  * The teams that exist among `teamIds`, by id (`team_quota_states`, migration
- * 20261127110500_team_quota_states). `coveredFor`: the teams whose guaranteedModelBytes is
+ * 20261127110500_team_quota_states, last made again in 20261128212135_team_archive_delete_host_removal).
+ * `coveredFor`: the teams whose guaranteedModelBytes is
  * wanted (those placing a non-preemptible shard); the others' is left null, unread.
  *
  * `lockAndFold`: first take the teams' locks for the rest of the transaction (as
@@ -122,4 +125,11 @@ export function placementRequestOf(
       : {}),
     ...(request.compute.mode === 'ISOLATED' ? { computeMode: 'ISOLATED' as const } : {}),
   };
+}
+
+/** CONFLICT for a team that takes no new shards (archiveTeam, deleteTeam). */
+export function archivedTeamError(teamId: string): ConflictError {
+  return new ConflictError(
+    `team ${teamId} is archived: it takes no new shards (an admin's unarchiveTeam brings it back)`,
+  );
 }

@@ -12,10 +12,35 @@ export class Team {
 
   @Field()
   createdAt!: Date;
+
+  @Field(() => Date, {
+    nullable: true,
+    description:
+      'Set while archived (archiveTeam): no new shards and its tokens refused; null: active.',
+  })
+  archivedAt!: Date | null;
 }
 
 @ObjectType()
 export class TeamConnection extends Connection(Team) {}
+
+@ObjectType({ description: 'What deleteTeam did.' })
+export class TeamDeletion {
+  @Field(() => ID)
+  id!: string;
+
+  @Field({ description: 'The name it had.' })
+  name!: string;
+
+  @Field({
+    description:
+      'True: deleted. False: its live shards were asked to stop (drainFirst); call deleteTeam again once stoppingShards is 0.',
+  })
+  deleted!: boolean;
+
+  @Field(() => Int, { description: 'Its shards still stopping.' })
+  stoppingShards!: number;
+}
 
 @ObjectType({
   description: 'What a team may hold at once. Without one, a team cannot place shards.',

@@ -143,6 +143,7 @@ export class TeamsService {
     const rows = await this.prisma.team.findMany({
       where: {
         ...(caller.role === Role.ADMIN ? {} : { id: caller.teamId }),
+        deletedAt: null,
         ...(page.afterKey === undefined ? {} : { name: { gt: page.afterKey } }),
       },
       orderBy: { name: 'asc' },
@@ -156,7 +157,7 @@ export class TeamsService {
     const teamId = checkId(field, id);
     assertTeamVisible(caller, teamId, 'team', id);
     const team = await this.prisma.team.findUnique({ where: { id: teamId } });
-    if (team === null) throw new NotFoundError('team', id);
+    if (team === null || team.deletedAt !== null) throw new NotFoundError('team', id);
     return team;
   }
 

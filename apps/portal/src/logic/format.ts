@@ -60,6 +60,10 @@ export const LIVE_STATES = ['PENDING', 'PLACED', 'STARTING', 'RUNNING', 'STOPPIN
 export function canStop(state: string): boolean {
   return ['PENDING', 'PLACED', 'STARTING', 'RUNNING'].includes(state);
 }
+/** startShard runs a STOPPED shard again (through the queue). */
+export function canStart(state: string): boolean {
+  return state === 'STOPPED';
+}
 export function canDelete(state: string): boolean {
   return state !== 'DELETED';
 }

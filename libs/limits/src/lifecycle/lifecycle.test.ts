@@ -16,6 +16,7 @@ import {
   AGENT_REPORTS,
   allTransitions,
   canTransition,
+  causesOf,
   checkTransition,
   INITIAL_STATES,
   nextOnReport,
@@ -59,18 +60,34 @@ const observation: fc.Arbitrary<ContainerObservation> = fc.oneof(
 );
 
 describe('shard lifecycle', () => {
-  test('no transition leaves a final state except deletion, and none leaves DELETED', () => {
+  test('no transition leaves a final state except deletion and a restart, and none leaves DELETED', () => {
+    const restart = (from: ShardState, to: ShardState) => from === 'STOPPED' && to === 'PENDING';
     for (const from of FINAL_STATES) {
       for (const to of SHARD_STATES) {
-        if (canTransition(from, to)) assert.equal(to, 'DELETED', `${from} → ${to}`);
+        if (canTransition(from, to) && !restart(from, to))
+          assert.equal(to, 'DELETED', `${from} → ${to}`);
       }
     }
     assert.deepEqual(TRANSITIONS.DELETED, {});
     fc.assert(
       fc.property(state, state, (from, to) => {
-        if (isFinal(from) && to !== 'DELETED') assert.equal(canTransition(from, to), false);
+        if (isFinal(from) && to !== 'DELETED' && !restart(from, to))
+          assert.equal(canTransition(from, to), false);
       }),
     );
+  });
+
+  test('startShard runs a STOPPED shard again only through the queue, taking nothing at once', () => {
+    assert.deepEqual(causesOf('STOPPED', 'PENDING'), ['start-requested']);
+    const starts = allTransitions().filter((t) => t.cause === 'start-requested');
+    assert.deepEqual(starts, [{ from: 'STOPPED', to: 'PENDING', cause: 'start-requested' }]);
+    const check = checkTransition('STOPPED', 'PENDING', 'start-requested');
+    assert.ok(check.ok && check.reservation === 'keep' && !check.endsRun);
+    // Back in the quota (PENDING counts), never straight onto GPUs.
+    assert.ok(countsAgainstQuota('PENDING') && !countsAgainstQuota('STOPPED'));
+    for (const other of FINAL_STATES.filter((s) => s !== 'STOPPED')) {
+      assert.equal(canTransition(other, 'PENDING'), false, other);
+    }
   });
 
   test('every state but DELETED can be deleted; every state is reachable from a new shard', () => {

@@ -83,7 +83,10 @@ export function countsAgainstQuota(state: ShardState): boolean {
   return QUOTA.has(state);
 }
 
-/** The shard will never run again; the only way out is DELETED (and none from DELETED). */
+/**
+ * Its run is over: the only ways out are DELETED and, for a STOPPED shard, a user's startShard
+ * (back to PENDING: it runs again through the queue); none from DELETED.
+ */
 export function isFinal(state: ShardState): boolean {
   return FINAL.has(state);
 }

@@ -18,6 +18,7 @@ export const TRANSITION_CAUSES = [
   'preempted', // a reclaimed shard's container stopped; it asked not to be requeued
   'expired', // it waited in the queue past its maximum wait
   'deleted', // deleteShard (the row stays)
+  'start-requested', // a user's startShard: a stopped shard waits in the queue to run again
   // Elastic memory (docs/elastic.md): who asked for a suspend is its cause.
   'suspend-requested', // a user's suspendShard
   'idle-suspend', // its team's idle policy (action suspend)
@@ -94,7 +95,7 @@ export const TRANSITIONS: Table = {
     STOPPED: ['stopped'],
     DELETED: ['deleted'],
   },
-  STOPPED: { DELETED: ['deleted'] },
+  STOPPED: { PENDING: ['start-requested'], DELETED: ['deleted'] },
   EXITED: { DELETED: ['deleted'] },
   FAILED: { DELETED: ['deleted'] },
   PREEMPTED: { DELETED: ['deleted'] },

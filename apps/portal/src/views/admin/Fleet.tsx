@@ -3,6 +3,7 @@ import {
   FleetShardsDocument,
   CordonDocument,
   DrainDocument,
+  RemoveHostDocument,
   UncordonDocument,
   HostsDocument,
   IdleShardsDocument,
@@ -70,6 +71,7 @@ export function Fleet() {
           host={node}
           shards={fleetShards}
           rows={rows.filter((r) => r.hostId === node.id)}
+          onRemoved={() => refetchHosts({ requestPolicy: 'network-only' })}
         />
       ))}
       <IdleShards result={idle} />
@@ -81,14 +83,17 @@ function HostCard({
   host,
   shards,
   rows,
+  onRemoved,
 }: {
   host: Host;
   shards: FleetShard[];
   rows: FleetShardRow[];
+  onRemoved: () => void;
 }) {
   const [cordon, doCordon] = useMutation(CordonDocument);
   const [uncordon, doUncordon] = useMutation(UncordonDocument);
   const [drain, doDrain] = useMutation(DrainDocument);
+  const [removed, doRemove] = useMutation(RemoveHostDocument);
   return (
     <Section
       title={`Host ${host.name}`}
@@ -119,10 +124,26 @@ function HostCard({
           >
             Drain
           </button>
+          {(host.cordoned || host.state === 'OFFLINE') && (
+            <button
+              className="danger"
+              disabled={removed.fetching}
+              onClick={() => {
+                if (
+                  window.confirm(
+                    `Remove ${host.name} for good? Its agent is refused from now on; its history stays.`,
+                  )
+                )
+                  void doRemove({ id: host.id }).then((r) => r.data && onRemoved());
+              }}
+            >
+              Remove
+            </button>
+          )}
         </div>
       }
     >
-      <ErrorBox error={cordon.error ?? uncordon.error ?? drain.error} />
+      <ErrorBox error={cordon.error ?? uncordon.error ?? drain.error ?? removed.error} />
       <p className="muted small">
         {host.id} · {host.memory.reserved.human} reserved of {host.memory.total.human},{' '}
         {host.memory.free.human} free

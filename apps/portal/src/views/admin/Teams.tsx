@@ -2,7 +2,12 @@ import { useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
 import { formatDuration, parseDuration } from '@gpushards/limits';
 import {
+  ArchiveTeamDocument,
   CreateTeamDocument,
+  DeleteTeamDocument,
+  RenameTeamDocument,
+  UnarchiveTeamDocument,
+  type TeamFieldsFragment,
   SetIdlePolicyDocument,
   SetQuotaDocument,
   TeamsDocument,
@@ -16,6 +21,7 @@ export function Teams() {
   const [name, setName] = useState('');
   const [editing, setEditing] = useState<string | null>(null);
   const [editingIdle, setEditingIdle] = useState<string | null>(null);
+  const [managing, setManaging] = useState<string | null>(null);
   return (
     <div>
       <h1>Teams</h1>
@@ -64,8 +70,11 @@ export function Teams() {
             </thead>
             <tbody>
               {teams.data.teams.edges.map(({ node }) => (
-                <tr key={node.id} data-team={node.name}>
-                  <td>{node.name}</td>
+                <tr key={node.id} data-team={node.name} data-archived={node.archivedAt !== null}>
+                  <td>
+                    {node.name}
+                    {node.archivedAt !== null && <span className="muted small"> archived</span>}
+                  </td>
                   <td>
                     {node.usage.reserved.human} in {node.usage.shardCount} shard(s)
                   </td>
@@ -106,11 +115,20 @@ export function Teams() {
                     >
                       Idle policy
                     </button>
+                    <button onClick={() => setManaging(managing === node.id ? null : node.id)}>
+                      Manage
+                    </button>
                   </td>
                 </tr>
               ))}
             </tbody>
           </table>
+        )}
+        {managing && teams.data && (
+          <TeamLifecycle
+            team={teams.data.teams.edges.find((e) => e.node.id === managing)?.node ?? null}
+            onDone={() => setManaging(null)}
+          />
         )}
         {editing && <QuotaForm teamId={editing} onDone={() => setEditing(null)} />}
         {editingIdle && (
@@ -245,5 +263,74 @@ function IdlePolicyForm(props: { teamId: string; teamName: string; onDone: () =>
       {problem && <span className="problem">{problem}</span>}
       <ErrorBox error={saved.error} />
     </form>
+  );
+}
+
+/**
+ * A team's life (admins): rename; archive (no new shards, its tokens refused) and back; delete,
+ * refused while it has live shards unless they are drained first (then delete again once they
+ * stopped).
+ */
+function TeamLifecycle({ team, onDone }: { team: TeamFieldsFragment | null; onDone: () => void }) {
+  const [renamed, rename] = useMutation(RenameTeamDocument);
+  const [archived, archive] = useMutation(ArchiveTeamDocument);
+  const [unarchived, unarchive] = useMutation(UnarchiveTeamDocument);
+  const [deleted, remove] = useMutation(DeleteTeamDocument);
+  const [name, setName] = useState(team?.name ?? '');
+  if (team === null) return null;
+  const deletion = deleted.data?.deleteTeam;
+  const deleteTeam = (drainFirst: boolean) => {
+    const what = drainFirst
+      ? `Stop every shard of ${team.name} and delete the team? Its usage and history are kept.`
+      : `Delete team ${team.name}? Its tokens are revoked; its usage and history are kept.`;
+    if (window.confirm(what)) void remove({ id: team.id, drainFirst });
+  };
+  return (
+    <div className="form" aria-label={`Manage ${team.name}`} role="group">
+      <h3>Team {team.name}</h3>
+      <form
+        className="row"
+        aria-label={`Rename ${team.name}`}
+        onSubmit={(e: FormEvent) => {
+          e.preventDefault();
+          void rename({ id: team.id, name: name.trim() });
+        }}
+      >
+        <label>
+          New name <input value={name} required onChange={(e) => setName(e.target.value)} />
+        </label>
+        <button type="submit" disabled={renamed.fetching}>
+          Rename
+        </button>
+      </form>
+      <div className="row">
+        {team.archivedAt === null ? (
+          <button disabled={archived.fetching} onClick={() => void archive({ id: team.id })}>
+            Archive
+          </button>
+        ) : (
+          <button disabled={unarchived.fetching} onClick={() => void unarchive({ id: team.id })}>
+            Unarchive
+          </button>
+        )}
+        <button className="danger" disabled={deleted.fetching} onClick={() => deleteTeam(false)}>
+          Delete
+        </button>
+        <button className="danger" disabled={deleted.fetching} onClick={() => deleteTeam(true)}>
+          Drain and delete
+        </button>
+        <button type="button" onClick={onDone}>
+          Close
+        </button>
+      </div>
+      {deletion && (
+        <p role="status">
+          {deletion.deleted
+            ? `Team ${deletion.name} deleted.`
+            : `${deletion.stoppingShards} shard(s) of ${deletion.name} stopping; the team is archived. Press "Drain and delete" again once they stopped.`}
+        </p>
+      )}
+      <ErrorBox error={renamed.error ?? archived.error ?? unarchived.error ?? deleted.error} />
+    </div>
   );
 }

@@ -7,6 +7,7 @@ import {
   ShardEventsDocument,
   ShardNoticesDocument,
   ShardsDocument,
+  StartShardDocument,
   StopShardDocument,
   type ShardFieldsFragment,
 } from '@gpushards/graphql-client';
@@ -15,6 +16,7 @@ import {
   canDelete,
   canResize,
   canSetCompute,
+  canStart,
   canStop,
   humanBytes,
   parseSizeInput,
@@ -139,6 +141,7 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
 function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => void }) {
   const { shard, canWrite } = props;
   const [stop, doStop] = useMutation(StopShardDocument);
+  const [start, doStart] = useMutation(StartShardDocument);
   const [remove, doRemove] = useMutation(DeleteShardDocument);
   const [resize, doResize] = useMutation(ResizeShardDocument);
   const [setCompute, doSetCompute] = useMutation(SetShardComputeDocument);
@@ -231,6 +234,11 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
             >
               Stop
             </button>
+            {canStart(shard.state) && (
+              <button disabled={start.fetching} onClick={() => void doStart({ id: shard.id })}>
+                Start
+              </button>
+            )}
             <button
               disabled={!canResize(shard.state)}
               onClick={() => setResizing(!resizing)}
@@ -268,6 +276,7 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
       {(resizing ||
         computing ||
         stop.error ||
+        start.error ||
         remove.error ||
         resize.error ||
         setCompute.error) && (
@@ -322,7 +331,9 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
                 {shareProblem && <span className="problem">{shareProblem}</span>}
               </form>
             )}
-            <ErrorBox error={stop.error ?? remove.error ?? resize.error ?? setCompute.error} />
+            <ErrorBox
+              error={stop.error ?? start.error ?? remove.error ?? resize.error ?? setCompute.error}
+            />
           </td>
         </tr>
       )}
