@@ -35,9 +35,22 @@ export interface Gpu {
   /** As NVML names it, e.g. "NVIDIA H100 80GB HBM3". */
   readonly model: string;
   readonly totalBytes: Bytes;
-  /** Sum of reservedBytesPerGpu over the shards placed on this GPU. */
+  /** Sum of reservedBytesPerGpu over the shards placed on this GPU (their memory is on it). */
   readonly reservedBytes: Bytes;
-  /** Capacity is floor(totalBytes × ratio); absent takes the fleet default. */
+  /**
+   * Sum of the caps of the SUSPENDED shards pinned to this GPU (their memory is in their host's
+   * RAM; they come back here). Absent: 0.
+   */
+  readonly suspendedBytes?: Bytes;
+  /**
+   * Memory held on this GPU by processes of no shard that are not on their host's allow-list,
+   * as its agent last measured (NVML): nobody can be promised it. Absent: 0.
+   */
+  readonly unownedBytes?: Bytes;
+  /**
+   * The GPU's oversubscription ratio for elastic shards: the caps of its shards, on it and
+   * suspended, stay within floor(totalBytes × ratio). Absent takes the fleet default (1: none).
+   */
   readonly overcommitRatio?: number;
   /** Sum of the compute shares (permille) of the shards placed on this GPU; absent: 0. */
   readonly guaranteedComputePermille?: number;
@@ -58,6 +71,13 @@ export interface Host {
   readonly labels: Readonly<Record<string, string>>;
   /** Per-shard CUDA context overhead measured on this host; absent takes the fleet default. */
   readonly contextOverheadBytes?: Bytes;
+  /**
+   * Host RAM its agent lets suspended shards' GPU memory take, by their caps (elastic shards);
+   * absent or 0: the host does not suspend.
+   */
+  readonly suspendBudgetBytes?: Bytes;
+  /** The caps of its shards in SUSPENDING, SUSPENDED and RESUMING (holdsHostMemory); absent: 0. */
+  readonly suspendedBytes?: Bytes;
   readonly gpus: readonly Gpu[];
 }
 
@@ -68,7 +88,7 @@ export interface Host {
  */
 export const DEFAULT_CONTEXT_OVERHEAD_BYTES = bytes(512 * MiB);
 
-/** 1.0: no GPU is promised beyond its physical memory unless configured so. */
+/** 1.0: no GPU's caps, on it and suspended, pass its physical memory unless configured so. */
 export const DEFAULT_OVERCOMMIT_RATIO = 1;
 
 /** What one shard holds on each of its GPUs. */

@@ -28,8 +28,22 @@ export function checkedRatio(ratio: number): number {
   return ratio;
 }
 
-/** floor(totalBytes × ratio), clamped to MAX_BYTES: the one capacity rule, unbranded for speed. */
-export function rawCapacity(gpu: GpuCapacity, defaultRatio: number): number {
+/**
+ * The one capacity rule, unbranded for speed: what a GPU can still take, the smaller of
+ *   resident room  totalBytes − unownedBytes − reservedBytes   (what is physically there for
+ *                  shards: nothing unowned processes hold is promised), and
+ *   promise room   floor(totalBytes × ratio) − reservedBytes − suspendedBytes   (the caps of
+ *                  its shards, on it and suspended, within the oversubscription ratio).
+ * Negative when a neighbour grew or a ratio was lowered under what is already held.
+ */
+export function rawRoom(gpu: GpuCapacity, defaultRatio: number): number {
+  const resident = gpu.totalBytes - (gpu.unownedBytes ?? 0) - gpu.reservedBytes;
+  const promise = rawPromise(gpu, defaultRatio) - gpu.reservedBytes - (gpu.suspendedBytes ?? 0);
+  return Math.min(resident, promise);
+}
+
+/** floor(totalBytes × ratio), clamped to MAX_BYTES: what the caps on a GPU may add up to. */
+export function rawPromise(gpu: GpuCapacity, defaultRatio: number): number {
   return Math.min(
     Math.floor(gpu.totalBytes * checkedRatio(gpu.overcommitRatio ?? defaultRatio)),
     MAX_BYTES,
@@ -163,7 +177,7 @@ export function pickOn(host: Host, plan: Plan, need: number, picks: Picks): numb
   picks.count = 0;
   for (const gpu of host.gpus) {
     if (!plan.modelMatches(gpu.model)) continue;
-    const available = rawCapacity(gpu, plan.defaultRatio) - gpu.reservedBytes;
+    const available = rawRoom(gpu, plan.defaultRatio);
     if (available < need || !computeFits(gpu, plan)) continue;
     const full = picks.count === k;
     if (full && !prefers(plan.order, available, gpu, free[k - 1]!, gpus[k - 1]!)) continue;

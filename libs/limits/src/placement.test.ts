@@ -12,6 +12,8 @@ import {
 } from './inventory.js';
 import {
   canReserve,
+  canResume,
+  promiseBytes,
   capacityBytes,
   describeNoFitReason,
   freeBytes,
@@ -83,17 +85,34 @@ const overhead = DEFAULT_CONTEXT_OVERHEAD_BYTES;
 describe('capacity rule', () => {
   const card = gpu('a', 0, { totalGiB: 80, reservedGiB: 60 });
 
-  test('capacity is floor(total × ratio); the GPU ratio wins over the default', () => {
+  test('capacity is the memory less what unowned processes hold, never past floor(total × ratio)', () => {
     assert.equal(capacityBytes(card), 80 * GiB);
-    assert.equal(capacityBytes(card, 1.5), 120 * GiB);
-    assert.equal(capacityBytes({ ...card, overcommitRatio: 1.25 }, 2), 100 * GiB);
+    // A ratio above 1 oversubscribes only through suspended (elastic) shards, never on the GPU.
+    assert.equal(capacityBytes(card, 1.5), 80 * GiB);
+    assert.equal(promiseBytes(card, 1.5), 120 * GiB);
+    assert.equal(promiseBytes({ ...card, overcommitRatio: 1.25 }, 2), 100 * GiB);
     assert.equal(capacityBytes({ ...card, totalBytes: bytes(3) }, 0.5), 1);
+    assert.equal(capacityBytes({ ...card, unownedBytes: bytes(6 * GiB) }), 74 * GiB);
   });
 
-  test('canReserve: reserved + bytes <= capacity, inclusive', () => {
+  test('canReserve: reserved + bytes <= total − unowned and reserved + suspended + bytes <= floor(total × ratio), inclusive', () => {
     assert.equal(canReserve(card, bytes(20 * GiB)), true);
     assert.equal(canReserve(card, bytes(20 * GiB + 1)), false);
-    assert.equal(canReserve(card, bytes(20 * GiB + 1), 1.5), true);
+    assert.equal(canReserve(card, bytes(20 * GiB + 1), 1.5), false, 'not past the memory');
+    const unowned = { ...card, unownedBytes: bytes(4 * GiB) };
+    assert.equal(canReserve(unowned, bytes(16 * GiB)), true);
+    assert.equal(canReserve(unowned, bytes(16 * GiB + 1)), false);
+    const suspended = { ...card, suspendedBytes: bytes(30 * GiB) };
+    assert.equal(canReserve(suspended, bytes(1)), false, 'caps past floor(total × 1)');
+    assert.equal(canReserve(suspended, bytes(20 * GiB), 1.5), true);
+    assert.equal(canReserve(suspended, bytes(20 * GiB), 1.3), false, '60 + 30 + 20 > 104');
+  });
+
+  test('canResume: a suspended cap comes back when the memory has room, whatever the ratio', () => {
+    const suspended = { ...card, suspendedBytes: bytes(30 * GiB) };
+    assert.equal(canResume(suspended, bytes(20 * GiB)), true);
+    assert.equal(canResume(suspended, bytes(20 * GiB + 1)), false);
+    assert.equal(canResume({ ...suspended, unownedBytes: bytes(1) }, bytes(20 * GiB)), false);
   });
 
   test('freeBytes never goes below zero when a lowered ratio left the GPU over capacity', () => {
@@ -179,12 +198,23 @@ describe('place: where a shard goes', () => {
     noFit(place({ bytesPerGpu: bytes(exact + 1), gpuCount: 1 }, fleet));
   });
 
-  test('overcommit: the GPU ratio, else the default option', () => {
-    const fleet = [host('a', [{ reservedGiB: 70 }])];
-    noFit(place(request(20), fleet));
-    assert.equal(placed(place(request(20), fleet, { defaultOvercommitRatio: 1.5 })).hostId, 'a');
-    const ratioOne = [host('a', [{ reservedGiB: 70, overcommitRatio: 1 }])];
-    noFit(place(request(20), ratioOne, { defaultOvercommitRatio: 1.5 }));
+  test('oversubscription: suspended caps count against the GPU ratio, else the default option', () => {
+    const withSuspended = (ratio?: number) => [
+      host('a', [{ reservedGiB: 40, ...(ratio === undefined ? {} : { overcommitRatio: ratio }) }]),
+    ];
+    const suspend = (fleet: Host[]) =>
+      fleet.map((h) => ({
+        ...h,
+        gpus: h.gpus.map((g) => ({ ...g, suspendedBytes: bytes(30 * GiB) })),
+      }));
+    noFit(place(request(20), suspend(withSuspended())));
+    const placedThere = place(request(20), suspend(withSuspended()), {
+      defaultOvercommitRatio: 1.5,
+    });
+    assert.equal(placed(placedThere).hostId, 'a');
+    noFit(place(request(20), suspend(withSuspended(1)), { defaultOvercommitRatio: 1.5 }));
+    // Never past the memory itself, however large the ratio.
+    noFit(place(request(20), [host('a', [{ reservedGiB: 70 }])], { defaultOvercommitRatio: 3 }));
   });
 
   test('ties go to the smaller host id, then the smaller GPU index', () => {
@@ -404,6 +434,16 @@ function shuffled<T>(items: readonly T[], seed: number): T[] {
 }
 
 /** Every way to put the request on the fleet, by brute force over GPU subsets. */
+/** The capacity rule as the issue states it: what the GPU can still take. */
+function modelRoom(g: Host['gpus'][number], defaultRatio: number): number {
+  const resident = g.totalBytes - (g.unownedBytes ?? 0) - g.reservedBytes;
+  const promise =
+    Math.floor(g.totalBytes * (g.overcommitRatio ?? defaultRatio)) -
+    g.reservedBytes -
+    (g.suspendedBytes ?? 0);
+  return Math.min(resident, promise);
+}
+
 function feasibleScores(req: PlacementRequest, fleet: readonly Host[], options: PlacementOptions) {
   const scores: { hostId: string; score: number }[] = [];
   const ratio = options.defaultOvercommitRatio ?? 1;
@@ -415,7 +455,7 @@ function feasibleScores(req: PlacementRequest, fleet: readonly Host[], options: 
       req.bytesPerGpu + (h.contextOverheadBytes ?? options.defaultOverheadBytes ?? overhead);
     const free = h.gpus
       .filter((g) => matchesGpuModel(g.model, req.gpuModel))
-      .map((g) => Math.floor(g.totalBytes * (g.overcommitRatio ?? ratio)) - g.reservedBytes)
+      .map((g) => modelRoom(g, ratio))
       .filter((f) => f >= need);
     for (const subset of subsets(free, req.gpuCount)) {
       scores.push({ hostId: h.id, score: subset.reduce((a, b) => a + b, 0) });
@@ -432,7 +472,7 @@ function subsets<T>(items: readonly T[], k: number): T[][] {
 }
 
 describe('place (properties)', () => {
-  test('no placement takes a GPU past floor(total × overcommit ratio)', () => {
+  test('no placement takes a GPU past its memory less unowned, nor its caps past floor(total × ratio)', () => {
     fc.assert(
       fc.property(fleetArb, requestArb, optionsArb, (fleet, req, options) => {
         const result = place(req, fleet, options);
@@ -446,7 +486,14 @@ describe('place (properties)', () => {
           assert.ok(matchesGpuModel(card.model, req.gpuModel));
           const after = card.reservedBytes + result.reservedBytesPerGpu;
           const ratio = card.overcommitRatio ?? options.defaultOvercommitRatio ?? 1;
-          assert.ok(after <= Math.floor(card.totalBytes * ratio), `${uuid} over capacity`);
+          assert.ok(
+            after <= card.totalBytes - (card.unownedBytes ?? 0),
+            `${uuid}: more reserved than it physically offers`,
+          );
+          assert.ok(
+            after + (card.suspendedBytes ?? 0) <= Math.floor(card.totalBytes * ratio),
+            `${uuid}: caps past its oversubscription ratio`,
+          );
         }
         assert.equal(result.bytesPerGpu, req.bytesPerGpu);
         return true;
@@ -490,11 +537,7 @@ describe('place (properties)', () => {
         const ratio = options.defaultOvercommitRatio ?? 1;
         const score = won.gpuUuids
           .map((uuid) => h.gpus.find((g) => g.uuid === uuid)!)
-          .reduce(
-            (sum, g) =>
-              sum + Math.floor(g.totalBytes * (g.overcommitRatio ?? ratio)) - g.reservedBytes,
-            0,
-          );
+          .reduce((sum, g) => sum + modelRoom(g, ratio), 0);
         const values = scores.map((s) => s.score);
         const best = req.policy === 'spread' ? Math.max(...values) : Math.min(...values);
         assert.equal(score, best);

@@ -1,8 +1,11 @@
 /**
  * Placement: which host and which of its GPUs take a new shard, or why none can.
  *
- * A GPU can take a shard when reservedBytes + need <= floor(totalBytes × overcommitRatio),
- * where need = bytesPerGpu + the host's per-shard context overhead. All of a shard's GPUs
+ * A GPU can take a shard when reservedBytes + need <= totalBytes − unownedBytes (nothing past
+ * what it physically offers shards) and reservedBytes + suspendedBytes + need <=
+ * floor(totalBytes × overcommitRatio) (the caps of its shards, on it and suspended, within its
+ * oversubscription ratio), where need = bytesPerGpu + the host's per-shard context overhead
+ * (placement-rules.ts rawRoom). All of a shard's GPUs
  * are on one host. Only ONLINE hosts take shards. Among hosts that can, the policy picks:
  *
  *   binpack  the host whose chosen GPUs have the least free memory in total, taking on each
@@ -32,7 +35,8 @@ import {
   needOn,
   placedOn,
   planOf,
-  rawCapacity,
+  rawPromise,
+  rawRoom,
   scoreOn,
   unreachable,
   type Picks,
@@ -154,7 +158,10 @@ export interface NoFit {
 
 export type PlacementResult = Placed | NoFit;
 
-export type GpuCapacity = Pick<Gpu, 'totalBytes' | 'reservedBytes' | 'overcommitRatio'>;
+export type GpuCapacity = Pick<
+  Gpu,
+  'totalBytes' | 'reservedBytes' | 'overcommitRatio' | 'suspendedBytes' | 'unownedBytes'
+>;
 
 export function overcommitRatioOf(
   gpu: GpuCapacity,
@@ -163,32 +170,54 @@ export function overcommitRatioOf(
   return checkedRatio(gpu.overcommitRatio ?? defaultRatio);
 }
 
-/** floor(totalBytes × ratio): what may be reserved on the GPU in all. */
+/**
+ * What may be reserved on the GPU in all, with nothing suspended there: its memory less what
+ * unowned processes hold, and never past floor(totalBytes × ratio).
+ */
 export function capacityBytes(
   gpu: GpuCapacity,
   defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
 ): Bytes {
-  return bytes(rawCapacity(gpu, defaultRatio));
+  return bytes(
+    Math.max(0, Math.min(gpu.totalBytes - (gpu.unownedBytes ?? 0), rawPromise(gpu, defaultRatio))),
+  );
 }
 
-/** Capacity not yet reserved; 0 when a lowered ratio left the GPU over capacity. */
+/** floor(totalBytes × ratio): what the caps of its shards, on it and suspended, may add up to. */
+export function promiseBytes(
+  gpu: GpuCapacity,
+  defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
+): Bytes {
+  return bytes(rawPromise(gpu, defaultRatio));
+}
+
+/** What the GPU can still take (rawRoom); 0 when it is already past either bound. */
 export function freeBytes(
   gpu: GpuCapacity,
   defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
 ): Bytes {
-  return bytes(Math.max(0, capacityBytes(gpu, defaultRatio) - gpu.reservedBytes));
+  return bytes(Math.max(0, rawRoom(gpu, defaultRatio)));
 }
 
 /**
  * The capacity rule, alone: whether the GPU can take `size` more reserved bytes. The control
- * plane's conditional update encodes the same inequality.
+ * plane's conditional update encodes the same two inequalities:
+ *   reserved + size ≤ total − unowned   and   reserved + suspended + size ≤ floor(total × ratio)
  */
 export function canReserve(
   gpu: GpuCapacity,
   size: Bytes,
   defaultRatio: number = DEFAULT_OVERCOMMIT_RATIO,
 ): boolean {
-  return gpu.reservedBytes + size <= capacityBytes(gpu, defaultRatio);
+  return size <= rawRoom(gpu, defaultRatio);
+}
+
+/**
+ * Whether a SUSPENDED shard's cap of `size` can come back onto the GPU: only the resident bound,
+ * since its cap already counts among the suspended bytes and moves from there to reserved.
+ */
+export function canResume(gpu: GpuCapacity, size: Bytes): boolean {
+  return gpu.reservedBytes + size <= gpu.totalBytes - (gpu.unownedBytes ?? 0);
 }
 
 export function contextOverheadOf(
@@ -215,7 +244,7 @@ function capacityReason(host: Host, plan: Plan): NoFitReason {
   let partitioned = false;
   for (const gpu of host.gpus) {
     if (!plan.modelMatches(gpu.model)) continue;
-    const free = Math.max(0, rawCapacity(gpu, plan.defaultRatio) - gpu.reservedBytes) as Bytes;
+    const free = Math.max(0, rawRoom(gpu, plan.defaultRatio)) as Bytes;
     if (free >= need && computeFits(gpu, plan)) fittingGpus++;
     if ((gpu.isolatedPoolPermille ?? 0) > 0) partitioned = true;
     gpus.push({

@@ -1,7 +1,8 @@
 /**
  * fast-check generators of small fleets, requests and options, shared by the placement tests.
- * Fleets mix host states, zones, overheads, models, overcommit ratios and GPUs already past
- * capacity, so that every reason and tie-break shows up within a few hundred runs.
+ * Fleets mix host states, zones, overheads, models, oversubscription ratios, suspended caps,
+ * memory unowned processes hold and GPUs already past capacity, so that every reason and
+ * tie-break shows up within a few hundred runs.
  */
 import fc from 'fast-check';
 import { bytes, GiB, MiB } from '../sizes.js';
@@ -16,6 +17,8 @@ const gpuSpecArb = fc.record({
   totalGiB: fc.constantFrom(16, 24, 40, 80),
   reservedFraction: fc.double({ min: 0, max: 1.2, noNaN: true }),
   overcommitRatio: fc.option(fc.constantFrom(0.9, 1, 1.5, 2), { nil: undefined }),
+  suspendedFraction: fc.option(fc.double({ min: 0, max: 1.5, noNaN: true }), { nil: undefined }),
+  unownedFraction: fc.option(fc.double({ min: 0, max: 0.5, noNaN: true }), { nil: undefined }),
 });
 
 const hostSpecArb = fc.record({
@@ -54,6 +57,12 @@ export const fleetArb: fc.Arbitrary<Host[]> = fc
             totalBytes,
             reservedBytes: bytes(Math.floor(totalBytes * g.reservedFraction)),
             ...(g.overcommitRatio === undefined ? {} : { overcommitRatio: g.overcommitRatio }),
+            ...(g.suspendedFraction === undefined
+              ? {}
+              : { suspendedBytes: bytes(Math.floor(totalBytes * g.suspendedFraction)) }),
+            ...(g.unownedFraction === undefined
+              ? {}
+              : { unownedBytes: bytes(Math.floor(totalBytes * g.unownedFraction)) }),
           };
         }),
       };
