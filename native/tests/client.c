@@ -824,6 +824,44 @@ static int s_visible(const char *ordinal_text, const char *want_phys_text)
     return 0;
 }
 
+/* Every ordinal this process sees at once, as a rank that touches several GPUs (or NCCL's
+ * set-up) does: (k + 1) x 8 MiB on ordinal k, each from its own primary context. Each must
+ * charge the physical GPU phys_csv names for ordinal k, and cuMemGetInfo with ordinal k
+ * current must report that GPU's shard (the 1 GiB limit less what k took). */
+static int s_visible_all(const char *phys_csv)
+{
+    OK(A.cuInit(0));
+    int n, phys[8], m = 0;
+    OK(A.cuDeviceGetCount(&n));
+    for (const char *c = phys_csv; c != NULL && m < 8; c = strchr(c, ','), c = c ? c + 1 : NULL) phys[m++] = atoi(c);
+    CHECK(n == m, "%d ordinals visible, want %d", n, m);
+    CUcontext ctx[8];
+    CUdeviceptr p[8];
+    for (int k = 0; k < n; k++) {
+        OK(A.cuDevicePrimaryCtxRetain(&ctx[k], k));
+        OK(A.cuCtxSetCurrent(ctx[k]));
+        OK(A.cuMemAlloc(&p[k], (size_t)(k + 1) * 8 * MiB));
+    }
+    for (int g = 0; g < 3; g++) {
+        uint64_t want = 0;
+        for (int k = 0; k < n; k++) want += phys[k] == g ? (uint64_t)(k + 1) * 8 * MiB : 0;
+        CHECK(used(g) == want, "GPU %d charged %llu, want %llu", g, (unsigned long long)used(g), (unsigned long long)want);
+    }
+    for (int k = 0; k < n; k++) {
+        OK(A.cuCtxSetCurrent(ctx[k]));
+        size_t f, t;
+        OK(A.cuMemGetInfo(&f, &t));
+        CHECK(t == GiB && f == GiB - (size_t)(k + 1) * 8 * MiB, "ordinal %d (GPU %d) told free %zu of %zu", k, phys[k], f,
+              t);
+    }
+    for (int k = 0; k < n; k++) {
+        OK(A.cuCtxSetCurrent(ctx[k]));
+        OK(A.cuMemFree(p[k]));
+    }
+    for (int g = 0; g < 3; g++) CHECK(used(g) == 0, "GPU %d still charged %llu", g, (unsigned long long)used(g));
+    return 0;
+}
+
 static int s_count(const char *want)
 {
     OK(A.cuInit(0));
@@ -1062,6 +1100,7 @@ int main(int argc, char **argv)
     if (!strcmp(s, "lock")) return s_lock();
     if (!strcmp(s, "refused")) return s_refused();
     if (!strcmp(s, "visible") && argc > 4) return s_visible(argv[3], argv[4]);
+    if (!strcmp(s, "visible-all") && argc > 3) return s_visible_all(argv[3]);
     if (!strcmp(s, "count") && argc > 3) return s_count(argv[3]);
     if (!strcmp(s, "fork")) return s_fork();
     if (!strcmp(s, "live-limit")) return s_live_limit();

@@ -583,6 +583,41 @@ static int t_visible(const void *arg)
     return 0;
 }
 
+struct visible_all_case {
+    const char *cvd, *phys;
+};
+
+static int t_visible_all(const void *arg)
+{
+    const struct visible_all_case *c = arg;
+    char cvd[256];
+    snprintf(cvd, sizeof cvd, "CUDA_VISIBLE_DEVICES=%s", c->cvd);
+    const char *env[] = {c->cvd[0] != '\0' ? cvd : "GPUSHARDS_NO_CVD=1", "CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
+    return run(env, "link", "visible-all", c->phys, NULL);
+}
+
+/* One shard's processes, each with its own form of CUDA_VISIBLE_DEVICES, share the region:
+ * each byte lands on the physical GPU it was taken on, whatever ordinal named it. */
+static int t_visible_shared(const void *arg)
+{
+    static const char *forms[] = {"CUDA_VISIBLE_DEVICES=1", "CUDA_VISIBLE_DEVICES=GPU-fa4e5000-0000-4000-8000-000000000001,0",
+                                  "CUDA_VISIBLE_DEVICES=2,1"};
+    struct proc holders[3];
+    int started = 0, ok = 1;
+    for (int i = 0; i < 3 && ok; i++) {
+        const char *env[] = {forms[i], "CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
+        ok = start_ready(&holders[i], env, "hold", "314572800") == 0; /* 300 MiB on its ordinal 0 */
+        started += ok;
+    }
+    uint64_t u0 = region_used(0), u1 = region_used(1), u2 = region_used(2);
+    for (int i = 0; i < started; i++) kill_wait(&holders[i]);
+    H_CHECK(ok, "holder %d did not start: %s", started, err_text);
+    H_CHECK(u1 == 600 * MiB && u2 == 300 * MiB && (u0 == 0 || u0 == UINT64_MAX),
+            "charged GPU 0 %llu, GPU 1 %llu, GPU 2 %llu", (unsigned long long)u0, (unsigned long long)u1,
+            (unsigned long long)u2);
+    return 0;
+}
+
 static int t_race(const void *arg)
 {
     const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1g", NULL};
@@ -822,6 +857,23 @@ int main(int argc, char **argv)
                  vis[i].ordinal, vis[i].phys);
         ADD(vnames[i], t_visible, &vis[i]);
     }
+    static const struct visible_all_case every[] = {
+        {"", "0,1,2"},
+        {"2,0,1", "2,0,1"},
+        {"GPU-fa4e5000-0000-4000-8000-000000000001,GPU-fa4e5000-0000-4000-8000-000000000002,"
+         "GPU-fa4e5000-0000-4000-8000-000000000000",
+         "1,2,0"},
+        {"2,GPU-fa4e5000-0000-4000-8000-000000000000", "2,0"},
+        {"GPU-fa4e5000-0000-4000-8000-000000000001,2", "1,2"},
+    };
+    static char enames[5][200];
+    for (int i = 0; i < 5; i++) {
+        snprintf(enames[i], sizeof enames[i], "every ordinal at once under CUDA_VISIBLE_DEVICES=%.100s charges GPUs %s",
+                 every[i].cvd[0] ? every[i].cvd : "(unset)", every[i].phys);
+        ADD(enames[i], t_visible_all, &every[i]);
+    }
+    ADD("one shard's processes under different CUDA_VISIBLE_DEVICES forms charge the same physical GPU",
+        t_visible_shared, NULL);
     ADD("8 processes creating the region at once", t_race, NULL);
     ADD("no region and no limit: pass-through", t_passthrough, NULL);
     ADD("no region but a limit: fails closed", t_no_region_with_limit, NULL);
