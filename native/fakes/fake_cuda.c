@@ -6,8 +6,8 @@
  *
  * It follows the real driver where the interposer depends on it: versioned
  * entry points and cuGetProcAddress's version/per-thread-stream selection,
- * CUDA_VISIBLE_DEVICES (indices or UUID prefixes, stopping at the first
- * invalid entry), primary context reference counting, a context's memory
+ * CUDA_VISIBLE_DEVICES (indices or UUID prefixes, not both, stopping at the
+ * first invalid entry), primary context reference counting, a context's memory
  * cost, pools that cache freed memory and grow in steps until trimmed, VMM
  * handles that live until released and unmapped, and physical capacity
  * shared across processes (an allocation past the card's free memory fails

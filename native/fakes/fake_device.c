@@ -57,10 +57,19 @@ static void parse_visible(void)
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", cvd);
     char *save = NULL;
+    /* The first entry says whether the list names indices or UUIDs; an entry of the other
+     * kind is invalid (on two H200s with driver 580.159.04, "1,GPU-<uuid of 0>" and
+     * "GPU-<uuid of 1>,0" each made GPU 1 alone visible: native/gpu-tests/RESULTS.md,
+     * 2026-11-28). */
+    int by_index = -1;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         while (*t == ' ') t++;
+        int index = *t >= '0' && *t <= '9';
+        if (by_index < 0) by_index = index;
         int phys = -1;
-        if (*t >= '0' && *t <= '9') {
+        if (index != by_index) {
+            /* invalid: ends the list below */
+        } else if (index) {
             char *end;
             long v = strtol(t, &end, 10);
             if (*end == '\0' && v < fake_gpu_count) phys = (int)v;
