@@ -59,5 +59,9 @@ export function describeWait(reason: WaitReason): string {
       return reason.victimIds.length > 0
         ? `borrowed shards are being stopped for it: ${reason.victimIds.join(', ')}`
         : 'borrowed shards are being stopped for it';
+    case 'suspending':
+      return reason.victimIds.length > 0
+        ? `idle elastic shards are being suspended to make room for it: ${reason.victimIds.join(', ')}`
+        : 'idle elastic shards are being suspended to make room for it';
   }
 }

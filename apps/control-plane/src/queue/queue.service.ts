@@ -280,7 +280,14 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   ): Promise<{ plan: AdmissionPlan; input: PassInput }> {
     if (queued.length === 0) {
       return {
-        plan: { placements: [], preemptions: [], expired: [], waiting: [] },
+        plan: {
+          placements: [],
+          preemptions: [],
+          suspensions: [],
+          resumes: [],
+          expired: [],
+          waiting: [],
+        },
         input: {
           pending: queued,
           held: [],

@@ -10,6 +10,7 @@
 import { bytes } from '../sizes.js';
 import type { Gpu, Host } from '../inventory.js';
 import {
+  canResume,
   freeBytes,
   place,
   type Placed,
@@ -17,7 +18,7 @@ import {
   type PlacementRequest,
 } from '../placement.js';
 import { PlacementIndex } from '../placement-index.js';
-import type { HeldShard } from './model.js';
+import type { HeldShard, SuspendedShard } from './model.js';
 
 type MutableGpu = { -readonly [K in keyof Gpu]: Gpu[K] };
 
@@ -110,6 +111,19 @@ export class AdmissionRoom {
   /** Where the shard fits now without standing in a spot kept for a shard ahead of it. */
   placeBesideSpots(request: PlacementRequest): Placed | undefined {
     return this.both.index.tryPlace(request);
+  }
+
+  /**
+   * Where a suspended shard comes back, on its own GPUs, without standing in a spot kept for a
+   * shard ahead of it: each GPU's memory (less what unowned processes hold) takes its cap. Only
+   * the resident bound: its cap already counts among the GPU's suspended bytes (canResume).
+   */
+  placePinned(resume: SuspendedShard): Placed | undefined {
+    for (const uuid of resume.gpuUuids) {
+      const gpu = this.both.gpus.get(uuid);
+      if (gpu === undefined || !canResume(gpu, resume.reservedBytesPerGpu)) return undefined;
+    }
+    return pinnedPlacement(resume);
   }
 
   /** Counts a placement of this pass (its bytes and compute shares) in every view. */
@@ -307,6 +321,17 @@ export class AdmissionRoom {
   }
 }
 
+/** A suspended shard on its own GPUs, as a placement (GPUs in its order, which is by index). */
+export function pinnedPlacement(resume: SuspendedShard): Placed {
+  return {
+    kind: 'placed',
+    hostId: resume.hostId,
+    gpuUuids: [...resume.gpuUuids],
+    bytesPerGpu: bytes(resume.quotaBytes / resume.gpuUuids.length),
+    reservedBytesPerGpu: resume.reservedBytesPerGpu,
+  };
+}
+
 function indexOf(hosts: readonly Host[]): Map<string, GpuAt> {
   const index = new Map<string, GpuAt>();
   for (const host of hosts) {
@@ -326,27 +351,53 @@ export function promisedRoom(
   hosts: readonly Host[],
   held: readonly HeldShard[],
   options: PlacementOptions,
+  resume?: SuspendedShard,
 ): Placed | undefined {
   const victims = held.filter((s) => s.leaving && s.reclaimFor === shardId);
   if (victims.length === 0) return undefined;
-  const freed = new Map<string, number>();
-  for (const victim of victims) {
-    for (const uuid of victim.gpuUuids) {
-      freed.set(uuid, (freed.get(uuid) ?? 0) + victim.reservedBytesPerGpu);
-    }
-  }
   const victimHosts = new Set(victims.map((v) => v.hostId as string));
   const candidates = hosts
     .filter((host) => victimHosts.has(host.id))
-    .map((host) => ({
-      ...host,
-      gpus: host.gpus.map((gpu) => {
-        const less = freed.get(gpu.uuid) ?? 0;
-        return less === 0
-          ? gpu
-          : { ...gpu, reservedBytes: bytes(Math.max(0, gpu.reservedBytes - less)) };
-      }),
-    }));
+    .map((host) => withoutVictims(host, victims));
+  if (resume !== undefined) {
+    const own = candidates.find((host) => host.id === resume.hostId);
+    const gpus = new Map(own?.gpus.map((gpu) => [gpu.uuid as string, gpu]));
+    const fits = resume.gpuUuids.every((uuid) => {
+      const gpu = gpus.get(uuid);
+      return gpu !== undefined && canResume(gpu, resume.reservedBytesPerGpu);
+    });
+    return fits ? pinnedPlacement(resume) : undefined;
+  }
   const result = place(request, candidates, options);
   return result.kind === 'placed' ? result : undefined;
+}
+
+/**
+ * The host as it will be once the victims are gone: a stopped one's cap leaves its GPUs, a
+ * suspended one's moves from reserved to suspended (it is still promised there).
+ */
+export function withoutVictims(host: Host, victims: readonly HeldShard[]): Host {
+  const freed = new Map<string, number>();
+  const parked = new Map<string, number>();
+  for (const victim of victims) {
+    for (const uuid of victim.gpuUuids) {
+      freed.set(uuid, (freed.get(uuid) ?? 0) + victim.reservedBytesPerGpu);
+      if (victim.suspending === true) {
+        parked.set(uuid, (parked.get(uuid) ?? 0) + victim.reservedBytesPerGpu);
+      }
+    }
+  }
+  return {
+    ...host,
+    gpus: host.gpus.map((gpu) => {
+      const less = freed.get(gpu.uuid) ?? 0;
+      if (less === 0) return gpu;
+      const more = parked.get(gpu.uuid) ?? 0;
+      return {
+        ...gpu,
+        reservedBytes: bytes(Math.max(0, gpu.reservedBytes - less)),
+        ...(more === 0 ? {} : { suspendedBytes: bytes((gpu.suspendedBytes ?? 0) + more) }),
+      };
+    }),
+  };
 }

@@ -37,11 +37,22 @@
  * given alone (limits, guarantee, why a shard waits) are in admission-steps.ts; this file is
  * the order in which a pass applies them and what each decision changes for the shards after.
  */
-import type { Placed, PlacementOptions, PlacementRequest } from '../placement.js';
+import {
+  canReserve,
+  type Placed,
+  type PlacementOptions,
+  type PlacementRequest,
+} from '../placement.js';
 import { quotaBytesOf } from '../quota.js';
 import type { Bytes } from '../sizes.js';
 import type { Host } from '../inventory.js';
-import { AdmissionRoom, promisedRoom } from './admission-room.js';
+import { AdmissionRoom, promisedRoom, withoutVictims } from './admission-room.js';
+import {
+  chooseIdleToSuspend,
+  hostBytesOf,
+  suspendBudgetTakes,
+  type MakeRoomAsk,
+} from './make-room.js';
 import {
   behindWhom,
   CAPACITY,
@@ -61,6 +72,7 @@ import {
   type HeldShard,
   type PendingShard,
   type QueueTeam,
+  type SuspendedShard,
   type TeamHolding,
 } from './model.js';
 import { chooseVictims, type ReclaimResult } from './reclaim.js';
@@ -70,7 +82,10 @@ export interface AdmissionInput {
   readonly fleet: readonly Host[];
   /** Shards that hold capacity now. */
   readonly held: readonly HeldShard[];
+  /** Pending shards, and SUSPENDED ones whose resume is wanted (`resume` set). */
   readonly pending: readonly PendingShard[];
+  /** Every SUSPENDED shard (their quota is still their teams'); absent: none. */
+  readonly suspended?: readonly SuspendedShard[];
   readonly teams: readonly QueueTeam[];
   readonly now: number;
   readonly options?: PlacementOptions;
@@ -85,8 +100,10 @@ export type WaitReason =
   | { readonly kind: 'quota'; readonly message: string }
   /** Non-preemptible class beyond its team's guarantee. */
   | { readonly kind: 'guarantee'; readonly message: string }
-  /** Borrowed shards are being stopped for it. */
+  /** Borrowed shards are being stopped (or suspended) for it. */
   | { readonly kind: 'reclaiming'; readonly victimIds: readonly string[] }
+  /** Idle elastic shards are being suspended to make room for it. */
+  | { readonly kind: 'suspending'; readonly victimIds: readonly string[] }
   /** It was reclaimed for this shard, which still waits. */
   | { readonly kind: 'reclaimed'; readonly shardId: string };
 
@@ -104,6 +121,25 @@ export interface Preemption {
   readonly hostId: string;
 }
 
+/**
+ * A running elastic shard whose memory goes to host RAM (RUNNING → SUSPENDING): idle, to make
+ * room for a waiting shard, or a reclaim's victim that can be suspended instead of stopped
+ * (once SUSPENDED, its resume is wanted, so it comes back when room does).
+ */
+export interface Suspension {
+  readonly shardId: string;
+  readonly teamId: string;
+  readonly hostId: string;
+  readonly cause: 'make-room' | 'reclaim';
+  readonly forShardId: string;
+}
+
+/** A SUSPENDED shard taking its cap back on its own GPUs (SUSPENDED → RESUMING). */
+export interface Resume {
+  readonly shardId: string;
+  readonly placed: Placed;
+}
+
 export interface Waiting {
   readonly shardId: string;
   /** 1-based, among the shards still waiting, in queue order. */
@@ -117,6 +153,10 @@ export interface AdmissionPlan {
   /** In the order they were decided (queue order). */
   readonly placements: readonly Placement[];
   readonly preemptions: readonly Preemption[];
+  /** In the order they were decided. */
+  readonly suspensions: readonly Suspension[];
+  /** In queue order. */
+  readonly resumes: readonly Resume[];
   /** maxWait passed: these end as EXPIRED. Sorted by id. */
   readonly expired: readonly string[];
   /** In queue order. */
@@ -138,6 +178,8 @@ export function admit(input: AdmissionInput): AdmissionPlan {
   return {
     placements: pass.placements,
     preemptions: pass.preemptions,
+    suspensions: pass.suspensions,
+    resumes: pass.resumes,
     expired,
     waiting: pass.waiting,
   };
@@ -164,6 +206,10 @@ interface Pass {
   readonly reclaimersWaiting: Set<string>;
   readonly placements: Placement[];
   readonly preemptions: Preemption[];
+  readonly suspensions: Suspension[];
+  readonly resumes: Resume[];
+  /** Per host: the caps (host bytes) of the shards this pass suspends there. */
+  readonly suspendingByHost: Map<string, number>;
   readonly waiting: Waiting[];
 }
 
@@ -173,7 +219,7 @@ function openPass(
   queue: readonly PendingShard[],
 ): Pass {
   const { fleet, held, options = {} } = input;
-  const holdings = holdingsOf(held, teams);
+  const holdings = holdingsOf(held, teams, input.suspended);
   const covered = new Map<string, number>();
   for (const [teamId, holding] of holdings) covered.set(teamId, holding.guaranteedModelBytes);
   const smallestNeedFrom = smallestNeedsFrom(queue, fleet, options);
@@ -190,6 +236,9 @@ function openPass(
     reclaimersWaiting: reclaimersWaitingIn(queue),
     placements: [],
     preemptions: [],
+    suspensions: [],
+    resumes: [],
+    suspendingByHost: new Map(),
     waiting: [],
   };
 }
@@ -202,6 +251,10 @@ function openPass(
  */
 function decideOne(pass: Pass, shard: PendingShard, position: number): void {
   if (!pass.full && pass.smallestNeedFrom[position]! > pass.room.largestFreeNow()) pass.full = true;
+  if (shard.resume !== undefined) {
+    decideResume(pass, shard, shard.resume);
+    return;
+  }
   if (shard.reclaimedFor !== undefined && pass.reclaimersWaiting.has(shard.reclaimedFor)) {
     wait(pass, shard, { kind: 'reclaimed', shardId: shard.reclaimedFor });
     return;
@@ -230,6 +283,7 @@ function decideOne(pass: Pass, shard: PendingShard, position: number): void {
     recordPlacement(pass, shard, placed, { holding, guarantee, need, within: standing.within });
     return;
   }
+  if (!shard.reclaimInFlight && makeRoom(pass, shard, { request })) return;
   if (standing.within && !shard.reclaimInFlight) {
     const result = chooseVictims(
       { request: shard.request, teamId: shard.teamId, guarantee },
@@ -261,6 +315,81 @@ function decideOne(pass: Pass, shard: PendingShard, position: number): void {
     }
   }
   waitForRoom(pass, shard, request);
+}
+
+/**
+ * A SUSPENDED shard whose resume is wanted: it comes back to its own GPUs when they have room
+ * beside the spots kept ahead of it (the fleet's "full" bound is not asked: a resume needs no
+ * room in the oversubscription ratio, its cap is already there), else idle elastic shards of
+ * its host are suspended for it, else it waits. It never reclaims.
+ */
+function decideResume(pass: Pass, shard: PendingShard, resume: SuspendedShard): void {
+  const placed = pass.room.placePinned(resume);
+  if (placed !== undefined) {
+    pass.room.recordPlacement(placed, shard.request);
+    pass.resumes.push({ shardId: shard.id, placed });
+    return;
+  }
+  if (!shard.reclaimInFlight && makeRoom(pass, shard, { request: shard.request, resume })) return;
+  if (shard.reclaimInFlight) {
+    const promisedTo = promisedRoom(
+      shard.id,
+      shard.request,
+      pass.room.fleetNow(),
+      pass.held,
+      pass.options,
+      resume,
+    );
+    if (promisedTo !== undefined) {
+      pass.room.promise(shard.id, promisedTo);
+      wait(pass, shard, { kind: 'suspending', victimIds: [] }, promisedTo);
+      return;
+    }
+  }
+  wait(pass, shard, CAPACITY);
+}
+
+/**
+ * Idle elastic shards are suspended so that the shard fits (make-room.ts): they leave the
+ * reclaimable, and the room they free is promised to it as its spot. False when none would do.
+ */
+function makeRoom(pass: Pass, shard: PendingShard, ask: MakeRoomAsk): boolean {
+  const result = chooseIdleToSuspend(
+    ask,
+    pass.room.fleetNow(),
+    pass.stayingHeld,
+    pass.options,
+    pass.suspendingByHost,
+  );
+  if (result.kind === 'none') return false;
+  const ids = new Set<string>();
+  for (const victim of result.victims) {
+    ids.add(victim.id);
+    recordSuspension(pass, victim, 'make-room', shard.id);
+  }
+  pass.stayingHeld = pass.stayingHeld.filter((s) => !ids.has(s.id));
+  pass.room.promise(shard.id, result.placed);
+  wait(pass, shard, { kind: 'suspending', victimIds: [...ids] }, result.placed);
+  return true;
+}
+
+function recordSuspension(
+  pass: Pass,
+  victim: HeldShard,
+  cause: Suspension['cause'],
+  forShardId: string,
+): void {
+  pass.suspensions.push({
+    shardId: victim.id,
+    teamId: victim.teamId,
+    hostId: victim.hostId,
+    cause,
+    forShardId,
+  });
+  pass.suspendingByHost.set(
+    victim.hostId,
+    (pass.suspendingByHost.get(victim.hostId) ?? 0) + hostBytesOf(victim),
+  );
 }
 
 /** The shard is placed: its room, its team's holding and guarantee coverage count it. */
@@ -296,13 +425,17 @@ function recordReclaim(
   result: Extract<ReclaimResult, { kind: 'reclaim' }>,
 ): void {
   const ids = new Set(result.victims.map((v) => v.id));
+  const suspended = suspendableVictims(pass, result);
   for (const victim of result.victims) {
-    pass.preemptions.push({
-      victimId: victim.id,
-      victimTeamId: victim.teamId,
-      forShardId: shard.id,
-      hostId: victim.hostId,
-    });
+    if (suspended.has(victim.id)) recordSuspension(pass, victim, 'reclaim', shard.id);
+    else {
+      pass.preemptions.push({
+        victimId: victim.id,
+        victimTeamId: victim.teamId,
+        forShardId: shard.id,
+        hostId: victim.hostId,
+      });
+    }
     const victimTeam = pass.teams.get(victim.teamId);
     if (victimTeam !== undefined && guaranteeCovers(victimTeam.guarantee, victim.gpuModel)) {
       pass.covered.set(victim.teamId, (pass.covered.get(victim.teamId) ?? 0) - victim.quotaBytes);
@@ -316,6 +449,41 @@ function recordReclaim(
     { kind: 'reclaiming', victimIds: result.victims.map((v) => v.id) },
     result.placed,
   );
+}
+
+/**
+ * The victims of a reclaim that are suspended instead of stopped: the elastic ones, while the
+ * host's budget for suspended shards takes them, and only if the waiting shard still fits with
+ * their caps left promised on their GPUs (suspended, not gone); else every victim is stopped.
+ */
+function suspendableVictims(
+  pass: Pass,
+  result: Extract<ReclaimResult, { kind: 'reclaim' }>,
+): Set<string> {
+  const host = pass.room.fleetNow().find((h) => h.id === result.hostId);
+  const chosen = new Set<string>();
+  if (host === undefined) return chosen;
+  let added = pass.suspendingByHost.get(host.id) ?? 0;
+  for (const victim of result.victims) {
+    if (victim.elastic !== true) continue;
+    const more = hostBytesOf(victim);
+    if (!suspendBudgetTakes(host, added, more)) continue;
+    chosen.add(victim.id);
+    added += more;
+  }
+  if (chosen.size === 0) return chosen;
+  const after = withoutVictims(
+    host,
+    result.victims.map((v) => (chosen.has(v.id) ? { ...v, suspending: true } : v)),
+  );
+  const stillFits = result.placed.gpuUuids.every((uuid) => {
+    const gpu = after.gpus.find((g) => g.uuid === uuid);
+    return (
+      gpu !== undefined &&
+      canReserve(gpu, result.placed.reservedBytesPerGpu, pass.options.defaultOvercommitRatio)
+    );
+  });
+  return stillFits ? chosen : new Set();
 }
 
 /**

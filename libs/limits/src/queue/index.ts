@@ -4,5 +4,6 @@ export * from './guarantees.js';
 export * from './model.js';
 export * from './reclaim.js';
 export * from './admission.js';
+export * from './make-room.js';
 export * from './estimate.js';
 export * from './placement-rate.js';

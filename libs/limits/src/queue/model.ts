@@ -36,10 +36,31 @@ export interface HeldShard {
   readonly preemptible: boolean;
   /** When it was placed; the youngest is preempted first among equals. */
   readonly placedAt: number;
-  /** Already on its way out (stopping, or chosen as a victim): never chosen again. */
+  /** Already on its way out (stopping, suspending, or chosen as a victim): never chosen again. */
   readonly leaving: boolean;
-  /** A leaving shard reclaimed for a pending shard: that shard's id. */
+  /** A leaving shard reclaimed for a pending shard (or suspended to make room for it): its id. */
   readonly reclaimFor?: string;
+  /**
+   * Elastic (docs/elastic.md): it asked to be and its team allows it, so the queue may suspend it
+   * (its memory to host RAM) instead of stopping it, or to make room while it is idle.
+   */
+  readonly elastic?: boolean;
+  /** When its idle time began (its last kernel, else its start); absent: busy or unknown. */
+  readonly idleSince?: number;
+  /** A leaving shard whose memory goes to host RAM (SUSPENDING): its cap stays promised. */
+  readonly suspending?: boolean;
+}
+
+/** A SUSPENDED shard: holds no GPU, but its quota and its cap on its own GPUs. */
+export interface SuspendedShard {
+  readonly id: string;
+  readonly teamId: string;
+  readonly hostId: HostId;
+  readonly gpuUuids: readonly GpuUuid[];
+  /** Its cap on each of its GPUs (what each GPU's reservedBytes takes back when it resumes). */
+  readonly reservedBytesPerGpu: Bytes;
+  /** bytesPerGpu × gpuCount: what its team's quota counts. */
+  readonly quotaBytes: Bytes;
 }
 
 export interface PendingShard {
@@ -59,6 +80,12 @@ export interface PendingShard {
    * one waits, or it would take back the room and be reclaimed again, in turn.
    */
   readonly reclaimedFor?: string;
+  /**
+   * A SUSPENDED shard whose resume is wanted (a wake, its owner, or room back after a reclaim):
+   * it comes back only to its own GPUs, needing its cap on each of them, with no quota check
+   * (its quota is already counted). `arrivedAt` is when the resume was wanted.
+   */
+  readonly resume?: SuspendedShard;
 }
 
 export function fairShareOf(team: QueueTeam | undefined): FairShareKey {
@@ -117,14 +144,25 @@ export interface TeamHolding {
 export function holdingsOf(
   held: readonly HeldShard[],
   teams: ReadonlyMap<string, QueueTeam>,
+  suspended: readonly SuspendedShard[] = [],
 ): Map<string, TeamHolding> {
   const map = new Map<string, TeamHolding>();
-  for (const shard of held) {
-    let holding = map.get(shard.teamId);
+  const holdingOf = (teamId: string): TeamHolding => {
+    let holding = map.get(teamId);
     if (holding === undefined) {
       holding = { bytes: 0, shards: 0, guaranteedModelBytes: 0 };
-      map.set(shard.teamId, holding);
+      map.set(teamId, holding);
     }
+    return holding;
+  };
+  // A suspended shard's quota is its team's (it comes back), though it holds no GPU.
+  for (const shard of suspended) {
+    const holding = holdingOf(shard.teamId);
+    holding.bytes += shard.quotaBytes;
+    holding.shards += 1;
+  }
+  for (const shard of held) {
+    const holding = holdingOf(shard.teamId);
     holding.bytes += shard.quotaBytes;
     holding.shards += 1;
     const team = teams.get(shard.teamId);

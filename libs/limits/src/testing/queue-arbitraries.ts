@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { bytes, GiB, MiB } from '../sizes.js';
 import { type Gpu, gpuUuid, type Host, hostId, type HostState } from '../inventory.js';
 import { place, type PlacementOptions, type PlacementRequest } from '../placement.js';
-import type { HeldShard, PendingShard, QueueTeam } from '../queue/model.js';
+import type { HeldShard, PendingShard, QueueTeam, SuspendedShard } from '../queue/model.js';
 import { DEFAULT_PRIORITY_CLASSES } from '../queue/priority.js';
 
 export const H100 = 'NVIDIA H100 80GB HBM3';
@@ -156,4 +156,99 @@ export const scenarioArb: fc.Arbitrary<Scenario> = fc
       options,
       now: 1000,
     };
+  });
+
+/** A queue scenario with elastic memory (docs/elastic.md): what the elastic admission reads. */
+export interface ElasticScenario extends Scenario {
+  readonly suspended: SuspendedShard[];
+}
+
+/**
+ * scenarioArb with elastic memory on top: GPUs with an oversubscription ratio, hosts with a
+ * budget of host RAM for suspended shards, held shards that are elastic and idle since some
+ * time, and some of them SUSPENDED instead (their caps moved from reserved to suspended, so the
+ * fleet stays consistent), with a resume wanted for some of those.
+ */
+export const elasticScenarioArb: fc.Arbitrary<ElasticScenario> = fc
+  .tuple(
+    scenarioArb,
+    fc.array(fc.constantFrom(1, 2, 3), { minLength: 3, maxLength: 3 }),
+    fc.array(fc.constantFrom(0, 80, 200, 2000), { minLength: 3, maxLength: 3 }),
+    fc.array(
+      fc.record({
+        elastic: fc.boolean(),
+        idleFor: fc.constantFrom(undefined, 0, 60, 600, 3600),
+        suspended: fc.constantFrom(false, false, false, true),
+        resume: fc.boolean(),
+      }),
+      { minLength: 14, maxLength: 14 },
+    ),
+  )
+  .map(([s, ratios, budgetsGiB, extra]) => {
+    const suspendedBytesOf = new Map<string, number>();
+    const hostSuspended = new Map<string, number>();
+    const held: HeldShard[] = [];
+    const suspended: SuspendedShard[] = [];
+    const resumes: PendingShard[] = [];
+    s.held.forEach((shard, n) => {
+      const e = extra[n]!;
+      if (e.suspended && !shard.leaving) {
+        for (const uuid of shard.gpuUuids) {
+          suspendedBytesOf.set(uuid, (suspendedBytesOf.get(uuid) ?? 0) + shard.reservedBytesPerGpu);
+        }
+        hostSuspended.set(
+          shard.hostId,
+          (hostSuspended.get(shard.hostId) ?? 0) +
+            shard.reservedBytesPerGpu * shard.gpuUuids.length,
+        );
+        const one: SuspendedShard = {
+          id: shard.id,
+          teamId: shard.teamId,
+          hostId: shard.hostId,
+          gpuUuids: shard.gpuUuids,
+          reservedBytesPerGpu: shard.reservedBytesPerGpu,
+          quotaBytes: shard.quotaBytes,
+        };
+        suspended.push(one);
+        if (e.resume) {
+          resumes.push({
+            id: shard.id,
+            teamId: shard.teamId,
+            request: {
+              bytesPerGpu: bytes(shard.quotaBytes / shard.gpuUuids.length),
+              gpuCount: shard.gpuUuids.length,
+            },
+            priorityRank: shard.priorityRank,
+            preemptible: shard.preemptible,
+            arrivedAt: shard.placedAt + 1,
+            resume: one,
+          });
+        }
+        return;
+      }
+      held.push({
+        ...shard,
+        elastic: e.elastic,
+        ...(e.idleFor === undefined ? {} : { idleSince: s.now - e.idleFor * 1000 }),
+      });
+    });
+    const fleet: Host[] = s.fleet.map((host, i) => {
+      const budget = budgetsGiB[i % budgetsGiB.length]! * GiB;
+      const inHost = hostSuspended.get(host.id) ?? 0;
+      return {
+        ...host,
+        suspendBudgetBytes: bytes(Math.max(budget, inHost)),
+        suspendedBytes: bytes(inHost),
+        gpus: host.gpus.map((gpu) => {
+          const moved = suspendedBytesOf.get(gpu.uuid) ?? 0;
+          return {
+            ...gpu,
+            reservedBytes: bytes(gpu.reservedBytes - moved),
+            suspendedBytes: bytes(moved),
+            overcommitRatio: ratios[i % ratios.length]!,
+          };
+        }),
+      };
+    });
+    return { ...s, fleet, held, suspended, pending: [...s.pending, ...resumes] };
   });
