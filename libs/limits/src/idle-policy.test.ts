@@ -16,12 +16,13 @@ const policyArb: fc.Arbitrary<IdlePolicy> = fc
   .tuple(
     fc.integer({ min: MIN_IDLE_SECONDS, max: 3600 }),
     fc.option(fc.integer({ min: 0, max: 3600 })),
+    fc.option(fc.integer({ min: 0, max: 3600 })),
   )
-  .map(([idle, extra]) =>
-    extra === null
-      ? { idleAfterSeconds: idle }
-      : { idleAfterSeconds: idle, stopAfterSeconds: idle + extra },
-  );
+  .map(([idle, extra, suspendExtra]) => ({
+    idleAfterSeconds: idle,
+    ...(extra === null ? {} : { stopAfterSeconds: idle + extra }),
+    ...(suspendExtra === null ? {} : { suspendAfterSeconds: idle + suspendExtra }),
+  }));
 
 const NOW = 10_000_000_000;
 
@@ -32,8 +33,9 @@ const shardArb: fc.Arbitrary<IdleShard> = fc
     kernelAgo: fc.option(fc.integer({ min: 0, max: 7200_000 })),
     observed: fc.boolean(),
     reported: fc.constantFrom('no', 'same', 'other'),
+    elastic: fc.boolean(),
   })
-  .map(({ shardId, startedAgo, kernelAgo, observed, reported }) => {
+  .map(({ shardId, startedAgo, kernelAgo, observed, reported, elastic }) => {
     const startedAt = NOW - startedAgo;
     // A kernel is never before the start.
     const lastKernelAt = kernelAgo === null ? null : Math.max(startedAt, NOW - kernelAgo);
@@ -44,6 +46,7 @@ const shardArb: fc.Arbitrary<IdleShard> = fc
       lastKernelAt,
       observed,
       idleSince: reported === 'no' ? null : reported === 'same' ? since : since - 1000,
+      elastic,
     };
   });
 
@@ -94,7 +97,38 @@ describe('idle policy: decideIdle', () => {
         assert.ok(policy.stopAfterSeconds !== undefined);
         assert.ok((NOW - idleStart(shard)) / 1000 >= policy.stopAfterSeconds);
         assert.equal(shard.idleSince, idleStart(shard));
+        assert.ok(
+          !(shard.elastic && policy.suspendAfterSeconds !== undefined),
+          'an elastic shard stopped',
+        );
       }),
+    );
+  });
+
+  test('suspended only when elastic and the policy suspends, past suspendAfterSeconds, and reported for this idle spell', () => {
+    fc.assert(
+      fc.property(shardArb, policyArb, (shard, policy) => {
+        const [action] = decideIdle([shard], policy, NOW);
+        if (action?.kind !== 'suspend') return;
+        assert.ok(shard.observed && shard.elastic === true);
+        assert.ok(policy.suspendAfterSeconds !== undefined);
+        assert.ok((NOW - idleStart(shard)) / 1000 >= policy.suspendAfterSeconds);
+        assert.equal(shard.idleSince, idleStart(shard));
+      }),
+    );
+    const idle: IdleShard = {
+      shardId: 's',
+      startedAt: 0,
+      lastKernelAt: null,
+      observed: true,
+      idleSince: 0,
+    };
+    const policy = { idleAfterSeconds: 60, suspendAfterSeconds: 120, stopAfterSeconds: 120 };
+    assert.equal(decideIdle([{ ...idle, elastic: true }], policy, 200_000)[0]?.kind, 'suspend');
+    assert.equal(decideIdle([idle], policy, 200_000)[0]?.kind, 'stop');
+    assert.deepEqual(
+      decideIdle([idle], { idleAfterSeconds: 60, suspendAfterSeconds: 120 }, 200_000),
+      [],
     );
   });
 
@@ -129,9 +163,9 @@ describe('idle policy: decideIdle', () => {
             } else {
               assert.ok(
                 reports.some((r) => r.kind === 'report' && r.idleSince === action.idleSince),
-                'a stop without an earlier report',
+                `a ${action.kind} without an earlier report`,
               );
-              return; // stopped: the shard leaves RUNNING
+              return; // stopped or suspended: the shard leaves RUNNING
             }
           }
         },
@@ -167,5 +201,10 @@ describe('idle policy: idlePolicyProblem', () => {
       idlePolicyProblem({ idleAfterSeconds: 600, stopAfterSeconds: 599 })?.field,
       'stopAfterSeconds',
     );
+    assert.equal(
+      idlePolicyProblem({ idleAfterSeconds: 600, suspendAfterSeconds: 599 })?.field,
+      'suspendAfterSeconds',
+    );
+    assert.equal(idlePolicyProblem({ idleAfterSeconds: 600, suspendAfterSeconds: 600 }), undefined);
   });
 });

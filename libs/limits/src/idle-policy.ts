@@ -13,6 +13,11 @@
  * - At `stopAfterSeconds` (≥ idleAfterSeconds) it is stopped (`stop`), but only once it was
  *   reported: the report always comes first, in an earlier pass, so every stop has an event
  *   before it as well as the one at the action.
+ * - An elastic shard (docs/elastic.md) is suspended instead at `suspendAfterSeconds`
+ *   (≥ idleAfterSeconds; `suspend`, after its report like a stop): its memory goes to host RAM
+ *   and its work is kept, so an elastic shard is never stopped by a policy that suspends. A
+ *   shard that is not elastic is never suspended by the policy; `stopAfterSeconds` still
+ *   applies to it.
  */
 
 export interface IdlePolicy {
@@ -20,6 +25,8 @@ export interface IdlePolicy {
   readonly idleAfterSeconds: number;
   /** Seconds without a kernel before it is stopped; absent: reported only. */
   readonly stopAfterSeconds?: number;
+  /** Seconds without a kernel before an elastic shard is suspended; absent: never. */
+  readonly suspendAfterSeconds?: number;
 }
 
 /** Shorter idle times are noise: a training job's data loading or checkpoint can pause a minute. */
@@ -37,6 +44,8 @@ export interface IdleShard {
   readonly observed: boolean;
   /** ms since the epoch: the idle start it was reported with; null: not reported. */
   readonly idleSince: number | null;
+  /** An elastic shard (its team allows it): suspended by the policy rather than stopped. */
+  readonly elastic?: boolean;
 }
 
 export type IdleAction =
@@ -47,7 +56,7 @@ export type IdleAction =
       readonly idleSeconds: number;
     }
   | {
-      readonly kind: 'stop';
+      readonly kind: 'stop' | 'suspend';
       readonly shardId: string;
       readonly idleSince: number;
       readonly idleSeconds: number;
@@ -58,7 +67,7 @@ export type IdleAction =
 export function idlePolicyProblem(
   policy: IdlePolicy,
 ): { field: string; message: string } | undefined {
-  const { idleAfterSeconds, stopAfterSeconds } = policy;
+  const { idleAfterSeconds } = policy;
   if (
     !Number.isSafeInteger(idleAfterSeconds) ||
     idleAfterSeconds < MIN_IDLE_SECONDS ||
@@ -69,18 +78,35 @@ export function idlePolicyProblem(
       message: `must be a whole number of seconds from ${MIN_IDLE_SECONDS} to ${MAX_IDLE_SECONDS}, got ${idleAfterSeconds}`,
     };
   }
-  if (stopAfterSeconds === undefined) return undefined;
-  if (
-    !Number.isSafeInteger(stopAfterSeconds) ||
-    stopAfterSeconds < idleAfterSeconds ||
-    stopAfterSeconds > MAX_IDLE_SECONDS
-  ) {
-    return {
-      field: 'stopAfterSeconds',
-      message: `must be a whole number of seconds from idleAfterSeconds (${idleAfterSeconds}) to ${MAX_IDLE_SECONDS}, got ${stopAfterSeconds}`,
-    };
+  for (const field of ['stopAfterSeconds', 'suspendAfterSeconds'] as const) {
+    const seconds = policy[field];
+    if (seconds === undefined) continue;
+    if (
+      !Number.isSafeInteger(seconds) ||
+      seconds < idleAfterSeconds ||
+      seconds > MAX_IDLE_SECONDS
+    ) {
+      return {
+        field,
+        message: `must be a whole number of seconds from idleAfterSeconds (${idleAfterSeconds}) to ${MAX_IDLE_SECONDS}, got ${seconds}`,
+      };
+    }
   }
   return undefined;
+}
+
+/** The action the policy takes on a reported shard idle this long, if any. */
+function actionAfter(
+  policy: IdlePolicy,
+  shard: IdleShard,
+  idleSeconds: number,
+): 'stop' | 'suspend' | undefined {
+  if (shard.elastic === true && policy.suspendAfterSeconds !== undefined) {
+    return idleSeconds >= policy.suspendAfterSeconds ? 'suspend' : undefined;
+  }
+  return policy.stopAfterSeconds !== undefined && idleSeconds >= policy.stopAfterSeconds
+    ? 'stop'
+    : undefined;
 }
 
 /** When the shard's idle time started: its last kernel, else its start. */
@@ -112,9 +138,9 @@ export function decideIdle(
       actions.push({ kind: 'report', shardId: shard.shardId, idleSince: since, idleSeconds });
       continue;
     }
-    if (policy.stopAfterSeconds !== undefined && idleSeconds >= policy.stopAfterSeconds) {
-      actions.push({ kind: 'stop', shardId: shard.shardId, idleSince: since, idleSeconds });
-    }
+    const kind = actionAfter(policy, shard, idleSeconds);
+    if (kind !== undefined)
+      actions.push({ kind, shardId: shard.shardId, idleSince: since, idleSeconds });
   }
   return actions;
 }
