@@ -248,9 +248,16 @@ static int same_ns(const struct fake_proc *p)
 /* pid of an entry being claimed: readers skip it as they skip free ones. */
 #define CLAIMING (-1)
 
-static struct fake_proc *proc(void)
+/* What an entry stood for when a pass began: which claim (gen) and its pid. */
+struct seen {
+    int32_t pid;
+    uint32_t gen;
+};
+
+static void pass(struct seen seen[FAKE_MAX_PROCS], int host[FAKE_MAX_PROCS]);
+
+static struct fake_proc *claim(void)
 {
-    if (my_proc >= 0) return &state->procs[my_proc];
     int me = (int)getpid();
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         /* Claimed as CLAIMING (no reader looks at it), described, given a new
@@ -263,6 +270,9 @@ static struct fake_proc *proc(void)
             struct fake_proc *p = &state->procs[i];
             p->start_time = start_time_of("/proc/self");
             memset(p->busy, 0, sizeof p->busy); /* the kernel time of the entry's last owner */
+            memset(p->moved, 0, sizeof p->moved);
+            __atomic_store_n(&p->inflight, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&p->ckpt, FAKE_CKPT_RUNNING, __ATOMIC_RELAXED);
             __atomic_store_n(&p->ns_inode, my_ns_inode(), __ATOMIC_RELEASE);
             __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&p->pid, me, __ATOMIC_RELEASE);
@@ -273,11 +283,31 @@ static struct fake_proc *proc(void)
     return NULL;
 }
 
-/* What an entry stood for when a pass began: which claim (gen) and its pid. */
-struct seen {
-    int32_t pid;
-    uint32_t gen;
-};
+/* Claimed once per process (and once in each fork child).  With every entry
+ * taken, the dead are reaped first: processes that only initialised the
+ * driver hold an entry too. */
+static struct fake_proc *proc(void)
+{
+    if (my_proc >= 0) return &state->procs[my_proc];
+    struct fake_proc *p = claim();
+    if (p != NULL) return p;
+    struct seen seen[FAKE_MAX_PROCS];
+    int host[FAKE_MAX_PROCS];
+    pass(seen, host);
+    return claim();
+}
+
+struct fake_proc *fake_proc_claim(void)
+{
+    return state != NULL ? proc() : NULL;
+}
+
+struct fake_proc *fake_proc_mine(void)
+{
+    int i = my_proc;
+    return state != NULL && i >= 0 ? &state->procs[i] : NULL;
+}
+
 
 /* Every entry's claim as it stands; pid 0 for one free, being claimed or reaped, or changing
  * hands while it was read. */
@@ -375,6 +405,10 @@ static void reap(struct fake_proc *p, struct seen s)
         uint64_t v = __atomic_exchange_n(&p->used[g], 0, __ATOMIC_ACQ_REL);
         if (v) __atomic_sub_fetch(&state->used[g], v, __ATOMIC_ACQ_REL);
     }
+    /* What a checkpoint moved out is host memory of the dead process: gone
+     * with it, never taken back. */
+    memset(p->moved, 0, sizeof p->moved);
+    __atomic_store_n(&p->ckpt, FAKE_CKPT_RUNNING, __ATOMIC_RELEASE);
     __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
 }
 
@@ -451,6 +485,41 @@ void fake_phys_give(int g, uint64_t bytes)
         }
     }
     __atomic_sub_fetch(&state->used[g], bytes, __ATOMIC_ACQ_REL);
+}
+
+int fake_phys_reserve(int g, uint64_t bytes)
+{
+    if (try_take(g, bytes) == 0) return 0;
+    struct seen seen[FAKE_MAX_PROCS];
+    int host[FAKE_MAX_PROCS];
+    pass(seen, host);
+    return try_take(g, bytes);
+}
+
+void fake_phys_unreserve(int g, uint64_t bytes)
+{
+    __atomic_sub_fetch(&state->used[g], bytes, __ATOMIC_ACQ_REL);
+}
+
+struct fake_proc *fake_proc_named(int pid, uint32_t *gen)
+{
+    if (state == NULL || pid <= 0) return NULL;
+    struct seen seen[FAKE_MAX_PROCS];
+    int host[FAKE_MAX_PROCS];
+    pass(seen, host);
+    for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+        struct fake_proc *p = &state->procs[i];
+        struct seen s = seen[i];
+        if (s.pid <= 0 || (same_ns(p) ? s.pid : host[i]) != pid || !unchanged(p, s)) continue;
+        *gen = s.gen;
+        return p;
+    }
+    return NULL;
+}
+
+int fake_proc_still(const struct fake_proc *p, uint32_t gen)
+{
+    return __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) > 0 && __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) == gen;
 }
 
 uint64_t fake_phys_used(int g)

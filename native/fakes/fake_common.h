@@ -33,8 +33,29 @@ struct fake_proc {
     uint64_t used[FAKE_MAX_GPUS];
     /* Per GPU and bucket: (bucket number << 32) | microseconds its kernels ran in it. */
     uint64_t busy[FAKE_MAX_GPUS][FAKE_BUSY_BUCKETS];
+    /* The checkpoint API (fake_checkpoint.c): the process's FAKE_CKPT_* state,
+     * written by whichever process drives its checkpoint; its driver calls
+     * under way (entered and not yet returned), which a lock waits to see
+     * drain; and per GPU what a checkpoint moved out of the card's capacity
+     * to host memory, which a restore takes back.  ckpt and inflight are
+     * futex words shared across processes. */
+    uint32_t ckpt;
+    uint32_t inflight;
+    uint64_t moved[FAKE_MAX_GPUS];
 };
-#define FAKE_STATE_MAGIC 0x3354534b414647ULL /* "GFAKST3" */
+#define FAKE_STATE_MAGIC 0x3454534b414647ULL /* "GFAKST4" */
+
+/* fake_proc.ckpt: CUprocessState's four states, and the moves between them
+ * while one is under way (reported as the state they start from). */
+enum {
+    FAKE_CKPT_RUNNING = 0,
+    FAKE_CKPT_LOCKED = 1,
+    FAKE_CKPT_CHECKPOINTED = 2,
+    FAKE_CKPT_FAILED = 3,
+    FAKE_CKPT_LOCKING = 4,
+    FAKE_CKPT_CHECKPOINTING = 5,
+    FAKE_CKPT_RESTORING = 6
+};
 struct fake_state {
     uint64_t magic;
     uint64_t used[FAKE_MAX_GPUS];
@@ -66,6 +87,24 @@ FAKE_HIDDEN int fake_setup(void);
 FAKE_HIDDEN int fake_phys_take(int g, uint64_t bytes);
 FAKE_HIDDEN void fake_phys_give(int g, uint64_t bytes);
 FAKE_HIDDEN uint64_t fake_phys_used(int g);
+/* Take (give back) capacity on GPU g without charging any process: a restore
+ * takes back what a checkpoint moved out.  0, or -1 when the card is full
+ * (after the memory of dead processes was given back). */
+FAKE_HIDDEN int fake_phys_reserve(int g, uint64_t bytes);
+FAKE_HIDDEN void fake_phys_unreserve(int g, uint64_t bytes);
+
+/* This process's entry (claimed on its first use of the driver: cuInit or a
+ * first allocation); NULL when it cannot be claimed. */
+FAKE_HIDDEN struct fake_proc *fake_proc_claim(void);
+/* This process's entry if it has one, without claiming it. */
+FAKE_HIDDEN struct fake_proc *fake_proc_mine(void);
+/* The entry of the process that the caller knows as pid (its own pid in
+ * this PID namespace, or the host pid of a process in a container, as
+ * fake_procs_on reports it), after the dead are reaped; NULL when no process
+ * of that pid uses the driver.  *gen: the claim it stands for. */
+FAKE_HIDDEN struct fake_proc *fake_proc_named(int pid, uint32_t *gen);
+/* 1 while the entry still stands for the claim gen. */
+FAKE_HIDDEN int fake_proc_still(const struct fake_proc *p, uint32_t gen);
 /* The processes holding memory on GPU g, with pids translated into the
  * caller's PID namespace (processes it cannot see are left out, as real
  * NVML leaves them out).  Returns how many there are (may exceed max). */

@@ -11,8 +11,10 @@
  * cost, pools that cache freed memory and grow in steps until trimmed, VMM
  * handles that live until released and unmapped, and physical capacity
  * shared across processes (an allocation past the card's free memory fails
- * with CUDA_ERROR_OUT_OF_MEMORY).  Device pointers are fake addresses: no
- * memory is allocated for them.  Stream work is synchronous. */
+ * with CUDA_ERROR_OUT_OF_MEMORY), and the checkpoint API another process
+ * drives (fake_checkpoint.c).  Device pointers are fake addresses; an
+ * allocation's bytes are host memory mapped at its first copy or set
+ * (fake_copy.c).  Stream work is synchronous. */
 #include <string.h>
 
 #include "fake_cuda.h"
@@ -27,16 +29,49 @@ API CUresult cuDriverGetVersion(int *v)
 }
 
 /* ---- errors -------------------------------------------------------------------- */
+/* The codes the fake returns, by cuda.h's names and the driver's words (the
+ * agent reports a refused checkpoint call by them). */
+static const struct {
+    CUresult code;
+    const char *name, *text;
+} errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation is not permitted in the current state"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
 API CUresult cuGetErrorString(CUresult e, const char **s)
 {
-    *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : "fake driver error";
-    return CUDA_SUCCESS;
+    if (s == NULL) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == e) {
+            *s = errors[i].text;
+            return CUDA_SUCCESS;
+        }
+    *s = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 API CUresult cuGetErrorName(CUresult e, const char **s)
 {
-    *s = e == CUDA_SUCCESS ? "CUDA_SUCCESS" : e == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR";
-    return CUDA_SUCCESS;
+    if (s == NULL) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == e) {
+            *s = errors[i].name;
+            return CUDA_SUCCESS;
+        }
+    *s = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ---- cuGetProcAddress ---------------------------------------------------------
@@ -120,7 +155,6 @@ static const struct entry table[] = {
     E("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
     E("cuStreamWaitValue32", 8000, cuStreamWaitValue32),
     E("cuStreamWaitValue32", 11070, cuStreamWaitValue32_v2),
-    E("cuStreamQuery", 2000, cuStreamQuery),
     EP("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     EP("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),
     EP("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
@@ -153,6 +187,31 @@ static const struct entry table[] = {
     E("cuMipmappedArrayDestroy", 5000, cuMipmappedArrayDestroy),
     E("cuGetErrorString", 6000, cuGetErrorString),
     E("cuGetErrorName", 6000, cuGetErrorName),
+    EP("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
+    EP("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
+    EP("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+    EP("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
+    EP("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds),
+    EP("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+    EP("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
+    EP("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
+    EP("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
+    EP("cuMemsetD32", 3020, cuMemsetD32_v2, cuMemsetD32_v2_ptds),
+    EP("cuMemsetD8Async", 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz),
+    EP("cuMemsetD32Async", 3020, cuMemsetD32Async, cuMemsetD32Async_ptsz),
+    EP("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+    EP("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
+    EP("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+    E("cuEventCreate", 2000, cuEventCreate),
+    E("cuEventRecord", 2000, cuEventRecord),
+    E("cuEventQuery", 2000, cuEventQuery),
+    E("cuEventSynchronize", 2000, cuEventSynchronize),
+    E("cuCheckpointProcessGetRestoreThreadId", 12080, cuCheckpointProcessGetRestoreThreadId),
+    E("cuCheckpointProcessGetState", 12080, cuCheckpointProcessGetState),
+    E("cuCheckpointProcessLock", 12080, cuCheckpointProcessLock),
+    E("cuCheckpointProcessCheckpoint", 12080, cuCheckpointProcessCheckpoint),
+    E("cuCheckpointProcessRestore", 12080, cuCheckpointProcessRestore),
+    E("cuCheckpointProcessUnlock", 12080, cuCheckpointProcessUnlock),
     E("cuGetProcAddress", 11030, cuGetProcAddress),
     E("cuGetProcAddress", 12000, cuGetProcAddress_v2),
 };

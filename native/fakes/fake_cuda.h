@@ -4,7 +4,9 @@
  * arrays, the allocation records), fake_pool.c (stream-ordered pools),
  * fake_vmm.c (virtual memory management), fake_stream.c (streams),
  * fake_graph.c (stream capture, graphs and graph memory), fake_launch.c
- * (kernels and events, with simulated kernel time) and fake_cuda.c
+ * (kernels and events, with simulated kernel time), fake_copy.c (copies and
+ * sets), fake_checkpoint.c (the checkpoint API, and the wait of a locked
+ * process's calls) and fake_cuda.c
  * (cuGetProcAddress's table, version, error strings).  The simulated GPUs,
  * their physical memory and per-process usage are fake_common.h's, shared
  * with the fake NVML. */
@@ -54,10 +56,23 @@ FAKE_HIDDEN int fake_initialized(void);
 FAKE_HIDDEN int fake_phys_of(CUdevice d);
 FAKE_HIDDEN int fake_visible_count(void);
 
+/* ---- fake_checkpoint.c ---- */
+/* A driver call of this process, from entry to return: it waits at entry
+ * while another process holds this one locked or checkpointed
+ * (cuCheckpointProcessLock), and a lock waits for the calls under way to
+ * return.  Nested calls (the fake calling its own entry points) pass. */
+struct fake_call {
+    struct fake_proc *p; /* NULL: nested, or before cuInit */
+};
+FAKE_HIDDEN struct fake_call fake_call_enter(void);
+FAKE_HIDDEN void fake_call_leave(struct fake_call *c);
+#define FAKE_CALL() struct fake_call fake_call_ __attribute__((cleanup(fake_call_leave))) = fake_call_enter()
+
+/* Every entry point but cuInit, the version, error strings and
+ * cuGetProcAddress starts here. */
 #define NEED_INIT()                                                                                      \
-    do {                                                                                                 \
-        if (!fake_initialized()) return CUDA_ERROR_NOT_INITIALIZED;                                      \
-    } while (0)
+    FAKE_CALL();                                                                                         \
+    if (!fake_initialized()) return CUDA_ERROR_NOT_INITIALIZED
 
 /* ---- fake_context.c ---- */
 struct fctx {
@@ -83,6 +98,10 @@ enum { K_PLAIN = 1, K_ASYNC };
 struct rec {
     uint64_t key, size;
     int phys, kind;
+    /* Its bytes: host memory, mapped at the first copy or set into it (the
+     * fake's "device memory"; a checkpoint leaves it where it is, as the
+     * real one moves device memory into the process's host memory). */
+    unsigned char *data;
     union {
         struct fctx *ctx;   /* K_PLAIN: the context that frees it at its teardown */
         struct fpool *pool; /* K_ASYNC: the pool it came from */
@@ -98,6 +117,10 @@ FAKE_HIDDEN uint64_t fake_va_alloc(int phys, uint64_t size);
 FAKE_HIDDEN CUresult fake_mem_free(CUdeviceptr dptr);
 /* Under fake_mu: a context's teardown frees its linear allocations. */
 FAKE_HIDDEN void fake_mem_drop_ctx(struct fctx *c);
+/* Under fake_mu: a record leaves the table (its bytes go with it). */
+FAKE_HIDDEN void fake_rec_drop(struct rec *r);
+/* Under fake_mu: the allocation holding [addr, addr + bytes), NULL for none. */
+FAKE_HIDDEN struct rec *fake_rec_containing(uint64_t addr, uint64_t bytes);
 
 /* ---- fake_pool.c ---- */
 /* At cuInit, under fake_mu: every GPU's default pool is its current one. */
@@ -154,5 +177,20 @@ API CUresult cuStreamBeginCapture(CUstream s);
 API CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s);
 API CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s);
 API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags);
+API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n);
+API CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n);
+API CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n);
+API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n);
+API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s);
+API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s);
+API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+API CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char v, size_t n);
+API CUresult cuMemsetD32_v2_ptds(CUdeviceptr dst, unsigned int v, size_t n);
+API CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s);
+API CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, size_t n, CUstream s);
+API CUresult cuStreamQuery_ptsz(CUstream s);
+API CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags);
+API CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void *data);
 
 #endif

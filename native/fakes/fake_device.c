@@ -124,6 +124,8 @@ API CUresult cuInit(unsigned int flags)
         __atomic_store_n(&inited, 1, __ATOMIC_RELEASE);
     }
     fake_unlock();
+    /* From here on the process is one the checkpoint API can name. */
+    (void)fake_proc_claim();
     return visible_count > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 

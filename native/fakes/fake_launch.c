@@ -48,29 +48,35 @@ FAKE_HIDDEN void fake_launch_graph(void)
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
+    FAKE_CALL();
     return launch();
 }
 API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                  unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
+    FAKE_CALL();
     return launch();
 }
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
+    FAKE_CALL();
     return launch();
 }
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
+    FAKE_CALL();
     return launch();
 }
 API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                        unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
 {
+    FAKE_CALL();
     return launch();
 }
 API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                             unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
 {
+    FAKE_CALL();
     return launch();
 }
 /* A stream memory wait (libvgpu.so's turns on the GPU): the fake's work is
@@ -94,6 +100,11 @@ static int waiting; /* callers held in a wait: their stream's work has not run *
 
 static CUresult wait_value(CUdeviceptr addr, uint32_t value, unsigned flags)
 {
+    /* Held at the gate while locked, but not a call under way while it
+     * waits on the word: on a GPU the wait is the stream's, not the caller's. */
+    {
+        FAKE_CALL();
+    }
     if (addr == 0 || addr % 4 != 0) return CUDA_ERROR_INVALID_VALUE;
     const uint32_t *word = (const uint32_t *)(uintptr_t)addr;
     __atomic_add_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
@@ -123,8 +134,14 @@ API CUresult cuStreamWaitValue32(CUstream s, CUdeviceptr addr, cuuint32_t value,
  * in a wait (on a GPU, work queued behind the wait). */
 API CUresult cuStreamQuery(CUstream s)
 {
+    FAKE_CALL();
     if (__atomic_load_n(&waiting, __ATOMIC_SEQ_CST) > 0) return CUDA_ERROR_NOT_READY;
     return now_ns() >= __atomic_load_n(&busy_until, __ATOMIC_RELAXED) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+API CUresult cuStreamQuery_ptsz(CUstream s)
+{
+    return cuStreamQuery(s);
 }
 
 struct fake_event {
@@ -133,6 +150,7 @@ struct fake_event {
 
 API CUresult cuEventCreate(CUevent *ev, unsigned int flags)
 {
+    FAKE_CALL();
     if (ev == NULL) return CUDA_ERROR_INVALID_VALUE;
     struct fake_event *e = calloc(1, sizeof *e);
     if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -141,11 +159,13 @@ API CUresult cuEventCreate(CUevent *ev, unsigned int flags)
 }
 API CUresult cuEventDestroy_v2(CUevent ev)
 {
+    FAKE_CALL();
     free(ev);
     return CUDA_SUCCESS;
 }
 API CUresult cuEventRecord(CUevent ev, CUstream s)
 {
+    FAKE_CALL();
     if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
     /* On an idle GPU the event completes when it is recorded: its timestamp is now. */
     uint64_t b = __atomic_load_n(&busy_until, __ATOMIC_RELAXED), now = now_ns();
@@ -154,11 +174,13 @@ API CUresult cuEventRecord(CUevent ev, CUstream s)
 }
 API CUresult cuEventQuery(CUevent ev)
 {
+    FAKE_CALL();
     if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
     return now_ns() >= ((struct fake_event *)ev)->done_at ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 API CUresult cuEventSynchronize(CUevent ev)
 {
+    FAKE_CALL();
     if (ev == NULL) return CUDA_ERROR_INVALID_HANDLE;
     /* Until the event's time, a signal or not: a real synchronize does not return early. */
     uint64_t t = ((struct fake_event *)ev)->done_at;
@@ -172,6 +194,7 @@ API CUresult cuEventSynchronize(CUevent ev)
 #undef cuEventElapsedTime
 static CUresult elapsed(float *ms, CUevent start, CUevent end)
 {
+    FAKE_CALL();
     if (ms == NULL || start == NULL || end == NULL) return CUDA_ERROR_INVALID_HANDLE;
     uint64_t a = ((struct fake_event *)start)->done_at, b = ((struct fake_event *)end)->done_at, now = now_ns();
     if (a > now || b > now) return CUDA_ERROR_NOT_READY;

@@ -1,10 +1,12 @@
 /* fake_memory.c — memory of the fake libcuda.so.1 outside pools and VMM:
  * linear allocations (and their 32-bit and pitched forms), host memory,
  * arrays, cuMemGetInfo, and the table of allocation records the pools
- * share.  Device pointers are fake addresses: no memory is allocated for
- * them; what they cost is taken from the card's capacity (fake_phys_take),
- * which fails with CUDA_ERROR_OUT_OF_MEMORY past the card's free memory. */
+ * share.  Device pointers are fake addresses (their bytes are mapped only
+ * when something is copied into them: fake_copy.c); what they cost is taken
+ * from the card's capacity (fake_phys_take), which fails with
+ * CUDA_ERROR_OUT_OF_MEMORY past the card's free memory. */
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "fake_cuda.h"
 
@@ -47,10 +49,31 @@ struct rec *fake_rec_add(uint64_t key)
         struct rec *r = &recs[(h + i) & (REC_CAP - 1)];
         if (r->key == EMPTY_KEY || r->key == FREED_KEY) {
             r->key = key;
+            r->data = NULL;
             return r;
         }
     }
     return NULL;
+}
+
+void fake_rec_drop(struct rec *r)
+{
+    if (r->data != NULL) munmap(r->data, r->size);
+    r->data = NULL;
+    r->key = FREED_KEY;
+}
+
+struct rec *fake_rec_containing(uint64_t addr, uint64_t bytes)
+{
+    struct rec *r = rec_find(addr);
+    /* An address inside an allocation: the table is keyed by the start, so
+     * look at every record (copies at an offset are rare in tests). */
+    for (uint32_t i = 0; r == NULL && addr > FREED_KEY && i < REC_CAP; i++) {
+        struct rec *c = &recs[i];
+        if (c->key > FREED_KEY && addr >= c->key && addr - c->key < c->size) r = c;
+    }
+    if (r == NULL || bytes > r->size - (addr - r->key)) return NULL;
+    return r;
 }
 
 uint64_t fake_va_alloc(int phys, uint64_t size)
@@ -88,7 +111,7 @@ void fake_mem_drop_ctx(struct fctx *c)
         struct rec *r = &recs[i];
         if (r->key > FREED_KEY && r->kind == K_PLAIN && r->owner.ctx == c) {
             fake_phys_give(r->phys, r->size);
-            r->key = FREED_KEY;
+            fake_rec_drop(r);
         }
     }
 }
@@ -183,7 +206,7 @@ CUresult fake_mem_free(CUdeviceptr dptr)
         return CUDA_ERROR_INVALID_VALUE;
     }
     struct rec copy = *r;
-    r->key = FREED_KEY;
+    fake_rec_drop(r);
     if (copy.kind == K_ASYNC) fake_pool_freed(copy.owner.pool, copy.size);
     va_free(copy.phys, dptr, copy.size);
     fake_unlock();
@@ -415,6 +438,7 @@ API CUresult gpushards_fake_take_hidden(int ordinal, unsigned long long bytes)
 {
     CUresult r = cuInit(0);
     if (r != CUDA_SUCCESS) return r;
+    FAKE_CALL();
     int g = fake_phys_of(ordinal);
     if (g < 0) return CUDA_ERROR_INVALID_DEVICE;
     return fake_phys_take(g, bytes) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -424,6 +448,7 @@ API CUresult gpushards_fake_give_hidden(int ordinal, unsigned long long bytes)
 {
     CUresult r = cuInit(0);
     if (r != CUDA_SUCCESS) return r;
+    FAKE_CALL();
     int g = fake_phys_of(ordinal);
     if (g < 0) return CUDA_ERROR_INVALID_DEVICE;
     fake_phys_give(g, bytes);

@@ -78,3 +78,31 @@ API CUresult cuStreamGetDevice(CUstream s, CUdevice *d)
     *d = c->ordinal;
     return CUDA_SUCCESS;
 }
+
+/* Work is synchronous: an event is complete once recorded, so a wait on one is already met. */
+API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
+{
+    NEED_INIT();
+    if (e == NULL) return CUDA_ERROR_INVALID_HANDLE;
+    return fake_ctx_valid(fake_stream_ctx(s)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+API CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags)
+{
+    return cuStreamWaitEvent(s, e, flags);
+}
+
+/* The host function runs in the caller's thread, after the stream's (finished) work. */
+API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
+{
+    NEED_INIT();
+    if (fn == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!fake_ctx_valid(fake_stream_ctx(s))) return CUDA_ERROR_INVALID_CONTEXT;
+    fn(data);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void *data)
+{
+    return cuLaunchHostFunc(s, fn, data);
+}

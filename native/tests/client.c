@@ -24,6 +24,7 @@
 #include "client_cap.h"
 #include "client_nvml.h"
 #include "client_compute.h"
+#include "client_elastic.h"
 #include "gpushards_region.h"
 
 #define MiB (1ull << 20)
@@ -1116,6 +1117,8 @@ int main(int argc, char **argv)
     if (cap >= 0) return cap;
     int compute = compute_scenario(s, argc, argv);
     if (compute >= 0) return compute;
+    int elastic = elastic_scenario(s, argc, argv);
+    if (elastic >= 0) return elastic;
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;
 }

@@ -706,6 +706,7 @@ static int t_track_race(const void *arg)
 #include "runner_compute.c"
 #include "runner_fake.c"
 #include "runner_subset.c"
+#include "runner_elastic.c"
 
 int main(int argc, char **argv)
 {
@@ -885,6 +886,7 @@ int main(int argc, char **argv)
     add_compute_tests(tests, &n);
     add_fake_tests(tests, &n);
     add_subset_tests(tests, &n);
+    add_elastic_tests(tests, &n);
 
     for (int i = 0; i < n; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;

@@ -16,7 +16,9 @@
  * ACTIVE device in place with aligned 8-byte writes.  The header and the
  * uuid/state fields do not change while the container runs.  compute_turns
  * took reserved bytes without a new version: an older libvgpu.so ignores it
- * (CPU turns), and this one reads an older agent's zeros as UNSET.
+ * (CPU turns), and this one reads an older agent's zeros as UNSET.  So did
+ * memory_state and pressure_wait_ms (zero: resident, the default wait); the
+ * agent updates them in place with aligned 4-byte stores.
  *
  * Byte order is the host's (little endian).  `region-layout` prints these
  * offsets as JSON under "limits"; the agent's test holds its writer
@@ -49,6 +51,14 @@
 #define GPUSHARDS_COMPUTE_TURNS_UNSET 0u
 #define GPUSHARDS_COMPUTE_TURNS_CPU 1u
 #define GPUSHARDS_COMPUTE_TURNS_GPU 2u
+
+/* gpushards_limits_header.memory_state */
+#define GPUSHARDS_MEMORY_RESIDENT 0u
+#define GPUSHARDS_MEMORY_SUSPENDED 1u
+
+/* gpushards_limits_header.pressure_wait_ms of 0: the fence's worst case (50 ms
+ * sampling, a kill, the driver's teardown) with room to spare. */
+#define GPUSHARDS_PRESSURE_WAIT_DEFAULT_MS 300u
 
 /* gpushards_limits_device.state */
 #define GPUSHARDS_LIMITS_FREE 0u
@@ -83,7 +93,19 @@ struct gpushards_limits_header {
     uint64_t checksum;    /* FNV-1a 64 of bytes [0, 40) */
     char shard_id[48];    /* the shard's id, NUL-terminated; "" = none (its ledger member) */
     uint32_t compute_turns; /* GPUSHARDS_COMPUTE_TURNS_*; fixed while the container runs */
-    uint8_t reserved1[28];  /* zero */
+    /* GPUSHARDS_MEMORY_*: where the shard's GPU memory is (docs/elastic.md).
+     * The agent sets SUSPENDED after it has locked every CUDA process of the
+     * shard (cuCheckpointProcessLock) and before it checkpoints them, and
+     * clears it after every one is restored and unlocked.  While it is set,
+     * every hooked CUDA call waits in libvgpu.so and rings the region's wake
+     * bell (gpushards_region.h).  Zero, an older agent's file: resident. */
+    uint32_t memory_state;
+    /* How long an allocation that the driver refused inside the shard's
+     * budget is retried, in ms (issue #31: memory a neighbour holds past what
+     * placement promised, which the agent's fence frees); 0 = libvgpu.so's
+     * default, GPUSHARDS_PRESSURE_WAIT_DEFAULT_MS. */
+    uint32_t pressure_wait_ms;
+    uint8_t reserved1[20];  /* zero */
 };
 
 struct gpushards_limits {
@@ -102,7 +124,9 @@ _Static_assert(offsetof(struct gpushards_limits_header, reserved0) == 36, "layou
 _Static_assert(offsetof(struct gpushards_limits_header, checksum) == GPUSHARDS_LIMITS_CHECKSUM_BYTES, "layout");
 _Static_assert(offsetof(struct gpushards_limits_header, shard_id) == 48, "layout");
 _Static_assert(offsetof(struct gpushards_limits_header, compute_turns) == 96, "layout");
-_Static_assert(offsetof(struct gpushards_limits_header, reserved1) == 100, "layout");
+_Static_assert(offsetof(struct gpushards_limits_header, memory_state) == 100, "layout");
+_Static_assert(offsetof(struct gpushards_limits_header, pressure_wait_ms) == 104, "layout");
+_Static_assert(offsetof(struct gpushards_limits_header, reserved1) == 108, "layout");
 _Static_assert(sizeof(struct gpushards_limits_header) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_limits_device, uuid) == 0, "layout");

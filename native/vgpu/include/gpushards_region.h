@@ -17,7 +17,8 @@
  *     a temporary file and publishes it with link(2), so no process ever sees
  *     a half-initialised region;
  *   - the library adds device entries (uuid, then state = ACTIVE) and keeps
- *     used_bytes, peak_bytes and the slots current;
+ *     used_bytes, peak_bytes and the slots current, and rings the bell
+ *     (wake_requests, a device's pressure_count; slow paths only);
  *   - the agent may overwrite limit_bytes, context_bytes and
  *     pool_growth_bytes of an ACTIVE device at any time (8-byte aligned
  *     writes); the library reads the limit on every allocation.
@@ -59,7 +60,14 @@ struct gpushards_device {
      * container can write, not in the host's ledger, where any shard could
      * forge or erase another's stamp. */
     uint64_t last_launch_ns;
-    uint8_t reserved1[48];
+    /* Pressure (issue #31): the driver refused an allocation on this GPU that
+     * the shard's budget allowed, so memory someone else holds beyond what
+     * placement promised is in the way.  pressure_count + 1 and pressure_ns
+     * (CLOCK_MONOTONIC of the latest) are written, then the header's bell is
+     * rung, as for a wake.  From reserved1 as above: zero = never. */
+    uint64_t pressure_count;
+    uint64_t pressure_ns;
+    uint8_t reserved1[32];
 };
 
 /* One process that has charged memory.  pid alone could be reused by the
@@ -90,7 +98,16 @@ struct gpushards_region_header {
     uint64_t checksum;       /* FNV-1a 64 of bytes [0, 56): the fields above */
     uint32_t device_count;   /* entries of devices[] in use; only grows */
     uint32_t reserved0;
-    uint8_t reserved1[56];
+    /* The wake bell (docs/elastic.md): a process of a suspended shard that
+     * wants the GPU adds 1 to wake_requests, stamps wake_requested_ns
+     * (CLOCK_MONOTONIC) and then pwrite(2)s 8 zero bytes over `bell`: a
+     * write through a mapping raises no inotify event, a pwrite does, so
+     * the agent's watch on this file hears the ring at once.  bell is
+     * always zero.  From reserved1 without a version bump: zero = never rung. */
+    uint64_t wake_requests;
+    uint64_t wake_requested_ns;
+    uint64_t bell;
+    uint8_t reserved1[32];
     uint8_t lock[64];        /* pthread_mutex_t, robust + process-shared; C only */
     uint8_t reserved2[64];
 };
@@ -117,6 +134,8 @@ _Static_assert(offsetof(struct gpushards_device, peak_bytes) == 48, "layout");
 _Static_assert(offsetof(struct gpushards_device, total_bytes) == 56, "layout");
 _Static_assert(offsetof(struct gpushards_device, pool_growth_bytes) == 64, "layout");
 _Static_assert(offsetof(struct gpushards_device, last_launch_ns) == 72, "layout");
+_Static_assert(offsetof(struct gpushards_device, pressure_count) == 80, "layout");
+_Static_assert(offsetof(struct gpushards_device, pressure_ns) == 88, "layout");
 _Static_assert(sizeof(struct gpushards_device) == 128, "layout");
 
 _Static_assert(offsetof(struct gpushards_slot, pid) == 0, "layout");
@@ -138,6 +157,9 @@ _Static_assert(offsetof(struct gpushards_region_header, devices_offset) == 40, "
 _Static_assert(offsetof(struct gpushards_region_header, slots_offset) == 48, "layout");
 _Static_assert(offsetof(struct gpushards_region_header, checksum) == GPUSHARDS_CHECKSUM_BYTES, "layout");
 _Static_assert(offsetof(struct gpushards_region_header, device_count) == 64, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, wake_requests) == 72, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, wake_requested_ns) == 80, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, bell) == 88, "layout");
 _Static_assert(offsetof(struct gpushards_region_header, lock) == 128, "layout");
 _Static_assert(sizeof(struct gpushards_region_header) == 256, "layout");
 

@@ -37,6 +37,9 @@ int main(void)
     FIELD(gpushards_region_header, slots_offset, 0);
     FIELD(gpushards_region_header, checksum, 0);
     FIELD(gpushards_region_header, device_count, 0);
+    FIELD(gpushards_region_header, wake_requests, 0);
+    FIELD(gpushards_region_header, wake_requested_ns, 0);
+    FIELD(gpushards_region_header, bell, 0);
     FIELD(gpushards_region_header, lock, 1);
     printf("      }\n    },\n");
     printf("    \"device\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n      \"fields\": {\n",
@@ -49,7 +52,9 @@ int main(void)
     FIELD(gpushards_device, peak_bytes, 0);
     FIELD(gpushards_device, total_bytes, 0);
     FIELD(gpushards_device, pool_growth_bytes, 0);
-    FIELD(gpushards_device, last_launch_ns, 1);
+    FIELD(gpushards_device, last_launch_ns, 0);
+    FIELD(gpushards_device, pressure_count, 0);
+    FIELD(gpushards_device, pressure_ns, 1);
     printf("      }\n    },\n");
     printf("    \"slot\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n      \"fields\": {\n",
            sizeof(struct gpushards_slot), offsetof(struct gpushards_region, slots), GPUSHARDS_MAX_SLOTS);
@@ -79,7 +84,9 @@ int main(void)
     FIELD(gpushards_limits_header, device_count, 0);
     FIELD(gpushards_limits_header, checksum, 0);
     FIELD(gpushards_limits_header, shard_id, 0);
-    FIELD(gpushards_limits_header, compute_turns, 1);
+    FIELD(gpushards_limits_header, compute_turns, 0);
+    FIELD(gpushards_limits_header, memory_state, 0);
+    FIELD(gpushards_limits_header, pressure_wait_ms, 1);
     printf("      }\n    },\n");
     printf("    \"device\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n"
            "      \"fields\": {\n",

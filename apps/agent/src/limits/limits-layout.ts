@@ -15,6 +15,9 @@ export const LIMITS_CHECKSUM_BYTES = 40;
 export const LIMITS_COMPUTE_TURNS_UNSET = 0;
 export const LIMITS_COMPUTE_TURNS_CPU = 1;
 export const LIMITS_COMPUTE_TURNS_GPU = 2;
+/** memory_state (docs/elastic.md): where the shard's GPU memory is, as libvgpu.so reads it. */
+export const LIMITS_MEMORY_RESIDENT = 0;
+export const LIMITS_MEMORY_SUSPENDED = 1;
 
 export const LIMITS_HEADER_FIELDS = {
   magic: { offset: 0, size: 8 },
@@ -29,6 +32,18 @@ export const LIMITS_HEADER_FIELDS = {
   shard_id: { offset: 48, size: 48 },
   /** Where the shard waits for its compute turns (LIMITS_COMPUTE_TURNS_*); fixed while it runs. */
   compute_turns: { offset: 96, size: 4 },
+  /**
+   * LIMITS_MEMORY_*: set by the agent after it locked every CUDA process of the shard and
+   * before it checkpoints them, cleared after every one is restored and unlocked. While it is
+   * set every hooked CUDA call waits in libvgpu.so and rings the region's wake bell.
+   */
+  memory_state: { offset: 100, size: 4 },
+  /**
+   * How long libvgpu.so retries an allocation the driver refused although the shard's budget
+   * allows it (memory someone else holds past what placement promised: the fence frees it);
+   * 0: libvgpu.so's default, 300 ms. The fence's worst case (docs/agent.md, "Pressure").
+   */
+  pressure_wait_ms: { offset: 104, size: 4 },
 } as const satisfies Record<string, Field>;
 
 export const LIMITS_DEVICE_FIELDS = {

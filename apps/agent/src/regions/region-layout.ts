@@ -29,6 +29,14 @@ export const HEADER_FIELDS = {
   slots_offset: { offset: 48, size: 8 },
   checksum: { offset: 56, size: 8 },
   device_count: { offset: 64, size: 4 },
+  /**
+   * Elastic memory (docs/elastic.md): libvgpu.so counts a call that found the shard suspended
+   * (wake_requests), stamps it (wake_requested_ns, CLOCK_MONOTONIC) and then pwrite(2)s zeros
+   * over `bell`: a write through a mapping raises no inotify event, a pwrite does.
+   */
+  wake_requests: { offset: 72, size: 8 },
+  wake_requested_ns: { offset: 80, size: 8 },
+  bell: { offset: 88, size: 8 },
 } as const satisfies Record<string, Field>;
 
 export const DEVICE_FIELDS = {
@@ -40,6 +48,12 @@ export const DEVICE_FIELDS = {
   peak_bytes: { offset: 48, size: 8 },
   total_bytes: { offset: 56, size: 8 },
   last_launch_ns: { offset: 72, size: 8 },
+  /**
+   * Issue #31: an allocation the driver refused although the shard's budget allowed it
+   * (pressure_count, pressure_ns CLOCK_MONOTONIC of the last), rung like the wake bell.
+   */
+  pressure_count: { offset: 80, size: 8 },
+  pressure_ns: { offset: 88, size: 8 },
 } as const satisfies Record<string, Field>;
 
 export const SLOT_FIELDS = {

@@ -1,0 +1,229 @@
+/* runner_elastic.c — elastic memory (issue #30) and a neighbour's pressure
+ * (issue #31): the runner plays the agent.  It drives the fake driver's
+ * checkpoint API from a process of its own (gpushards-checkpoint, as the
+ * agent calls it through koffi).  Included by runner.c after
+ * runner_limits.c (it shares their helpers); not compiled on its own. */
+
+static const char *const bare_env[] = {"-LD_PRELOAD", NULL};
+
+/* gpushards-checkpoint OP PID [ARG]: its exit status (-1: it did not end), its stdout in out_text. */
+static int ckpt(const char *op, pid_t pid, const char *arg)
+{
+    char p[16];
+    snprintf(p, sizeof p, "%d", (int)pid);
+    struct proc t;
+    if (spawn_program(&t, CHECKPOINT_TOOL, bare_env, op, p, arg, NULL) != 0) return -1;
+    int st = await(&t, 30000);
+    slurp(t.out, out_text, sizeof out_text);
+    slurp(t.err, err_text, sizeof err_text);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define CKPT_SAYS(op, pid, arg, status, said)                                                            \
+    H_CHECK(ckpt(op, pid, arg) == (status) && strcmp(out_text, said "\n") == 0,                          \
+            "%s %d: wanted \"%s\" (exit %d), got \"%s\" (%s)", op, (int)(pid), said, status, out_text, err_text)
+#define CKPT_OK(op, pid) CKPT_SAYS(op, pid, NULL, 0, "ok")
+#define CKPT_STATE(pid, state) CKPT_SAYS("state", pid, NULL, 0, state)
+#define CKPT_REFUSED(op, pid, error) CKPT_SAYS(op, pid, NULL, 1, error)
+
+/* The fake NVML's listing of GPU 0, from the host, in out_text. */
+static int listing(void)
+{
+    return run(bare_env, "link", "procs", "0", NULL);
+}
+
+static int listed(pid_t pid)
+{
+    char want[32];
+    snprintf(want, sizeof want, "pid %d ", (int)pid);
+    return strstr(out_text, want) != NULL;
+}
+
+/* A target under the interposer with 256 MiB written, waiting for SIGUSR1. */
+static int start_target(struct proc *t)
+{
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=4g", NULL};
+    if (spawn(t, env, "link", "ckpt-target", "256", NULL) != 0) return h_fail("fork");
+    if (await_text(t, "ready") != 0) {
+        kill_wait(t);
+        return h_fail("the target did not get ready: %s", err_text);
+    }
+    return 0;
+}
+
+/* lock -> the target's call waits -> checkpoint (its memory leaves the card,
+ * NVML no longer lists it) -> restore -> unlock -> the call goes on and reads
+ * back what was written before. */
+static int round_trip(struct proc *t)
+{
+    CKPT_STATE(t->pid, "running");
+    H_CHECK(listing() == 0 && listed(t->pid), "the running target is not listed:\n%s", out_text);
+    CKPT_OK("lock", t->pid);
+    CKPT_STATE(t->pid, "locked");
+    kill(t->pid, SIGUSR1);
+    H_CHECK(await_text(t, "calling") == 0, "the target did not call: %s", err_text);
+    CKPT_OK("checkpoint", t->pid);
+    CKPT_STATE(t->pid, "checkpointed");
+    H_CHECK(listing() == 0 && !listed(t->pid) && strstr(out_text, "card 0\n") != NULL,
+            "the checkpointed target still holds the card:\n%s", out_text);
+    CKPT_OK("restore", t->pid);
+    CKPT_STATE(t->pid, "locked");
+    char want[64];
+    snprintf(want, sizeof want, "pid %d %llu\n", (int)t->pid, 556 * MiB); /* 256m + the 300m context */
+    H_CHECK(listing() == 0 && strstr(out_text, want) != NULL, "restored, missing \"%s\" in:\n%s", want, out_text);
+    slurp(t->out, out_text, sizeof out_text);
+    H_CHECK(strstr(out_text, "done") == NULL, "the locked target's call returned: %s", out_text);
+    CKPT_OK("unlock", t->pid);
+    H_CHECK(await_text(t, "done ok") == 0, "the call did not go on, or read other data: %s", err_text);
+    int st = await(t, 30000);
+    H_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the target exited %d: %s", st, err_text);
+    return 0;
+}
+
+static int t_ckpt_round_trip(const void *arg)
+{
+    struct proc t;
+    if (start_target(&t)) return 1;
+    int r = round_trip(&t);
+    kill_wait(&t);
+    return r;
+}
+
+/* A restore onto a card without room is refused and leaves the process
+ * checkpointed; once room comes back it succeeds. */
+static int restore_full(struct proc *t, struct proc *filler)
+{
+    CKPT_OK("lock", t->pid);
+    CKPT_OK("checkpoint", t->pid);
+    int ok = spawn_program(filler, HIDDEN_ALLOC, bare_env, "0", "81620m", "hold", NULL) == 0 &&
+             await_text(filler, "holding") == 0;
+    H_CHECK(ok, "fake-hidden-alloc did not fill the card: %s", err_text);
+    CKPT_REFUSED("restore", t->pid, "CUDA_ERROR_OUT_OF_MEMORY");
+    CKPT_STATE(t->pid, "checkpointed");
+    CKPT_REFUSED("unlock", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    kill_wait(filler);
+    filler->pid = 0;
+    CKPT_OK("restore", t->pid);
+    CKPT_OK("unlock", t->pid);
+    kill(t->pid, SIGUSR1);
+    H_CHECK(await_text(t, "done ok") == 0, "after the restore the data did not read back: %s", err_text);
+    return 0;
+}
+
+static int t_ckpt_restore_full(const void *arg)
+{
+    struct proc t, filler = {0};
+    if (start_target(&t)) return 1;
+    int r = restore_full(&t, &filler);
+    kill_wait(&t);
+    if (filler.pid > 0) kill_wait(&filler);
+    return r;
+}
+
+/* Each call refused in each state it does not belong to, as the API documents. */
+static int wrong_states(struct proc *t)
+{
+    CKPT_REFUSED("checkpoint", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_REFUSED("restore", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_REFUSED("unlock", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_OK("lock", t->pid);
+    CKPT_REFUSED("lock", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_REFUSED("restore", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_OK("checkpoint", t->pid);
+    CKPT_REFUSED("checkpoint", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_REFUSED("lock", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_REFUSED("unlock", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_OK("restore", t->pid);
+    CKPT_REFUSED("restore", t->pid, "CUDA_ERROR_ILLEGAL_STATE");
+    CKPT_OK("unlock", t->pid);
+    CKPT_STATE(t->pid, "running");
+    H_CHECK(ckpt("restore-tid", t->pid, NULL) == 0 && atoi(out_text) == (int)t->pid, "restore-tid: %s", out_text);
+    /* A process with no CUDA in it (this runner), and no process at all. */
+    CKPT_REFUSED("state", getpid(), "CUDA_ERROR_INVALID_VALUE");
+    CKPT_REFUSED("lock", getpid(), "CUDA_ERROR_INVALID_VALUE");
+    struct proc gone;
+    H_CHECK(spawn_program(&gone, "/bin/true", bare_env, NULL, NULL, NULL, NULL) == 0 && await(&gone, 10000) == 0,
+            "/bin/true");
+    CKPT_REFUSED("state", gone.pid, "CUDA_ERROR_INVALID_VALUE");
+    /* Bad arguments are the tool's to refuse. */
+    H_CHECK(ckpt("state", 0, NULL) == 2 && ckpt("lock", t->pid, "soon") == 2 && ckpt("thaw", t->pid, NULL) == 2,
+            "bad arguments were taken: %s", err_text);
+    return 0;
+}
+
+static int t_ckpt_wrong_states(const void *arg)
+{
+    struct proc t;
+    if (start_target(&t)) return 1;
+    int r = wrong_states(&t);
+    kill_wait(&t);
+    return r;
+}
+
+/* "pid 12 ..." is a sleeping process (its state in /proc/PID/stat). */
+static int sleeping(pid_t pid)
+{
+    char path[64], st[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    slurp(path, st, sizeof st);
+    const char *q = strrchr(st, ')');
+    return q != NULL && q[2] == 'S';
+}
+
+/* A lock waits for the calls under way; past its timeout it gives up with
+ * CUDA_ERROR_NOT_READY and leaves the process running. */
+static int t_ckpt_lock_timeout(const void *arg)
+{
+    const char *env[] = {"-LD_PRELOAD", "GPUSHARDS_FAKE_KERNEL_US=600000000", NULL};
+    struct proc t;
+    H_CHECK(spawn(&t, env, "link", "busy-sync", NULL, NULL) == 0, "fork");
+    int in_call = await_text(&t, "syncing") == 0;
+    /* Printed, then asleep: inside cuEventSynchronize (single-threaded). */
+    for (int i = 0; in_call && !sleeping(t.pid) && i < 4000; i++) usleep(1000);
+    int r = 0;
+    if (!in_call || !sleeping(t.pid)) r = h_fail("the target never waited in cuEventSynchronize: %s", err_text);
+    else if (ckpt("lock", t.pid, "50") != 1 || strcmp(out_text, "CUDA_ERROR_NOT_READY\n") != 0)
+        r = h_fail("a lock of a process in a call for 10 minutes: %s (%s)", out_text, err_text);
+    else if (ckpt("state", t.pid, NULL) != 0 || strcmp(out_text, "running\n") != 0)
+        r = h_fail("after the timed-out lock: %s", out_text);
+    kill_wait(&t);
+    return r;
+}
+
+/* A process that dies checkpointed gives its entry back like any dead
+ * process: the driver no longer knows it, and nothing of it is on the card. */
+static int died_checkpointed(struct proc *t)
+{
+    CKPT_OK("lock", t->pid);
+    CKPT_OK("checkpoint", t->pid);
+    kill_wait(t);
+    H_CHECK(listing() == 0 && strstr(out_text, "card 0\n") != NULL, "after the death:\n%s", out_text);
+    CKPT_REFUSED("state", t->pid, "CUDA_ERROR_INVALID_VALUE");
+    CKPT_REFUSED("restore", t->pid, "CUDA_ERROR_INVALID_VALUE");
+    /* And its moved memory was never counted again. */
+    H_CHECK(listing() == 0 && strstr(out_text, "card 0\n") != NULL, "after a restore of the dead:\n%s", out_text);
+    return 0;
+}
+
+static int t_ckpt_died(const void *arg)
+{
+    struct proc t;
+    if (start_target(&t)) return 1;
+    return died_checkpointed(&t);
+}
+
+static void add_elastic_tests(struct t *tests, int *n)
+{
+#define ADDE(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
+    ADDE("fake checkpoint API: lock, call waits, checkpoint frees the card, restore, unlock, call goes on, data intact",
+         t_ckpt_round_trip, NULL);
+    ADDE("fake checkpoint API: a restore onto a full card is refused (OUT_OF_MEMORY, still checkpointed), then succeeds",
+         t_ckpt_restore_full, NULL);
+    ADDE("fake checkpoint API: calls in the wrong state are ILLEGAL_STATE, a pid without CUDA INVALID_VALUE",
+         t_ckpt_wrong_states, NULL);
+    ADDE("fake checkpoint API: a lock times out with NOT_READY while a call is under way, the process still running",
+         t_ckpt_lock_timeout, NULL);
+    ADDE("fake checkpoint API: a process that dies checkpointed is forgotten and leaves nothing on the card",
+         t_ckpt_died, NULL);
+#undef ADDE
+}
