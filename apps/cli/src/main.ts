@@ -13,6 +13,7 @@ import {
   whoamiCommand,
 } from './commands/account.js';
 import { topCommand } from './commands/top.js';
+import { groupsCommand } from './commands/groups.js';
 import { completionCommand } from './commands/completion.js';
 
 const HELP_AFTER_ERROR = '(add --help for usage)';
@@ -52,6 +53,7 @@ ${EXIT_CODE_HELP}
     hostsCommand(),
     teamsCommand(),
     tokensCommand(),
+    groupsCommand(),
     topCommand(),
   ]) {
     program.addCommand(command);

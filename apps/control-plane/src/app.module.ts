@@ -16,6 +16,7 @@ import { ClockModule, type Clock } from './fleet/clock.js';
 import { FleetModule } from './fleet/fleet.module.js';
 import { GraphqlApiModule } from './graphql/graphql-api.module.js';
 import { HealthModule } from './health/health.module.js';
+import { IdentityModule } from './identity/identity.module.js';
 import { LoggingModule } from './logging/logging.module.js';
 import type { Logger } from './logging/logger.js';
 import { MetricsModule } from './metrics/metrics.module.js';
@@ -66,6 +67,7 @@ export class AppModule {
         HealthModule,
         TeamsModule,
         TeamLifecycleModule,
+        IdentityModule,
         ApiTokensModule,
         AccountingModule,
         ClockModule.forRoot(clock),

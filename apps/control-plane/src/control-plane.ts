@@ -14,6 +14,7 @@ import {
   isHostOfflineSeconds,
   type ControlPlaneConfig,
 } from './config/control-plane-config.js';
+import type { IdentityConfig } from './config/identity-env.js';
 import { DEFAULT_SECURITY_CONFIG, type SecurityConfig } from './config/api-limits.js';
 import {
   isShardEventRetention,
@@ -61,6 +62,8 @@ export interface ControlPlaneOptions {
   readonly security?: Partial<SecurityConfig>;
   /** How much shard event history is kept; default DEFAULT_SHARD_EVENT_RETENTION. */
   readonly shardEventRetention?: ShardEventRetention;
+  /** Sign-in through OpenID Connect (docs/identity.md); none: API tokens only. */
+  readonly identity?: IdentityConfig;
 }
 
 export interface ControlPlane {
@@ -96,6 +99,7 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
     ...(options.shardEventRetention === undefined
       ? {}
       : { shardEventRetention: options.shardEventRetention }),
+    ...(options.identity === undefined ? {} : { identity: options.identity }),
   };
   if (config.shardEventRetention && !isShardEventRetention(config.shardEventRetention)) {
     throw new RangeError(

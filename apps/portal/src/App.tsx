@@ -6,6 +6,7 @@ import { clearToken, storedToken, storeToken } from './session.js';
 import { ErrorBox, Loading } from './ui.js';
 import { SignIn } from './views/SignIn.js';
 import { TeamView } from './views/team/TeamView.js';
+import { TeamSwitcher } from './views/TeamSwitcher.js';
 import { AdminView } from './views/admin/AdminView.js';
 
 /** Hash routes: #/team, #/fleet, #/teams, #/tokens (the last three for admins). */
@@ -19,36 +20,102 @@ function useRoute(): string {
   return route;
 }
 
+/**
+ * How this tab is signed in: an API token it keeps (sessionStorage), a browser session (the
+ * cookie sign-in through the organisation's provider set), or not yet known / not at all.
+ */
+type Credential = { kind: 'token'; token: string } | { kind: 'session'; generation: number };
+
 export function App() {
-  const [token, setToken] = useState<string | undefined>(() => storedToken());
-  const api = useMemo(() => (token ? createApiClient(token) : undefined), [token]);
+  const [credential, setCredential] = useState<Credential | null | undefined>(() => {
+    const token = storedToken();
+    return token ? { kind: 'token', token } : undefined;
+  });
+  // No token: is there a session (its cookie is HttpOnly: ask the API)?
+  useEffect(() => {
+    if (credential !== undefined) return;
+    void hasSession().then((yes) => setCredential(yes ? { kind: 'session', generation: 0 } : null));
+  }, [credential]);
+  const api = useMemo(
+    () =>
+      credential
+        ? createApiClient(credential.kind === 'token' ? credential.token : null)
+        : undefined,
+    [credential],
+  );
   useEffect(() => () => api?.close(), [api]);
 
-  if (!token || !api) {
+  if (credential === undefined) return <Loading what="your session" />;
+  if (credential === null || !api) {
     return (
       <SignIn
         onSignIn={(value) => {
           storeToken(value);
-          setToken(value);
+          setCredential({ kind: 'token', token: value });
         }}
       />
     );
   }
   const signOut = (problem?: string) => {
-    clearToken();
     if (problem) sessionStorage.setItem('gpushards.portal.problem', problem);
-    setToken(undefined);
+    if (credential.kind === 'token') {
+      clearToken();
+      setCredential(null);
+      return;
+    }
+    void endSession().then((providerLogout) => {
+      if (providerLogout) location.assign(providerLogout);
+      else setCredential(null);
+    });
   };
+  const switched =
+    credential.kind === 'session'
+      ? () => setCredential({ kind: 'session', generation: credential.generation + 1 })
+      : undefined;
   return (
     <Provider value={api.client}>
-      <Shell signOut={signOut} />
+      <Shell signOut={signOut} {...(switched ? { onTeamSwitched: switched } : {})} />
     </Provider>
   );
 }
 
-const ADMIN_ROUTES = ['fleet', 'teams', 'tokens'];
+/** Whether this browser has a session: `me` answers without a token. */
+async function hasSession(): Promise<boolean> {
+  try {
+    const response = await fetch('/graphql', {
+      method: 'POST',
+      credentials: 'same-origin',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: '{ me { id } }' }),
+    });
+    const body = (await response.json()) as { data?: { me?: unknown } | null };
+    return Boolean(body.data?.me);
+  } catch {
+    return false;
+  }
+}
 
-export function Shell({ signOut }: { signOut: (problem?: string) => void }) {
+/** Ends the session here; answers where to sign out at the provider too, if it says. */
+async function endSession(): Promise<string | null> {
+  try {
+    const response = await fetch('/auth/logout', { method: 'POST', credentials: 'same-origin' });
+    const body = (await response.json()) as { providerLogout?: string | null };
+    return body.providerLogout ?? null;
+  } catch {
+    return null;
+  }
+}
+
+const ADMIN_ROUTES = ['fleet', 'teams', 'tokens', 'sign-in'];
+
+export function Shell({
+  signOut,
+  onTeamSwitched,
+}: {
+  signOut: (problem?: string) => void;
+  /** Set for a browser session: its person may act as another of their teams. */
+  onTeamSwitched?: () => void;
+}) {
   const [me] = useQuery({ query: MeDocument, requestPolicy: 'network-only' });
   // urql asks for `me` again after every mutation that returns a team, and an answer with an
   // error carries no data: without the last good answer, one refused refetch (a timeout, a rate
@@ -81,6 +148,7 @@ export function Shell({ signOut }: { signOut: (problem?: string) => void }) {
         ['fleet', 'Fleet'],
         ['teams', 'Teams'],
         ['tokens', 'Tokens'],
+        ['sign-in', 'Sign-in'],
       ]
     : [['team', who.team?.name ?? 'Team']];
   let page;
@@ -116,6 +184,9 @@ export function Shell({ signOut }: { signOut: (problem?: string) => void }) {
           {who.name} · {who.role}
           {who.team ? ` · ${who.team.name}` : ''}
         </span>
+        {onTeamSwitched && (
+          <TeamSwitcher current={who.team?.id ?? null} onSwitched={onTeamSwitched} />
+        )}
         <a href="/explorer">API explorer</a>
         <button onClick={() => signOut()}>Sign out</button>
       </header>

@@ -2,13 +2,17 @@ import { createClient as createWsClient } from 'graphql-ws';
 import { Client, fetchExchange, subscriptionExchange, cacheExchange } from 'urql';
 import { authorizationOf } from './session.js';
 
-/** One urql client per signed-in token: HTTP for queries and mutations, graphql-ws for events. */
-export function createApiClient(token: string): { client: Client; close: () => void } {
-  const authorization = authorizationOf(token);
+/**
+ * One urql client per signed-in token, or per browser session (`token` null: the session's
+ * cookie, HttpOnly, goes with every request and WebSocket of this origin by itself): HTTP for
+ * queries and mutations, graphql-ws for events.
+ */
+export function createApiClient(token: string | null): { client: Client; close: () => void } {
+  const authorization = token === null ? undefined : authorizationOf(token);
   const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/graphql`;
   const ws = createWsClient({
     url: wsUrl,
-    connectionParams: { Authorization: authorization },
+    connectionParams: authorization === undefined ? {} : { Authorization: authorization },
     lazy: true,
     retryAttempts: 20,
   });
@@ -16,7 +20,10 @@ export function createApiClient(token: string): { client: Client; close: () => v
     url: '/graphql',
     preferGetMethod: false,
     requestPolicy: 'cache-and-network',
-    fetchOptions: () => ({ headers: { authorization } }),
+    fetchOptions: (): RequestInit => ({
+      credentials: 'same-origin',
+      ...(authorization === undefined ? {} : { headers: { authorization } }),
+    }),
     exchanges: [
       cacheExchange,
       fetchExchange,

@@ -14,7 +14,7 @@ export const CLI = join(REPO_ROOT, 'apps/cli/dist/main.js');
 // other's image when they end.
 export const IMAGE = `gpushards/portal-probe:test-${process.pid}`;
 
-function freePort() {
+export function freePort() {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);
@@ -25,8 +25,11 @@ function freePort() {
   });
 }
 
-/** Starts the one box; resolves once its banner is printed. */
-export async function startBox() {
+/**
+ * Starts the one box; resolves once its banner is printed. `env` adds variables (a provider to
+ * sign in with), `port` picks the port (a provider needs the redirect URI before the box starts).
+ */
+export async function startBox({ env = {}, port: chosen } = {}) {
   const built = spawnSync(
     process.execPath,
     [join(REPO_ROOT, 'scripts/one-box/demo-image.mjs'), '--tag', IMAGE],
@@ -34,7 +37,7 @@ export async function startBox() {
   );
   if (built.status !== 0) throw new Error(`demo image: ${built.stdout}${built.stderr}`);
   const dataDir = mkdtempSync(join(tmpdir(), 'gpushards-portal-'));
-  const port = await freePort();
+  const port = chosen ?? (await freePort());
   const child = spawn(process.execPath, [join(REPO_ROOT, 'scripts/start.mjs')], {
     cwd: REPO_ROOT,
     env: {
@@ -43,6 +46,7 @@ export async function startBox() {
       GPUSHARDS_PORT: String(port),
       GPUSHARDS_SIMULATE_GPUS: '2xTest GPU:8g',
       GPUSHARDS_HOST_ID: '',
+      ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -13,3 +13,4 @@ export * from './compute-share.js';
 export * from './idle-policy.js';
 export * from './durations.js';
 export * from './enforcement/compute-fence.js';
+export * from './identity/memberships.js';

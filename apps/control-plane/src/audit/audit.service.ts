@@ -19,7 +19,11 @@ export interface AuditEntry {
  */
 @Injectable()
 export class AuditService {
-  /** `actor` is null for the control plane's own actions (the bootstrap admin token). */
+  /**
+   * `actor` is null for the control plane's own actions (the bootstrap admin token). A person's
+   * session is named by its id (actorTokenId) and the person's subject and e-mail; a token by
+   * its id.
+   */
   async record(
     tx: Prisma.TransactionClient,
     actor: Caller | null,
@@ -29,6 +33,8 @@ export class AuditService {
       data: {
         actorTokenId: actor?.tokenId ?? null,
         actorRole: actor?.role ?? null,
+        actorSubject: actor?.person?.subject ?? null,
+        actorEmail: actor?.person?.email ?? null,
         teamId: entry.teamId,
         action: entry.action,
         targetType: entry.targetType,

@@ -30,3 +30,16 @@ export function hashTokenSecret(secret: string): string {
 export function looksLikeTokenSecret(value: string): boolean {
   return SECRET_SHAPE.test(value);
 }
+
+/** A signed-in browser's session secret (its cookie): its own prefix, never taken for a token. */
+export const SESSION_PREFIX = 'gpss_';
+const SESSION_SHAPE = /^gpss_[A-Za-z0-9_-]{43}$/;
+
+export function generateSessionSecret(): { secret: string; hash: string } {
+  const secret = SESSION_PREFIX + randomBytes(32).toString('base64url');
+  return { secret, hash: hashTokenSecret(secret) };
+}
+
+export function looksLikeSessionSecret(value: string): boolean {
+  return SESSION_SHAPE.test(value);
+}

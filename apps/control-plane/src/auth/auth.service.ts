@@ -2,7 +2,11 @@ import { Inject, Injectable } from '@nestjs/common';
 import { PrismaService } from '../database/index.js';
 import { UnauthenticatedError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { hashTokenSecret, looksLikeTokenSecret } from './api-token-secret.js';
+import {
+  hashTokenSecret,
+  looksLikeSessionSecret,
+  looksLikeTokenSecret,
+} from './api-token-secret.js';
 import { Role, type Caller, type TokenLimits } from './caller.js';
 import type { RequestContext } from './request-context.js';
 
@@ -54,6 +58,8 @@ interface Authenticated {
 }
 
 const BEARER = /^Bearer +(\S+)\s*$/i;
+/** A signed-in browser's cookie, as the GraphQL context passes it on (identity/session-cookie.ts). */
+const SESSION = /^Session +(\S+)\s*$/i;
 
 @Injectable()
 export class AuthService {
@@ -100,25 +106,30 @@ export class AuthService {
         'no token: send the header "Authorization: Bearer gps_..." with an API token',
       );
     }
-    const secret = BEARER.exec(authorization)?.[1];
+    const sessionSecret = SESSION.exec(authorization)?.[1];
+    const secret = sessionSecret ?? BEARER.exec(authorization)?.[1];
     if (secret === undefined) {
       throw new UnauthenticatedError('the Authorization header must be "Bearer <token>"');
     }
-    if (!looksLikeTokenSecret(secret)) {
-      throw new UnauthenticatedError('invalid token: unknown or revoked');
+    const isSession = sessionSecret !== undefined;
+    if (isSession ? !looksLikeSessionSecret(secret) : !looksLikeTokenSecret(secret)) {
+      throw new UnauthenticatedError(
+        isSession ? 'your session has ended: sign in again' : 'invalid token: unknown or revoked',
+      );
     }
     const hash = hashTokenSecret(secret);
     const now = Date.now();
     const cached = this.cache.get(hash);
     if (cached !== undefined && cached.expiresAt > now) {
-      this.touch(cached.caller.tokenId, now);
+      if (cached.caller.person === undefined) this.touch(cached.caller.tokenId, now);
       return { caller: cached.caller };
     }
     // Requests that miss together (a busy token's entry just expired) share one read.
     // (forgetToken drops the reads in flight: a request after it reads the row anew.)
     let lookup = this.lookups.get(hash);
     if (lookup === undefined) {
-      const started = this.lookUp(hash, now).finally(() => {
+      const read = isSession ? this.lookUpSession(hash, now) : this.lookUp(hash, now);
+      const started = read.finally(() => {
         if (this.lookups.get(hash) === started) this.lookups.delete(hash);
       });
       this.lookups.set(hash, started);
@@ -179,6 +190,62 @@ export class AuthService {
     };
   }
 
+  /** Reads the browser session behind `hash` (identity/sessions.service.ts writes them). */
+  private async lookUpSession(hash: string, now: number): Promise<Authenticated> {
+    const generation = this.generation;
+    const rows = await this.prisma.$queryRaw<SessionLookupRow[]>`
+      SELECT session.id::text AS id, session.role::text AS role,
+             session.team_id::text AS "teamId", session.created_at AS "createdAt",
+             session.expires_at AS "expiresAt", session.ended_at AS "endedAt",
+             person.id::text AS "personId", person.subject, person.email, person.name,
+             team.archived_at IS NOT NULL AS "teamArchived"
+        FROM web_session session JOIN person ON person.id = session.person_id
+        LEFT JOIN team ON team.id = session.team_id
+       WHERE session.token_hash = ${hash}`;
+    const session = rows[0];
+    if (
+      session === undefined ||
+      session.endedAt !== null ||
+      session.expiresAt.getTime() <= now ||
+      session.teamArchived
+    ) {
+      this.cache.delete(hash);
+      throw new UnauthenticatedError(
+        session?.teamArchived === true
+          ? 'its team is archived: sign in again for your other teams'
+          : 'your session has ended: sign in again',
+      );
+    }
+    const person = { id: session.personId, subject: session.subject, email: session.email };
+    const base = toCaller({
+      id: session.id,
+      name: personName(session),
+      role: session.role,
+      teamId: session.teamId,
+    });
+    if (base === undefined) throw new UnauthenticatedError('your session has ended: sign in again');
+    const caller: Caller = { ...base, person };
+    if (generation === this.generation) {
+      this.remember(hash, caller, Math.min(now, session.expiresAt.getTime() - TOKEN_CACHE_TTL_MS));
+    }
+    return {
+      caller,
+      token: {
+        id: session.id,
+        name: caller.tokenName,
+        role: caller.role,
+        prefix: 'session',
+        teamId: session.teamId,
+        createdAt: session.createdAt,
+        lastUsedAt: null,
+        revokedAt: null,
+        ratePerSecond: null,
+        rateBurst: null,
+        maxConcurrent: null,
+      },
+    };
+  }
+
   /**
    * Forgets a token at once (call after the transaction that revoked it committed): this
    * process refuses it from the next request on; others on the revocation's NOTIFY.
@@ -214,24 +281,27 @@ export class AuthService {
         if (entry.expiresAt <= now) this.current.delete(key);
       }
     }
-    const ok = this.prisma.apiToken
-      .findUnique({
-        where: { id: caller.tokenId },
-        select: {
-          role: true,
-          teamId: true,
-          revokedAt: true,
-          team: { select: { archivedAt: true } },
-        },
-      })
-      .then(
-        (row) =>
-          row !== null &&
-          row.revokedAt === null &&
-          (row.team?.archivedAt ?? null) === null &&
-          row.role === caller.role &&
-          row.teamId === caller.teamId,
-      );
+    const ok =
+      caller.person !== undefined
+        ? this.sessionHolds(caller)
+        : this.prisma.apiToken
+            .findUnique({
+              where: { id: caller.tokenId },
+              select: {
+                role: true,
+                teamId: true,
+                revokedAt: true,
+                team: { select: { archivedAt: true } },
+              },
+            })
+            .then(
+              (row) =>
+                row !== null &&
+                row.revokedAt === null &&
+                (row.team?.archivedAt ?? null) === null &&
+                row.role === caller.role &&
+                row.teamId === caller.teamId,
+            );
     // A failed read is not a revocation: it is asked again next time.
     const entry = { ok, expiresAt: now + CURRENT_TOKEN_TTL_MS };
     this.current.set(caller.tokenId, entry);
@@ -239,6 +309,18 @@ export class AuthService {
       if (this.current.get(caller.tokenId) === entry) this.current.delete(caller.tokenId);
     });
     return ok;
+  }
+
+  /** A session holds while not ended or expired, as it was, its team not archived. */
+  private async sessionHolds(caller: Caller): Promise<boolean> {
+    const rows = await this.prisma.$queryRaw<{ ok: boolean }[]>`
+      SELECT session.ended_at IS NULL AND session.expires_at > now()
+             AND session.role::text = ${caller.role}
+             AND session.team_id IS NOT DISTINCT FROM ${caller.teamId}::uuid
+             AND team.archived_at IS NULL AS ok
+        FROM web_session session LEFT JOIN team ON team.id = session.team_id
+       WHERE session.id = ${caller.tokenId}::uuid`;
+    return rows[0]?.ok === true;
   }
 
   private remember(hash: string, caller: Caller, now: number): void {
@@ -265,6 +347,29 @@ export class AuthService {
         this.logger.debug({ tokenId, err: error }, 'could not record lastUsedAt');
       });
   }
+}
+
+interface SessionLookupRow {
+  readonly id: string;
+  readonly role: string;
+  readonly teamId: string | null;
+  readonly createdAt: Date;
+  readonly expiresAt: Date;
+  readonly endedAt: Date | null;
+  readonly personId: string;
+  readonly subject: string;
+  readonly email: string | null;
+  readonly name: string | null;
+  readonly teamArchived: boolean;
+}
+
+/** How a person is named where a token's name would be: e-mail, else name, else subject. */
+function personName(person: {
+  subject: string;
+  email: string | null;
+  name: string | null;
+}): string {
+  return person.email ?? person.name ?? person.subject;
 }
 
 interface TokenLookupRow extends TokenRow {

@@ -34,7 +34,17 @@ export interface TokenLimits {
   readonly maxConcurrent?: number;
 }
 
-/** The authenticated token behind a request. */
+/** A person signed in through OpenID Connect (docs/identity.md), as their provider named them. */
+export interface PersonRef {
+  readonly id: string;
+  readonly subject: string;
+  readonly email: string | null;
+}
+
+/**
+ * The authenticated credential behind a request: an API token, or a person's browser session
+ * (then `tokenId` is the session's id, and `person` says who).
+ */
 export type Caller = (
   | {
       readonly tokenId: string;
@@ -52,4 +62,6 @@ export type Caller = (
 ) & {
   /** Set only when an admin gave the token limits of its own. */
   readonly limits?: TokenLimits;
+  /** Set for a signed-in person's session. */
+  readonly person?: PersonRef;
 };

@@ -10,6 +10,7 @@ import {
 } from '../database/index.js';
 import type { LogLevel } from '../logging/logger.js';
 import type { SecurityConfig } from './api-limits.js';
+import { identityConfigOf, identityEnvShape, type IdentityConfig } from './identity-env.js';
 import { securityConfigOf, securityEnvShape } from './security-env.js';
 import {
   shardEventEnvShape,
@@ -60,6 +61,8 @@ export interface ControlPlaneConfig {
    * GPUSHARDS_SHARD_EVENT_RETENTION_DAYS); DEFAULT_SHARD_EVENT_RETENTION when absent.
    */
   readonly shardEventRetention?: ShardEventRetention;
+  /** Sign-in through OpenID Connect (GPUSHARDS_OIDC_*); absent: API tokens only. */
+  readonly identity?: IdentityConfig;
 }
 
 /** What `node dist/main.js` reads from its environment: the config and how much to log. */
@@ -121,6 +124,7 @@ const envSchema = z.object({
     .default('kill'),
   ...securityEnvShape,
   ...shardEventEnvShape,
+  ...identityEnvShape,
   GPUSHARDS_LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
       message: 'must be one of fatal, error, warn, info, debug, trace, silent',
@@ -151,7 +155,11 @@ export function loadConfigFromEnv(
   cwd: string = process.cwd(),
 ): ControlPlaneEnv {
   const { values, problems } = readEnvVariables(envSchema, env, {
-    secret: new Set(['GPUSHARDS_METRICS_TOKEN', 'GPUSHARDS_SECRETS_KEY']),
+    secret: new Set([
+      'GPUSHARDS_METRICS_TOKEN',
+      'GPUSHARDS_SECRETS_KEY',
+      'GPUSHARDS_OIDC_CLIENT_SECRET',
+    ]),
   });
   let database: DatabaseConfig | undefined;
   try {
@@ -160,7 +168,15 @@ export function loadConfigFromEnv(
     if (!(error instanceof DatabaseConfigError)) throw error;
     problems.push(...error.problems);
   }
-  if (values === undefined || database === undefined) {
+  const identity =
+    values === undefined
+      ? undefined
+      : identityConfigOf(
+          values,
+          publicUrlOf(values.GPUSHARDS_HOST, values.GPUSHARDS_PORT),
+          problems,
+        );
+  if (values === undefined || database === undefined || problems.length > 0) {
     throw new ConfigError(`invalid configuration:\n  ${problems.join('\n  ')}`);
   }
   return {
@@ -182,5 +198,13 @@ export function loadConfigFromEnv(
     ...(values.GPUSHARDS_PORTAL_DIR === undefined
       ? {}
       : { portalDir: resolve(cwd, values.GPUSHARDS_PORTAL_DIR) }),
+    ...(identity === undefined ? {} : { identity }),
   };
+}
+
+/** Where the control plane is reached when GPUSHARDS_PUBLIC_URL does not say. */
+function publicUrlOf(host: string, port: number): string {
+  const name =
+    host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
+  return `http://${name}:${port}`;
 }

@@ -14,6 +14,7 @@ import { AuthService } from '../auth/auth.service.js';
 import type { RequestContext } from '../auth/request-context.js';
 import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control-plane-config.js';
 import { createErrorFormatter } from '../errors/format-error.js';
+import { sessionAuthorization } from '../identity/session-cookie.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { earlyQueryLimitsRule } from './query-limits.js';
 import { requestGuardPlugin } from './request-guard.plugin.js';
@@ -26,8 +27,35 @@ export const GRAPHQL_PATH = '/graphql';
  * connection parameters.
  */
 type TransportContext =
-  | { readonly headers: { readonly authorization?: string | undefined } }
-  | { readonly connectionParams?: Readonly<Record<string, unknown>> };
+  | { readonly headers: UpgradeHeaders }
+  | {
+      readonly connectionParams?: Readonly<Record<string, unknown>>;
+      readonly extra?: { readonly request?: { readonly headers: UpgradeHeaders } };
+    };
+
+interface UpgradeHeaders {
+  readonly authorization?: string | undefined;
+  readonly cookie?: string | undefined;
+  readonly origin?: string | undefined;
+}
+
+/**
+ * A WebSocket's credential: the token in its connection parameters, else the session cookie of
+ * a person signed in, when the socket was opened by a page of the portal's own origin (another
+ * site's page would send the cookie too).
+ */
+function websocketAuthorization(
+  connectionParams: Readonly<Record<string, unknown>> | undefined,
+  headers: UpgradeHeaders | undefined,
+  config: ControlPlaneConfig,
+): string | undefined {
+  const token = authorizationOf(connectionParams);
+  if (token !== undefined || config.identity === undefined) return token;
+  return sessionAuthorization(headers?.cookie, {
+    sent: headers?.origin,
+    expected: config.identity.publicUrl.origin,
+  });
+}
 
 /** graphql-ws clients send the token as connection parameter "Authorization" (or "authorization"). */
 function authorizationOf(
@@ -89,21 +117,34 @@ function authorizationOf(
           ...(enforceLimits
             ? { parseOptions: { maxTokens: limits.maxTokens }, validationRules: [queryLimitsRule] }
             : {}),
+          // A browser signed in through OpenID Connect sends its session cookie instead of a
+          // token (SameSite=Lax: never from another site's page; and Apollo's CSRF prevention
+          // refuses requests a form could send).
           context: (transport: TransportContext): RequestContext => ({
             authorization:
               'headers' in transport
-                ? transport.headers.authorization
-                : authorizationOf(transport.connectionParams),
+                ? (transport.headers.authorization ??
+                  (config.identity === undefined
+                    ? undefined
+                    : sessionAuthorization(transport.headers.cookie)))
+                : websocketAuthorization(
+                    transport.connectionParams,
+                    transport.extra?.request?.headers,
+                    config,
+                  ),
           }),
           subscriptions: {
             'graphql-ws': {
               path: GRAPHQL_PATH,
               ...wsValidation,
-              // Refuse the connection itself (close 4403) without a valid token; each
+              // Refuse the connection itself (close 4403) without a valid token or session; each
               // subscription is then checked again by AuthGuard like any query.
-              onConnect: async ({ connectionParams }) => {
+              onConnect: async ({ connectionParams, extra }) => {
                 try {
-                  await auth.authenticate(authorizationOf(connectionParams));
+                  const request = (extra as { request?: { headers: UpgradeHeaders } }).request;
+                  await auth.authenticate(
+                    websocketAuthorization(connectionParams, request?.headers, config),
+                  );
                   return true;
                 } catch {
                   return false;

@@ -165,6 +165,8 @@ export class TeamLifecycleService {
       }
       revoked = await this.announceTokens(tx, teamId, { revoke: true });
       await tx.quotaPolicy.deleteMany({ where: { teamId } });
+      // Sign-in gives no one this team any more; open sessions acting as it end with its archive.
+      await tx.groupMapping.deleteMany({ where: { teamId } });
       const now = new Date();
       await tx.team.update({
         where: { id: teamId },
@@ -175,7 +177,11 @@ export class TeamLifecycleService {
         targetType: 'Team',
         targetId: teamId,
         teamId,
-        details: { name: team.name, shardsDeleted: finished.length, tokensRevoked: revoked.length },
+        details: {
+          name: team.name,
+          shardsDeleted: finished.length,
+          credentialsEnded: revoked.length,
+        },
       });
       action = 'team.delete';
       return { id: teamId, name: team.name, deleted: true, stoppingShards: 0 };
@@ -225,9 +231,9 @@ export class TeamLifecycleService {
   }
 
   /**
-   * Tells every control plane to drop the team's unrevoked tokens from its cache (the token
-   * revocation NOTIFY, delivered at commit); `revoke` also revokes them. Returns their ids, to
-   * forget here once committed.
+   * Tells every control plane to drop the team's unrevoked tokens and open sessions from its
+   * cache (the token revocation NOTIFY, delivered at commit); `revoke` also revokes the tokens.
+   * Returns their ids, to forget here once committed.
    */
   private async announceTokens(
     tx: Tx,
@@ -242,6 +248,12 @@ export class TeamLifecycleService {
     if (revoke && ids.length > 0) {
       await tx.apiToken.updateMany({ where: { id: { in: ids } }, data: { revokedAt: new Date() } });
     }
+    // People signed in as the team (their sessions are refused while it is archived).
+    const sessions = await tx.webSession.findMany({
+      where: { teamId, endedAt: null },
+      select: { id: true },
+    });
+    ids.push(...sessions.map((session) => session.id));
     for (const tokenId of ids) {
       await tx.$executeRaw`SELECT pg_notify(${TOKEN_REVOKED_CHANNEL}, ${tokenId})`;
     }

@@ -58,6 +58,7 @@ export interface ApiTestHarnessOptions {
     | 'logLevel'
     | 'logDestination'
     | 'shardEventRetention'
+    | 'identity'
   >;
 }
 

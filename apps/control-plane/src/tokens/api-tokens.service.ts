@@ -49,8 +49,27 @@ export class ApiTokensService {
    * The caller's own token: `read`, the row authenticating this request read (a cache miss),
    * else its row read now. Either way one read of it per request.
    */
+  /** The token of the request; for a signed-in person, their session shown as one. */
   async current(caller: Caller, read?: TokenRecord): Promise<ApiToken> {
     if (read?.id === caller.tokenId) return read;
+    if (caller.person !== undefined) {
+      const session = await this.prisma.webSession.findUniqueOrThrow({
+        where: { id: caller.tokenId },
+      });
+      return {
+        id: session.id,
+        name: caller.tokenName,
+        role: caller.role,
+        prefix: 'session',
+        teamId: caller.teamId,
+        createdAt: session.createdAt,
+        lastUsedAt: null,
+        revokedAt: session.endedAt,
+        ratePerSecond: null,
+        rateBurst: null,
+        maxConcurrent: null,
+      };
+    }
     return this.prisma.apiToken.findUniqueOrThrow({ where: { id: caller.tokenId } });
   }
 
@@ -112,7 +131,14 @@ export class ApiTokensService {
         throw new NotFoundError('team', teamId);
       }
       const created = await tx.apiToken.create({
-        data: { teamId, role: input.role, name, tokenHash: hash, prefix },
+        data: {
+          teamId,
+          role: input.role,
+          name,
+          tokenHash: hash,
+          prefix,
+          ownerPersonId: caller.person?.id ?? null,
+        },
       });
       await this.audit.record(tx, caller, {
         action: 'token.create',

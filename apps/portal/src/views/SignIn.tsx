@@ -1,4 +1,4 @@
-import { useState, type FormEvent } from 'react';
+import { useEffect, useState, type FormEvent } from 'react';
 import { authorizationOf } from '../session.js';
 import { ErrorBox } from '../ui.js';
 import type { ErrorLike } from '../logic/errors.js';
@@ -14,6 +14,13 @@ export function SignIn({ onSignIn }: { onSignIn: (token: string) => void }) {
       : null;
   });
   const [busy, setBusy] = useState(false);
+  const [provider, setProvider] = useState<boolean>(false);
+  useEffect(() => {
+    void fetch('/auth/config')
+      .then((r) => (r.ok ? (r.json() as Promise<{ oidc: boolean }>) : { oidc: false }))
+      .then((config) => setProvider(config.oidc))
+      .catch(() => setProvider(false));
+  }, []);
 
   async function submit(event: FormEvent) {
     event.preventDefault();
@@ -47,6 +54,13 @@ export function SignIn({ onSignIn }: { onSignIn: (token: string) => void }) {
   return (
     <main className="signin">
       <h1>GPU Shards</h1>
+      {provider && (
+        <p>
+          <a className="button" href="/auth/oidc/login">
+            Sign in with your organisation
+          </a>
+        </p>
+      )}
       <form onSubmit={submit} aria-label="Sign in">
         <label htmlFor="token">API token</label>
         <input

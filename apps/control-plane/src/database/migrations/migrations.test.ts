@@ -118,7 +118,9 @@ for (const kind of TEST_DATABASE_KINDS) {
             'api_token',
             'audit_event',
             'gpu',
+            'group_mapping',
             'host',
+            'person',
             'quota_policy',
             'shard',
             'shard_event',
@@ -128,6 +130,7 @@ for (const kind of TEST_DATABASE_KINDS) {
             'team_quota_usage',
             'usage_rollup',
             'usage_sample',
+            'web_session',
           ],
         );
       } finally {

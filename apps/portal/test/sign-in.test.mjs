@@ -1,0 +1,221 @@
+// Sign-in through OpenID Connect as a person does it: a real provider (oidc-provider, its own
+// process, users in groups), the one box pointed at it, and Chromium signing in through the
+// provider's pages. The person sees exactly the teams their groups give; a group change counts
+// at the next sign-in; sign-out, and the provider refusing the session (the person disabled
+// there), end it, also on an open subscription (graphql-ws).
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { createClient } from 'graphql-ws';
+import { chromium } from 'playwright-core';
+import WebSocket from 'ws';
+import { cli, freePort, startBox } from './harness.mjs';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const UI_TIMEOUT = 60_000;
+const here = dirname(fileURLToPath(import.meta.url));
+
+const dir = mkdtempSync(join(tmpdir(), 'gpushards-oidc-'));
+const accountsFile = join(dir, 'accounts.json');
+let accounts = {
+  alice: { email: 'alice@example.com', name: 'Alice', groups: ['ml-people'] },
+  olga: { email: 'olga@example.com', name: 'Olga', groups: ['gpu-ops'] },
+};
+const writeAccounts = () => writeFileSync(accountsFile, JSON.stringify(accounts));
+
+let provider;
+let box;
+let browser;
+let publicUrl;
+
+/** Starts the provider; resolves to its issuer URL once it serves. */
+function startProvider(clientFile) {
+  provider = spawn(process.execPath, [join(here, 'oidc-provider.mjs'), accountsFile, clientFile], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  return new Promise((resolve, reject) => {
+    provider.stdout.on('data', (chunk) => {
+      output += chunk;
+      const issuer = /^issuer (\S+)$/m.exec(output)?.[1];
+      if (issuer) resolve(issuer);
+    });
+    provider.stderr.on('data', (chunk) => (output += chunk));
+    provider.on('exit', (code) => reject(new Error(`the provider exited ${code}: ${output}`)));
+  });
+}
+
+const admin = () => ({
+  GPUSHARDS_CONFIG: join(dir, 'none.json'),
+  GPUSHARDS_URL: box.url,
+  GPUSHARDS_TOKEN: box.adminToken,
+});
+
+async function must(args) {
+  const result = await cli(args, { env: admin() });
+  assert.equal(result.code, 0, `gpushards ${args.join(' ')}: ${result.stderr}`);
+  return result;
+}
+
+/** Signs `login` in through the provider's pages in a new browser context; the portal's page. */
+async function signIn(login, context) {
+  const page = await (context ?? (await browser.newContext())).newPage();
+  page.setDefaultTimeout(UI_TIMEOUT);
+  await page.goto(publicUrl + '/');
+  await page.getByRole('link', { name: 'Sign in with your organisation' }).click();
+  // oidc-provider's development pages: its login form, then its consent.
+  await page.locator('input[name="login"]').fill(login);
+  await page.locator('input[name="password"]').fill('any');
+  await page.locator('button[type="submit"]').click();
+  await page.locator('button[type="submit"]').click();
+  await page.getByTestId('who').waitFor();
+  return page;
+}
+
+/** A shardEvents subscription signed in by the browser's cookie; how it ended. */
+async function subscribeAs(page) {
+  const cookies = await page.context().cookies(publicUrl);
+  const cookie = cookies.map((c) => `${c.name}=${c.value}`).join('; ');
+  let connected;
+  const ready = new Promise((resolve) => (connected = resolve));
+  const client = createClient({
+    url: publicUrl.replace(/^http/, 'ws') + '/graphql',
+    retryAttempts: 0,
+    lazy: false,
+    on: { connected: () => connected() },
+    webSocketImpl: class extends WebSocket {
+      constructor(address, protocols) {
+        super(address, protocols, { headers: { cookie, origin: publicUrl } });
+      }
+    },
+  });
+  const ended = new Promise((resolve) => {
+    client.subscribe(
+      { query: 'subscription { shardEvents { kind } }' },
+      {
+        next: () => undefined,
+        error: (error) => resolve(`closed ${error?.code}`),
+        complete: () => resolve('complete'),
+      },
+    );
+  }).finally(() => void client.dispose());
+  return { connected: ready, ended };
+}
+
+before(async () => {
+  writeAccounts();
+  const port = await freePort();
+  publicUrl = `http://127.0.0.1:${port}`;
+  const clientFile = join(dir, 'client.json');
+  writeFileSync(
+    clientFile,
+    JSON.stringify({
+      client_id: 'gpushards',
+      client_secret: 'test-client-secret',
+      redirect_uris: [`${publicUrl}/auth/oidc/callback`],
+      post_logout_redirect_uris: [`${publicUrl}/`],
+    }),
+  );
+  const issuer = await startProvider(clientFile);
+  box = await startBox({
+    port,
+    env: {
+      GPUSHARDS_OIDC_ISSUER: issuer,
+      GPUSHARDS_OIDC_CLIENT_ID: 'gpushards',
+      GPUSHARDS_OIDC_CLIENT_SECRET: 'test-client-secret',
+      GPUSHARDS_PUBLIC_URL: publicUrl,
+      GPUSHARDS_OIDC_RECHECK_SECONDS: '1',
+    },
+  });
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+  });
+  await must(['teams', 'create', 'ml']);
+  await must(['teams', 'create', 'infra']);
+  await must(['groups', 'set', 'ml-people', '--team', 'ml']);
+  await must(['groups', 'set', 'infra-people', '--team', 'infra', '--role', 'VIEWER']);
+  await must(['groups', 'set', 'gpu-ops', '--admin']);
+});
+
+after(async () => {
+  await browser?.close();
+  await box?.stop();
+  provider?.kill('SIGTERM');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('sign-in through the test provider', { timeout: 240_000 }, () => {
+  it('a person sees exactly the team their groups give; the audit names them', async () => {
+    const page = await signIn('alice');
+    assert.equal(await page.getByTestId('who').innerText(), 'alice@example.com · MEMBER · ml');
+    assert.equal(await page.getByLabel('Act as').count(), 0, 'one team: nothing to switch');
+    await page.getByRole('link', { name: 'ml' }).waitFor();
+    const groups = await must(['groups', '--json']);
+    assert.deepEqual(groups.json.map((g) => g.group).sort(), [
+      'gpu-ops',
+      'infra-people',
+      'ml-people',
+    ]);
+    await page.context().close();
+  });
+
+  it('a group added at the provider reaches her access at the next sign-in', async () => {
+    accounts = { ...accounts, alice: { ...accounts.alice, groups: ['ml-people', 'infra-people'] } };
+    writeAccounts();
+    const page = await signIn('alice');
+    const actAs = page.getByLabel('Act as');
+    await actAs.waitFor();
+    const options = await actAs.locator('option').allInnerTexts();
+    assert.deepEqual(options.sort(), ['infra (VIEWER)', 'ml (MEMBER)']);
+    await actAs.selectOption({ label: 'infra (VIEWER)' });
+    await page.getByTestId('who').filter({ hasText: 'VIEWER · infra' }).waitFor();
+    await page.context().close();
+  });
+
+  it('an admin group makes an admin, who sees the mapping on the Sign-in page', async () => {
+    const page = await signIn('olga');
+    assert.equal(await page.getByTestId('who').innerText(), 'olga@example.com · ADMIN');
+    await page.getByRole('link', { name: 'Sign-in' }).click();
+    await page.locator('tr[data-group="ml-people"]').waitFor();
+    await page.context().close();
+  });
+
+  it('sign-out ends the session: its open subscription ends and the cookie is refused', async () => {
+    const page = await signIn('alice');
+    const cookies = await page.context().cookies(publicUrl);
+    const subscription = await subscribeAs(page);
+    await subscription.connected;
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    assert.equal(await subscription.ended, 'complete');
+    const stale = await fetch(`${publicUrl}/graphql`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        cookie: cookies.map((c) => `${c.name}=${c.value}`).join('; '),
+      },
+      body: JSON.stringify({ query: '{ me { id } }' }),
+    });
+    assert.equal((await stale.json()).errors?.[0]?.extensions?.code, 'UNAUTHENTICATED');
+    await page.context().close();
+  });
+
+  it('the provider refusing the session (the person disabled there) ends it, also on an open subscription', async () => {
+    const page = await signIn('alice');
+    const subscription = await subscribeAs(page);
+    await subscription.connected;
+    accounts = { ...accounts, alice: { ...accounts.alice, disabled: true } };
+    writeAccounts();
+    // The next recheck (every second here) is refused by the provider: invalid_grant.
+    assert.equal(await subscription.ended, 'complete');
+    await page.reload();
+    await page.getByRole('link', { name: 'Sign in with your organisation' }).waitFor();
+    const audit = await must(['whoami']);
+    assert.equal(audit.code, 0);
+    await page.context().close();
+  });
+});
