@@ -212,6 +212,164 @@ static int t_ckpt_died(const void *arg)
     return died_checkpointed(&t);
 }
 
+/* ---- the wake gate ------------------------------------------------------------ */
+/* The agent's in-place update of a 4-byte field of the limits file's header. */
+static int limits_header_store(size_t offset, uint32_t value)
+{
+    chmod(limits_path, 0644);
+    int fd = open(limits_path, O_RDWR);
+    chmod(limits_path, 0444);
+    if (fd < 0) return h_fail("open %s", limits_path);
+    struct gpushards_limits *l = mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (l == MAP_FAILED) return h_fail("mmap");
+    __atomic_store_n((uint32_t *)(void *)((char *)&l->header + offset), value, __ATOMIC_RELEASE);
+    munmap(l, sizeof *l);
+    return 0;
+}
+
+static int mark(uint32_t memory_state)
+{
+    return limits_header_store(offsetof(struct gpushards_limits_header, memory_state), memory_state);
+}
+
+/* The agent's watch on the region file: inotify on this test's folder (the
+ * file may not exist yet), modifications of "region" only. */
+static int watch_region(void)
+{
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd >= 0 && inotify_add_watch(fd, dir, IN_MODIFY) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Rings heard within ms (0: only those already queued). */
+static int rings_heard(int fd, int ms)
+{
+    int rings = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, rings > 0 ? 0 : ms) <= 0) return rings;
+        char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+        ssize_t n = read(fd, buf, sizeof buf);
+        for (ssize_t off = 0; off < n;) {
+            const struct inotify_event *e = (const struct inotify_event *)(void *)(buf + off);
+            if (e->len > 0 && strcmp(e->name, "region") == 0) rings++;
+            off += (ssize_t)sizeof *e + e->len;
+        }
+    }
+}
+
+static uint64_t header_field(size_t offset)
+{
+    struct gpushards_region *r = region_map();
+    if (r == NULL) return UINT64_MAX;
+    uint64_t v = __atomic_load_n((uint64_t *)(void *)((char *)&r->header + offset), __ATOMIC_ACQUIRE);
+    region_unmap(r);
+    return v;
+}
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static int suspended_limits(void)
+{
+    const struct lim_entry e[] = {{0, 4 * GiB, 0, 0}};
+    return write_limits(e, 1, NULL);
+}
+
+/* A call of a resident process of a shard the agent then suspends: it waits,
+ * rings (the count, its time, an inotify event on the region), and goes on
+ * once the shard is resident again. */
+static int wake_on(const char *call, struct proc *t, int watch)
+{
+    if (mark(GPUSHARDS_MEMORY_SUSPENDED)) return 1;
+    uint64_t before = monotonic_ns();
+    kill(t->pid, SIGUSR1);
+    H_CHECK(await_text(t, "calling") == 0, "%s: the process did not call: %s", call, err_text);
+    H_CHECK(rings_heard(watch, 30000) > 0, "%s: no ring heard on the region file", call);
+    uint64_t requests = header_field(offsetof(struct gpushards_region_header, wake_requests));
+    uint64_t at = header_field(offsetof(struct gpushards_region_header, wake_requested_ns));
+    H_CHECK(requests >= 1 && requests != UINT64_MAX, "%s: wake_requests %llu", call, (unsigned long long)requests);
+    H_CHECK(at >= before && at <= monotonic_ns(), "%s: wake_requested_ns %llu not within the call", call,
+            (unsigned long long)at);
+    H_CHECK(header_field(offsetof(struct gpushards_region_header, bell)) == 0, "%s: the bell is not zero", call);
+    slurp(t->out, out_text, sizeof out_text);
+    H_CHECK(strstr(out_text, "done") == NULL, "%s went on while the shard was suspended: %s", call, out_text);
+    if (mark(GPUSHARDS_MEMORY_RESIDENT)) return 1;
+    H_CHECK(await_text(t, "done 0") == 0, "%s: did not go on once resident: %s", call, err_text);
+    int st = await(t, 30000);
+    slurp(t->err, err_text, sizeof err_text);
+    H_CHECK(st == 0, "%s: exited %d: %s", call, st, err_text);
+    H_CHECK(strstr(err_text, "waits for the agent to resume it") != NULL, "%s: no word of the wait: %s", call,
+            err_text);
+    return 0;
+}
+
+static int t_wake(const void *arg)
+{
+    const char *call = arg;
+    if (suspended_limits()) return 1;
+    const char *env[] = {limits_env, NULL};
+    struct proc t;
+    H_CHECK(start_ready(&t, env, "wake-call", call) == 0, "%s: not ready: %s", call, err_text);
+    int watch = watch_region();
+    int r = watch >= 0 ? wake_on(call, &t, watch) : h_fail("inotify");
+    if (watch >= 0) close(watch);
+    kill_wait(&t);
+    return r;
+}
+
+/* A process that starts while the shard is suspended waits at its first
+ * call that needs the GPU (its context), and rings. */
+static int start_suspended(struct proc *t, int watch)
+{
+    H_CHECK(rings_heard(watch, 30000) > 0, "no ring from a process starting in a suspended shard");
+    slurp(t->out, out_text, sizeof out_text);
+    H_CHECK(strstr(out_text, "ready") == NULL, "it got a context while suspended: %s", out_text);
+    if (mark(GPUSHARDS_MEMORY_RESIDENT)) return 1;
+    H_CHECK(await_text(t, "ready") == 0, "not ready once resident: %s", err_text);
+    kill(t->pid, SIGUSR1);
+    H_CHECK(await_text(t, "done 0") == 0, "its allocation failed: %s", err_text);
+    return 0;
+}
+
+static int t_wake_at_start(const void *arg)
+{
+    if (suspended_limits() || mark(GPUSHARDS_MEMORY_SUSPENDED)) return 1;
+    const char *env[] = {limits_env, NULL};
+    int watch = watch_region();
+    H_CHECK(watch >= 0, "inotify");
+    struct proc t;
+    int r = spawn(&t, env, "link", "wake-call", "alloc", NULL) == 0 ? start_suspended(&t, watch) : h_fail("fork");
+    close(watch);
+    kill_wait(&t);
+    return r;
+}
+
+/* A resident shard's calls never ring: no event on the region, no count. */
+static int t_wake_resident(const void *arg)
+{
+    if (suspended_limits()) return 1;
+    const char *env[] = {limits_env, NULL};
+    int watch = watch_region();
+    H_CHECK(watch >= 0, "inotify");
+    int r = run(env, "link", "wake-all", NULL, NULL);
+    int rings = rings_heard(watch, 0);
+    close(watch);
+    if (r) return 1;
+    H_CHECK(rings == 0, "a resident shard rang %d times", rings);
+    uint64_t requests = header_field(offsetof(struct gpushards_region_header, wake_requests));
+    H_CHECK(requests == 0, "wake_requests %llu", (unsigned long long)requests);
+    return 0;
+}
+
 static void add_elastic_tests(struct t *tests, int *n)
 {
 #define ADDE(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -225,5 +383,16 @@ static void add_elastic_tests(struct t *tests, int *n)
          t_ckpt_lock_timeout, NULL);
     ADDE("fake checkpoint API: a process that dies checkpointed is forgotten and leaves nothing on the card",
          t_ckpt_died, NULL);
+    static const char *const calls[] = {"alloc",    "launch",      "htod",       "dtoh-async",  "memset",
+                                        "ctx-sync", "stream-sync", "event-sync", "stream-wait", "htod-ptds"};
+    static char names[10][120];
+    for (int i = 0; i < 10; i++) {
+        snprintf(names[i], sizeof names[i], "wake gate: %s of a suspended shard waits, rings the bell, goes on once resident",
+                 calls[i]);
+        ADDE(names[i], t_wake, calls[i]);
+    }
+    ADDE("wake gate: a process that starts while its shard is suspended waits at its context and rings",
+         t_wake_at_start, NULL);
+    ADDE("wake gate: a resident shard's calls never ring (no inotify event, no count)", t_wake_resident, NULL);
 #undef ADDE
 }

@@ -11,6 +11,7 @@
  *   hooks_limit.c   cuCtxSetLimit (stack, printf FIFO, malloc heap)
  *   hooks_graph.c   graph memory (instantiate, upload, launch, trim, destroy)
  *   hooks_info.c    what the process is told (cuMemGetInfo, cuDeviceTotalMem)
+ *   hooks_wake.c    calls hooked only for the wake gate (copies, sets, syncs, module loads)
  *   capture.c       stream capture begun and ended (what may be called meanwhile) */
 #ifndef GPUSHARDS_HOOKS_H
 #define GPUSHARDS_HOOKS_H
@@ -149,13 +150,16 @@ GS_CUDA_REAL(GS_DECLARE_REAL)
 #define GS_CALL(fn, ...) ((fn) != NULL ? (fn)(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
 
 /* Every hook first makes sure the real driver is resolved and the process
- * initialised: two acquire loads once both are done.  A driver without the
+ * initialised: two acquire loads once both are done.  Then the wake gate:
+ * while the shard is suspended the call waits here (wake.c); resident, it
+ * costs one load from a fixed address and a branch.  A driver without the
  * hooked function (older than the program's headers) answers
  * CUDA_ERROR_NOT_FOUND, as its cuGetProcAddress does for the name. */
 int gs_hooks_ready(void);
 #define ENTER(real)                                                                                      \
     do {                                                                                                 \
         if (GS_UNLIKELY(!gs_hooks_ready())) return CUDA_ERROR_NOT_INITIALIZED;                           \
+        if (GS_UNLIKELY(gs_suspended())) gs_wake_wait();                                                 \
         if (GS_UNLIKELY((real) == NULL)) return CUDA_ERROR_NOT_FOUND;                                    \
     } while (0)
 

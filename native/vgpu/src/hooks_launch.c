@@ -24,10 +24,13 @@ REAL(CUresult, cuCtxSynchronize_v2, (CUcontext));
 REAL(CUresult, cuStreamSynchronize, (CUstream));
 REAL(CUresult, cuStreamSynchronize_ptsz, (CUstream));
 
+/* As hooks.h's ENTER, wake gate included (the process is initialised by then:
+ * a launch follows a context, and before initialisation the gate reads zero). */
 #define ENTER(real)                                                                                      \
     do {                                                                                                 \
         if (GS_UNLIKELY(gs_resolve_cuda() != 0)) return CUDA_ERROR_NOT_INITIALIZED;                      \
-        if (GS_UNLIKELY((real) == NULL)) return CUDA_ERROR_NOT_FOUND; /* as hooks.h's ENTER */           \
+        if (GS_UNLIKELY(gs_suspended())) gs_wake_wait();                                                 \
+        if (GS_UNLIKELY((real) == NULL)) return CUDA_ERROR_NOT_FOUND;                                    \
     } while (0)
 
 static inline CUstream pt(CUstream s)

@@ -30,6 +30,7 @@ static void child_after_fork(void)
     gs_capture_reset_process();
     gs_hooks_reset_process();
     gs_compute_reset_process();
+    gs_wake_reset_process();
 }
 
 static int choose_mode(void)

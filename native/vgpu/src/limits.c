@@ -8,7 +8,10 @@
  * be read or validated fails closed.
  *
  * The file is mapped read-only and shared, so the agent's in-place updates
- * (limit, real usage) are seen on the next allocation with one load. */
+ * (limit, real usage, memory_state) are seen on the next allocation with one
+ * load.  It is mapped at a fixed place inside the library (gs_limits_area),
+ * so that the wake gate every hook passes reads memory_state with one load
+ * from a fixed address, not through a pointer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -19,6 +22,9 @@
 #include "vgpu.h"
 
 const struct gpushards_limits *gs_limits;
+/* The file is mapped here, over zeros (resident) when there is none: the
+ * wake gate then reads memory_state at a fixed address with one load. */
+union gs_limits_area gs_limits_area __attribute__((aligned(GS_LIMITS_AREA_BYTES)));
 /* Region device index -> limits device index + 1; 0 = not looked up yet,
  * -1 = the limits file has no entry for that GPU. */
 static int lim_map[GPUSHARDS_MAX_DEVICES];
@@ -93,13 +99,18 @@ int gs_limits_open(void)
         close(fd);
         return -1;
     }
-    void *m = mmap(NULL, sizeof(struct gpushards_limits), PROT_READ, MAP_SHARED, fd, 0);
+    long page = sysconf(_SC_PAGESIZE);
+    void *m = MAP_FAILED;
+    if (page > 0 && page <= (long)GS_LIMITS_AREA_BYTES)
+        m = mmap(&gs_limits_area, sizeof(struct gpushards_limits), PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+    else
+        errno = EINVAL; /* pages larger than the area: not a Linux we run on */
     close(fd);
     if (m == MAP_FAILED) {
         gs_log(GS_LOG_ERROR, "cannot map %s: %s; refusing every GPU allocation", path, strerror(errno));
         return -1;
     }
-    gs_limits = m;
+    gs_limits = &gs_limits_area.l;
     memset(lim_map, 0, sizeof lim_map);
     GS_INFO("limits from %s (%u GPUs); the environment's limits are ignored", path, h.device_count);
     return 1;
@@ -149,4 +160,11 @@ uint64_t gs_limits_pool_growth_bytes(int dev)
 {
     const struct gpushards_limits_device *d = entry(dev);
     return d != NULL ? __atomic_load_n(&d->pool_growth_bytes, __ATOMIC_RELAXED) : 0;
+}
+
+uint32_t gs_limits_pressure_wait_ms(void)
+{
+    if (gs_limits == NULL) return gs_cfg.pressure_wait_ms;
+    uint32_t v = __atomic_load_n(&gs_limits->header.pressure_wait_ms, __ATOMIC_RELAXED);
+    return v != 0 ? v : GPUSHARDS_PRESSURE_WAIT_DEFAULT_MS;
 }

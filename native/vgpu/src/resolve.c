@@ -55,9 +55,9 @@ static void *real_dlsym(void *handle, const char *name)
 
 static const struct gs_hook *hook_for_name(const char *name)
 {
-    const struct gs_hook *tables[] = {gs_cuda_hooks, gs_nvml_hooks, gs_launch_hooks};
-    const size_t counts[] = {gs_cuda_hook_count, gs_nvml_hook_count, gs_launch_hook_count};
-    for (int t = 0; t < 3; t++)
+    const struct gs_hook *tables[] = {gs_cuda_hooks, gs_nvml_hooks, gs_launch_hooks, gs_wake_hooks};
+    const size_t counts[] = {gs_cuda_hook_count, gs_nvml_hook_count, gs_launch_hook_count, gs_wake_hook_count};
+    for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < counts[t]; i++)
             if (tables[t][i].hook != NULL && strcmp(tables[t][i].name, name) == 0) return &tables[t][i];
     return NULL;
@@ -137,7 +137,7 @@ void *gs_dlsym(void *handle, const char *name)
 }
 
 /* 0 none, 1 resolving, 2 done, 3 failed. */
-static int cuda_state, nvml_state, launch_state;
+static int cuda_state, nvml_state, launch_state, wake_state;
 static __thread int in_resolve __attribute__((tls_model("initial-exec")));
 
 static int resolve(int *state, const char *lib, const struct gs_hook *hooks, size_t n)
@@ -179,13 +179,16 @@ void gs_resolve_after_fork(void)
     __atomic_compare_exchange_n(&nvml_state, &busy, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     busy = 1;
     __atomic_compare_exchange_n(&launch_state, &busy, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    busy = 1;
+    __atomic_compare_exchange_n(&wake_state, &busy, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     in_resolve = 0;
 }
 
 int gs_resolve_cuda(void)
 {
     if (resolve(&cuda_state, "libcuda.so.1", gs_cuda_hooks, gs_cuda_hook_count) != 0) return -1;
-    return resolve(&launch_state, "libcuda.so.1", gs_launch_hooks, gs_launch_hook_count);
+    if (resolve(&launch_state, "libcuda.so.1", gs_launch_hooks, gs_launch_hook_count) != 0) return -1;
+    return resolve(&wake_state, "libcuda.so.1", gs_wake_hooks, gs_wake_hook_count);
 }
 
 int gs_resolve_nvml(void)
@@ -199,14 +202,13 @@ CUresult (*gs_real_cuGetProcAddress)(const char *, void **, int, cuuint64_t);
 
 static void *substitute(void *p)
 {
-    for (size_t i = 0; i < gs_cuda_hook_count; i++) {
-        const struct gs_hook *h = &gs_cuda_hooks[i];
-        if (h->hook != NULL && __atomic_load_n(h->real, __ATOMIC_RELAXED) == p) return h->hook;
-    }
-    for (size_t i = 0; i < gs_launch_hook_count; i++) {
-        const struct gs_hook *h = &gs_launch_hooks[i];
-        if (h->hook != NULL && __atomic_load_n(h->real, __ATOMIC_RELAXED) == p) return h->hook;
-    }
+    const struct gs_hook *tables[] = {gs_cuda_hooks, gs_launch_hooks, gs_wake_hooks};
+    const size_t counts[] = {gs_cuda_hook_count, gs_launch_hook_count, gs_wake_hook_count};
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < counts[t]; i++) {
+            const struct gs_hook *h = &tables[t][i];
+            if (h->hook != NULL && __atomic_load_n(h->real, __ATOMIC_RELAXED) == p) return h->hook;
+        }
     return p;
 }
 

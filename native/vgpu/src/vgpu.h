@@ -49,6 +49,7 @@ struct gs_config {
     int pool_growth_bad;
     uint64_t pool_growth_bytes;           /* GPUSHARDS_POOL_GROWTH_BYTES, 0 = unset */
     uint32_t track_capacity;              /* GPUSHARDS_TRACK_CAPACITY */
+    uint32_t pressure_wait_ms;            /* GPUSHARDS_PRESSURE_WAIT_MS (no limits file only) */
     int visible_devices_set;              /* CUDA_VISIBLE_DEVICES is set */
     char region_path[4096];               /* GPUSHARDS_REGION_PATH */
 };
@@ -85,6 +86,34 @@ int gs_limits_open(void);
 int gs_limits_lookup(int dev, struct gs_dev_limits *out);
 uint64_t gs_limits_context_bytes(int dev);
 uint64_t gs_limits_pool_growth_bytes(int dev);
+/* Where the limits file is mapped (MAP_FIXED, read-only, shared): page
+ * aligned for pages up to 64 KiB, zero (resident, default wait) until a file
+ * is mapped or when there is none.  Its untouched pages cost no memory. */
+#define GS_LIMITS_AREA_BYTES (64u << 10)
+union gs_limits_area {
+    struct gpushards_limits l;
+    unsigned char bytes[GS_LIMITS_AREA_BYTES];
+};
+extern union gs_limits_area gs_limits_area;
+/* How long an allocation the driver refused inside the budget is retried
+ * (pressure.c), in ms: the limits file's pressure_wait_ms, else
+ * GPUSHARDS_PRESSURE_WAIT_MS where there is no file; 0 = no retry. */
+uint32_t gs_limits_pressure_wait_ms(void);
+
+/* ---- wake.c (docs/interposer.md, "Elastic memory: the wake gate") -------- */
+/* 1 while the agent has marked the shard suspended: every hook's first
+ * question (ENTER), one load from a fixed address and a branch. */
+static inline int gs_suspended(void)
+{
+    return __atomic_load_n(&gs_limits_area.l.header.memory_state, __ATOMIC_RELAXED) == GPUSHARDS_MEMORY_SUSPENDED;
+}
+/* The slow path: ring the wake bell, then wait (polling, re-ringing about
+ * once a second) until the agent marks the shard resident again. */
+void gs_wake_wait(void);
+/* The driver refused an allocation on region device dev that the budget
+ * allowed: count it in the region and ring the bell. */
+void gs_ring_pressure(int dev);
+void gs_wake_reset_process(void);
 
 /* ---- mps.c ---------------------------------------------------------- */
 /* Around the real cuInit: set the MPS client's percentage and pipe folder
@@ -189,6 +218,9 @@ CUresult gs_legacy_cuGetProcAddress(const char *symbol, void **pfn, int cudaVers
 /* ---- compute.c / hooks_launch.c (docs/compute.md) -------------------- */
 extern const struct gs_hook gs_launch_hooks[];
 extern const size_t gs_launch_hook_count;
+/* hooks_wake.c: calls hooked only for the wake gate. */
+extern const struct gs_hook gs_wake_hooks[];
+extern const size_t gs_wake_hook_count;
 extern CUresult (*gs_real_cuEventCreate)(CUevent *, unsigned int);
 extern CUresult (*gs_real_cuEventRecord)(CUevent, CUstream);
 extern CUresult (*gs_real_cuEventQuery)(CUevent);
