@@ -370,6 +370,146 @@ static int t_wake_resident(const void *arg)
     return 0;
 }
 
+/* ---- a neighbour's pressure (issue #31) ------------------------------------------ */
+#define SMALL_GPU "GPUSHARDS_FAKE_GPUS=Small GPU:4g"
+
+/* The shard: a 2 GiB cap on a 4 GiB card, its context charged as the fake's
+ * costs, and how long it retries what the driver refuses inside the cap. */
+static int pressure_limits(uint32_t wait_ms)
+{
+    const struct lim_entry e[] = {{0, 2 * GiB, 300 * MiB, 0}};
+    if (write_limits(e, 1, NULL)) return 1;
+    return limits_header_store(offsetof(struct gpushards_limits_header, pressure_wait_ms), wait_ms);
+}
+
+static uint64_t pressure_count(void)
+{
+    struct gpushards_region *r = region_map();
+    if (r == NULL) return UINT64_MAX;
+    struct gpushards_device *d = device(r, 0);
+    uint64_t v = d != NULL ? __atomic_load_n(&d->pressure_count, __ATOMIC_ACQUIRE) : UINT64_MAX;
+    region_unmap(r);
+    return v;
+}
+
+/* A shard's process under its cap, ready to allocate by path; expect as the
+ * client's "pressure" scenario takes it. */
+static int start_pressure(struct proc *t, const char *const *env, const char *path, const char *expect)
+{
+    if (spawn(t, env, "link", "pressure", path, expect) != 0) return h_fail("fork");
+    if (await_text(t, "ready") != 0) {
+        kill_wait(t);
+        return h_fail("%s: not ready: %s", path, err_text);
+    }
+    return 0;
+}
+
+/* A process outside the interposer takes all but 16 MiB of what the card
+ * has free (the shard's process holds its 300 MiB context). */
+static int grab(struct proc *offender)
+{
+    const char *env[] = {"-LD_PRELOAD", SMALL_GPU, NULL};
+    if (spawn_program(offender, HIDDEN_ALLOC, env, "0", "3780m", "hold", NULL) != 0 ||
+        await_text(offender, "holding") != 0)
+        return h_fail("the offender did not take the card: %s", err_text);
+    return 0;
+}
+
+/* The shard allocates while the card is full; the runner, as the agent's
+ * fence, hears the pressure ring and kills the offender; the allocation,
+ * retried meanwhile, succeeds. */
+static int fence_frees(const char *path, struct proc *t, struct proc *offender, int watch)
+{
+    kill(t->pid, SIGUSR1);
+    H_CHECK(await_text(t, "calling") == 0, "%s: did not call: %s", path, err_text);
+    H_CHECK(rings_heard(watch, 30000) > 0, "%s: no pressure ring on the region file", path);
+    uint64_t count = pressure_count();
+    H_CHECK(count >= 1 && count != UINT64_MAX, "%s: pressure_count %llu", path, (unsigned long long)count);
+    uint64_t wakes = header_field(offsetof(struct gpushards_region_header, wake_requests));
+    H_CHECK(wakes == 0, "%s: a pressure ring counted as a wake (%llu)", path, (unsigned long long)wakes);
+    kill_wait(offender);
+    offender->pid = 0;
+    int st = await(t, 30000);
+    slurp(t->out, out_text, sizeof out_text);
+    slurp(t->err, err_text, sizeof err_text);
+    H_CHECK(st == 0, "%s: the shard's allocation failed once the memory was free (%d): %s %s", path, st, out_text,
+            err_text);
+    return 0;
+}
+
+static int t_pressure_fenced(const void *arg)
+{
+    const char *path = arg;
+    if (pressure_limits(600000)) return 1; /* the bound never decides: the fence does */
+    const char *env[] = {limits_env, SMALL_GPU, NULL};
+    struct proc t, offender = {0};
+    if (start_pressure(&t, env, path, "ok")) return 1;
+    int watch = grab(&offender) == 0 ? watch_region() : -1;
+    int r = watch >= 0 ? fence_frees(path, &t, &offender, watch) : 1;
+    if (watch >= 0) close(watch);
+    kill_wait(&t);
+    if (offender.pid > 0) kill_wait(&offender);
+    return r;
+}
+
+/* No fence: the retries give up after the bound, the caller sees the
+ * driver's out of memory, the charge rolled back (the client checks both). */
+static int unfenced(const char *path, struct proc *t, const char *bound)
+{
+    kill(t->pid, SIGUSR1);
+    int st = await(t, 30000);
+    slurp(t->out, out_text, sizeof out_text);
+    slurp(t->err, err_text, sizeof err_text);
+    H_CHECK(st == 0, "%s: %s %s", path, out_text, err_text);
+    uint64_t count = pressure_count();
+    H_CHECK(count >= 1 && count != UINT64_MAX, "%s: pressure_count %llu", path, (unsigned long long)count);
+    return 0;
+}
+
+static int t_pressure_unfenced(const void *arg)
+{
+    const char *path = arg;
+    if (pressure_limits(100)) return 1;
+    const char *env[] = {limits_env, SMALL_GPU, NULL};
+    struct proc t, offender = {0};
+    if (start_pressure(&t, env, path, "100")) return 1;
+    int r = grab(&offender) == 0 ? unfenced(path, &t, "100") : 1;
+    kill_wait(&t);
+    if (offender.pid > 0) kill_wait(&offender);
+    return r;
+}
+
+/* Outside a shard GPUSHARDS_PRESSURE_WAIT_MS=0 turns the retry off: the
+ * refusal comes at once, and is still rung. */
+static int t_pressure_env_off(const void *arg)
+{
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=2g", "GPUSHARDS_PRESSURE_WAIT_MS=0", SMALL_GPU, NULL};
+    struct proc t, offender = {0};
+    if (start_pressure(&t, env, "linear", "0")) return 1;
+    int r = grab(&offender) == 0 ? unfenced("linear", &t, "0") : 1;
+    kill_wait(&t);
+    if (offender.pid > 0) kill_wait(&offender);
+    return r;
+}
+
+/* Inside a shard the environment may only shorten the agent's bound: 0
+ * refuses at once; a longer wait than the file's is not granted (the client
+ * checks the give-up comes after the file's 100 ms, well before 600 s). */
+static int t_pressure_env_inside(const void *arg)
+{
+    const int longer = arg != NULL;
+    if (pressure_limits(longer ? 100 : 600000)) return 1;
+    const char *env[] = {limits_env, longer ? "GPUSHARDS_PRESSURE_WAIT_MS=600000" : "GPUSHARDS_PRESSURE_WAIT_MS=0",
+                         SMALL_GPU, NULL};
+    const char *bound = longer ? "100" : "0";
+    struct proc t, offender = {0};
+    if (start_pressure(&t, env, "linear", bound)) return 1;
+    int r = grab(&offender) == 0 ? unfenced("linear", &t, bound) : 1;
+    kill_wait(&t);
+    if (offender.pid > 0) kill_wait(&offender);
+    return r;
+}
+
 static void add_elastic_tests(struct t *tests, int *n)
 {
 #define ADDE(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
@@ -394,5 +534,28 @@ static void add_elastic_tests(struct t *tests, int *n)
     ADDE("wake gate: a process that starts while its shard is suspended waits at its context and rings",
          t_wake_at_start, NULL);
     ADDE("wake gate: a resident shard's calls never ring (no inotify event, no count)", t_wake_resident, NULL);
+    static const char *const fenced[] = {"linear", "managed", "pitch", "legacy", "vmm",  "async",
+                                         "array",  "mipmap",  "ctx",   "graph",  "heap"};
+    static char fnames[11][120];
+    for (int i = 0; i < 11; i++) {
+        snprintf(fnames[i], sizeof fnames[i],
+                 "pressure: %s refused by a full card inside the cap rings, is retried, succeeds once the fence frees it",
+                 fenced[i]);
+        ADDE(fnames[i], t_pressure_fenced, fenced[i]);
+    }
+    static const char *const unfenced_paths[] = {"linear", "vmm", "async", "array"};
+    static char unames[4][120];
+    for (int i = 0; i < 4; i++) {
+        snprintf(unames[i], sizeof unames[i],
+                 "pressure: %s with no fence gives up after the bound, the driver's OOM, the charge rolled back",
+                 unfenced_paths[i]);
+        ADDE(unames[i], t_pressure_unfenced, unfenced_paths[i]);
+    }
+    ADDE("pressure: GPUSHARDS_PRESSURE_WAIT_MS=0 outside a shard refuses at once, and still rings",
+         t_pressure_env_off, NULL);
+    ADDE("pressure: inside a shard GPUSHARDS_PRESSURE_WAIT_MS=0 turns the agent's retry off for that process",
+         t_pressure_env_inside, NULL);
+    ADDE("pressure: inside a shard a GPUSHARDS_PRESSURE_WAIT_MS longer than the agent's bound is not granted",
+         t_pressure_env_inside, "longer");
 #undef ADDE
 }

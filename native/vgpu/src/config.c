@@ -99,15 +99,18 @@ void gs_config_load(void)
                    GS_DEFAULT_TRACK_CAPACITY);
     }
 
-    /* Read only where there is no limits file (gs_limits_pressure_wait_ms):
-     * inside a shard the agent decides.  A typo keeps the default. */
+    /* Outside a shard the bound; inside one it may only shorten the agent's
+     * (gs_limits_pressure_wait_ms).  A typo keeps the default. */
     gs_cfg.pressure_wait_ms = GPUSHARDS_PRESSURE_WAIT_DEFAULT_MS;
+    gs_cfg.pressure_wait_ms_set = 0;
     const char *wait = getenv("GPUSHARDS_PRESSURE_WAIT_MS");
     if (wait != NULL) {
         char *end;
         unsigned long long ms = strtoull(wait, &end, 10);
-        if (*wait >= '0' && *wait <= '9' && *end == '\0' && ms <= 600000)
+        if (*wait >= '0' && *wait <= '9' && *end == '\0' && ms <= 600000) {
             gs_cfg.pressure_wait_ms = (uint32_t)ms;
+            gs_cfg.pressure_wait_ms_set = 1;
+        }
         else
             gs_log(GS_LOG_ERROR, "GPUSHARDS_PRESSURE_WAIT_MS=\"%s\" is not a number of ms (0 to 600000); using %u", wait,
                    GPUSHARDS_PRESSURE_WAIT_DEFAULT_MS);

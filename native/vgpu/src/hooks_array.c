@@ -78,13 +78,42 @@ int gs_charge_current(uint64_t bytes, int *idx, CUcontext *ctx)
     return gs_charge(*idx, bytes) == 0 ? 1 : 0;
 }
 
-static CUresult array_done(CUresult r, CUarray *h, uint32_t kind, int idx, uint64_t bytes, CUcontext ctx)
+/* One array's driver call, kept for a retry (pressure.c). */
+enum array_api { ARRAY_V2, ARRAY3D_V2, ARRAY_LEGACY, ARRAY3D_LEGACY, MIPMAPPED };
+struct array_call {
+    enum array_api api;
+    void *handle; /* CUarray * or CUmipmappedArray * */
+    const void *desc;
+    unsigned int levels;
+};
+
+static CUresult array_real(void *arg)
 {
+    struct array_call *c = arg;
+    switch (c->api) {
+    case ARRAY_V2: return gs_real_cuArrayCreate_v2(c->handle, c->desc);
+    case ARRAY3D_V2: return gs_real_cuArray3DCreate_v2(c->handle, c->desc);
+    case ARRAY_LEGACY: return gs_real_cuArrayCreate(c->handle, c->desc);
+    case ARRAY3D_LEGACY: return gs_real_cuArray3DCreate(c->handle, c->desc);
+    case MIPMAPPED: return gs_real_cuMipmappedArrayCreate(c->handle, c->desc, c->levels);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The driver's answer to a charged array (idx < 0: nothing was charged),
+ * retried while it refuses inside the budget, then remembered or rolled back. */
+static CUresult array_done(struct array_call *c, uint32_t kind, int idx, uint64_t bytes, CUcontext ctx)
+{
+    CUresult r = array_real(c);
     if (idx < 0) return r;
     if (r != CUDA_SUCCESS) {
-        gs_uncharge(idx, bytes);
-        return r;
+        r = gs_pressure_retry(idx, r, array_real, c);
+        if (r != CUDA_SUCCESS) {
+            gs_uncharge(idx, bytes);
+            return r;
+        }
     }
+    CUarray *h = c->handle;
     if (gs_remember((uint64_t)(uintptr_t)*h, kind, idx, bytes, (uint64_t)(uintptr_t)ctx) != 0) {
         CUresult f = kind == GS_T_MIPMAP ? GS_CALL(gs_real_cuMipmappedArrayDestroy, (CUmipmappedArray)(void *)*h)
                                          : GS_CALL(gs_real_cuArrayDestroy, *h);
@@ -103,7 +132,8 @@ GS_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTO
     int idx;
     CUcontext ctx;
     if (!gs_charge_current(bytes, &idx, &ctx)) return CUDA_ERROR_OUT_OF_MEMORY;
-    return array_done(gs_real_cuArrayCreate_v2(pHandle, d), pHandle, GS_T_ARRAY, idx, bytes, ctx);
+    struct array_call c = {ARRAY_V2, pHandle, d, 0};
+    return array_done(&c, GS_T_ARRAY, idx, bytes, ctx);
 }
 
 GS_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
@@ -114,7 +144,8 @@ GS_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCR
     int idx;
     CUcontext ctx;
     if (!gs_charge_current(bytes, &idx, &ctx)) return CUDA_ERROR_OUT_OF_MEMORY;
-    return array_done(gs_real_cuArray3DCreate_v2(pHandle, d), pHandle, GS_T_ARRAY, idx, bytes, ctx);
+    struct array_call c = {ARRAY3D_V2, pHandle, d, 0};
+    return array_done(&c, GS_T_ARRAY, idx, bytes, ctx);
 }
 
 GS_EXPORT CUresult cuArrayCreate(CUarray *pHandle, const ArrayDesc32 *d)
@@ -125,7 +156,8 @@ GS_EXPORT CUresult cuArrayCreate(CUarray *pHandle, const ArrayDesc32 *d)
     int idx;
     CUcontext ctx;
     if (!gs_charge_current(bytes, &idx, &ctx)) return CUDA_ERROR_OUT_OF_MEMORY;
-    return array_done(gs_real_cuArrayCreate(pHandle, d), pHandle, GS_T_ARRAY, idx, bytes, ctx);
+    struct array_call c = {ARRAY_LEGACY, pHandle, d, 0};
+    return array_done(&c, GS_T_ARRAY, idx, bytes, ctx);
 }
 
 GS_EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const Array3DDesc32 *d)
@@ -136,7 +168,8 @@ GS_EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const Array3DDesc32 *d)
     int idx;
     CUcontext ctx;
     if (!gs_charge_current(bytes, &idx, &ctx)) return CUDA_ERROR_OUT_OF_MEMORY;
-    return array_done(gs_real_cuArray3DCreate(pHandle, d), pHandle, GS_T_ARRAY, idx, bytes, ctx);
+    struct array_call c = {ARRAY3D_LEGACY, pHandle, d, 0};
+    return array_done(&c, GS_T_ARRAY, idx, bytes, ctx);
 }
 
 GS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
@@ -148,8 +181,8 @@ GS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_
     int idx;
     CUcontext ctx;
     if (!gs_charge_current(bytes, &idx, &ctx)) return CUDA_ERROR_OUT_OF_MEMORY;
-    return array_done(gs_real_cuMipmappedArrayCreate(pHandle, d, numLevels), (CUarray *)(void *)pHandle, GS_T_MIPMAP,
-                      idx, bytes, ctx);
+    struct array_call c = {MIPMAPPED, pHandle, d, numLevels};
+    return array_done(&c, GS_T_MIPMAP, idx, bytes, ctx);
 }
 
 static CUresult destroy_tracked(uint64_t key, uint32_t kind, CUresult (*fn)(void *), void *h)

@@ -19,12 +19,44 @@ void gs_drop_owned(struct gs_entry *e, void *ctx)
     if (gs_track_take(&gs_allocs, key, e->kind, &out)) gs_uncharge((int)out.dev, out.size);
 }
 
-static CUresult ctx_created(CUresult r, CUcontext *pctx, int idx, uint64_t bytes)
+/* One context creation's driver call, kept for a retry (pressure.c). */
+enum ctx_api { CTX_LEGACY, CTX_V2, CTX_V3, CTX_V4 };
+struct ctx_call {
+    enum ctx_api api;
+    CUcontext *pctx;
+    unsigned int flags;
+    CUdevice dev;
+    void *params; /* CUexecAffinityParam * (v3), CUctxCreateParams * (v4) */
+    int count;    /* v3's numParams */
+};
+
+static CUresult ctx_real(void *arg)
 {
-    if (r != CUDA_SUCCESS) {
-        gs_uncharge(idx, bytes);
-        return r;
+    struct ctx_call *c = arg;
+    switch (c->api) {
+    case CTX_LEGACY: return gs_real_cuCtxCreate(c->pctx, c->flags, c->dev);
+    case CTX_V2: return gs_real_cuCtxCreate_v2(c->pctx, c->flags, c->dev);
+    case CTX_V3: return gs_real_cuCtxCreate_v3(c->pctx, c->params, c->count, c->flags, c->dev);
+    case CTX_V4: return gs_real_cuCtxCreate_v4(c->pctx, c->params, c->flags, c->dev);
     }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult ctx_create(struct ctx_call *c)
+{
+    if (!gs_counting()) return ctx_real(c);
+    int idx = gs_dev_index(c->dev);
+    uint64_t bytes = idx >= 0 ? gs_context_bytes(idx) : 0;
+    if (gs_charge(idx, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = ctx_real(c);
+    if (r != CUDA_SUCCESS) {
+        r = gs_pressure_retry(idx, r, ctx_real, c);
+        if (r != CUDA_SUCCESS) {
+            gs_uncharge(idx, bytes);
+            return r;
+        }
+    }
+    CUcontext *pctx = c->pctx;
     if (gs_remember((uint64_t)(uintptr_t)*pctx, GS_T_CTX, idx, bytes, 0) != 0) {
         CUresult f = GS_CALL(gs_real_cuCtxDestroy_v2, *pctx);
         if (f != CUDA_SUCCESS) GS_ERROR("cannot destroy a refused context (error %d)", (int)f);
@@ -34,38 +66,33 @@ static CUresult ctx_created(CUresult r, CUcontext *pctx, int idx, uint64_t bytes
     return r;
 }
 
-#define CTX_CREATE(call)                                                                                 \
-    do {                                                                                                 \
-        if (!gs_counting()) return call;                                                                    \
-        int idx = gs_dev_index(dev);                                                                     \
-        uint64_t bytes = idx >= 0 ? gs_context_bytes(idx) : 0;                                           \
-        if (gs_charge(idx, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;                                 \
-        return ctx_created(call, pctx, idx, bytes);                                                      \
-    } while (0)
-
 GS_EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     ENTER(gs_real_cuCtxCreate);
-    CTX_CREATE(gs_real_cuCtxCreate(pctx, flags, dev));
+    struct ctx_call c = {CTX_LEGACY, pctx, flags, dev, NULL, 0};
+    return ctx_create(&c);
 }
 
 GS_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     ENTER(gs_real_cuCtxCreate_v2);
-    CTX_CREATE(gs_real_cuCtxCreate_v2(pctx, flags, dev));
+    struct ctx_call c = {CTX_V2, pctx, flags, dev, NULL, 0};
+    return ctx_create(&c);
 }
 
 GS_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int numParams, unsigned int flags,
                                   CUdevice dev)
 {
     ENTER(gs_real_cuCtxCreate_v3);
-    CTX_CREATE(gs_real_cuCtxCreate_v3(pctx, params, numParams, flags, dev));
+    struct ctx_call c = {CTX_V3, pctx, flags, dev, params, numParams};
+    return ctx_create(&c);
 }
 
 GS_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
     ENTER(gs_real_cuCtxCreate_v4);
-    CTX_CREATE(gs_real_cuCtxCreate_v4(pctx, params, flags, dev));
+    struct ctx_call c = {CTX_V4, pctx, flags, dev, params, 0};
+    return ctx_create(&c);
 }
 
 static CUresult ctx_destroy(CUcontext ctx, CUresult (*fn)(CUcontext))
@@ -109,6 +136,17 @@ static int primary_refs[GS_MAX_ORDINALS];
 static uint64_t primary_charge[GS_MAX_ORDINALS];
 static CUcontext primary_ctx[GS_MAX_ORDINALS];
 
+struct primary_call {
+    CUcontext *pctx;
+    CUdevice dev;
+};
+
+static CUresult primary_real(void *arg)
+{
+    struct primary_call *c = arg;
+    return gs_real_cuDevicePrimaryCtxRetain(c->pctx, c->dev);
+}
+
 GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     ENTER(gs_real_cuDevicePrimaryCtxRetain);
@@ -123,7 +161,9 @@ GS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
-    CUresult r = gs_real_cuDevicePrimaryCtxRetain(pctx, dev);
+    struct primary_call c = {pctx, dev};
+    CUresult r = primary_real(&c);
+    if (r != CUDA_SUCCESS && bytes > 0) r = gs_pressure_retry(idx, r, primary_real, &c);
     if (r == CUDA_SUCCESS) {
         if (primary_refs[dev]++ == 0) primary_charge[dev] = bytes;
         primary_ctx[dev] = *pctx;

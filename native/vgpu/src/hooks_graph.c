@@ -142,14 +142,33 @@ GS_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph g, CUgraphNo
     return instantiated(gs_real_cuGraphInstantiate_v2(exec, g, err, log, len), exec, g);
 }
 
-/* Before an upload or launch: the pool must be able to hold the graph. */
+/* An upload or launch's driver call, kept for a retry (pressure.c). */
+struct graph_call {
+    CUresult (*fn)(CUgraphExec, CUstream);
+    CUgraphExec exec;
+    CUstream s;
+};
+
+static CUresult graph_real(void *arg)
+{
+    struct graph_call *c = arg;
+    return c->fn(c->exec, c->s);
+}
+
+/* Before an upload or launch: the pool must be able to hold the graph.
+ * Where the driver then finds no room for what the charge covers, it is
+ * memory someone else holds: retried (pressure.c). */
 static CUresult make_real(CUgraphExec exec, CUstream s, CUresult (*fn)(CUgraphExec, CUstream))
 {
     if (!gs_counting()) return fn(exec, s);
     struct gs_entry e;
     if (!gs_track_update(&gs_allocs, (uint64_t)(uintptr_t)exec, GS_T_GRAPH, 0, &e)) return fn(exec, s);
     int ord = (int)e.owner;
-    if (GS_LIKELY(__atomic_load_n(&pool_charge[ord], __ATOMIC_ACQUIRE) >= e.size)) return fn(exec, s);
+    struct graph_call c = {fn, exec, s};
+    if (GS_LIKELY(__atomic_load_n(&pool_charge[ord], __ATOMIC_ACQUIRE) >= e.size)) {
+        CUresult r = fn(exec, s);
+        return GS_LIKELY(r == CUDA_SUCCESS) ? r : gs_pressure_retry((int)e.dev, r, graph_real, &c);
+    }
     lock(ord);
     uint64_t more = e.size > pool_charge[ord] ? e.size - pool_charge[ord] : 0;
     if (more > 0 && gs_charge((int)e.dev, more) != 0) {
@@ -158,6 +177,7 @@ static CUresult make_real(CUgraphExec exec, CUstream s, CUresult (*fn)(CUgraphEx
     }
     pool_charge[ord] += more;
     CUresult r = fn(exec, s);
+    if (r != CUDA_SUCCESS) r = gs_pressure_retry((int)e.dev, r, graph_real, &c);
     /* Whatever the driver did, the charge now follows the pool. */
     if (r == CUDA_SUCCESS) reconcile_locked(ord);
     else {

@@ -65,6 +65,18 @@ static uint64_t card_free(void)
     return GS_CALL(gs_real_cuMemGetInfo_v2, &f, &t) == CUDA_SUCCESS ? f : 0;
 }
 
+/* The driver call, kept for a retry (pressure.c). */
+struct limit_call {
+    CUlimit limit;
+    size_t value;
+};
+
+static CUresult limit_real(void *arg)
+{
+    struct limit_call *c = arg;
+    return gs_real_cuCtxSetLimit(c->limit, c->value);
+}
+
 GS_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
     ENTER(gs_real_cuCtxSetLimit);
@@ -89,7 +101,9 @@ GS_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t before = card_free();
-    CUresult r = gs_real_cuCtxSetLimit(limit, value);
+    struct limit_call c = {limit, value};
+    CUresult r = limit_real(&c);
+    if (r != CUDA_SUCCESS && more > 0) r = gs_pressure_retry(idx, r, limit_real, &c);
     if (r != CUDA_SUCCESS) {
         gs_uncharge(idx, more);
         pthread_mutex_unlock(&limit_lock);

@@ -1,25 +1,56 @@
 /* hooks_linear.c — linear allocations: cuMemAlloc, cuMemAllocManaged,
  * cuMemAllocPitch and cuMemFree, with the legacy 32-bit ABI's versions.
- * Each reserves in the shared budget first, calls the real driver, and rolls
- * the reservation back if the driver fails. */
+ * Each reserves in the shared budget first, calls the real driver (again,
+ * for a while, when it refuses inside the budget: pressure.c), and rolls the
+ * reservation back if the driver fails. */
 #include "hooks.h"
 
 /* ---- linear allocations ------------------------------------------------- */
+/* One linear allocation's driver call, kept for a retry (pressure.c). */
+struct linear_call {
+    CUdeviceptr *dptr;
+    size_t bytes;
+    unsigned int flags;
+    int managed;
+};
+
+static CUresult linear_real(void *arg)
+{
+    struct linear_call *c = arg;
+    return c->managed ? gs_real_cuMemAllocManaged(c->dptr, c->bytes, c->flags) : gs_real_cuMemAlloc_v2(c->dptr, c->bytes);
+}
+
 static CUresult alloc_linear(CUdeviceptr *dptr, size_t bytes, unsigned int flags, int managed)
 {
+    struct linear_call c = {dptr, bytes, flags, managed};
     CUdevice dev;
     CUcontext ctx;
-    if (!gs_counting() || gs_current(&dev, &ctx) != CUDA_SUCCESS)
-        return managed ? gs_real_cuMemAllocManaged(dptr, bytes, flags) : gs_real_cuMemAlloc_v2(dptr, bytes);
+    if (!gs_counting() || gs_current(&dev, &ctx) != CUDA_SUCCESS) return linear_real(&c);
     int idx = gs_dev_index(dev);
     if (gs_charge(idx, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = managed ? gs_real_cuMemAllocManaged(dptr, bytes, flags) : gs_real_cuMemAlloc_v2(dptr, bytes);
+    CUresult r = linear_real(&c);
     if (r != CUDA_SUCCESS) {
-        gs_uncharge(idx, bytes);
-        return r;
+        r = gs_pressure_retry(idx, r, linear_real, &c);
+        if (r != CUDA_SUCCESS) {
+            gs_uncharge(idx, bytes);
+            return r;
+        }
     }
     gs_remember(*dptr, GS_T_MEM, idx, bytes, (uint64_t)(uintptr_t)ctx);
     return r;
+}
+
+struct pitch_call {
+    CUdeviceptr *dptr;
+    size_t *pitch;
+    size_t width, height;
+    unsigned int elem;
+};
+
+static CUresult pitch_real(void *arg)
+{
+    struct pitch_call *c = arg;
+    return gs_real_cuMemAllocPitch_v2(c->dptr, c->pitch, c->width, c->height, c->elem);
 }
 
 GS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -49,10 +80,14 @@ GS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
     if (height != 0 && guess > UINT64_MAX / height) return CUDA_ERROR_OUT_OF_MEMORY;
     guess *= height;
     if (gs_charge(idx, guess) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = gs_real_cuMemAllocPitch_v2(dptr, pPitch, width, height, elementSize);
+    struct pitch_call c = {dptr, pPitch, width, height, elementSize};
+    CUresult r = pitch_real(&c);
     if (r != CUDA_SUCCESS) {
-        gs_uncharge(idx, guess);
-        return r;
+        r = gs_pressure_retry(idx, r, pitch_real, &c);
+        if (r != CUDA_SUCCESS) {
+            gs_uncharge(idx, guess);
+            return r;
+        }
     }
     uint64_t actual = (uint64_t)*pPitch * height;
     if (actual > guess && gs_charge(idx, actual - guess) != 0) {
@@ -107,6 +142,19 @@ GS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 }
 
 /* Legacy 32-bit entry points (CUDA < 3.2 ABI): same accounting. */
+struct legacy_call {
+    CUdeviceptr32 *dptr;
+    unsigned int *pitch;
+    unsigned int bytes, width, height, elem; /* pitch == NULL: cuMemAlloc of bytes */
+};
+
+static CUresult legacy_real(void *arg)
+{
+    struct legacy_call *c = arg;
+    return c->pitch == NULL ? gs_real_cuMemAlloc(c->dptr, c->bytes)
+                            : gs_real_cuMemAllocPitch(c->dptr, c->pitch, c->width, c->height, c->elem);
+}
+
 GS_EXPORT CUresult cuMemAlloc(CUdeviceptr32 *dptr, unsigned int bytesize)
 {
     ENTER(gs_real_cuMemAlloc);
@@ -115,9 +163,16 @@ GS_EXPORT CUresult cuMemAlloc(CUdeviceptr32 *dptr, unsigned int bytesize)
     if (!gs_counting() || gs_current(&dev, &ctx) != CUDA_SUCCESS) return gs_real_cuMemAlloc(dptr, bytesize);
     int idx = gs_dev_index(dev);
     if (gs_charge(idx, bytesize) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    struct legacy_call c = {.dptr = dptr, .bytes = bytesize};
     CUresult r = gs_real_cuMemAlloc(dptr, bytesize);
-    if (r != CUDA_SUCCESS) gs_uncharge(idx, bytesize);
-    else gs_remember(*dptr, GS_T_MEM, idx, bytesize, (uint64_t)(uintptr_t)ctx);
+    if (r != CUDA_SUCCESS) {
+        r = gs_pressure_retry(idx, r, legacy_real, &c);
+        if (r != CUDA_SUCCESS) {
+            gs_uncharge(idx, bytesize);
+            return r;
+        }
+    }
+    gs_remember(*dptr, GS_T_MEM, idx, bytesize, (uint64_t)(uintptr_t)ctx);
     return r;
 }
 
@@ -132,10 +187,14 @@ GS_EXPORT CUresult cuMemAllocPitch(CUdeviceptr32 *dptr, unsigned int *pPitch, un
     int idx = gs_dev_index(dev);
     uint64_t guess = ((uint64_t)width + 511) / 512 * 512 * height;
     if (gs_charge(idx, guess) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = gs_real_cuMemAllocPitch(dptr, pPitch, width, height, elementSize);
+    struct legacy_call c = {.dptr = dptr, .pitch = pPitch, .width = width, .height = height, .elem = elementSize};
+    CUresult r = legacy_real(&c);
     if (r != CUDA_SUCCESS) {
-        gs_uncharge(idx, guess);
-        return r;
+        r = gs_pressure_retry(idx, r, legacy_real, &c);
+        if (r != CUDA_SUCCESS) {
+            gs_uncharge(idx, guess);
+            return r;
+        }
     }
     /* As the v2 hook: a driver that padded rows more than guessed gets the
      * difference charged, or the allocation is freed and refused (charging

@@ -22,6 +22,19 @@ static void vmm_drop(uint64_t handle, uint64_t one)
     if (gs_track_take(&gs_allocs, handle, GS_T_VMM, &out)) gs_uncharge((int)out.dev, out.size);
 }
 
+struct create_call {
+    CUmemGenericAllocationHandle *handle;
+    size_t size;
+    const CUmemAllocationProp *prop;
+    unsigned long long flags;
+};
+
+static CUresult create_real(void *arg)
+{
+    struct create_call *c = arg;
+    return gs_real_cuMemCreate(c->handle, c->size, c->prop, c->flags);
+}
+
 GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                                unsigned long long flags)
 {
@@ -31,10 +44,14 @@ GS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
         return gs_real_cuMemCreate(handle, size, prop, flags);
     int idx = gs_dev_index((CUdevice)prop->location.id);
     if (gs_charge(idx, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = gs_real_cuMemCreate(handle, size, prop, flags);
+    struct create_call c = {handle, size, prop, flags};
+    CUresult r = create_real(&c);
     if (r != CUDA_SUCCESS) {
-        gs_uncharge(idx, size);
-        return r;
+        r = gs_pressure_retry(idx, r, create_real, &c);
+        if (r != CUDA_SUCCESS) {
+            gs_uncharge(idx, size);
+            return r;
+        }
     }
     if (gs_remember(*handle, GS_T_VMM, idx, size, 0) != 0) {
         CUresult f = GS_CALL(gs_real_cuMemRelease, *handle);

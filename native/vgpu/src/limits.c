@@ -162,9 +162,13 @@ uint64_t gs_limits_pool_growth_bytes(int dev)
     return d != NULL ? __atomic_load_n(&d->pool_growth_bytes, __ATOMIC_RELAXED) : 0;
 }
 
+/* The agent's bound, which the environment may only shorten: a process that
+ * turns its own retry down (GPUSHARDS_PRESSURE_WAIT_MS=0) harms nobody but
+ * itself, while a longer wait is the agent's to grant. */
 uint32_t gs_limits_pressure_wait_ms(void)
 {
     if (gs_limits == NULL) return gs_cfg.pressure_wait_ms;
     uint32_t v = __atomic_load_n(&gs_limits->header.pressure_wait_ms, __ATOMIC_RELAXED);
-    return v != 0 ? v : GPUSHARDS_PRESSURE_WAIT_DEFAULT_MS;
+    if (v == 0) v = GPUSHARDS_PRESSURE_WAIT_DEFAULT_MS;
+    return gs_cfg.pressure_wait_ms_set && gs_cfg.pressure_wait_ms < v ? gs_cfg.pressure_wait_ms : v;
 }

@@ -294,13 +294,30 @@ static uint64_t worst_growth(size_t bytes, uint64_t step)
     return steps > UINT64_MAX / step ? 0 : steps * step;
 }
 
+/* One stream-ordered allocation's driver call, kept for a retry (pressure.c). */
+struct pool_call {
+    CUdeviceptr *dptr;
+    size_t bytes;
+    CUmemoryPool pool;
+    CUstream stream;
+    int from_pool;
+    void *real_fn;
+};
+
+static CUresult pool_real(void *arg)
+{
+    struct pool_call *c = arg;
+    if (c->from_pool)
+        return ((CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))c->real_fn)(c->dptr, c->bytes, c->pool,
+                                                                                       c->stream);
+    return ((CUresult(*)(CUdeviceptr *, size_t, CUstream))c->real_fn)(c->dptr, c->bytes, c->stream);
+}
+
 CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream, int from_pool,
                        void *real_fn)
 {
-    CUresult (*alloc)(CUdeviceptr *, size_t, CUstream) = (CUresult(*)(CUdeviceptr *, size_t, CUstream))real_fn;
-    CUresult (*alloc_from)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
-        (CUresult(*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))real_fn;
-#define CALL_REAL() (from_pool ? alloc_from(dptr, bytes, pool, stream) : alloc(dptr, bytes, stream))
+    struct pool_call call = {dptr, bytes, pool, stream, from_pool, real_fn};
+#define CALL_REAL() pool_real(&call)
     /* On a capturing stream this records a graph memory node: nothing is
      * allocated now, and the graph's memory is charged when it becomes real
      * (hooks_graph.c). */
@@ -347,9 +364,14 @@ CUresult gs_pool_alloc(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstr
     CUresult r = CALL_REAL();
 #undef CALL_REAL
     if (r != CUDA_SUCCESS) {
-        unreserve(p, take, grow);
-        gs_uncharge(idx, grow);
-        return r;
+        /* The pool could not grow within the budget: memory someone else
+         * holds.  What was reserved stays in flight while it is retried. */
+        r = gs_pressure_retry(idx, r, pool_real, &call);
+        if (r != CUDA_SUCCESS) {
+            unreserve(p, take, grow);
+            gs_uncharge(idx, grow);
+            return r;
+        }
     }
     struct gs_entry a = {.key = *dptr, .kind = GS_T_ASYNC, .dev = (uint32_t)idx, .size = bytes,
                          .owner = (uint64_t)(uintptr_t)pool};

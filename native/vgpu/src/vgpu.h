@@ -49,7 +49,8 @@ struct gs_config {
     int pool_growth_bad;
     uint64_t pool_growth_bytes;           /* GPUSHARDS_POOL_GROWTH_BYTES, 0 = unset */
     uint32_t track_capacity;              /* GPUSHARDS_TRACK_CAPACITY */
-    uint32_t pressure_wait_ms;            /* GPUSHARDS_PRESSURE_WAIT_MS (no limits file only) */
+    uint32_t pressure_wait_ms;            /* GPUSHARDS_PRESSURE_WAIT_MS, else the default */
+    int pressure_wait_ms_set;             /* the environment set it (inside a shard it may only shorten) */
     int visible_devices_set;              /* CUDA_VISIBLE_DEVICES is set */
     char region_path[4096];               /* GPUSHARDS_REGION_PATH */
 };
@@ -114,6 +115,15 @@ void gs_wake_wait(void);
  * allowed: count it in the region and ring the bell. */
 void gs_ring_pressure(int dev);
 void gs_wake_reset_process(void);
+
+/* ---- pressure.c (docs/interposer.md, "A neighbour's pressure") ---------- */
+/* The driver call again, with the arguments it was first given. */
+typedef CUresult (*gs_again_fn)(void *arg);
+/* Called where the driver refused an allocation on region device dev that
+ * the budget allowed (charge still held): for CUDA_ERROR_OUT_OF_MEMORY on a
+ * capped GPU, rings pressure and retries `again` with backoff for up to the
+ * shard's pressure_wait_ms; returns the last answer (anything else as given). */
+CUresult gs_pressure_retry(int dev, CUresult refused, gs_again_fn again, void *arg);
 
 /* ---- mps.c ---------------------------------------------------------- */
 /* Around the real cuInit: set the MPS client's percentage and pipe folder
