@@ -5,6 +5,7 @@ import { AGENT_CONFIG, type AgentConfig } from './config/agent-options.js';
 import { DOCKER } from './containers/docker-runtime.js';
 import { AGENT_LINK, type AgentLink } from './link/agent-link.js';
 import { LOGGER, type Logger } from './logging/logger.js';
+import { MetricsModule } from './metrics/metrics.module.js';
 import { ReconcileModule } from './reconcile/reconcile.module.js';
 
 /**
@@ -23,7 +24,7 @@ export class AgentModule {
   ): DynamicModule {
     return {
       module: AgentModule,
-      imports: [ReconcileModule],
+      imports: [MetricsModule, ReconcileModule],
       providers: [
         { provide: AGENT_CONFIG, useValue: config },
         { provide: AGENT_LINK, useValue: link },

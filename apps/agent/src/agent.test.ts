@@ -64,6 +64,7 @@ describe('agent', () => {
       heartbeatSeconds: 1,
       reconcileSeconds: 3600,
       stopGraceSeconds: 1,
+      suspendBudget: { bytes: 8 * GiB },
       logLevel: (process.env.GPUSHARDS_TEST_LOG as 'debug' | undefined) ?? 'silent',
       logDestination: pino.destination(2),
     });
@@ -117,6 +118,8 @@ describe('agent', () => {
       cudaVersion: '13.0',
       simulated: true,
       contextOverheadBytes: 300 * MiB,
+      // The fake libcuda has the checkpoint API: this host suspends, within its budget.
+      suspendBudgetBytes: 8 * GiB,
     });
     assert.deepEqual(
       register.gpus.map((gpu) => [gpu.index, gpu.uuid, gpu.model, gpu.totalBytes, gpu.usedBytes]),

@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 
 import { resolve } from 'node:path';
-import { hostname } from 'node:os';
+import { hostname, totalmem } from 'node:os';
 
 import type { INestMicroservice } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -17,6 +17,8 @@ import type { AgentLink } from './link/agent-link.js';
 import { AgentLinkServer } from './link/agent-link-server.js';
 import { NatsAgentLink } from './link/nats-agent-link.js';
 import { createLogger, PinoNestLogger } from './logging/logger.js';
+import { AgentMetrics } from './metrics/agent-metrics.js';
+import { MetricsHttpServer } from './metrics/metrics-http.js';
 import { AgentService } from './reconcile/agent.service.js';
 import { HeartbeatService } from './reconcile/heartbeat.service.js';
 
@@ -28,6 +30,10 @@ export interface Agent {
   reconcileNow(): Promise<void>;
   /** Sends one heartbeat now. */
   heartbeatNow(): Promise<void>;
+  /** The agent's metrics in Prometheus text (what GPUSHARDS_METRICS_LISTEN serves). */
+  metrics(): Promise<string>;
+  /** Where the metrics are served, when metricsListen was given (port 0 picks one). */
+  metricsAddress(): { host: string; port: number } | undefined;
   /** Stops the agent; shard containers keep running and are adopted by the next start. */
   stop(): Promise<void>;
 }
@@ -74,6 +80,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       inventory: app.get(GpusService).inventory,
       reconcileNow: () => context.get(AgentService).reconcile(),
       heartbeatNow: () => context.get(HeartbeatService).beat(),
+      metrics: () => context.get(AgentMetrics).text(),
+      metricsAddress: () => context.get(MetricsHttpServer).address(),
       stop: () => {
         stopped ??= service.stop().finally(() => context.close());
         return stopped;
@@ -147,7 +155,46 @@ function resolveConfig(options: AgentOptions): AgentConfig {
     enforcement: resolveEnforcement(options.enforcement),
     computeFence: resolveComputeFence(options.computeFence),
     containers: resolveContainers(options.containers),
+    suspendBudgetBytes: resolveSuspendBudget(options.suspendBudget),
+    ...(options.metricsListen !== undefined
+      ? { metricsListen: resolveListen(options.metricsListen) }
+      : {}),
   };
+}
+
+/** Bytes of host RAM for suspended shards: a size as given, or a percent of MemTotal. */
+export function resolveSuspendBudget(
+  budget: AgentOptions['suspendBudget'] = { percentOfRam: DEFAULTS.suspendBudgetPercentOfRam },
+  hostBytes = totalmem(),
+): number {
+  if ('bytes' in budget) {
+    if (!Number.isSafeInteger(budget.bytes) || budget.bytes < 0) {
+      throw new RangeError(
+        `suspendBudget.bytes must be a whole number of bytes, got ${budget.bytes}`,
+      );
+    }
+    return budget.bytes;
+  }
+  if (
+    !Number.isFinite(budget.percentOfRam) ||
+    budget.percentOfRam < 0 ||
+    budget.percentOfRam > 100
+  ) {
+    throw new RangeError(
+      `suspendBudget.percentOfRam must be from 0 to 100, got ${budget.percentOfRam}`,
+    );
+  }
+  return Math.floor((hostBytes * budget.percentOfRam) / 100);
+}
+
+function resolveListen(
+  listen: NonNullable<AgentOptions['metricsListen']>,
+): NonNullable<AgentConfig['metricsListen']> {
+  if (!Number.isInteger(listen.port) || listen.port < 0 || listen.port > 65_535) {
+    throw new RangeError(`metricsListen.port must be 0 to 65535, got ${listen.port}`);
+  }
+  if (listen.host.length === 0) throw new RangeError('metricsListen.host must not be empty');
+  return { host: listen.host, port: listen.port };
 }
 
 function resolveEnforcement(options: AgentOptions['enforcement'] = {}): AgentConfig['enforcement'] {

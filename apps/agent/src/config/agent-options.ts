@@ -65,6 +65,12 @@ export interface ContainerHardening {
   readonly pidsLimit?: number;
 }
 
+/**
+ * Host RAM that suspended shards' GPU memory may take (docs/elastic.md, "Room"), by their
+ * caps: a size, or a percent of the host's memory (MemTotal). 0 turns suspends off.
+ */
+export type SuspendBudget = { readonly bytes: number } | { readonly percentOfRam: number };
+
 /** Everything createAgent needs; main.ts builds it from the environment. */
 export interface AgentOptions {
   /** This host's id: its NATS subjects, its Docker labels. */
@@ -117,6 +123,10 @@ export interface AgentOptions {
   readonly enforcement?: EnforcementOptions;
   readonly computeFence?: ComputeFenceOptions;
   readonly containers?: ContainerHardening;
+  /** Default: 50 % of the host's RAM (docs/agent.md, "Elastic memory"). */
+  readonly suspendBudget?: SuspendBudget;
+  /** Where to serve the agent's metrics (`GET /metrics`); unset: nowhere (Agent.metrics() still). */
+  readonly metricsListen?: { readonly host: string; readonly port: number };
 }
 
 /** AgentOptions with every default filled in; what the services receive. */
@@ -138,6 +148,9 @@ export interface AgentConfig {
   readonly enforcement: Required<EnforcementOptions>;
   readonly computeFence: Required<ComputeFenceOptions>;
   readonly containers: { readonly user?: string; readonly pidsLimit: number };
+  /** Host RAM for suspended shards, in bytes; 0: this host does not suspend. */
+  readonly suspendBudgetBytes: number;
+  readonly metricsListen?: { readonly host: string; readonly port: number };
 }
 
 export const AGENT_CONFIG = Symbol('AgentConfig');
@@ -157,4 +170,5 @@ export const DEFAULTS = {
   computeFenceThresholdPercent: DEFAULT_UNGOVERNED_THRESHOLD_PERCENT,
   pidsLimit: 4096,
   computeTurns: 'gpu',
+  suspendBudgetPercentOfRam: 50,
 } as const;

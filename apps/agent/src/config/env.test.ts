@@ -124,6 +124,37 @@ describe('agentOptionsFromEnv', () => {
     }
   });
 
+  it("reads the suspend budget: a percent of the host's RAM, a size, or 0 (no suspends); and where metrics are served", () => {
+    const read = (value: string) =>
+      agentOptionsFromEnv({ GPUSHARDS_HOST_ID: 'b', GPUSHARDS_SUSPEND_BUDGET: value })
+        .suspendBudget;
+    assert.deepEqual(read('50%'), { percentOfRam: 50 });
+    assert.deepEqual(read('12.5%'), { percentOfRam: 12.5 });
+    assert.deepEqual(read('64g'), { bytes: 64 * GiB });
+    assert.deepEqual(read('0'), { bytes: 0 });
+    assert.deepEqual(read('0%'), { percentOfRam: 0 });
+    assert.equal(agentOptionsFromEnv({ GPUSHARDS_HOST_ID: 'b' }).suspendBudget, undefined);
+    assert.throws(
+      () => read('150%'),
+      /GPUSHARDS_SUSPEND_BUDGET: a percent of the host's RAM is at most 100%/,
+    );
+    assert.throws(
+      () => read('lots'),
+      /GPUSHARDS_SUSPEND_BUDGET: must be a percent of the host's RAM \(50%\), a size \(64g\) or 0/,
+    );
+    const listen = (value: string) =>
+      agentOptionsFromEnv({ GPUSHARDS_HOST_ID: 'b', GPUSHARDS_METRICS_LISTEN: value })
+        .metricsListen;
+    assert.deepEqual(listen('127.0.0.1:9464'), { host: '127.0.0.1', port: 9464 });
+    assert.deepEqual(listen('[::1]:9464'), { host: '::1', port: 9464 });
+    assert.deepEqual(listen('agent-host:0'), { host: 'agent-host', port: 0 });
+    assert.throws(() => listen('9464'), /GPUSHARDS_METRICS_LISTEN must be host:port/);
+    assert.throws(
+      () => listen('h:99999'),
+      /GPUSHARDS_METRICS_LISTEN must have a port of at most 65535/,
+    );
+  });
+
   it('reads every setting', () => {
     const options = agentOptionsFromEnv({
       GPUSHARDS_HOST_ID: 'box-1',

@@ -108,6 +108,17 @@ const envSchema = z.object({
     .transform(Number)
     .refine((value) => value >= 16, 'must be at least 16')
     .optional(),
+  GPUSHARDS_SUSPEND_BUDGET: z.string().optional(),
+  GPUSHARDS_METRICS_LISTEN: z
+    .string()
+    .regex(
+      /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/,
+      'must be host:port, like 127.0.0.1:9464 ([::1]:9464 for IPv6)',
+    )
+    .refine((value) => Number(value.slice(value.lastIndexOf(':') + 1)) <= 65_535, {
+      message: 'must have a port of at most 65535',
+    })
+    .optional(),
   GPUSHARDS_LOG_LEVEL: z
     .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
     .default('info'),
@@ -172,6 +183,7 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     else problems.push(`GPUSHARDS_CAP_TOLERANCE: ${size.error.message}`);
   }
   const mps = readMpsPartition(vars, problems);
+  const suspendBudget = readSuspendBudget(vars.GPUSHARDS_SUSPEND_BUDGET, problems);
   if (problems.length > 0) {
     throw new ConfigError(`invalid agent configuration:\n  ${problems.join('\n  ')}`);
   }
@@ -213,6 +225,10 @@ export function agentOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Agent
     ...(vars.GPUSHARDS_COMPUTE_FENCE_SECONDS !== undefined
       ? { computeFence: { windowSeconds: vars.GPUSHARDS_COMPUTE_FENCE_SECONDS } }
       : {}),
+    ...(suspendBudget !== undefined ? { suspendBudget } : {}),
+    ...(vars.GPUSHARDS_METRICS_LISTEN !== undefined
+      ? { metricsListen: parseListen(vars.GPUSHARDS_METRICS_LISTEN) }
+      : {}),
     containers: {
       ...(vars.GPUSHARDS_CONTAINER_USER !== undefined
         ? { user: vars.GPUSHARDS_CONTAINER_USER }
@@ -249,6 +265,35 @@ function readMpsPartition(
     return undefined;
   }
   return { pipeDir: folder, isolatedPercent: percent };
+}
+
+/** `50%` (of the host's RAM, 0-100), a size (`64g`), or 0 (suspends off). */
+function readSuspendBudget(
+  text: string | undefined,
+  problems: string[],
+): AgentOptions['suspendBudget'] {
+  if (text === undefined) return undefined;
+  if (/^0+$/.test(text.trim())) return { bytes: 0 };
+  const percent = /^(\d+(\.\d+)?)%$/.exec(text.trim());
+  if (percent !== null) {
+    const value = Number(percent[1]);
+    if (value <= 100) return { percentOfRam: value };
+    problems.push(
+      `GPUSHARDS_SUSPEND_BUDGET: a percent of the host's RAM is at most 100%, got ${text}`,
+    );
+    return undefined;
+  }
+  const size = parseSize(text);
+  if (size.ok) return { bytes: size.bytes };
+  problems.push(
+    `GPUSHARDS_SUSPEND_BUDGET: must be a percent of the host's RAM (50%), a size (64g) or 0 (no suspends): ${size.error.message}`,
+  );
+  return undefined;
+}
+
+function parseListen(text: string): { host: string; port: number } {
+  const at = text.lastIndexOf(':');
+  return { host: text.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port: Number(text.slice(at + 1)) };
 }
 
 function parseLabels(text: string | undefined): Record<string, string> {

@@ -53,6 +53,11 @@ describe('buildCreateOptions', () => {
     assert.deepEqual(options.HostConfig?.CapDrop, ['ALL']);
     assert.ok(!options.HostConfig?.CapAdd?.includes('SYS_ADMIN'));
     assert.equal(options.HostConfig?.PidsLimit, 4096);
+    // No memory limit: a suspended shard holds its GPU memory in its processes' host memory,
+    // which a container limit would let the kernel OOM-kill (docs/agent.md, "Elastic memory").
+    assert.equal(options.HostConfig?.Memory, undefined);
+    assert.equal(options.HostConfig?.MemorySwap, undefined);
+    assert.equal(options.HostConfig?.OomScoreAdj, undefined);
     assert.equal('User' in options, false, "the image's user unless the agent names one");
     assert.equal(buildCreateOptions({ ...plan, user: '1000:1000' }).User, '1000:1000');
     assert.equal(options.Labels?.['io.gpushards.gpus'], 'GPU-a,GPU-b');

@@ -170,6 +170,9 @@ export function buildCreateOptions(plan: ContainerPlan): ContainerCreateOptions 
       CapDrop: ['ALL'],
       CapAdd: [...SHARD_CAPABILITIES],
       PidsLimit: plan.pidsLimit,
+      // No Memory limit: a suspended (elastic) shard keeps its GPU memory in its processes' host
+      // memory, which a container limit would let the kernel OOM-kill; the host's suspend budget
+      // bounds it instead (docs/agent.md, "Elastic memory").
       RestartPolicy: { Name: 'no' },
       ...(plan.simulated
         ? {}

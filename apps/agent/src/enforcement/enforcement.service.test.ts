@@ -12,9 +12,12 @@ import type { GpusService } from '../gpus/gpus.service.js';
 import { decodeLimits } from '../limits/limits-file.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { createLogger } from '../logging/logger.js';
+import { AgentMetrics } from '../metrics/agent-metrics.js';
+import type { PressureRing, RegionWatchService } from '../regions/region-watch.service.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 import type { ShardsService } from '../shards/shards.service.js';
 import { EnforcementService } from './enforcement.service.js';
+import { PRESSURE_SAMPLE_GAP_MS } from './fence-pressure.js';
 import { ProcessOwners } from './process-owners.js';
 
 const MiB = 1024 ** 2;
@@ -44,22 +47,35 @@ function processIn(containerId: string | undefined, command = 'sleep'): ChildPro
   return child;
 }
 
-function setUp(stateDir: string) {
+function setUp(stateDir: string, intervalMs = 0) {
   const config = {
     hostId: 'box-1',
     stateDir,
-    enforcement: { intervalMs: 0, toleranceBytes: 10 * MiB, allowedProcesses: ['Xorg'], procRoot },
+    enforcement: { intervalMs, toleranceBytes: 10 * MiB, allowedProcesses: ['Xorg'], procRoot },
   } as unknown as AgentConfig;
   const logger = createLogger('silent', 'box-1');
   let samples: GpuProcessSample[] = [];
   /** The PIDs each listing was asked to watch (their GPUs listed afresh). */
   const watched: number[][] = [];
+  /** The GPUs each listing was asked to list afresh (a pressure ring). */
+  const fresh: string[][] = [];
   const gpus = {
-    processes: (watch?: ReadonlySet<number>) => {
+    inventory: { gpus: [{ uuid: GPU0 }, { uuid: GPU1 }] },
+    canonicalUuid: (uuid: string) => uuid,
+    hostIndex: (uuid: string) => [GPU0, GPU1].indexOf(uuid),
+    processes: (watch?: ReadonlySet<number>, afresh?: ReadonlySet<string>) => {
       watched.push([...(watch ?? [])]);
+      fresh.push([...(afresh ?? [])]);
       return samples;
     },
   } as unknown as GpusService;
+  let ring: ((ring: PressureRing) => void) | undefined;
+  const regionWatch = {
+    onPressure: (listener: (ring: PressureRing) => void) => {
+      ring = listener;
+    },
+  } as unknown as RegionWatchService;
+  const metrics = new AgentMetrics();
   const records: ShardRecord[] = [
     {
       shardId: 'a',
@@ -85,6 +101,8 @@ function setUp(stateDir: string) {
     shards,
     limits,
     new ProcessOwners(procRoot),
+    metrics,
+    regionWatch,
     logger,
   );
   return {
@@ -92,6 +110,9 @@ function setUp(stateDir: string) {
     limits,
     stopped,
     watched,
+    fresh,
+    metrics,
+    ring: (pressure: PressureRing) => ring!(pressure),
     setSamples: (next: GpuProcessSample[]) => {
       samples = next;
     },
@@ -252,5 +273,78 @@ describe('EnforcementService', () => {
     // While the killed PID is still listed, samples are full passes (nothing cut short).
     await enforcement.sampleNow();
     assert.deepEqual(enforcement.counts, { full: 4, skipped: 1 });
+  });
+
+  it('a pressure ring samples its GPU at once, afresh; the offender is killed and the relief measured once its memory is gone', async () => {
+    const { enforcement, limits, setSamples, fresh, metrics, ring } = setUp(
+      join(work, 'pressure'),
+      50,
+    );
+    await limits.prepare('a', [{ uuid: GPU0, limitBytes: 1000 * MiB }], 0, 'kill');
+    await limits.prepare('b', [{ uuid: GPU0, limitBytes: 500 * MiB }], 0, 'kill');
+    const neighbour = processIn(CONTAINER_A);
+    const offender = processIn(CONTAINER_B);
+    setSamples([
+      { gpuUuid: GPU0, pid: neighbour.pid!, bytes: 400 * MiB },
+      { gpuUuid: GPU0, pid: offender.pid!, bytes: 3000 * MiB },
+    ]);
+    const killed = new Promise<readonly unknown[]>((resolve) => enforcement.onViolations(resolve));
+    const exited = once(offender, 'exit');
+    // The fence is never started: only the ring makes it sample.
+    ring({ shardId: 'a', gpuUuid: GPU0, count: 1n, atNs: process.hrtime.bigint() });
+    const [violation] = (await killed) as { shardId: string; killedPids: number[] }[];
+    assert.deepEqual([violation!.shardId, violation!.killedPids], ['b', [offender.pid]]);
+    assert.deepEqual(fresh.at(-1), [GPU0], 'the rung GPU was listed afresh');
+    assert.deepEqual(await exited, [null, 'SIGKILL']);
+    assert.equal(neighbour.exitCode, null);
+    assert.deepEqual(enforcement.takePressureReliefs(), [], 'its memory is still listed');
+    setSamples([{ gpuUuid: GPU0, pid: neighbour.pid!, bytes: 400 * MiB }]);
+    await enforcement.sampleNow();
+    const [relief, ...more] = enforcement.takePressureReliefs();
+    assert.equal(more.length, 0);
+    assert.equal(relief!.shardId, 'a');
+    assert.equal(relief!.gpuUuid, GPU0);
+    assert.deepEqual(relief!.killedPids, [offender.pid]);
+    assert.ok(relief!.reliefSeconds! >= 0);
+    const text = await metrics.text();
+    assert.match(text, new RegExp(`gpushards_agent_pressure_signals_total\\{gpu="${GPU0}"\\} 1`));
+    assert.match(
+      text,
+      new RegExp(`gpushards_agent_pressure_relief_seconds_count\\{gpu="${GPU0}"\\} 1`),
+    );
+    assert.match(text, /gpushards_agent_pressure_samples_total 1/);
+    await enforcement.onModuleDestroy();
+  });
+
+  it('a tenant ringing in a loop gets at most one extra sample per GPU per gap', async () => {
+    const { enforcement, limits, setSamples, metrics, ring } = setUp(join(work, 'storm'), 50);
+    await limits.prepare('a', [{ uuid: GPU0, limitBytes: 1000 * MiB }], 0, 'kill');
+    const a = processIn(CONTAINER_A);
+    setSamples([{ gpuUuid: GPU0, pid: a.pid!, bytes: 100 * MiB }]);
+    const started = performance.now();
+    for (let count = 1n; count <= 1000n; count++) {
+      ring({ shardId: 'a', gpuUuid: GPU0, count, atNs: process.hrtime.bigint() });
+    }
+    const elapsed = performance.now() - started;
+    const samples = Number((await metrics.pressureSamples.get()).values[0]?.value ?? 0);
+    assert.ok(
+      samples >= 1 && samples <= Math.ceil(elapsed / PRESSURE_SAMPLE_GAP_MS) + 1,
+      `${samples} samples in ${elapsed} ms`,
+    );
+    assert.equal(a.exitCode, null);
+    await enforcement.onModuleDestroy();
+  });
+
+  it('memory of no shard on a GPU has a gauge', async () => {
+    const { enforcement, setSamples, metrics } = setUp(join(work, 'foreign'));
+    const host = processIn(undefined, 'python');
+    setSamples([{ gpuUuid: GPU1, pid: host.pid!, bytes: 64 * MiB }]);
+    await enforcement.sampleNow();
+    const text = await metrics.text();
+    assert.match(
+      text,
+      new RegExp(`gpushards_agent_unattributed_bytes\\{gpu="${GPU1}"\\} ${64 * MiB}`),
+    );
+    assert.match(text, new RegExp(`gpushards_agent_unattributed_bytes\\{gpu="${GPU0}"\\} 0`));
   });
 });

@@ -6,12 +6,17 @@ import {
   type ProcessUsage,
 } from '@gpushards/limits';
 
+import type { PressureReliefMessage } from '@gpushards/protocol';
+
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService, type ShardLimits } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import { AgentMetrics } from '../metrics/agent-metrics.js';
+import { RegionWatchService } from '../regions/region-watch.service.js';
 import { ShardsService } from '../shards/shards.service.js';
 import { PolicyActions } from './policy-actions.js';
+import { FencePressure, RELIEF_POLL_MS } from './fence-pressure.js';
 import { ProcessOwners } from './process-owners.js';
 
 /** What the agent did about one violation; goes to the control plane as a shard event. */
@@ -60,6 +65,14 @@ export class EnforcementService implements OnModuleDestroy {
   private quietAt = 0;
   /** Samples cut short because nothing changed, and full passes, for the benchmark. */
   readonly counts = { skipped: 0, full: 0 };
+  /** A sample was asked for while one ran: another follows it at once. */
+  private again = false;
+  /** GPUs to list afresh at the next sample (a pressure ring on them). */
+  private readonly fresh = new Set<string>();
+  private readonly pressure: FencePressure;
+  private reliefPoll: NodeJS.Timeout | undefined;
+  /** GPUs with memory of no shard at the last sample (warned once per episode). */
+  private readonly unattributedGpus = new Set<string>();
 
   constructor(
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
@@ -68,31 +81,73 @@ export class EnforcementService implements OnModuleDestroy {
     private readonly limits: LimitsService,
     /** Shared with the compute fence (ProcessOwnersModule). */
     private readonly owners: ProcessOwners,
+    private readonly metrics: AgentMetrics,
+    regionWatch: RegionWatchService,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'enforcement' });
     this.actions = new PolicyActions(shards);
+    this.pressure = new FencePressure(metrics, this.logger, (gpu) => {
+      this.fresh.add(gpu);
+      void this.sampleSoon();
+    });
+    regionWatch.onPressure((ring) => {
+      if (this.config.enforcement.intervalMs === 0) return; // the fence is off
+      const gpu = this.gpus.canonicalUuid(ring.gpuUuid);
+      if (this.gpus.hostIndex(gpu) === undefined) return; // not a GPU of this host
+      this.pressure.ring(ring.shardId, gpu, ring.atNs);
+    });
   }
 
   /** Samples every `enforcement.intervalMs` until the module is destroyed. */
   start(): void {
     if (this.timer !== undefined || this.config.enforcement.intervalMs === 0) return;
     const tick = () => {
-      this.running = this.sampleNow()
-        .then(() => undefined)
-        .catch((error: unknown) => this.logger.warn({ err: error }, 'GPU memory sample failed'))
-        .finally(() => {
-          this.running = undefined;
-          if (this.timer !== undefined)
-            this.timer = setTimeout(tick, this.config.enforcement.intervalMs);
-        });
+      void this.sampleSoon().finally(() => {
+        if (this.timer !== undefined)
+          this.timer = setTimeout(tick, this.config.enforcement.intervalMs);
+      });
     };
     this.timer = setTimeout(tick, 0);
+  }
+
+  /**
+   * Samples now, or right after the sample that runs (never two at once); resolves when a
+   * sample that began after this call has ended.
+   */
+  private sampleSoon(): Promise<void> {
+    if (this.running !== undefined) {
+      this.again = true;
+      return this.running.then(() => this.running);
+    }
+    const run = async (): Promise<void> => {
+      do {
+        this.again = false;
+        await this.sampleNow().catch((error: unknown) =>
+          this.logger.warn({ err: error }, 'GPU memory sample failed'),
+        );
+      } while (this.again);
+    };
+    this.running = run().finally(() => {
+      this.running = undefined;
+      if (this.pressure.awaitingRelief && this.reliefPoll === undefined) {
+        this.reliefPoll = setTimeout(() => {
+          this.reliefPoll = undefined;
+          void this.sampleSoon();
+        }, RELIEF_POLL_MS);
+      }
+    });
+    return this.running;
   }
 
   /** Called with each batch of violations acted on (the heartbeat sends them at once). */
   onViolations(listener: (violations: readonly ViolationRecord[]) => void): void {
     this.listeners.add(listener);
+  }
+
+  /** Pressure episodes settled since the last call, for the heartbeat. */
+  takePressureReliefs(): PressureReliefMessage[] {
+    return this.pressure.take();
   }
 
   /** The last sample, for heartbeats; undefined before the first or where NVML cannot tell. */
@@ -102,9 +157,13 @@ export class EnforcementService implements OnModuleDestroy {
 
   /** One sample and what follows from it; resolves to what was done. */
   async sampleNow(): Promise<readonly ViolationRecord[]> {
-    // Killed processes still listed: their GPUs are listed afresh until they are gone.
+    // Killed processes still listed: their GPUs are listed afresh until they are gone; so are
+    // GPUs a shard rang the pressure bell for.
+    const fresh = this.fresh.size > 0 ? new Set(this.fresh) : undefined;
+    this.fresh.clear();
     const processes = this.gpus.processes(
       this.actions.anyDying ? this.actions.dyingPids() : undefined,
+      fresh,
     );
     if (processes === undefined) {
       if (!this.warnedUnsupported) {
@@ -116,6 +175,7 @@ export class EnforcementService implements OnModuleDestroy {
       return [];
     }
     const now = Date.now();
+    this.pressure.settle(processes);
     const records = this.shards.list();
     const shardLimits = this.limits.all();
     const key = sampleKey(processes, records, shardLimits);
@@ -160,6 +220,9 @@ export class EnforcementService implements OnModuleDestroy {
   async onModuleDestroy(): Promise<void> {
     clearTimeout(this.timer);
     this.timer = undefined;
+    this.pressure.close();
+    clearTimeout(this.reliefPoll);
+    this.reliefPoll = undefined;
     await this.running;
   }
 
@@ -191,7 +254,39 @@ export class EnforcementService implements OnModuleDestroy {
       }
       if (bytes > 0) unattributed.set(gpu.gpuUuid, bytes);
     }
+    this.noteUnattributed(unattributed, decision.unattributed);
     return { sampledAt: now, shards, unattributed };
+  }
+
+  /**
+   * Memory of no shard on a GPU (not on the allow-list) is memory placement cannot promise:
+   * the control plane leaves it out of what the GPU offers (heartbeat unattributedBytesPerGpu).
+   * A gauge per GPU, and a warning when it appears (an info when it is gone).
+   */
+  private noteUnattributed(
+    unattributed: ReadonlyMap<string, number>,
+    holders: EnforcementDecision['unattributed'],
+  ): void {
+    for (const gpu of this.gpus.inventory.gpus) {
+      const bytes = unattributed.get(gpu.uuid) ?? 0;
+      this.metrics.unattributedBytes.set({ gpu: gpu.uuid }, bytes);
+      if (bytes > 0 && !this.unattributedGpus.has(gpu.uuid)) {
+        this.unattributedGpus.add(gpu.uuid);
+        const pids = holders.find((h) => h.gpuUuid === gpu.uuid)?.pids ?? [];
+        this.logger.warn(
+          {
+            gpu: gpu.uuid,
+            bytes,
+            processes: pids
+              .slice(0, 16)
+              .map((pid) => ({ pid, command: this.owners.commandOf(pid) })),
+          },
+          'memory of no shard on a GPU: placement leaves it out (GPUSHARDS_GPU_ALLOWED_PROCESSES lists host processes expected there)',
+        );
+      } else if (bytes === 0 && this.unattributedGpus.delete(gpu.uuid)) {
+        this.logger.info({ gpu: gpu.uuid }, 'no more memory of no shard on the GPU');
+      }
+    }
   }
 
   private async writeReal(now: number): Promise<void> {
@@ -216,10 +311,13 @@ export class EnforcementService implements OnModuleDestroy {
       if (record === undefined) continue;
       const base = { ...violation, teamId: record.teamId, at: new Date(now).toISOString() };
       if (violation.action === 'kill') {
-        done.push({ ...base, ...this.actions.kill(violation.pids, now) });
+        const outcome = this.actions.kill(violation.pids, now);
+        this.pressure.acted(violation.gpuUuid, violation.pids, outcome.killedPids);
+        done.push({ ...base, ...outcome });
       } else if (violation.action === 'stop') {
         // One stop per shard, whatever GPUs it passed its cap on, until its processes are gone.
         const outcome = await this.actions.stopOnce(violation.shardId);
+        this.pressure.acted(violation.gpuUuid, violation.pids, []);
         if (outcome !== undefined) done.push({ ...base, ...outcome });
       } else {
         const key = `${violation.shardId}|${violation.gpuUuid}`;

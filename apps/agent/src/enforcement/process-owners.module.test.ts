@@ -10,6 +10,8 @@ import { AGENT_CONFIG } from '../config/agent-options.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { createLogger, LOGGER } from '../logging/logger.js';
+import { AgentMetrics } from '../metrics/agent-metrics.js';
+import { RegionWatchService } from '../regions/region-watch.service.js';
 import { RegionsService } from '../regions/regions.service.js';
 import { ShardsService } from '../shards/shards.service.js';
 import { EnforcementModule } from './enforcement.module.js';
@@ -27,8 +29,19 @@ import { ProcessOwnersModule } from './process-owners.module.js';
     { provide: ShardsService, useValue: {} },
     { provide: LimitsService, useValue: {} },
     { provide: RegionsService, useValue: {} },
+    { provide: RegionWatchService, useValue: { onPressure: () => undefined } },
+    { provide: AgentMetrics, useValue: new AgentMetrics() },
   ],
-  exports: [AGENT_CONFIG, LOGGER, GpusService, ShardsService, LimitsService, RegionsService],
+  exports: [
+    AGENT_CONFIG,
+    LOGGER,
+    GpusService,
+    ShardsService,
+    LimitsService,
+    RegionsService,
+    RegionWatchService,
+    AgentMetrics,
+  ],
 })
 class StandIns {}
 

@@ -44,9 +44,13 @@ export interface GpuBackend {
   /**
    * Every process's memory on every GPU; undefined when nothing can tell (no driver). `watch`:
    * PIDs whose GPUs are listed afresh at every call while they are listed (processes the fence
-   * killed), whatever else says nothing changed (listing-gate.ts).
+   * killed), whatever else says nothing changed (listing-gate.ts); `fresh`: GPUs (UUIDs) listed
+   * afresh at this call (a pressure ring on them).
    */
-  processes(watch?: ReadonlySet<number>): GpuProcessSample[] | undefined;
+  processes(
+    watch?: ReadonlySet<number>,
+    fresh?: ReadonlySet<string>,
+  ): GpuProcessSample[] | undefined;
   /**
    * Each process's utilization samples on GPU `gpuIndex` newer than `sinceUs` (microseconds
    * since the Unix epoch; 0: as far back as the driver keeps); 'unsupported' where nothing can
@@ -65,6 +69,7 @@ export interface ListingClock {
 }
 
 const NO_PIDS: ReadonlySet<number> = new Set();
+const NO_GPUS: ReadonlySet<string> = new Set();
 
 export class NvmlBackend implements GpuBackend {
   readonly driverVersion: string;
@@ -105,14 +110,17 @@ export class NvmlBackend implements GpuBackend {
     });
   }
 
-  processes(watch: ReadonlySet<number> = NO_PIDS): GpuProcessSample[] | undefined {
+  processes(
+    watch: ReadonlySet<number> = NO_PIDS,
+    fresh: ReadonlySet<string> = NO_GPUS,
+  ): GpuProcessSample[] | undefined {
     if (!this.nvml.listsProcesses) return undefined;
     const samples: GpuProcessSample[] = [];
     for (const gpu of this.gpus) {
       const usedBytes = this.nvml.memory(gpu.index).usedBytes;
       const now = this.clock.now();
       let listing = this.listings.get(gpu.index);
-      if (mustRelist(listing, usedBytes, now, watch, this.clock.alive)) {
+      if (fresh.has(gpu.uuid) || mustRelist(listing, usedBytes, now, watch, this.clock.alive)) {
         const processes = this.nvml.processes(gpu.index).map((process) => ({
           gpuUuid: gpu.uuid,
           pid: process.pid,

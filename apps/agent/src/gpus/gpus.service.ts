@@ -137,10 +137,14 @@ export class GpusService implements OnModuleDestroy {
   /**
    * Every process's real memory per GPU (NVML); undefined where no driver can tell. A GPU's
    * last listing is reused while nothing says it changed (gpus/listing-gate.ts); `watch`: PIDs
-   * whose GPUs are listed afresh while they are listed (processes the fence killed).
+   * whose GPUs are listed afresh while they are listed (processes the fence killed); `fresh`:
+   * GPUs listed afresh at this call.
    */
-  processes(watch?: ReadonlySet<number>): GpuProcessSample[] | undefined {
-    return this.backend.processes(watch);
+  processes(
+    watch?: ReadonlySet<number>,
+    fresh?: ReadonlySet<string>,
+  ): GpuProcessSample[] | undefined {
+    return this.backend.processes(watch, fresh);
   }
 
   /**

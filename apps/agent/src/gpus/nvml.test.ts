@@ -30,6 +30,7 @@ const unreachableLink: AgentLink = {
   register: () => Promise.reject(new Error('not reached')),
   heartbeat: () => Promise.reject(new Error('not reached')),
   publishState: () => Promise.reject(new Error('not reached')),
+  publishWake: () => Promise.reject(new Error('not reached')),
   reconcile: () => Promise.reject(new Error('not reached')),
   onCommand: () => Promise.reject(new Error('not reached')),
   onRestored: () => undefined,

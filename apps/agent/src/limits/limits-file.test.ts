@@ -75,15 +75,15 @@ describe('limits file', () => {
         ),
       /at most 16 GPUs/,
     );
-    assert.throws(() => encodeLimits([], 'x'.repeat(48)), /at most 47 bytes/);
-    assert.throws(() => encodeLimits([], 'a\0b'), /without NUL/);
+    assert.throws(() => encodeLimits([], { shardId: 'x'.repeat(48) }), /at most 47 bytes/);
+    assert.throws(() => encodeLimits([], { shardId: 'a\0b' }), /without NUL/);
     const corrupt = encodeLimits([]);
     corrupt.writeUInt32LE(3, 32);
     assert.throws(() => decodeLimits(corrupt), LimitsFileError);
   });
 
   it('names the shard in the header, outside the checksum, NUL-terminated', () => {
-    const bytes = encodeLimits([], 'shard-7f3a');
+    const bytes = encodeLimits([], { shardId: 'shard-7f3a' });
     assert.equal(bytes.subarray(48, 58).toString('utf8'), 'shard-7f3a');
     assert.ok(bytes.subarray(58, 128).every((b) => b === 0));
     assert.equal(bytes.readBigUInt64LE(40), fnv1a64(bytes.subarray(0, 40)));
@@ -96,20 +96,53 @@ describe('limits file', () => {
 
   it("carries the host's compute turns in the header, outside the checksum", () => {
     // compute_turns at 96: 1 CPU, 2 GPU; 0 (unset) when the writer names none.
-    assert.equal(encodeLimits([], 'a', 'cpu').readUInt32LE(96), 1);
-    assert.equal(encodeLimits([], 'a', 'gpu').readUInt32LE(96), 2);
-    assert.equal(encodeLimits([], 'a').readUInt32LE(96), 0);
-    const bytes = encodeLimits([{ uuid: GPU0, limitBytes: 1, contextBytes: 1 }], 'a', 'gpu');
+    assert.equal(encodeLimits([], { shardId: 'a', computeTurns: 'cpu' }).readUInt32LE(96), 1);
+    assert.equal(encodeLimits([], { shardId: 'a', computeTurns: 'gpu' }).readUInt32LE(96), 2);
+    assert.equal(encodeLimits([], { shardId: 'a' }).readUInt32LE(96), 0);
+    const bytes = encodeLimits([{ uuid: GPU0, limitBytes: 1, contextBytes: 1 }], {
+      shardId: 'a',
+      computeTurns: 'gpu',
+    });
     assert.equal(bytes.readBigUInt64LE(40), fnv1a64(bytes.subarray(0, 40)));
     assert.ok(
       bytes.subarray(100, 128).every((b) => b === 0),
-      'the rest stays reserved',
+      'resident, no pressure wait, the rest reserved',
     );
     assert.equal(decodeLimits(bytes).length, 1);
     assert.throws(
-      () => encodeLimits([], 'a', 'fast' as ComputeTurns),
+      () => encodeLimits([], { shardId: 'a', computeTurns: 'fast' as ComputeTurns }),
       /compute turns are cpu or gpu, got fast/,
     );
+  });
+
+  it('carries where the memory is and the pressure wait in the header, outside the checksum; both change in place', async () => {
+    // memory_state at 100: 0 resident, 1 suspended; pressure_wait_ms at 104.
+    const bytes = encodeLimits([], { memory: 'suspended', pressureWaitMs: 300 });
+    assert.equal(bytes.readUInt32LE(100), 1);
+    assert.equal(bytes.readUInt32LE(104), 300);
+    assert.equal(bytes.readBigUInt64LE(40), fnv1a64(bytes.subarray(0, 40)));
+    assert.throws(() => encodeLimits([], { pressureWaitMs: -1 }), /pressure wait/);
+    assert.throws(() => encodeLimits([], { pressureWaitMs: 60_001 }), /pressure wait/);
+    assert.throws(() => encodeLimits([], { pressureWaitMs: 1.5 }), /pressure wait/);
+    const path = join(work, 'memory-mark');
+    await writeLimitsFile(path, [{ uuid: GPU0, limitBytes: 1, contextBytes: 0 }]);
+    const inode = statSync(path).ino;
+    const file = await LimitsFile.open(path);
+    try {
+      assert.equal(await file.memory(), 'resident');
+      await file.setMemory('suspended');
+      assert.equal(await file.memory(), 'suspended');
+      assert.equal(readFileSync(path).readUInt32LE(100), 1);
+      await file.setPressureWait(250);
+      assert.equal(readFileSync(path).readUInt32LE(104), 250);
+      await file.setMemory('resident');
+      assert.equal(readFileSync(path).readUInt32LE(100), 0);
+      await assert.rejects(file.setPressureWait(60_001), RangeError);
+      assert.equal(statSync(path).ino, inode, 'changed in place: the bind mount follows the inode');
+      assert.equal(decodeLimits(readFileSync(path)).length, 1);
+    } finally {
+      await file.close();
+    }
   });
 
   it('is written whole (0644) and then changed in place, field by field', async () => {

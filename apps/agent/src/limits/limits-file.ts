@@ -15,6 +15,8 @@ import {
   LIMITS_HEADER_SIZE,
   LIMITS_MAGIC,
   LIMITS_MAX_DEVICES,
+  LIMITS_MEMORY_RESIDENT,
+  LIMITS_MEMORY_SUSPENDED,
   LIMITS_SIZE,
   LIMITS_VERSION,
 } from './limits-layout.js';
@@ -102,16 +104,43 @@ function checkBytes(name: string, value: number): bigint {
 /** What the header's shard_id holds: the ledger's member entries keep as many bytes. */
 export const LIMITS_SHARD_ID_BYTES = LIMITS_HEADER_FIELDS.shard_id.size - 1;
 
+/** Where a shard's GPU memory is, as its limits file tells libvgpu.so (memory_state). */
+export type MemoryMark = 'resident' | 'suspended';
+const MEMORY_MARK_CODE: Record<MemoryMark, number> = {
+  resident: LIMITS_MEMORY_RESIDENT,
+  suspended: LIMITS_MEMORY_SUSPENDED,
+};
+
+/** The most pressure_wait_ms the agent writes: libvgpu.so holds an allocation that long. */
+export const MAX_PRESSURE_WAIT_MS = 60_000;
+
+function checkPressureWait(value: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > MAX_PRESSURE_WAIT_MS) {
+    throw new RangeError(
+      `a pressure wait is a whole number of milliseconds from 0 to ${MAX_PRESSURE_WAIT_MS}, got ${value}`,
+    );
+  }
+  return value;
+}
+
+/** The header fields the agent chooses (the rest describe the layout). */
+export interface LimitsHeader {
+  /** The shard whose ledger entry libvgpu.so uses (a process cannot pick another). */
+  readonly shardId?: string;
+  /** Where it waits for its compute turns; absent: unset, CPU turns in a shard. */
+  readonly computeTurns?: ComputeTurns;
+  /** Absent: resident. */
+  readonly memory?: MemoryMark;
+  /** How long libvgpu.so retries an allocation refused under pressure; absent: 0, no retry. */
+  readonly pressureWaitMs?: number;
+}
+
 /**
- * The whole file for these GPUs (in this order), naming the shard whose ledger entry
- * libvgpu.so uses (a process cannot pick another through GPUSHARDS_SHARD_ID) and where it waits
- * for its compute turns (absent: unset, CPU turns in a shard). Throws RangeError on bad input.
+ * The whole file for these GPUs (in this order) with the header's chosen fields. Throws
+ * RangeError on bad input.
  */
-export function encodeLimits(
-  devices: readonly LimitsDevice[],
-  shardId = '',
-  computeTurns?: ComputeTurns,
-): Buffer {
+export function encodeLimits(devices: readonly LimitsDevice[], header: LimitsHeader = {}): Buffer {
+  const shardId = header.shardId ?? '';
   const shardIdBytes = Buffer.from(shardId, 'utf8');
   if (shardIdBytes.length > LIMITS_SHARD_ID_BYTES || shardIdBytes.includes(0)) {
     throw new RangeError(
@@ -123,7 +152,8 @@ export function encodeLimits(
       `a limits file holds at most ${LIMITS_MAX_DEVICES} GPUs, got ${devices.length}`,
     );
   }
-  const turns = computeTurnsCode(computeTurns);
+  const pressureWaitMs = checkPressureWait(header.pressureWaitMs ?? 0);
+  const turns = computeTurnsCode(header.computeTurns);
   const seen = new Set<string>();
   const buffer = Buffer.alloc(LIMITS_SIZE);
   buffer.writeBigUInt64LE(LIMITS_MAGIC, LIMITS_HEADER_FIELDS.magic.offset);
@@ -139,6 +169,11 @@ export function encodeLimits(
   );
   shardIdBytes.copy(buffer, LIMITS_HEADER_FIELDS.shard_id.offset);
   buffer.writeUInt32LE(turns, LIMITS_HEADER_FIELDS.compute_turns.offset);
+  buffer.writeUInt32LE(
+    MEMORY_MARK_CODE[header.memory ?? 'resident'],
+    LIMITS_HEADER_FIELDS.memory_state.offset,
+  );
+  buffer.writeUInt32LE(pressureWaitMs, LIMITS_HEADER_FIELDS.pressure_wait_ms.offset);
   devices.forEach((device, index) => {
     const uuid = parseUuid(device.uuid);
     const key = uuid.toString('hex');
@@ -220,10 +255,9 @@ export function decodeLimits(buffer: Buffer): LimitsDevice[] {
 export async function writeLimitsFile(
   path: string,
   devices: readonly LimitsDevice[],
-  shardId = '',
-  computeTurns?: ComputeTurns,
+  header: LimitsHeader = {},
 ): Promise<void> {
-  const bytes = encodeLimits(devices, shardId, computeTurns);
+  const bytes = encodeLimits(devices, header);
   const temporary = `${path}.${process.pid}.tmp`;
   await fs.mkdir(dirname(path), { recursive: true, mode: 0o755 });
   try {
@@ -325,6 +359,44 @@ export class LimitsFile {
     const written = writeSync(this.handle.fd, this.value, 0, 8, offset);
     if (written !== 8) throw new LimitsFileError(`${this.path}: wrote ${written} of 8 bytes`);
     return true;
+  }
+
+  /**
+   * Marks where the shard's GPU memory is (memory_state): one aligned 4-byte write, which
+   * libvgpu.so reads on every hooked call.
+   */
+  async setMemory(memory: MemoryMark): Promise<void> {
+    await this.writeHeaderWord('memory_state', MEMORY_MARK_CODE[memory]);
+  }
+
+  /** What memory_state says; any value but suspended's reads as resident, as libvgpu.so does. */
+  async memory(): Promise<MemoryMark> {
+    const word = Buffer.alloc(4);
+    const { offset } = LIMITS_HEADER_FIELDS.memory_state;
+    const { bytesRead } = await this.handle.read(word, 0, 4, offset);
+    if (bytesRead !== 4) throw new LimitsFileError(`${this.path}: read ${bytesRead} of 4 bytes`);
+    return word.readUInt32LE(0) === LIMITS_MEMORY_SUSPENDED ? 'suspended' : 'resident';
+  }
+
+  /** Sets pressure_wait_ms (RangeError past MAX_PRESSURE_WAIT_MS). */
+  async setPressureWait(ms: number): Promise<void> {
+    await this.writeHeaderWord('pressure_wait_ms', checkPressureWait(ms));
+  }
+
+  private async writeHeaderWord(
+    field: 'memory_state' | 'pressure_wait_ms',
+    value: number,
+  ): Promise<void> {
+    const word = Buffer.alloc(4);
+    word.writeUInt32LE(value, 0);
+    const { bytesWritten } = await this.handle.write(
+      word,
+      0,
+      4,
+      LIMITS_HEADER_FIELDS[field].offset,
+    );
+    if (bytesWritten !== 4)
+      throw new LimitsFileError(`${this.path}: wrote ${bytesWritten} of 4 bytes`);
   }
 
   async read(): Promise<LimitsDevice[]> {

@@ -8,7 +8,8 @@ import type { ComputeShareSpec, GpuLimit } from '@gpushards/protocol';
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { KeyedMutex } from '../common/keyed-mutex.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { LimitsFile, writeLimitsFile, type LimitsDevice } from './limits-file.js';
+import { pressureWaitMs } from '../enforcement/pressure-wait.js';
+import { LimitsFile, writeLimitsFile, type LimitsDevice, type MemoryMark } from './limits-file.js';
 
 /** A shard's caps as the agent enforces them. */
 export interface ShardLimits {
@@ -88,7 +89,11 @@ export class LimitsService implements OnModuleDestroy {
       await fs.mkdir(this.folder(), { recursive: true, mode: 0o755 });
       // The host's choice of turns, fixed for the life of the container (libvgpu.so reads it once
       // per process).
-      await writeLimitsFile(this.file(shardId), devices, shardId, this.config.computeTurns);
+      await writeLimitsFile(this.file(shardId), devices, {
+        shardId,
+        computeTurns: this.config.computeTurns,
+        pressureWaitMs: this.pressureWaitMs(),
+      });
       this.entries.set(shardId, {
         policy: policy ?? DEFAULT_CAP_POLICY,
         capBytes: new Map(gpus.map((gpu) => [gpu.uuid, gpu.limitBytes])),
@@ -200,6 +205,44 @@ export class LimitsService implements OnModuleDestroy {
     entry.stampedAt = atMs;
   }
 
+  /**
+   * Marks where the shard's GPU memory is (memory_state, read by libvgpu.so on every hooked
+   * call). Throws when the shard has no limits file: a suspend must not go on unmarked.
+   */
+  setMemory(shardId: string, memory: MemoryMark): Promise<void> {
+    return this.mutex.run(shardId, () =>
+      this.withFile(shardId, async (file) => {
+        await file.setMemory(memory);
+        this.logger.info({ shardId, memory }, 'memory state written');
+      }),
+    );
+  }
+
+  /** What the shard's limits file says of its memory (resident when it has no file). */
+  memory(shardId: string): Promise<MemoryMark> {
+    return this.mutex.run(shardId, async () => {
+      try {
+        return await this.withFile(shardId, (file) => file.memory());
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'resident';
+        throw error;
+      }
+    });
+  }
+
+  /** The shard's caps summed over its GPUs, from what the agent holds or else its file. */
+  capsTotal(shardId: string): Promise<number> {
+    const entry = this.entries.get(shardId);
+    if (entry !== undefined) {
+      return Promise.resolve([...entry.capBytes.values()].reduce((sum, bytes) => sum + bytes, 0));
+    }
+    return this.mutex.run(shardId, () =>
+      this.withFile(shardId, async (file) =>
+        (await file.read()).reduce((sum, device) => sum + device.limitBytes, 0),
+      ),
+    );
+  }
+
   /** The caps and policy of every shard the agent knows. */
   all(): ShardLimits[] {
     return [...this.entries].map(([shardId, entry]) => ({
@@ -226,10 +269,30 @@ export class LimitsService implements OnModuleDestroy {
     for (const shardId of [...this.entries.keys()]) await this.closeFile(shardId);
   }
 
+  /** The fence's worst case, written into every file (docs/agent.md, "Pressure"). */
+  private pressureWaitMs(): number {
+    return pressureWaitMs(this.config.enforcement.intervalMs);
+  }
+
+  /** Runs `use` on the shard's open file, opening one for the call when the agent holds none. */
+  private async withFile<T>(shardId: string, use: (file: LimitsFile) => Promise<T>): Promise<T> {
+    const entry = this.entries.get(shardId);
+    const held = entry === undefined ? undefined : await this.openFile(shardId, entry);
+    if (held !== undefined) return use(held);
+    const file = await LimitsFile.open(this.file(shardId));
+    try {
+      return await use(file);
+    } finally {
+      await file.close();
+    }
+  }
+
   private async openFile(shardId: string, entry: Entry): Promise<LimitsFile | undefined> {
     if (entry.file !== undefined) return entry.file;
     try {
       entry.file = await LimitsFile.open(this.file(shardId));
+      // A file an earlier agent wrote (with another sample interval, or before the field).
+      await entry.file.setPressureWait(this.pressureWaitMs());
       return entry.file;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT') {

@@ -7,6 +7,7 @@ import type {
   RegisterReply,
   RegisterRequest,
   ShardStateEvent,
+  ShardWake,
 } from '@gpushards/protocol';
 
 /** Answers one command; resolves to the reply the link sends back to the command's sender. */
@@ -29,6 +30,8 @@ export interface AgentLink {
   register(request: RegisterRequest): Promise<RegisterReply>;
   heartbeat(message: Heartbeat): Promise<void>;
   publishState(event: ShardStateEvent): Promise<void>;
+  /** A process of a suspended shard asked for the GPU (docs/elastic.md): fire and forget. */
+  publishWake(wake: ShardWake): Promise<void>;
   reconcile(request: ReconcileRequest): Promise<ReconcileReply>;
   /**
    * Starts delivering commands to `handler`. Commands may be handled concurrently; the

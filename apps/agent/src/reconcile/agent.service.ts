@@ -14,6 +14,7 @@ import { EnforcementService } from '../enforcement/enforcement.service.js';
 import { GpusService } from '../gpus/gpus.service.js';
 import { AGENT_LINK, LinkUnavailableError, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import { MemoryService } from '../memory/memory.service.js';
 import { ReconcileRequests } from '../shards/reconcile-requests.js';
 import { ShardsService } from '../shards/shards.service.js';
 import { HeartbeatService } from './heartbeat.service.js';
@@ -60,6 +61,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly enforcement: EnforcementService,
     private readonly computeFence: ComputeFenceService,
     private readonly reconcileRequests: ReconcileRequests,
+    private readonly memory: MemoryService,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'agent' });
@@ -177,6 +179,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
             desired: reply.desired.length,
             stopped: reply.stoppedShardIds.length,
             kept: reply.keptShardIds?.length ?? 0,
+            suspended: reply.suspendedShardIds?.length ?? 0,
           },
           'registered with the control plane',
         );
@@ -213,6 +216,8 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
         ...(this.config.mps !== undefined
           ? { isolatedComputePermille: isolatedComputePermille(this.config.mps) }
           : {}),
+        // Elastic memory: the host RAM it lets suspended shards take, or 0 and why not.
+        ...this.memory.hostInfo(),
       },
       gpus: inventory.gpus.map((gpu) => ({ ...gpu, usedBytes: samples.get(gpu.uuid) ?? 0 })),
       runningShards: this.shards

@@ -11,7 +11,9 @@ import { EnforcementService, type ViolationRecord } from '../enforcement/enforce
 import { GpusService } from '../gpus/gpus.service.js';
 import { AGENT_LINK, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import { MemoryService } from '../memory/memory.service.js';
 import type { RegionDevice } from '../regions/region-file.js';
+import { RegionWatchService } from '../regions/region-watch.service.js';
 import { RegionsService } from '../regions/regions.service.js';
 import { ShardsService } from '../shards/shards.service.js';
 
@@ -37,6 +39,8 @@ export class HeartbeatService {
     private readonly regions: RegionsService,
     private readonly shards: ShardsService,
     private readonly enforcement: EnforcementService,
+    private readonly memory: MemoryService,
+    private readonly regionWatch: RegionWatchService,
     computeFence: ComputeFenceService,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -62,6 +66,8 @@ export class HeartbeatService {
 
   async beat(): Promise<void> {
     await this.regions.applyPendingLimits();
+    // Shards adopted after a restart get their bells watched too.
+    this.regionWatch.sync(this.shards.list().map((shard) => shard.shardId));
     await this.link.heartbeat(await this.build());
   }
 
@@ -148,6 +154,7 @@ export class HeartbeatService {
         },
       ];
     });
+    const pressureReliefs = this.enforcement.takePressureReliefs();
     const shards: Heartbeat['shards'] = [];
     for (const shard of this.shards.list()) {
       if (shard.state !== 'RUNNING') continue;
@@ -161,6 +168,7 @@ export class HeartbeatService {
             .filter((gpu) => shard.gpuUuids.includes(gpu.gpuUuid)),
           ...realOf(shard.shardId, shard.gpuUuids),
           ...activityOf(shard.shardId, shard.gpuUuids, devices),
+          ...this.memory.memoryOf(shard.shardId),
         });
       } catch (error) {
         // A region a container corrupted must not stop the heartbeat of the others.
@@ -170,6 +178,7 @@ export class HeartbeatService {
           usedBytesPerGpu: [],
           ...realOf(shard.shardId, shard.gpuUuids),
           ...activityOf(shard.shardId, shard.gpuUuids, []),
+          ...this.memory.memoryOf(shard.shardId),
         });
       }
     }
@@ -202,6 +211,7 @@ export class HeartbeatService {
         : {}),
       ...(violations.length > 0 ? { violations } : {}),
       ...(ungovernedCompute.length > 0 ? { ungovernedCompute } : {}),
+      ...(pressureReliefs.length > 0 ? { pressureReliefs } : {}),
     };
   }
 }

@@ -70,6 +70,8 @@ describe('planReconcile', () => {
       stop: [],
       discard: [],
       remove: ['stray'],
+      suspend: [],
+      resume: [],
     });
   });
 
@@ -86,6 +88,8 @@ describe('planReconcile', () => {
       stop: [],
       discard: [],
       remove: [],
+      suspend: [],
+      resume: [],
     });
   });
 
@@ -116,5 +120,63 @@ describe('planReconcile', () => {
     assert.deepEqual(plan.stop, ['paused-stop']);
     assert.deepEqual(plan.discard, ['dead']);
     assert.deepEqual(ids(plan.launch), []);
+  });
+
+  it('moves memory toward the reply: suspendedShardIds to host RAM, desired back to the GPU; a partial move is finished in the direction asked', () => {
+    const running = (shardId: string, memory?: KnownShard['memory']): KnownShard => ({
+      shardId,
+      state: 'RUNNING',
+      observed: 'running',
+      ...(memory !== undefined ? { memory } : {}),
+    });
+    const plan = planReconcile(
+      [
+        running('stay-resident'),
+        running('resume', 'suspended'),
+        running('finish-resume', 'partial'),
+        running('suspend', 'resident'),
+        running('finish-suspend', 'partial'),
+        running('stay-suspended', 'suspended'),
+        running('unsaid'),
+      ],
+      {
+        desired: [spec('stay-resident'), spec('resume'), spec('finish-resume')],
+        stoppedShardIds: [],
+        suspendedShardIds: ['suspend', 'finish-suspend', 'stay-suspended', 'unsaid'],
+      },
+      new Set(),
+    );
+    assert.deepEqual(plan.resume, ['resume', 'finish-resume']);
+    assert.deepEqual(plan.suspend, ['suspend', 'finish-suspend', 'unsaid']);
+    assert.deepEqual(plan.remove, [], 'a suspended shard is not one the control plane forgot');
+    assert.deepEqual(ids(plan.applyLimits), ['stay-resident', 'resume', 'finish-resume']);
+  });
+
+  it('never launches a shard listed in suspendedShardIds, whatever the agent knows of it', () => {
+    const plan = planReconcile(
+      [
+        { shardId: 'gone', state: 'VANISHED', observed: 'absent' },
+        { shardId: 'exited', state: 'EXITED', observed: 'exited' },
+        { shardId: 'created', state: 'EXITED', observed: 'created' },
+        { shardId: 'paused', state: 'RUNNING', observed: 'paused' },
+        { shardId: 'dead', state: 'RUNNING', observed: 'dead' },
+        { shardId: 'commanded', state: 'RUNNING', observed: 'running' },
+      ],
+      {
+        desired: [],
+        stoppedShardIds: [],
+        suspendedShardIds: ['gone', 'exited', 'created', 'paused', 'dead', 'unknown', 'commanded'],
+      },
+      new Set(['commanded']),
+    );
+    assert.deepEqual(ids(plan.launch), []);
+    assert.deepEqual(plan.remove, []);
+    assert.deepEqual(plan.unpause, ['paused']);
+    assert.deepEqual(plan.discard, ['dead']);
+    assert.deepEqual(
+      plan.suspend,
+      [],
+      'a shard commanded since the request waits for the next round',
+    );
   });
 });

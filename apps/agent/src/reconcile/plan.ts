@@ -1,4 +1,10 @@
-import { containerActionFor, type ContainerKind, type DesiredContainer } from '@gpushards/limits';
+import {
+  containerActionFor,
+  memoryActionFor,
+  type ContainerKind,
+  type DesiredContainer,
+  type ObservedMemory,
+} from '@gpushards/limits';
 import type { ShardLaunchSpec, ShardState } from '@gpushards/protocol';
 
 /** What the agent knows of a shard when a reconcile reply arrives. */
@@ -7,6 +13,8 @@ export interface KnownShard {
   readonly state: ShardState;
   /** What Docker last said of its container (absent when it has none). */
   readonly observed?: ContainerKind;
+  /** Where its running container's GPU memory is (absent: resident, or a host that does not suspend). */
+  readonly memory?: ObservedMemory;
 }
 
 export interface DesiredState {
@@ -14,6 +22,8 @@ export interface DesiredState {
   readonly stoppedShardIds: readonly string[];
   /** Left as they are: the control plane cannot give their spec (their secrets do not open there). */
   readonly keptShardIds?: readonly string[];
+  /** Must run with their GPU memory in host RAM: suspended if they are not, never launched. */
+  readonly suspendedShardIds?: readonly string[];
 }
 
 export interface ReconcilePlan {
@@ -33,6 +43,9 @@ export interface ReconcilePlan {
   readonly discard: readonly string[];
   /** Shards the control plane does not list: container and region folder removed. */
   readonly remove: readonly string[];
+  /** Running shards whose GPU memory must go to host RAM (suspendedShardIds), or come back (desired). */
+  readonly suspend: readonly string[];
+  readonly resume: readonly string[];
 }
 
 /** Launching or pulling: the outcome follows as events. */
@@ -49,8 +62,10 @@ export function observedKind(shard: KnownShard): ContainerKind {
 
 /**
  * Turns a reconcile (or register) reply into actions by the convergence table's container
- * half (libs/limits containerActionFor): `desired` must run, `stoppedShardIds` must stay
- * stopped, `keptShardIds` are left alone, anything else goes. Shards in `skip` got a command
+ * half (libs/limits containerActionFor, memoryActionFor): `desired` must run with their GPU
+ * memory on the GPU, `suspendedShardIds` must run with it in host RAM (and are never
+ * launched), `stoppedShardIds` must stay stopped, `keptShardIds` are left alone, anything else
+ * goes. Shards in `skip` got a command
  * or changed after the request was sent, so the reply may be older than that: they are left
  * for the next round.
  *
@@ -68,6 +83,7 @@ export function planReconcile(
   const desiredIds = new Set(reply.desired.map((spec) => spec.shardId));
   const stoppedIds = new Set(reply.stoppedShardIds);
   const keptIds = new Set(reply.keptShardIds);
+  const suspendedIds = new Set(reply.suspendedShardIds);
   const plan = {
     launch: [] as ShardLaunchSpec[],
     applyLimits: [] as ShardLaunchSpec[],
@@ -75,6 +91,8 @@ export function planReconcile(
     stop: [] as string[],
     discard: [] as string[],
     remove: [] as string[],
+    suspend: [] as string[],
+    resume: [] as string[],
   };
   for (const spec of reply.desired) {
     if (skip.has(spec.shardId)) continue;
@@ -96,12 +114,47 @@ export function planReconcile(
         break;
       case 'stop':
       case 'none':
-        if (kind === 'running' && shard?.state === 'RUNNING') plan.applyLimits.push(spec);
+        if (kind === 'running' && shard?.state === 'RUNNING') {
+          plan.applyLimits.push(spec);
+          if (memoryActionFor('resident', shard.memory ?? 'resident') === 'resume') {
+            plan.resume.push(spec.shardId);
+          }
+        }
+        break;
+    }
+  }
+  for (const shardId of suspendedIds) {
+    const shard = byId.get(shardId);
+    // Never launched: its memory lived in the processes of the container that is gone.
+    if (skip.has(shardId) || desiredIds.has(shardId) || shard === undefined) continue;
+    if (BUSY.has(shard.state)) continue;
+    const kind = observedKind(shard);
+    switch (act('suspended', kind)) {
+      case 'unpause':
+        plan.unpause.push(shardId);
+        break;
+      case 'remove':
+        plan.discard.push(shardId);
+        break;
+      case 'launch':
+      case 'relaunch':
+      case 'stop':
+      case 'none':
+        if (kind === 'running' && shard.state === 'RUNNING') {
+          if (memoryActionFor('suspended', shard.memory ?? 'resident') === 'suspend') {
+            plan.suspend.push(shardId);
+          }
+        }
         break;
     }
   }
   for (const shard of known) {
-    if (skip.has(shard.shardId) || desiredIds.has(shard.shardId) || keptIds.has(shard.shardId)) {
+    if (
+      skip.has(shard.shardId) ||
+      desiredIds.has(shard.shardId) ||
+      keptIds.has(shard.shardId) ||
+      suspendedIds.has(shard.shardId)
+    ) {
       continue;
     }
     if (!stoppedIds.has(shard.shardId)) {

@@ -4,6 +4,7 @@ import { ComputeModule } from '../compute/compute.module.js';
 import { ContainersModule } from '../containers/containers.module.js';
 import { EnforcementModule } from '../enforcement/enforcement.module.js';
 import { GpusModule } from '../gpus/gpus.module.js';
+import { MemoryModule } from '../memory/memory.module.js';
 import { RegionsModule } from '../regions/regions.module.js';
 import { ShardsModule } from '../shards/shards.module.js';
 import { AgentService } from './agent.service.js';
@@ -18,6 +19,7 @@ import { ReconcileService } from './reconcile.service.js';
     ShardsModule,
     EnforcementModule,
     ComputeModule,
+    MemoryModule,
   ],
   providers: [AgentService, HeartbeatService, ReconcileService],
   exports: [AgentService],

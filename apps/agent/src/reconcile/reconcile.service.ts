@@ -1,9 +1,11 @@
 import { Inject, Injectable } from '@nestjs/common';
+import type { ObservedMemory } from '@gpushards/limits';
 import { PROTOCOL_VERSION, type ReconcileReply } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { AGENT_LINK, type AgentLink } from '../link/agent-link.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import { MemoryService } from '../memory/memory.service.js';
 import { ShardsService } from '../shards/shards.service.js';
 import { observedKind, planReconcile, type DesiredState } from './plan.js';
 
@@ -21,6 +23,7 @@ export class ReconcileService {
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
     @Inject(AGENT_LINK) private readonly link: AgentLink,
     private readonly shards: ShardsService,
+    private readonly memory: MemoryService,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'reconcile' });
@@ -31,6 +34,7 @@ export class ReconcileService {
     const observedAt = new Date().toISOString();
     await this.shards.sweep();
     const mark = this.shards.commandMark();
+    const memory = await this.memory.observeAll();
     const containers = this.shards.list().flatMap((shard) => {
       if (shard.containerId === undefined) return [];
       const busy = shard.pull !== undefined || BUSY.has(shard.state);
@@ -47,6 +51,9 @@ export class ReconcileService {
             ? { exitCode: shard.exitCode }
             : {}),
           ...(busy ? { busy } : {}),
+          ...(kind === 'running' && memory?.has(shard.shardId)
+            ? { memory: memory.get(shard.shardId)! }
+            : {}),
         },
       ];
     });
@@ -57,16 +64,26 @@ export class ReconcileService {
       observedAt,
       acceptsKeptShards: true,
     });
-    await this.apply(reply, mark);
+    await this.apply(reply, mark, memory);
   }
 
   /**
-   * Acts on a desired state received for a request sent when commandMark() was `mark`.
-   * Each action runs on its own; one failing does not stop the others.
+   * Acts on a desired state received for a request sent when commandMark() was `mark`, with
+   * where the running shards' memory was seen (read now when not given). Each action runs on
+   * its own; one failing does not stop the others.
    */
-  async apply(desired: DesiredState, mark: number): Promise<void> {
+  async apply(
+    desired: DesiredState,
+    mark: number,
+    memory?: ReadonlyMap<string, ObservedMemory>,
+  ): Promise<void> {
     const skip = this.shards.commandedSince(mark);
-    const plan = planReconcile(this.shards.list(), desired, skip);
+    const seen = memory ?? (await this.memory.observeAll());
+    const known = this.shards.list().map((shard) => {
+      const where = seen?.get(shard.shardId);
+      return where === undefined ? shard : { ...shard, memory: where };
+    });
+    const plan = planReconcile(known, desired, skip);
     if ((desired.keptShardIds?.length ?? 0) > 0) {
       this.logger.warn(
         { kept: desired.keptShardIds },
@@ -78,7 +95,9 @@ export class ReconcileService {
       plan.stop.length +
       plan.remove.length +
       plan.unpause.length +
-      plan.discard.length;
+      plan.discard.length +
+      plan.suspend.length +
+      plan.resume.length;
     if (count > 0) {
       this.logger.info(
         {
@@ -87,6 +106,8 @@ export class ReconcileService {
           remove: plan.remove,
           unpause: plan.unpause,
           discard: plan.discard,
+          suspend: plan.suspend,
+          resume: plan.resume,
           skipped: [...skip],
         },
         'reconciling',
@@ -111,6 +132,13 @@ export class ReconcileService {
         this.attempt('remove the dead container of', shardId, () =>
           this.shards.discardContainer(shardId),
         ),
+      ),
+      // Taken on here; each move's end follows as its events.
+      ...plan.suspend.map((shardId) =>
+        this.attempt('suspend', shardId, () => this.memory.suspend(shardId, 'reconcile')),
+      ),
+      ...plan.resume.map((shardId) =>
+        this.attempt('resume', shardId, () => this.memory.resume(shardId, 'reconcile')),
       ),
       ...plan.remove.map((shardId) =>
         this.attempt('remove', shardId, () => this.shards.delete(shardId)),

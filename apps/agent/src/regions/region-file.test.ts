@@ -45,21 +45,30 @@ async function rejectsWith(
 describe('region file', () => {
   it('reads every ACTIVE device with its counters', async () => {
     const path = regionFile(
-      buildRegion([
-        {
-          uuid: GPU_A,
-          limitBytes: 4 * GiB,
-          usedBytes: GiB,
-          contextBytes: 300,
-          peakBytes: 2 * GiB,
-          totalBytes: 80 * GiB,
-          lastLaunchNs: 123_456_789_000n,
-        },
-        { uuid: GPU_B, state: 0, usedBytes: 5 },
-      ]),
+      buildRegion(
+        [
+          {
+            uuid: GPU_A,
+            limitBytes: 4 * GiB,
+            usedBytes: GiB,
+            contextBytes: 300,
+            peakBytes: 2 * GiB,
+            totalBytes: 80 * GiB,
+            lastLaunchNs: 123_456_789_000n,
+            pressureCount: 3n,
+            pressureNs: 99n,
+          },
+          { uuid: GPU_B, state: 0, usedBytes: 5 },
+        ],
+        undefined,
+        [],
+        { wakeRequests: 7n, wakeRequestedNs: 42n },
+      ),
     );
     const region = await readRegion(path);
     assert.equal(region.version, 1);
+    assert.equal(region.wakeRequests, 7n);
+    assert.equal(region.wakeRequestedNs, 42n);
     assert.deepEqual(region.devices, [
       {
         slot: 0,
@@ -70,6 +79,8 @@ describe('region file', () => {
         peakBytes: 2 * GiB,
         totalBytes: 80 * GiB,
         lastLaunchNs: 123_456_789_000n,
+        pressureCount: 3n,
+        pressureNs: 99n,
       },
     ]);
   });

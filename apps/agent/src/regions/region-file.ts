@@ -56,12 +56,18 @@ export interface RegionDevice {
    * shard can forge or erase it.
    */
   readonly lastLaunchNs: bigint;
+  /** Allocations refused under pressure on this GPU, and CLOCK_MONOTONIC ns of the last (#31). */
+  readonly pressureCount: bigint;
+  readonly pressureNs: bigint;
 }
 
 export interface Region {
   readonly version: number;
   /** The ACTIVE devices, the ones some process of the container has used. */
   readonly devices: readonly RegionDevice[];
+  /** Calls that found the shard suspended, and CLOCK_MONOTONIC ns of the last (docs/elastic.md). */
+  readonly wakeRequests: bigint;
+  readonly wakeRequestedNs: bigint;
 }
 
 /** What the agent reads: the header and the device table, not the per-process slots. */
@@ -189,9 +195,16 @@ export function parseRegion(buffer: Buffer, fileSize: number, path: string): Reg
       peakBytes: counter('peak_bytes'),
       totalBytes: counter('total_bytes'),
       lastLaunchNs: buffer.readBigUInt64LE(base + DEVICE_FIELDS.last_launch_ns.offset),
+      pressureCount: buffer.readBigUInt64LE(base + DEVICE_FIELDS.pressure_count.offset),
+      pressureNs: buffer.readBigUInt64LE(base + DEVICE_FIELDS.pressure_ns.offset),
     });
   }
-  return { version, devices };
+  return {
+    version,
+    devices,
+    wakeRequests: buffer.readBigUInt64LE(HEADER_FIELDS.wake_requests.offset),
+    wakeRequestedNs: buffer.readBigUInt64LE(HEADER_FIELDS.wake_requested_ns.offset),
+  };
 }
 
 /**

@@ -1,6 +1,10 @@
 import { Module } from '@nestjs/common';
 
+import { RegionWatchService } from './region-watch.service.js';
 import { RegionsService } from './regions.service.js';
 
-@Module({ providers: [RegionsService], exports: [RegionsService] })
+@Module({
+  providers: [RegionsService, RegionWatchService],
+  exports: [RegionsService, RegionWatchService],
+})
 export class RegionsModule {}

@@ -6,6 +6,7 @@ import type { GpuLimit } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import { RegionWatchService } from './region-watch.service.js';
 import {
   readRegion,
   readRegionWithProcesses,
@@ -40,6 +41,7 @@ export class RegionsService {
 
   constructor(
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
+    private readonly watch: RegionWatchService,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'regions' });
@@ -59,11 +61,14 @@ export class RegionsService {
     const folder = this.folder(shardId);
     await fs.mkdir(folder, { recursive: true });
     await fs.chmod(folder, 0o777);
+    // Its bells (wake, pressure) from the first CUDA process on.
+    this.watch.add(shardId);
     return folder;
   }
 
   async remove(shardId: string): Promise<void> {
     this.pendingLimits.delete(shardId);
+    this.watch.remove(shardId);
     await fs.rm(this.folder(shardId), { recursive: true, force: true });
   }
 

@@ -35,6 +35,16 @@ export class CommandsController {
     return this.commands.handle(command);
   }
 
+  @MessagePattern(commandPattern('suspend'))
+  suspend(@Payload() command: Of<'suspend'>): Promise<CommandReply> {
+    return this.commands.handle(command);
+  }
+
+  @MessagePattern(commandPattern('resume'))
+  resume(@Payload() command: Of<'resume'>): Promise<CommandReply> {
+    return this.commands.handle(command);
+  }
+
   @MessagePattern(commandPattern('reconcile'))
   reconcile(@Payload() command: Of<'reconcile'>): Promise<CommandReply> {
     return this.commands.handle(command);

@@ -12,6 +12,7 @@ import { RuntimeError } from '../containers/docker-runtime.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { BelowUsageError } from '../regions/regions.service.js';
 import { CommandJournal } from './command-journal.js';
+import { MemoryCommands } from './memory-commands.js';
 import { ReconcileRequests } from './reconcile-requests.js';
 import { NotSuspendableError, UnknownGpuError, UnknownShardError } from './shard-record.js';
 import { ShardsService } from './shards.service.js';
@@ -31,6 +32,7 @@ export class CommandsService {
     @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
     private readonly shards: ShardsService,
     private readonly reconcileRequests: ReconcileRequests,
+    private readonly memory: MemoryCommands,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'commands' });
@@ -97,8 +99,12 @@ export class CommandsService {
         this.reconcileRequests.request();
         return { type: 'reconcile' };
       case 'suspend':
+        return {
+          type: 'suspend',
+          memory: await this.memory.suspend(command.shardId, command.cause),
+        };
       case 'resume':
-        throw new NotSuspendableError('this agent does not suspend shards yet');
+        return { type: 'resume', memory: await this.memory.resume(command.shardId) };
     }
   }
 

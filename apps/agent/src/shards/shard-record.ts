@@ -37,6 +37,12 @@ export class NotSuspendableError extends Error {
   override name = 'NotSuspendableError';
 }
 
+/** The state events of a move of a running shard's GPU memory (docs/elastic.md). */
+export type MemoryReport = Extract<
+  ShardState,
+  'SUSPENDING' | 'SUSPENDED' | 'SUSPEND_FAILED' | 'RESUMING' | 'RESUMED' | 'RESUME_FAILED'
+>;
+
 export interface LaunchResult {
   readonly state: ShardState;
   readonly containerId?: string;

@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { ShardState } from '@gpushards/protocol';
 
 import { KeyedMutex } from '../common/keyed-mutex.js';
-import type { ShardRecord } from './shard-record.js';
+import type { MemoryReport, ShardRecord } from './shard-record.js';
 import { StateReporter, type StateDetails } from './state-reporter.js';
 
 /**
@@ -68,6 +68,19 @@ export class ShardRegistry {
   async report(record: ShardRecord, state: ShardState, details: StateDetails = {}): Promise<void> {
     record.state = state;
     // A reconcile reply to a request sent before this change may not reflect it.
+    this.noteCommand(record.shardId);
+    await this.reporter.report(record.shardId, record.teamId, state, details);
+  }
+
+  /**
+   * Publishes where the shard's GPU memory is going or went (SUSPENDING … RESUME_FAILED). The
+   * record's state stays what its container is (RUNNING): the container runs throughout.
+   */
+  async reportMemory(
+    record: ShardRecord,
+    state: MemoryReport,
+    details: StateDetails = {},
+  ): Promise<void> {
     this.noteCommand(record.shardId);
     await this.reporter.report(record.shardId, record.teamId, state, details);
   }

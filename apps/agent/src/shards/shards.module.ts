@@ -8,6 +8,7 @@ import { CommandsController } from './commands.controller.js';
 import { CommandsService } from './commands.service.js';
 import { ContainerObserver } from './container-observer.js';
 import { ContainerSetup } from './container-setup.js';
+import { MemoryCommands } from './memory-commands.js';
 import { ReconcileRequests } from './reconcile-requests.js';
 import { ShardLauncher } from './shard-launcher.js';
 import { ShardRegistry } from './shard-registry.js';
@@ -26,7 +27,8 @@ import { StateReporter } from './state-reporter.js';
     CommandsService,
     StateReporter,
     ReconcileRequests,
+    MemoryCommands,
   ],
-  exports: [ShardsService, CommandsService, ReconcileRequests],
+  exports: [ShardsService, CommandsService, ReconcileRequests, MemoryCommands],
 })
 export class ShardsModule {}

@@ -12,6 +12,7 @@ import {
   UnknownGpuError,
   UnknownShardError,
   type LaunchResult,
+  type MemoryReport,
   type ShardRecord,
 } from './shard-record.js';
 import { ShardLauncher } from './shard-launcher.js';
@@ -44,6 +45,20 @@ export class ShardsService {
 
   list(): readonly Readonly<ShardRecord>[] {
     return this.registry.list();
+  }
+
+  get(shardId: string): Readonly<ShardRecord> | undefined {
+    return this.registry.get(shardId);
+  }
+
+  /** See ShardRegistry.reportMemory; nothing when the agent no longer knows the shard. */
+  async reportMemory(
+    shardId: string,
+    state: MemoryReport,
+    details: StateDetails = {},
+  ): Promise<void> {
+    const record = this.registry.get(shardId);
+    if (record !== undefined) await this.registry.reportMemory(record, state, details);
   }
 
   /** Notes that a command for this shard arrived (the reconcile ordering rule). */

@@ -13,7 +13,16 @@ export interface StateDetails {
   readonly exitCode?: number;
   readonly reason?: string;
   readonly progress?: { completedBytes: number; totalBytes?: number };
+  /** With SUSPENDED and RESUMED: what the move took. */
+  readonly moved?: { bytes: number; seconds: number; processes: number };
 }
+
+const WARNINGS: ReadonlySet<ShardState> = new Set([
+  'FAILED',
+  'VANISHED',
+  'SUSPEND_FAILED',
+  'RESUME_FAILED',
+]);
 
 /**
  * Publishes shard state events. Timestamps strictly increase within this agent, so the
@@ -52,9 +61,11 @@ export class StateReporter {
       ...(details.exitCode !== undefined ? { exitCode: details.exitCode } : {}),
       ...(details.reason !== undefined ? { reason: protocolText(details.reason) } : {}),
       ...(details.progress !== undefined ? { progress: details.progress } : {}),
+      ...(details.moved !== undefined ? { moved: details.moved } : {}),
     };
-    const level = state === 'FAILED' || state === 'VANISHED' ? 'warn' : 'info';
-    if (state !== 'PULLING' || details.progress?.completedBytes === 0) {
+    const level = WARNINGS.has(state) ? 'warn' : 'info';
+    // Progress is logged once, when it starts.
+    if (details.progress === undefined || details.progress.completedBytes === 0) {
       this.logger[level]({ shardId, teamId, state, ...details }, `shard ${state.toLowerCase()}`);
     }
     try {

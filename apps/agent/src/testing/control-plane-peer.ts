@@ -15,6 +15,7 @@ import {
   registerReplySchema,
   registerRequestSchema,
   shardStateEventSchema,
+  shardWakeSchema,
   type CommandReply,
   type Heartbeat,
   type LaunchCommand,
@@ -27,6 +28,9 @@ import {
   type ShardState,
   type ShardStateEvent,
   type StopCommand,
+  type ResumeCommand,
+  type ShardWake,
+  type SuspendCommand,
 } from '@gpushards/protocol';
 import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import type { z } from 'zod';
@@ -38,12 +42,20 @@ type WithoutHeader<T> = T extends unknown
   ? Omit<T, 'protocolVersion' | 'hostId' | 'commandId'>
   : never;
 export type CommandBody = WithoutHeader<
-  LaunchCommand | StopCommand | DeleteCommand | ResizeCommand | ReconcileCommand
+  | LaunchCommand
+  | StopCommand
+  | DeleteCommand
+  | ResizeCommand
+  | ReconcileCommand
+  | SuspendCommand
+  | ResumeCommand
 >;
 
 export interface HostDesiredState {
   desired: ShardLaunchSpec[];
   stoppedShardIds: string[];
+  /** Run with their GPU memory in host RAM (a suspend taken on); their specs kept for a resume. */
+  suspendedShardIds: string[];
 }
 
 /**
@@ -56,6 +68,9 @@ export class ScriptedControlPlane {
   readonly heartbeats: Heartbeat[] = [];
   readonly states: ShardStateEvent[] = [];
   readonly reconciles: ReconcileRequest[] = [];
+  readonly wakes: ShardWake[] = [];
+  /** The launch spec of every shard launched, for a resume to put back in `desired`. */
+  private readonly specs = new Map<string, ShardLaunchSpec>();
   readonly problems: string[] = [];
   readonly desired = new Map<string, HostDesiredState>();
   rejectRegistration: { code: string; message: string } | undefined;
@@ -77,7 +92,7 @@ export class ScriptedControlPlane {
   stateOf(hostId: string): HostDesiredState {
     let state = this.desired.get(hostId);
     if (state === undefined) {
-      state = { desired: [], stoppedShardIds: [] };
+      state = { desired: [], stoppedShardIds: [], suspendedShardIds: [] };
       this.desired.set(hostId, state);
     }
     return state;
@@ -138,12 +153,24 @@ export class ScriptedControlPlane {
     const without = (shardId: string) => {
       state.desired = state.desired.filter((spec) => spec.shardId !== shardId);
       state.stoppedShardIds = state.stoppedShardIds.filter((id) => id !== shardId);
+      state.suspendedShardIds = state.suspendedShardIds.filter((id) => id !== shardId);
     };
     switch (body.type) {
       case 'launch':
         without(body.shard.shardId);
         state.desired.push(body.shard);
+        this.specs.set(body.shard.shardId, body.shard);
         break;
+      case 'suspend':
+        without(body.shardId);
+        state.suspendedShardIds.push(body.shardId);
+        break;
+      case 'resume': {
+        const spec = this.specs.get(body.shardId);
+        without(body.shardId);
+        if (spec !== undefined) state.desired.push(spec);
+        break;
+      }
       case 'stop':
         without(body.shardId);
         state.stoppedShardIds.push(body.shardId);
@@ -195,6 +222,7 @@ export class ScriptedControlPlane {
     on(CONTROL_PLANE_SUBSCRIPTIONS.state, shardStateEventSchema, (event) =>
       this.states.push(event),
     );
+    on(CONTROL_PLANE_SUBSCRIPTIONS.wake, shardWakeSchema, (wake) => this.wakes.push(wake));
     on(CONTROL_PLANE_SUBSCRIPTIONS.reconcile, reconcileRequestSchema, (request, msg) => {
       this.reconciles.push(request);
       if (this.ignoreReconciles) return;

@@ -26,6 +26,9 @@ export interface FixtureDevice {
   totalBytes?: number;
   /** CLOCK_MONOTONIC ns of the last launch; default 0n (none). */
   lastLaunchNs?: bigint;
+  /** Allocations refused under pressure (#31) and when the last was; default 0n. */
+  pressureCount?: bigint;
+  pressureNs?: bigint;
   /** Default ACTIVE. */
   state?: number;
 }
@@ -36,11 +39,18 @@ export interface FixtureProcess {
   lastLaunchSeconds?: number;
 }
 
+/** The wake counters of the header (docs/elastic.md); default 0n. */
+export interface FixtureWake {
+  wakeRequests?: bigint;
+  wakeRequestedNs?: bigint;
+}
+
 /** A region file as libvgpu.so writes it, for tests that run without the interposer. */
 export function buildRegion(
   devices: readonly FixtureDevice[],
   version = REGION_VERSION,
   processes: readonly FixtureProcess[] = [],
+  wake: FixtureWake = {},
 ): Buffer {
   const buffer = Buffer.alloc(REGION_SIZE);
   buffer.writeBigUInt64LE(REGION_MAGIC, HEADER_FIELDS.magic.offset);
@@ -58,6 +68,8 @@ export function buildRegion(
     HEADER_FIELDS.checksum.offset,
   );
   buffer.writeUInt32LE(devices.length, HEADER_FIELDS.device_count.offset);
+  buffer.writeBigUInt64LE(wake.wakeRequests ?? 0n, HEADER_FIELDS.wake_requests.offset);
+  buffer.writeBigUInt64LE(wake.wakeRequestedNs ?? 0n, HEADER_FIELDS.wake_requested_ns.offset);
   devices.forEach((device, slot) => {
     const base = DEVICES_OFFSET + slot * DEVICE_SIZE;
     parseUuid(device.uuid).copy(buffer, base + DEVICE_FIELDS.uuid.offset);
@@ -73,6 +85,8 @@ export function buildRegion(
       buffer.writeBigUInt64LE(BigInt(value ?? 0), base + DEVICE_FIELDS[field].offset);
     }
     buffer.writeBigUInt64LE(device.lastLaunchNs ?? 0n, base + DEVICE_FIELDS.last_launch_ns.offset);
+    buffer.writeBigUInt64LE(device.pressureCount ?? 0n, base + DEVICE_FIELDS.pressure_count.offset);
+    buffer.writeBigUInt64LE(device.pressureNs ?? 0n, base + DEVICE_FIELDS.pressure_ns.offset);
   });
   processes.forEach((process, slot) => {
     const base = SLOTS_OFFSET + slot * SLOT_SIZE;

@@ -1,0 +1,105 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { observedMemoryOf, type CheckpointProcess, type ObservedMemory } from '@gpushards/limits';
+
+import { containerIdFromCgroup } from '../enforcement/process-owners.js';
+import type { MemoryMark } from '../limits/limits-file.js';
+import type { CheckpointApi } from './checkpoint-driver.js';
+
+/**
+ * Every process of each of these containers, by host PID: one pass over /proc reading each
+ * process's cgroup (the host fence's mapping, process-owners.ts). Every process, not only those
+ * NVML lists: a process can hold GPU memory the driver's listing leaves out, and a checkpoint
+ * that skips one of a container's CUDA processes would leave the others waiting on it.
+ * Processes that end during the pass are skipped.
+ */
+export function containerPids(
+  procRoot: string,
+  containerIds: ReadonlySet<string>,
+): Map<string, number[]> {
+  const found = new Map<string, number[]>();
+  if (containerIds.size === 0) return found;
+  for (const entry of readdirSync(procRoot)) {
+    if (!/^\d+$/.test(entry)) continue;
+    let cgroup: string;
+    try {
+      cgroup = readFileSync(join(procRoot, entry, 'cgroup'), 'utf8');
+    } catch {
+      continue; // gone
+    }
+    const containerId = containerIdFromCgroup(cgroup);
+    if (containerId === undefined || !containerIds.has(containerId)) continue;
+    const pids = found.get(containerId) ?? [];
+    pids.push(Number(entry));
+    found.set(containerId, pids);
+  }
+  return found;
+}
+
+/** The processes among `pids` the driver knows (its GetState answers), with their states. */
+export async function cudaProcesses(
+  api: CheckpointApi,
+  pids: readonly number[],
+): Promise<CheckpointProcess[]> {
+  const states = await Promise.all(pids.map((pid) => api.state(pid)));
+  return pids.flatMap((pid, i) => {
+    const state = states[i];
+    return state === undefined ? [] : [{ pid, state }];
+  });
+}
+
+/** A running shard container, as the memory module reads it. */
+export interface RunningContainer {
+  readonly shardId: string;
+  readonly containerId: string;
+}
+
+/**
+ * Where running containers' GPU memory is: their CUDA processes' states (the driver) and their
+ * limits files' memory_state (libs/limits observedMemoryOf).
+ */
+export class ContainerMemory {
+  constructor(
+    private readonly procRoot: string,
+    private readonly api: CheckpointApi,
+    private readonly marked: (shardId: string) => Promise<MemoryMark>,
+  ) {}
+
+  /** The CUDA processes of one container as they are now. */
+  async processes(containerId: string): Promise<CheckpointProcess[]> {
+    const pids = containerPids(this.procRoot, new Set([containerId])).get(containerId) ?? [];
+    return cudaProcesses(this.api, pids);
+  }
+
+  async observe(container: RunningContainer): Promise<ObservedMemory> {
+    const processes = await this.processes(container.containerId);
+    return observedMemoryOf(
+      processes.map((p) => p.state),
+      await this.marked(container.shardId),
+    );
+  }
+
+  /** Every container's, from one pass over /proc; an error for one does not stop the others. */
+  async observeAll(
+    containers: readonly RunningContainer[],
+  ): Promise<Map<string, ObservedMemory | Error>> {
+    const pids = containerPids(this.procRoot, new Set(containers.map((c) => c.containerId)));
+    const seen = new Map<string, ObservedMemory | Error>();
+    await Promise.all(
+      containers.map(async (container) => {
+        try {
+          const processes = await cudaProcesses(this.api, pids.get(container.containerId) ?? []);
+          const memory = observedMemoryOf(
+            processes.map((p) => p.state),
+            await this.marked(container.shardId),
+          );
+          seen.set(container.shardId, memory);
+        } catch (error) {
+          seen.set(container.shardId, error instanceof Error ? error : new Error(String(error)));
+        }
+      }),
+    );
+    return seen;
+  }
+}

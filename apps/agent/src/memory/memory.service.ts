@@ -1,0 +1,386 @@
+import { Inject, Injectable } from '@nestjs/common';
+import {
+  clampBytes,
+  formatSize,
+  targetOf,
+  type MoveDirection,
+  type ObservedMemory,
+} from '@gpushards/limits';
+import type { MemoryResidency, SuspendCommand } from '@gpushards/protocol';
+
+import { KeyedMutex } from '../common/keyed-mutex.js';
+import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
+import { GpusService } from '../gpus/gpus.service.js';
+import { LimitsService } from '../limits/limits.service.js';
+import { LOGGER, type Logger } from '../logging/logger.js';
+import { AgentMetrics } from '../metrics/agent-metrics.js';
+import { MemoryCommands, type MemoryMover } from '../shards/memory-commands.js';
+import {
+  NotSuspendableError,
+  UnknownShardError,
+  type ShardRecord,
+} from '../shards/shard-record.js';
+import { ShardsService } from '../shards/shards.service.js';
+import type { CheckpointApi } from './checkpoint-driver.js';
+import { ContainerMemory } from './container-memory.js';
+import { executeMove, type MoveOutcome } from './memory-move.js';
+import { SUSPEND_CAPABILITY, type SuspendCapability } from './suspend-capability.js';
+
+/** Who asked for a move: a command's cause, or the reconcile converging on the desired state. */
+export type MoveCause = SuspendCommand['cause'] | 'resume-requested' | 'reconcile';
+
+/** How long a lock waits for a process's CUDA calls to let go (a kernel running that long). */
+export const LOCK_TIMEOUT_MS = 10_000;
+
+/** What the agent knows of one running shard's memory. */
+interface ShardMemory {
+  /** Where it was last seen (an observation, or the end of a move). */
+  memory: ObservedMemory;
+  /** The move asked for last, running or waiting behind the one before it. */
+  move?: { readonly direction: MoveDirection; readonly done: Promise<void> };
+  /** GPU bytes each process held when the last suspend moved it (a resume's progress). */
+  suspended?: ReadonlyMap<number, number>;
+  /** What the last finished move took, told again to a repeated command. */
+  moved?: { bytes: number; seconds: number; processes: number };
+}
+
+/**
+ * Where the GPU memory of this host's running shards is, and its moves (docs/elastic.md): the
+ * control plane's suspend and resume commands, and the reconcile's convergence. One move per
+ * shard at a time (a second for the same direction joins the first; one for the other waits
+ * for it), outside the shard's operation lock: a stop or delete is never held up by a
+ * checkpoint, and a move whose container went away ends quietly.
+ */
+@Injectable()
+export class MemoryService implements MemoryMover {
+  private readonly logger: Logger;
+  private readonly shardMemory = new Map<string, ShardMemory>();
+  private readonly mutex = new KeyedMutex();
+  /** Reads where containers' memory is; undefined when this host does not suspend. */
+  private readonly containers: ContainerMemory | undefined;
+  private readonly moveListeners = new Set<(shardId: string, direction: MoveDirection) => void>();
+  private readonly endListeners = new Set<
+    (shardId: string, direction: MoveDirection, ok: boolean) => void
+  >();
+
+  constructor(
+    @Inject(AGENT_CONFIG) private readonly config: AgentConfig,
+    @Inject(SUSPEND_CAPABILITY) readonly capability: SuspendCapability,
+    private readonly shards: ShardsService,
+    private readonly limits: LimitsService,
+    private readonly gpus: GpusService,
+    private readonly metrics: AgentMetrics,
+    commands: MemoryCommands,
+    @Inject(LOGGER) logger: Logger,
+  ) {
+    this.logger = logger.child({ module: 'memory' });
+    this.containers =
+      capability.kind === 'available'
+        ? new ContainerMemory(config.enforcement.procRoot, capability.api, (shardId) =>
+            limits.memory(shardId),
+          )
+        : undefined;
+    commands.serve(this);
+    metrics.suspendBudgetBytes.set(capability.kind === 'available' ? capability.budgetBytes : 0);
+    metrics.suspendedSource = () => {
+      const count = (memory: ObservedMemory) =>
+        [...this.shardMemory.values()].filter((m) => m.memory === memory).length;
+      return {
+        bytes: this.suspendedBytesTotal(),
+        suspended: count('suspended'),
+        partial: count('partial'),
+      };
+    };
+    if (capability.kind === 'unavailable') {
+      this.logger.info({ reason: capability.reason }, 'this host does not suspend shards');
+    } else {
+      this.logger.info(
+        { budgetBytes: capability.budgetBytes, driver: capability.api.libraryPath },
+        'this host suspends shards',
+      );
+    }
+  }
+
+  /** What the host registers: its budget, or 0 and why not. */
+  hostInfo(): { suspendBudgetBytes: number; suspendUnavailableReason?: string } {
+    return this.capability.kind === 'available'
+      ? { suspendBudgetBytes: this.capability.budgetBytes }
+      : { suspendBudgetBytes: 0, suspendUnavailableReason: this.capability.reason };
+  }
+
+  /** Called when a move of a shard's memory starts. */
+  onMoveStart(listener: (shardId: string, direction: MoveDirection) => void): void {
+    this.moveListeners.add(listener);
+  }
+
+  /** Called when a move has ended and its last event (SUSPENDED … RESUME_FAILED) was published. */
+  onMoveEnd(listener: (shardId: string, direction: MoveDirection, ok: boolean) => void): void {
+    this.endListeners.add(listener);
+  }
+
+  suspend(shardId: string, cause: MoveCause = 'suspend-requested'): Promise<MemoryResidency> {
+    return this.take(shardId, 'suspend', cause);
+  }
+
+  resume(shardId: string, cause: MoveCause = 'resume-requested'): Promise<MemoryResidency> {
+    return this.take(shardId, 'resume', cause);
+  }
+
+  /** Where a shard's memory is now (undefined: the agent does not suspend, or knows nothing). */
+  memoryOf(shardId: string): { memory: ObservedMemory; suspendedBytes?: number } | undefined {
+    if (this.capability.kind !== 'available') return undefined;
+    const known = this.shardMemory.get(shardId);
+    if (known === undefined) return undefined;
+    const bytes = known.suspended && sum(known.suspended.values());
+    return known.memory !== 'resident' && bytes !== undefined
+      ? { memory: known.memory, suspendedBytes: bytes }
+      : { memory: known.memory };
+  }
+
+  /** True while a move of the shard's memory runs or waits. */
+  moving(shardId: string): MoveDirection | undefined {
+    return this.shardMemory.get(shardId)?.move?.direction;
+  }
+
+  /**
+   * Reads where the memory of every running shard container is, from the driver (one pass
+   * over /proc for all of them); undefined when this host does not suspend (every running
+   * container is then resident). Shards the agent no longer runs are forgotten.
+   */
+  async observeAll(): Promise<ReadonlyMap<string, ObservedMemory> | undefined> {
+    if (this.containers === undefined) return undefined;
+    const running = this.shards.list().filter(isRunning);
+    const found = await this.containers.observeAll(
+      running.map((record) => ({ shardId: record.shardId, containerId: record.containerId! })),
+    );
+    const seen = new Map<string, ObservedMemory>();
+    for (const [shardId, memory] of found) {
+      if (memory instanceof Error) {
+        this.logger.warn({ err: memory, shardId }, 'cannot read where its memory is');
+        continue;
+      }
+      seen.set(shardId, memory);
+      this.entry(shardId).memory = memory;
+    }
+    for (const shardId of this.shardMemory.keys()) {
+      if (!running.some((record) => record.shardId === shardId) && !this.moving(shardId)) {
+        this.shardMemory.delete(shardId);
+      }
+    }
+    return seen;
+  }
+
+  private async take(
+    shardId: string,
+    direction: MoveDirection,
+    cause: MoveCause,
+  ): Promise<MemoryResidency> {
+    try {
+      return await this.takeOn(shardId, direction, cause);
+    } catch (error) {
+      if (error instanceof NotSuspendableError) {
+        this.metrics.moves.inc({ direction, cause, outcome: 'refused' });
+      }
+      throw error;
+    }
+  }
+
+  private async takeOn(
+    shardId: string,
+    direction: MoveDirection,
+    cause: MoveCause,
+  ): Promise<MemoryResidency> {
+    if (this.capability.kind !== 'available' || this.containers === undefined) {
+      throw new NotSuspendableError(
+        this.capability.kind === 'unavailable' ? this.capability.reason : 'no checkpoint API',
+      );
+    }
+    const api = this.capability.api;
+    const containers = this.containers;
+    const record = this.shards.get(shardId);
+    if (record === undefined) {
+      throw new UnknownShardError(`shard ${shardId} is not on host ${this.config.hostId}`);
+    }
+    if (!isRunning(record)) {
+      throw new NotSuspendableError(
+        `shard ${shardId}'s container is not running (${record.state.toLowerCase()}): its memory went with its processes`,
+      );
+    }
+    const known = this.entry(shardId);
+    if (known.move?.direction === direction) return known.memory; // joins the move in flight
+    const memory = await containers.observe({ shardId, containerId: record.containerId! });
+    known.memory = memory;
+    if (known.move === undefined && memory === targetOf(direction)) {
+      // Already there: told again (the event that said so may have gone to no one).
+      await this.shards.reportMemory(shardId, direction === 'suspend' ? 'SUSPENDED' : 'RESUMED', {
+        ...(known.moved !== undefined ? { moved: known.moved } : {}),
+      });
+      return memory;
+    }
+    if (direction === 'suspend') await this.checkBudget(shardId);
+    const done = this.mutex.run(shardId, () =>
+      this.run(api, containers, shardId, direction, cause),
+    );
+    const move = { direction, done };
+    known.move = move;
+    void done.finally(() => {
+      if (this.shardMemory.get(shardId)?.move === move) delete known.move;
+    });
+    return memory;
+  }
+
+  /**
+   * The last line behind the control plane's own check: the caps of the shards whose memory is
+   * in host RAM (or on its way), with this one's, stay within the host's budget.
+   */
+  private async checkBudget(shardId: string): Promise<void> {
+    if (this.capability.kind !== 'available') return;
+    const budget = this.capability.budgetBytes;
+    let held = 0;
+    for (const [other, known] of this.shardMemory) {
+      if (other === shardId) continue;
+      if (known.memory !== 'resident' || known.move?.direction === 'suspend') {
+        held += await this.limits.capsTotal(other).catch(() => 0);
+      }
+    }
+    const mine = await this.limits.capsTotal(shardId);
+    if (held + mine > budget) {
+      throw new NotSuspendableError(
+        `this host's budget for suspended shards (${size(budget)}) has ${size(Math.max(0, budget - held))} left; shard ${shardId}'s caps are ${size(mine)}`,
+      );
+    }
+  }
+
+  private async run(
+    api: CheckpointApi,
+    containers: ContainerMemory,
+    shardId: string,
+    direction: MoveDirection,
+    cause: MoveCause,
+  ): Promise<void> {
+    const record = this.shards.get(shardId);
+    if (record === undefined || !isRunning(record)) return;
+    const known = this.entry(shardId);
+    for (const listener of this.moveListeners) listener(shardId, direction);
+    const bytes = direction === 'suspend' ? this.gpuBytesByPid() : (known.suspended ?? new Map());
+    const moving = direction === 'suspend' ? 'SUSPENDING' : 'RESUMING';
+    const reports: Promise<void>[] = [];
+    const outcome: MoveOutcome = await executeMove(direction, {
+      api,
+      processes: async () => {
+        const current = this.shards.get(shardId);
+        if (current?.containerId === undefined) throw new Error('its container is gone');
+        return containers.processes(current.containerId);
+      },
+      mark: (memory) => this.limits.setMemory(shardId, memory),
+      bytesOf: (pid) => bytes.get(pid) ?? 0,
+      progress: (completedBytes, totalBytes) => {
+        reports.push(
+          this.shards.reportMemory(shardId, moving, {
+            progress: { completedBytes, ...(totalBytes > 0 ? { totalBytes } : {}) },
+          }),
+        );
+      },
+      lockTimeoutMs: LOCK_TIMEOUT_MS,
+    });
+    await Promise.all(reports);
+    this.metrics.moveSeconds.observe(
+      { direction, outcome: outcome.ok ? 'ok' : 'failed' },
+      outcome.seconds,
+    );
+    this.metrics.moves.inc({ direction, cause, outcome: outcome.ok ? 'ok' : 'failed' });
+    try {
+      await this.ended(containers, shardId, direction, outcome, known);
+    } finally {
+      for (const listener of this.endListeners) listener(shardId, direction, outcome.ok);
+    }
+  }
+
+  /** Records and tells how a move ended. */
+  private async ended(
+    containers: ContainerMemory,
+    shardId: string,
+    direction: MoveDirection,
+    outcome: MoveOutcome,
+    known: ShardMemory,
+  ): Promise<void> {
+    if (outcome.ok) {
+      known.memory = targetOf(direction);
+      known.moved = {
+        bytes: outcome.bytes,
+        seconds: outcome.seconds,
+        processes: outcome.processes,
+      };
+      if (direction === 'suspend') known.suspended = outcome.perProcess;
+      else delete known.suspended;
+      this.metrics.movedBytes.inc({ direction }, outcome.bytes);
+      await this.shards.reportMemory(shardId, direction === 'suspend' ? 'SUSPENDED' : 'RESUMED', {
+        moved: known.moved,
+      });
+      return;
+    }
+    const still = this.shards.get(shardId);
+    if (still === undefined || !isRunning(still)) {
+      // Stopped or deleted meanwhile: its memory went with its processes.
+      this.logger.info(
+        { shardId, direction, reason: outcome.reason },
+        'a move ended with its container',
+      );
+      return;
+    }
+    await containers.observe({ shardId, containerId: still.containerId! }).then(
+      (memory) => (known.memory = memory),
+      () => (known.memory = 'partial'),
+    );
+    await this.shards.reportMemory(
+      shardId,
+      direction === 'suspend' ? 'SUSPEND_FAILED' : 'RESUME_FAILED',
+      { reason: `${direction} failed: ${outcome.reason}` },
+    );
+  }
+
+  /** Each process's GPU memory over all GPUs, from NVML's listing (empty where it has none). */
+  private gpuBytesByPid(): Map<number, number> {
+    const bytes = new Map<number, number>();
+    for (const sample of this.gpus.processes() ?? []) {
+      bytes.set(sample.pid, (bytes.get(sample.pid) ?? 0) + sample.bytes);
+    }
+    return bytes;
+  }
+
+  private suspendedBytesTotal(): number {
+    let total = 0;
+    for (const known of this.shardMemory.values()) {
+      if (known.memory !== 'resident' && known.suspended) total += sum(known.suspended.values());
+    }
+    return total;
+  }
+
+  private entry(shardId: string): ShardMemory {
+    let known = this.shardMemory.get(shardId);
+    if (known === undefined) {
+      known = { memory: 'resident' };
+      this.shardMemory.set(shardId, known);
+    }
+    return known;
+  }
+}
+
+/** A shard whose container runs as far as the agent knows: the only one with memory to move. */
+function isRunning(record: Readonly<ShardRecord>): boolean {
+  return (
+    record.containerId !== undefined &&
+    record.state === 'RUNNING' &&
+    (record.observed === undefined || record.observed === 'running')
+  );
+}
+
+function size(value: number): string {
+  return formatSize(clampBytes(value));
+}
+
+function sum(values: Iterable<number>): number {
+  let total = 0;
+  for (const value of values) total += value;
+  return total;
+}
