@@ -1,0 +1,449 @@
+#!/usr/bin/env node
+// Elastic GPU memory on a real GPU (issue #30, point 6), through the agent's own services and the
+// queue's own decisions, without Docker (as bench/host-fence/h100.mjs runs the fence):
+//   - the GPU is offered to shards only in part (--offer-gib): an outside process holds the rest;
+//   - --shards elastic shards with caps of --cap-gib each (their caps sum to several times the
+//     offer), each one process of elastic_worker.py under libvgpu.so with the agent's limits file
+//     and region, in a real cgroup v2 (the agent's checkpoint calls find it there);
+//   - the admission is libs/limits' admit() over a one-GPU fleet of --offer-gib at ratio --ratio:
+//     it places new shards, resumes woken ones on their GPU and suspends idle ones to make room;
+//   - moves are the agent's executeMove over its koffi checkpoint driver, marks its LimitsService;
+//     wakes reach it through its RegionWatchService (the bell libvgpu.so rings).
+// Then the raw API (checkpoint_raw.py) and the agent's move on twin processes, side by side.
+//
+//   node elastic_agent.mjs --lib libvgpu.so [--offer-gib 32] [--shards 12] [--cap-gib 8]
+//       [--ratio 3] [--bursts 3] [--idle-s 8] [--burst-s 1] [--raw-gib 20] [--out FILE]
+// Prints one JSON line per check, and a table last.
+import { spawn } from 'node:child_process';
+import { appendFileSync, mkdirSync, mkdtempSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, '../..');
+const agentDist = process.env.GPUSHARDS_AGENT_DIST ?? join(repo, 'apps/agent/dist');
+const limitsDist = process.env.GPUSHARDS_LIMITS_DIST ?? join(repo, 'libs/limits/dist');
+const { values } = parseArgs({
+  options: {
+    lib: { type: 'string' },
+    out: { type: 'string' },
+    python: { type: 'string', default: 'python3' },
+    'offer-gib': { type: 'string', default: '32' },
+    shards: { type: 'string', default: '12' },
+    'cap-gib': { type: 'string', default: '8' },
+    ratio: { type: 'string', default: '3' },
+    bursts: { type: 'string', default: '3' },
+    'idle-s': { type: 'string', default: '8' },
+    'burst-s': { type: 'string', default: '1' },
+    'raw-gib': { type: 'string', default: '20' },
+  },
+});
+const GiB = 2 ** 30;
+const MiB = 2 ** 20;
+const lib = resolve(values.lib ?? '/tmp/gpushards-native/libvgpu.so');
+const offer = Number(values['offer-gib']) * GiB;
+const capBytes = Number(values['cap-gib']) * GiB;
+const shardCount = Number(values.shards);
+
+const { Nvml } = await import(join(agentDist, 'gpus/nvml.js'));
+const { NvmlBackend } = await import(join(agentDist, 'gpus/gpu-backends.js'));
+const { LimitsService } = await import(join(agentDist, 'limits/limits.service.js'));
+const { RegionWatchService } = await import(join(agentDist, 'regions/region-watch.service.js'));
+const { openCheckpointApi } = await import(join(agentDist, 'memory/checkpoint-driver.js'));
+const { executeMove } = await import(join(agentDist, 'memory/memory-move.js'));
+const { createLogger } = await import(join(agentDist, 'logging/logger.js'));
+const L = await import(join(limitsDist, 'index.js'));
+
+const rows = [];
+function emit(row) {
+  rows.push(row);
+  const text = JSON.stringify(row);
+  console.log(text);
+  if (values.out) appendFileSync(values.out, text + '\n');
+}
+const pct = (list, p) => {
+  if (list.length === 0) return null;
+  const sorted = [...list].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+};
+const round = (x, digits = 1) => (x === null ? null : Math.round(x * 10 ** digits) / 10 ** digits);
+
+const work = mkdtempSync(join(tmpdir(), 'gpushards-elastic-'));
+const cgroupRoot = '/sys/fs/cgroup/gpushards-elastic-bench';
+mkdirSync(cgroupRoot, { recursive: true });
+const config = {
+  hostId: 'elastic-bench',
+  stateDir: join(work, 'state'),
+  regionRoot: join(work, 'regions'),
+  computeTurns: 'cpu',
+};
+const logger = createLogger('silent', 'bench');
+const backend = new NvmlBackend(Nvml.open('libnvidia-ml.so.1'), 'libcuda.so.1');
+const gpu = backend.gpus[0];
+const contextBytes = backend.measureContextBytes();
+const limits = new LimitsService(config, logger);
+const regionWatch = new RegionWatchService(config, logger);
+const driver = openCheckpointApi('libcuda.so.1');
+
+/** The driver's calls, timed: what the agent adds around them is the orchestration's cost. */
+const callMs = { current: 0 };
+const api = Object.fromEntries(
+  ['state', 'lock', 'checkpoint', 'restore', 'unlock'].map((name) => [
+    name,
+    async (...args) => {
+      const t = performance.now();
+      try {
+        return await driver[name](...args);
+      } finally {
+        if (name !== 'state') callMs.current += performance.now() - t;
+      }
+    },
+  ]),
+);
+api.libraryPath = driver.libraryPath;
+
+const children = new Set();
+function python(args, env = {}) {
+  const child = spawn(values.python, args, {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, PYTHONUNBUFFERED: '1', ...env },
+  });
+  children.add(child);
+  child.on('exit', () => children.delete(child));
+  return child;
+}
+
+function cgroupOf(id) {
+  const dir = join(cgroupRoot, id);
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+async function processesOf(id) {
+  const { readFileSync } = await import('node:fs');
+  const pids = readFileSync(join(cgroupOf(id), 'cgroup.procs'), 'utf8')
+    .split('\n')
+    .filter((line) => line !== '')
+    .map(Number);
+  const known = [];
+  for (const pid of pids) {
+    const state = await driver.state(pid);
+    if (state !== undefined) known.push({ pid, state });
+  }
+  return known;
+}
+function gpuBytesByPid() {
+  const map = new Map();
+  for (const p of backend.processes() ?? []) map.set(p.pid, (map.get(p.pid) ?? 0) + p.bytes);
+  return map;
+}
+
+/** One move of shard `id`, the agent's way; what it took and what the driver's calls took. */
+async function move(id, direction, bytesBefore = new Map()) {
+  const bytes = direction === 'suspend' ? gpuBytesByPid() : bytesBefore;
+  callMs.current = 0;
+  const outcome = await executeMove(direction, {
+    api,
+    processes: () => processesOf(id),
+    mark: (memory) => limits.setMemory(id, memory),
+    bytesOf: (pid) => bytes.get(pid) ?? 0,
+    progress: () => {},
+    lockTimeoutMs: 10_000,
+  });
+  return { outcome, driverMs: callMs.current, bytes };
+}
+
+async function holdOutside(bytes) {
+  const child = python([
+    '-c',
+    `import torch,sys,time; x=torch.empty(${bytes}, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize(); print("held", flush=True); sys.stdin.readline()`,
+  ]);
+  for await (const line of createInterface({ input: child.stdout })) if (line === 'held') break;
+  return child;
+}
+
+const shardEnv = (id) => ({
+  LD_PRELOAD: lib,
+  GPUSHARDS_LIMITS_PATH: limits.file(id),
+  GPUSHARDS_REGION_PATH: join(config.regionRoot, id, 'region'),
+});
+
+// ---------------------------------------------------------------------------------------
+// 1. Bursty tenants on an oversubscribed GPU.
+
+const freeNow = () => gpu.totalBytes - backend.sample()[0].usedBytes;
+const filler = await holdOutside(Math.max(0, freeNow() - offer));
+emit({ check: 'offer', gpu: gpu.model, freeGiB: round(freeNow() / GiB, 2), offerGiB: offer / GiB, capsGiB: (capBytes * shardCount) / GiB, ratio: Number(values.ratio), contextMiB: round(contextBytes / MiB) });
+
+const team = { id: 'bench', guarantee: { bytes: 0 }, decayedGiBHours: 0 };
+const shards = [];
+for (let i = 0; i < shardCount; i++) {
+  const id = `e${i}`;
+  // Half the tenants hold a quarter of their cap, half three quarters: wake latency by size.
+  const dataMiB = Math.floor(((i % 2 === 0 ? 0.25 : 0.7) * capBytes) / MiB);
+  await limits.prepare(id, [{ uuid: gpu.uuid, limitBytes: capBytes }], contextBytes, 'report');
+  regionWatch.add(id);
+  shards.push({ id, dataMiB, state: 'waiting', idleSince: undefined, resumeWantedAt: undefined, busy: false, done: false, wakes: [], bursts: [], moves: [] });
+}
+const byId = new Map(shards.map((s) => [s.id, s]));
+const events = [];
+let moving = false;
+let decideMs = [];
+
+function fleetNow() {
+  const resident = shards.filter((s) => s.state === 'resident' || s.state === 'suspending' || s.state === 'resuming');
+  const suspended = shards.filter((s) => s.state === 'suspended');
+  return [
+    {
+      id: L.hostId('h'),
+      name: 'h',
+      state: 'ONLINE',
+      labels: {},
+      contextOverheadBytes: L.bytes(0),
+      suspendBudgetBytes: L.bytes(capBytes * shardCount),
+      suspendedBytes: L.bytes(capBytes * shards.filter((s) => s.state !== 'waiting' && s.state !== 'resident').length),
+      gpus: [
+        {
+          uuid: L.gpuUuid(gpu.uuid),
+          index: 0,
+          model: gpu.model,
+          totalBytes: L.bytes(offer),
+          reservedBytes: L.bytes(capBytes * resident.length),
+          suspendedBytes: L.bytes(capBytes * suspended.length),
+          overcommitRatio: Number(values.ratio),
+        },
+      ],
+    },
+  ];
+}
+
+function held(s) {
+  return {
+    id: s.id,
+    teamId: team.id,
+    hostId: L.hostId('h'),
+    gpuUuids: [L.gpuUuid(gpu.uuid)],
+    reservedBytesPerGpu: L.bytes(capBytes),
+    quotaBytes: L.bytes(capBytes),
+    gpuModel: gpu.model,
+    priorityRank: 1,
+    preemptible: true,
+    placedAt: 0,
+    leaving: s.state !== 'resident',
+    elastic: true,
+    ...(s.state === 'resident' && !s.busy && s.idleSince !== undefined ? { idleSince: s.idleSince } : {}),
+  };
+}
+function suspendedOf(s) {
+  return { id: s.id, teamId: team.id, hostId: L.hostId('h'), gpuUuids: [L.gpuUuid(gpu.uuid)], reservedBytesPerGpu: L.bytes(capBytes), quotaBytes: L.bytes(capBytes) };
+}
+const request = { bytesPerGpu: L.bytes(capBytes), gpuCount: 1 };
+
+/** One admission pass over the bench's fleet, applied: placements start, suspends and resumes move. */
+async function schedule() {
+  if (moving) return;
+  const t = performance.now();
+  const plan = L.admit({
+    fleet: fleetNow(),
+    held: shards.filter((s) => ['resident', 'suspending', 'resuming'].includes(s.state)).map(held),
+    pending: [
+      ...shards.filter((s) => s.state === 'waiting').map((s, n) => ({ id: s.id, teamId: team.id, request, priorityRank: 1, preemptible: true, arrivedAt: n })),
+      ...shards
+        .filter((s) => s.state === 'suspended' && s.resumeWantedAt !== undefined)
+        .map((s) => ({ id: s.id, teamId: team.id, request, priorityRank: 1, preemptible: true, arrivedAt: s.resumeWantedAt, resume: suspendedOf(s) })),
+    ],
+    suspended: shards.filter((s) => s.state === 'suspended').map(suspendedOf),
+    teams: [team],
+    now: Date.now(),
+  });
+  decideMs.push(performance.now() - t);
+  for (const p of plan.placements) start(byId.get(p.shardId));
+  const first = plan.suspensions[0] ?? plan.resumes[0];
+  if (first === undefined) return;
+  moving = true;
+  try {
+    for (const s of plan.suspensions) await moveShard(byId.get(s.shardId), 'suspend');
+    for (const r of plan.resumes) await moveShard(byId.get(r.shardId), 'resume');
+  } finally {
+    moving = false;
+  }
+  setImmediate(() => void schedule());
+}
+
+async function moveShard(s, direction) {
+  s.state = direction === 'suspend' ? 'suspending' : 'resuming';
+  const began = performance.now();
+  const { outcome, driverMs, bytes } = await move(s.id, direction, s.bytesOut);
+  if (direction === 'suspend') s.bytesOut = bytes;
+  const record = { shard: s.id, direction, ok: outcome.ok, seconds: (performance.now() - began) / 1000, driverMs, overheadMs: (performance.now() - began) - driverMs, bytes: outcome.ok ? outcome.bytes : 0, reason: outcome.ok ? undefined : outcome.reason };
+  s.moves.push(record);
+  events.push(record);
+  if (!outcome.ok) {
+    emit({ check: 'move failed', ...record });
+    s.state = direction === 'suspend' ? 'resident' : 'suspended';
+    return;
+  }
+  s.state = direction === 'suspend' ? 'suspended' : 'resident';
+  if (direction === 'resume') s.resumeWantedAt = undefined;
+}
+
+function start(s) {
+  s.state = 'resident';
+  s.child.stdin.write('go\n');
+}
+
+regionWatch.onWake((ring) => {
+  const s = byId.get(ring.shardId);
+  if (s === undefined || s.resumeWantedAt !== undefined) return;
+  s.ringAt = performance.now();
+  if (s.state === 'suspended' || s.state === 'suspending') {
+    s.resumeWantedAt = Date.now();
+    void schedule();
+  }
+});
+
+const started = performance.now();
+await Promise.all(
+  shards.map(async (s, i) => {
+    const child = python(
+      [join(here, 'elastic_worker.py'), join(cgroupOf(s.id), 'cgroup.procs'), String(s.dataMiB), values.bursts, values['idle-s'], values['burst-s'], String(i + 1)],
+      shardEnv(s.id),
+    );
+    s.child = child;
+    for await (const line of createInterface({ input: child.stdout })) {
+      const [word, a, b, c, d] = line.split(' ');
+      if (word === 'joined') {
+        if (shards.every((x) => x.child !== undefined)) void schedule();
+      } else if (word === 'ready') {
+        s.idleSince = Date.now();
+        void schedule();
+      } else if (word === 'wake') {
+        s.busy = true;
+        s.wakes.push({ ms: Number(BigInt(c) - BigInt(b)) / 1e6, wasSuspended: s.ringAt !== undefined });
+        s.ringAt = undefined;
+      } else if (word === 'burst') {
+        s.busy = false;
+        s.idleSince = Date.now();
+        s.bursts.push({ ms: Number(BigInt(c) - BigInt(b)) / 1e6, intact: d === '1' });
+        void schedule();
+      } else if (word === 'done') {
+        s.done = true;
+        s.state = 'done';
+        s.busy = false;
+        child.stdin.end();
+        void schedule();
+      }
+    }
+  }),
+);
+const makespanS = (performance.now() - started) / 1000;
+
+const wakes = shards.flatMap((s) => s.wakes.map((w) => ({ ...w, dataMiB: s.dataMiB })));
+const bursts = shards.flatMap((s) => s.bursts);
+const suspends = events.filter((e) => e.direction === 'suspend' && e.ok);
+const resumes = events.filter((e) => e.direction === 'resume' && e.ok);
+for (const size of [...new Set(shards.map((s) => s.dataMiB))]) {
+  const cold = wakes.filter((w) => w.dataMiB === size && w.wasSuspended).map((w) => w.ms);
+  const warm = wakes.filter((w) => w.dataMiB === size && !w.wasSuspended).map((w) => w.ms);
+  emit({ check: 'wake latency', dataGiB: round(size / 1024, 2), suspendedWakes: cold.length, p50ms: round(pct(cold, 50)), p99ms: round(pct(cold, 99)), residentWakes: warm.length, residentP50ms: round(pct(warm, 50), 2) });
+}
+const busyS = bursts.reduce((sum, b) => sum + b.ms, 0) / 1000;
+const soloS = Number(values.bursts) * (Number(values['idle-s']) + Number(values['burst-s']));
+emit({
+  check: 'bursty tenants',
+  shards: shardCount,
+  wakesServed: wakes.length,
+  wakesExpected: shardCount * Number(values.bursts),
+  dataIntact: bursts.every((b) => b.intact),
+  burstsIntact: bursts.filter((b) => b.intact).length,
+  suspends: suspends.length,
+  resumes: resumes.length,
+  failedMoves: events.filter((e) => !e.ok).length,
+  makespanS: round(makespanS),
+  oneAtATimeS: round(soloS * shardCount),
+  gpuBusyS: round(busyS),
+  suspendGBps: round(suspends.reduce((s, e) => s + e.bytes, 0) / 1e9 / suspends.reduce((s, e) => s + e.seconds, 0), 2),
+  resumeGBps: round(resumes.reduce((s, e) => s + e.bytes, 0) / 1e9 / resumes.reduce((s, e) => s + e.seconds, 0), 2),
+  overheadP50ms: round(pct(events.map((e) => e.overheadMs), 50)),
+  overheadP99ms: round(pct(events.map((e) => e.overheadMs), 99)),
+  decideP99ms: round(pct(decideMs, 99), 2),
+});
+filler.stdin.end();
+
+// ---------------------------------------------------------------------------------------
+// 2. The raw API against the agent's move, twin processes of --raw-gib, alternating.
+
+const rawBytes = Number(values['raw-gib']) * GiB;
+const twin = async (id) => {
+  await limits.prepare(id, [{ uuid: gpu.uuid, limitBytes: rawBytes + 2 * GiB }], contextBytes, 'report');
+  const child = python([join(here, 'elastic_worker.py'), join(cgroupOf(id), 'cgroup.procs'), String(rawBytes / MiB), '1', '3600', '0', '7'], shardEnv(id));
+  const lines = createInterface({ input: child.stdout });
+  let pid;
+  for await (const line of lines) {
+    const [word, a] = line.split(' ');
+    if (word === 'joined') {
+      pid = Number(a);
+      child.stdin.write('go\n');
+    }
+    if (word === 'ready') break;
+  }
+  return { id, child, pid };
+};
+const rawRun = (pid, op) =>
+  new Promise((done) => {
+    const child = python([join(here, 'checkpoint_raw.py'), String(pid), op]);
+    let text = '';
+    child.stdout.on('data', (d) => (text += d));
+    child.on('exit', () => {
+      const [, , first, second, result] = text.trim().split(' ');
+      done({ ms: Number(first) + Number(second), result });
+    });
+  });
+const raw = await twin('raw');
+const agent = await twin('agent');
+const side = { raw: { out: [], back: [] }, agent: { out: [], back: [] } };
+for (let r = 0; r < 2; r++) {
+  const out = await rawRun(raw.pid, 'suspend');
+  const back = await rawRun(raw.pid, 'resume');
+  side.raw.out.push(out.ms);
+  side.raw.back.push(back.ms);
+  const t0 = performance.now();
+  const s = await move(agent.id, 'suspend');
+  const t1 = performance.now();
+  await move(agent.id, 'resume', s.bytes);
+  const t2 = performance.now();
+  side.agent.out.push(t1 - t0);
+  side.agent.back.push(t2 - t1);
+}
+const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
+emit({
+  check: 'raw API vs agent',
+  gib: Number(values['raw-gib']),
+  rawOutMs: side.raw.out.map(round),
+  agentOutMs: side.agent.out.map(round),
+  rawBackMs: side.raw.back.map(round),
+  agentBackMs: side.agent.back.map(round),
+  outRatio: round(mean(side.agent.out) / mean(side.raw.out), 3),
+  backRatio: round(mean(side.agent.back) / mean(side.raw.back), 3),
+});
+for (const c of children) c.kill('SIGKILL');
+await regionWatch.onModuleDestroy?.();
+await limits.onModuleDestroy();
+backend.close();
+for (const s of [...shards.map((x) => x.id), 'raw', 'agent']) {
+  try {
+    rmdirSync(join(cgroupRoot, s));
+  } catch {
+    // a process may still be leaving it
+  }
+}
+rmSync(work, { recursive: true, force: true });
+console.log('\n| check | result |\n| --- | --- |');
+for (const row of rows) {
+  const { check, ...rest } = row;
+  console.log(`| ${check} | ${Object.entries(rest).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} |`);
+}
+process.exit(0);
