@@ -13,6 +13,7 @@ import { ExplorerModule } from './explorer/explorer.module.js';
 import { FenceModule } from './fence/fence.module.js';
 import { PortalModule } from './portal/portal.module.js';
 import { ClockModule, type Clock } from './fleet/clock.js';
+import { ElasticModule } from './elastic/elastic.module.js';
 import { FleetModule } from './fleet/fleet.module.js';
 import { GraphqlApiModule } from './graphql/graphql-api.module.js';
 import { HealthModule } from './health/health.module.js';
@@ -77,6 +78,7 @@ export class AppModule {
         ShardsModule,
         ComputeModule,
         QueueModule,
+        ElasticModule,
         FleetModule,
         ...(agentTransport ? [AgentLinkModule.forRoot(agentTransport)] : []),
       ],

@@ -9,6 +9,7 @@ import {
   type ReservationInterval,
   type ShardAccount,
   shardId,
+  suspendedGibHours,
   type TeamAccount,
   teamId,
   type UsageSample,
@@ -441,6 +442,53 @@ describe('account (properties)', () => {
         }
       }),
       { numRuns: 300 },
+    );
+  });
+});
+
+describe('suspendedGibHours', () => {
+  const window = { from: 0, to: 3_600_000 };
+  test('counts only the part of each stay inside the window', () => {
+    const gib = 2 ** 30;
+    const hours = suspendedGibHours(
+      [
+        { shardId: shardId('a'), bytes: bytes(2 * gib), start: -1_800_000, end: 1_800_000 },
+        { shardId: shardId('a'), bytes: bytes(2 * gib), start: 3_000_000, end: null },
+        { shardId: shardId('b'), bytes: bytes(gib), start: 3_600_000, end: 4_000_000 },
+      ],
+      window,
+    );
+    // a: 2 GiB × 0.5 h + 2 GiB × 600 s
+    assert.equal(hours.get(shardId('a')), 1 + (2 * 600) / 3600);
+    assert.equal(hours.has(shardId('b')), false);
+  });
+  test('adds up to the byte-time of the stays for any split of the window', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            bytes: fc.integer({ min: 0, max: 2 ** 36 }),
+            start: fc.integer({ min: 0, max: 10_000_000 }),
+            length: fc.integer({ min: 0, max: 10_000_000 }),
+          }),
+          { maxLength: 8 },
+        ),
+        fc.integer({ min: 1, max: 19_999_999 }),
+        (stays, cut) => {
+          const intervals = stays.map((stay) => ({
+            shardId: shardId('s'),
+            bytes: bytes(stay.bytes),
+            start: stay.start,
+            end: stay.start + stay.length,
+          }));
+          const whole =
+            suspendedGibHours(intervals, { from: 0, to: 20_000_000 }).get(shardId('s')) ?? 0;
+          const left = suspendedGibHours(intervals, { from: 0, to: cut }).get(shardId('s')) ?? 0;
+          const right =
+            suspendedGibHours(intervals, { from: cut, to: 20_000_000 }).get(shardId('s')) ?? 0;
+          return Math.abs(whole - (left + right)) <= 1e-9 * Math.max(1, whole);
+        },
+      ),
     );
   });
 });

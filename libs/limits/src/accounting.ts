@@ -322,3 +322,37 @@ export function account(
     });
   return { window, shards: shardAccounts, teams: teamAccounts };
 }
+
+/**
+ * One stay of a shard's GPU memory in host RAM (elastic memory, docs/elastic.md): its caps over
+ * all its GPUs, from when it became SUSPENDED until it left (null: still suspended).
+ */
+export interface SuspensionInterval {
+  readonly shardId: ShardId;
+  readonly bytes: Bytes;
+  readonly start: EpochMs;
+  readonly end: EpochMs | null;
+}
+
+/**
+ * Suspended GiB-hours per shard over [from, to): what its stays in host RAM held, apart from
+ * the GPU-resident GiB-hours `account` reports (a suspended shard holds no GPU). Shards without
+ * suspended time in the window are left out.
+ */
+export function suspendedGibHours(
+  intervals: readonly SuspensionInterval[],
+  window: AccountingWindow,
+): Map<ShardId, number> {
+  const byteMs = new Map<ShardId, bigint>();
+  for (const interval of intervals) {
+    if (!Number.isSafeInteger(interval.bytes) || interval.bytes < 0) {
+      throw new RangeError(`suspended bytes must be a whole number ≥ 0, got ${interval.bytes}`);
+    }
+    const from = Math.max(interval.start, window.from);
+    const to = Math.min(interval.end ?? window.to, window.to);
+    if (to <= from) continue;
+    const sum = byteMs.get(interval.shardId) ?? 0n;
+    byteMs.set(interval.shardId, sum + BigInt(interval.bytes) * BigInt(to - from));
+  }
+  return new Map([...byteMs].map(([id, ms]) => [id, gibHours(ms)]));
+}

@@ -8,6 +8,8 @@ import {
   teamId as limitsTeamId,
   type GpuReservation,
   type GpuUsageSample,
+  suspendedGibHours,
+  type SuspensionInterval,
 } from '@gpushards/limits';
 import type { Caller } from '../auth/caller.js';
 import { PrismaService } from '../database/index.js';
@@ -63,12 +65,31 @@ export class AccountingService {
       end: r.releasedAt?.getTime() ?? Math.max(now, r.reservedAt.getTime()),
     }));
     const samples = await this.samplesFor(reservations, window);
-    const report = account(shardIntervalsOf(gpuReservations), shardSamplesOf(samples), {
-      from: window.from.getTime(),
-      to: window.to.getTime(),
-    });
+    const accountingWindow = { from: window.from.getTime(), to: window.to.getTime() };
+    const report = account(
+      shardIntervalsOf(gpuReservations),
+      shardSamplesOf(samples),
+      accountingWindow,
+    );
+    const suspended = suspendedGibHours(
+      await this.suspensionsOverlapping(team.id, window, now),
+      accountingWindow,
+    );
+    // A shard suspended for the whole window held no GPU in it: listed for its suspended time.
+    const suspendedOnly = [...suspended.keys()].filter(
+      (id) => !report.shards.some((s) => s.shardId === id),
+    );
+    const accounts = [
+      ...report.shards,
+      ...suspendedOnly.map((id) => ({
+        shardId: id,
+        reservedGibHours: 0,
+        usedGibHours: 0,
+        peakUsedBytes: 0,
+      })),
+    ].sort((a, b) => (a.shardId < b.shardId ? -1 : a.shardId > b.shardId ? 1 : 0));
     const shards = await this.prisma.shard.findMany({
-      where: { id: { in: report.shards.map((s) => s.shardId) } },
+      where: { id: { in: accounts.map((s) => s.shardId) } },
       select: { id: true, name: true, hostId: true },
     });
     const shardById = new Map(shards.map((s) => [s.id, s]));
@@ -80,14 +101,16 @@ export class AccountingService {
       measuredUntil: new Date(measuredUntil),
       reservedGibHours: teamAccount?.reservedGibHours ?? 0,
       usedGibHours: teamAccount?.usedGibHours ?? 0,
+      suspendedGibHours: [...suspended.values()].reduce((sum, hours) => sum + hours, 0),
       peakUsed: sizeOf(teamAccount?.peakUsedBytes ?? 0),
       shardCount: teamAccount?.shardCount ?? 0,
-      shardReports: report.shards.map((s) => ({
+      shardReports: accounts.map((s) => ({
         shardId: s.shardId,
         shardName: shardById.get(s.shardId)?.name ?? '',
         hostId: shardById.get(s.shardId)?.hostId ?? null,
         reservedGibHours: s.reservedGibHours,
         usedGibHours: s.usedGibHours,
+        suspendedGibHours: suspended.get(s.shardId) ?? 0,
         peakUsed: sizeOf(s.peakUsedBytes),
       })),
     };
@@ -101,6 +124,27 @@ export class AccountingService {
       .filter((s) => after === undefined || s.shardId > after)
       .slice(0, page.take);
     return toConnection(page, rows, (s) => s.shardId);
+  }
+
+  /** The team's stays in host RAM that overlap the window (elastic shards). */
+  private async suspensionsOverlapping(
+    teamId: string,
+    window: UsageWindow,
+    now: number,
+  ): Promise<SuspensionInterval[]> {
+    const rows = await this.prisma.shardSuspension.findMany({
+      where: {
+        teamId,
+        suspendedAt: { lt: window.to },
+        OR: [{ resumedAt: null }, { resumedAt: { gt: window.from } }],
+      },
+    });
+    return rows.map((row) => ({
+      shardId: shardId(row.shardId),
+      bytes: bytes(Number(row.bytes)),
+      start: row.suspendedAt.getTime(),
+      end: row.resumedAt?.getTime() ?? Math.max(now, row.suspendedAt.getTime()),
+    }));
   }
 
   private reservationsOverlapping(teamId: string, window: UsageWindow) {

@@ -25,6 +25,12 @@ export class ShardUsageReport {
   })
   usedGibHours!: number;
 
+  @Field(() => Float, {
+    description:
+      'Elastic (docs/elastic.md): GiB-hours its GPU memory spent suspended in its host RAM (its caps over its GPUs), apart from reservedGibHours: a suspended shard holds no GPU.',
+  })
+  suspendedGibHours!: number;
+
   @Field(() => Size, { description: 'The most it used at once over all its GPUs.' })
   peakUsed!: Size;
 }
@@ -57,6 +63,11 @@ export class UsageReport {
 
   @Field(() => Float)
   usedGibHours!: number;
+
+  @Field(() => Float, {
+    description: "GiB-hours its shards' GPU memory spent suspended in host RAM (elastic shards).",
+  })
+  suspendedGibHours!: number;
 
   @Field(() => Size, {
     description:

@@ -12,7 +12,7 @@ import {
   type ShardLaunchSpec,
 } from '@gpushards/protocol';
 import type { Logger } from '../logging/logger.js';
-import type { ShardCommands } from '../shards/shard-commands.js';
+import type { ShardCommands, SuspendCause } from '../shards/shard-commands.js';
 import { AgentClientProxy } from './agent-client-proxy.js';
 import { CommandNotDeliveredError, type AgentTransport } from './agent-transport.js';
 
@@ -102,6 +102,14 @@ export class AgentCommandClient implements ShardCommands {
       gpus: [...gpus],
       ...(compute === undefined ? {} : { compute }),
     });
+  }
+
+  async suspend(hostId: string, shardId: string, cause: SuspendCause): Promise<void> {
+    await this.send(hostId, { type: 'suspend', shardId, cause });
+  }
+
+  async resume(hostId: string, shardId: string): Promise<void> {
+    await this.send(hostId, { type: 'resume', shardId });
   }
 
   async reconcile(hostId: string): Promise<void> {

@@ -5,6 +5,7 @@ import {
   type OnApplicationBootstrap,
   type OnModuleDestroy,
 } from '@nestjs/common';
+import { ElasticModule } from '../elastic/elastic.module.js';
 import { FleetModule } from '../fleet/fleet.module.js';
 import { AgentMessagesService } from './agent-messages.service.js';
 import type { AgentTransport } from './agent-transport.js';
@@ -23,7 +24,7 @@ export class AgentLinkModule implements OnApplicationBootstrap, OnModuleDestroy 
   static forRoot(transport: AgentTransport): DynamicModule {
     return {
       module: AgentLinkModule,
-      imports: [FleetModule],
+      imports: [FleetModule, ElasticModule],
       providers: [{ provide: AGENT_TRANSPORT, useValue: transport }, AgentMessagesService],
     };
   }

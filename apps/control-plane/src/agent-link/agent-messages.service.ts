@@ -16,10 +16,12 @@ import {
   type ReconcileRequest,
   type RegisterRequest,
   type ShardStateEvent,
+  type ShardWake,
 } from '@gpushards/protocol';
 import { Counter, Registry } from 'prom-client';
 import type { z } from 'zod';
 import { NotFoundError } from '../errors/domain-errors.js';
+import { ElasticService } from '../elastic/elastic.service.js';
 import { CapPolicies } from '../fence/cap-policies.js';
 import { FenceService } from '../fence/fence.service.js';
 import {
@@ -89,6 +91,7 @@ export class AgentMessagesService {
     private readonly fence: FenceService,
     private readonly capPolicies: CapPolicies,
     private readonly removedHosts: RemovedHosts,
+    private readonly elastic: ElasticService,
     registry: Registry,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -168,7 +171,7 @@ export class AgentMessagesService {
       case 'reconcile':
         return this.reconcile(hostId, message as ReconcileRequest);
       case 'wake':
-        // Elastic memory is being built (docs/elastic.md): no shard is suspended yet.
+        await this.elastic.wake(hostId, message as ShardWake);
         return { outcome: 'handled' };
     }
   }

@@ -4,6 +4,7 @@ import { ComputeResolver } from './compute.resolver.js';
 import { ComputeShareService } from './compute-share.service.js';
 import { IdlePolicyService } from './idle-policy.service.js';
 import { IdleSweeper } from './idle-sweeper.js';
+import { ElasticModule } from '../elastic/elastic.module.js';
 
 /**
  * Compute per shard (issue 17, docs/compute.md): changing a shard's share (setShardCompute),
@@ -11,7 +12,7 @@ import { IdleSweeper } from './idle-sweeper.js';
  * placement live with createShard (shards/, placement/).
  */
 @Module({
-  imports: [ShardsModule],
+  imports: [ShardsModule, ElasticModule],
   providers: [ComputeShareService, IdlePolicyService, IdleSweeper, ComputeResolver],
   exports: [IdleSweeper],
 })

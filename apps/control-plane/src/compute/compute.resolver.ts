@@ -50,14 +50,22 @@ export class ComputeResolver {
   @MinRole(Role.ADMIN)
   @Mutation(() => Team, {
     description:
-      "Sets the team's idle policy: a RUNNING shard with no kernel on any GPU for idleAfterSeconds (at least 60) is reported (Shard.idleSince, an IDLE shard event, a warning), and, when stopAfterSeconds is given (at least idleAfterSeconds), stopped after that long (an IDLE_STOP event, then STOPPING). Only shards whose host reports compute activity (a compute ledger) are judged. idleAfterSeconds null: no policy.",
+      "Sets the team's idle policy: a RUNNING shard with no kernel on any GPU for idleAfterSeconds (at least 60) is reported (Shard.idleSince, an IDLE shard event, a warning), and, when stopAfterSeconds is given (at least idleAfterSeconds), stopped after that long (an IDLE_STOP event, then STOPPING); when suspendAfterSeconds is given (at least idleAfterSeconds), an elastic shard is suspended to host RAM after that long instead (an IDLE_SUSPEND event, then SUSPENDING; docs/elastic.md). Only shards whose host reports compute activity (a compute ledger) are judged. idleAfterSeconds null: no policy.",
   })
   setTeamIdlePolicy(
     @CurrentCaller() caller: Caller,
     @Args('teamId', { type: () => ID }) teamId: string,
     @Args('idleAfterSeconds', { type: () => Int, nullable: true }) idleAfterSeconds: number | null,
     @Args('stopAfterSeconds', { type: () => Int, nullable: true }) stopAfterSeconds: number | null,
+    @Args('suspendAfterSeconds', { type: () => Int, nullable: true })
+    suspendAfterSeconds: number | null,
   ): Promise<Team> {
-    return this.idle.set(caller, teamId, idleAfterSeconds ?? null, stopAfterSeconds ?? null);
+    return this.idle.set(
+      caller,
+      teamId,
+      idleAfterSeconds ?? null,
+      stopAfterSeconds ?? null,
+      suspendAfterSeconds ?? null,
+    );
   }
 }

@@ -25,10 +25,14 @@ export class IdlePolicyService {
   async get(teamId: string): Promise<IdlePolicy | null> {
     const team = await this.prisma.team.findUnique({
       where: { id: teamId },
-      select: { idleAfterSeconds: true, idleStopAfterSeconds: true },
+      select: { idleAfterSeconds: true, idleStopAfterSeconds: true, idleSuspendAfterSeconds: true },
     });
     if (team === null || team.idleAfterSeconds === null) return null;
-    return { idleAfterSeconds: team.idleAfterSeconds, stopAfterSeconds: team.idleStopAfterSeconds };
+    return {
+      idleAfterSeconds: team.idleAfterSeconds,
+      stopAfterSeconds: team.idleStopAfterSeconds,
+      suspendAfterSeconds: team.idleSuspendAfterSeconds,
+    };
   }
 
   /** null idleAfterSeconds: no idle policy (stopAfterSeconds must then be left out too). */
@@ -37,26 +41,29 @@ export class IdlePolicyService {
     teamId: string,
     idleAfterSeconds: number | null,
     stopAfterSeconds: number | null,
+    suspendAfterSeconds: number | null = null,
   ): Promise<Team> {
     const id = checkId('teamId', teamId);
     if (idleAfterSeconds === null) {
-      if (stopAfterSeconds !== null) {
+      if (stopAfterSeconds !== null || suspendAfterSeconds !== null) {
         throw BadUserInputError.of(
-          'stopAfterSeconds',
-          'needs idleAfterSeconds: a shard is reported idle before it is stopped',
+          stopAfterSeconds !== null ? 'stopAfterSeconds' : 'suspendAfterSeconds',
+          'needs idleAfterSeconds: a shard is reported idle before anything is done to it',
         );
       }
     } else {
       const problem = idlePolicyProblem({
         idleAfterSeconds,
         ...(stopAfterSeconds === null ? {} : { stopAfterSeconds }),
+        ...(suspendAfterSeconds === null ? {} : { suspendAfterSeconds }),
       });
       if (problem !== undefined) throw BadUserInputError.of(problem.field, problem.message);
     }
     const team = await this.prisma.$transaction(async (tx) => {
       const rows = await tx.$queryRaw<Team[]>`
         UPDATE team SET idle_after_seconds = ${idleAfterSeconds}::int,
-                        idle_stop_after_seconds = ${stopAfterSeconds}::int
+                        idle_stop_after_seconds = ${stopAfterSeconds}::int,
+                        idle_suspend_after_seconds = ${suspendAfterSeconds}::int
          WHERE id = ${id}::uuid
         RETURNING id::text AS id, name, created_at AS "createdAt"`;
       const updated = rows[0];
@@ -71,12 +78,18 @@ export class IdlePolicyService {
         targetType: 'Team',
         targetId: id,
         teamId: id,
-        details: { idleAfterSeconds, stopAfterSeconds },
+        details: { idleAfterSeconds, stopAfterSeconds, suspendAfterSeconds },
       });
       return updated;
     });
     this.logger.info(
-      { teamId: id, idleAfterSeconds, stopAfterSeconds, actorTokenId: caller.tokenId },
+      {
+        teamId: id,
+        idleAfterSeconds,
+        stopAfterSeconds,
+        suspendAfterSeconds,
+        actorTokenId: caller.tokenId,
+      },
       'idle policy set',
     );
     return team;

@@ -14,6 +14,8 @@ import { LOGGER, type Logger } from '../logging/logger.js';
 import { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../shards/shard-mutations.service.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
+import { ElasticMoves } from '../elastic/elastic-moves.js';
+import { NotSuspendableError } from '../errors/domain-errors.js';
 import { IdleActionKind } from './idle.model.js';
 
 /** How often the idle policies are applied (a policy's shortest time is 60 s). */
@@ -26,6 +28,8 @@ interface Row {
   hostId: string | null;
   idleAfterSeconds: number;
   stopAfterSeconds: number | null;
+  suspendAfterSeconds: number | null;
+  elastic: boolean;
   startedAt: Date | null;
   updatedAt: Date;
   lastKernelAt: Date | null;
@@ -55,13 +59,14 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly prisma: PrismaService,
     private readonly audit: AuditService,
     private readonly lifecycle: ShardLifecycle,
+    private readonly moves: ElasticMoves,
     registry: Registry,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'compute' });
     this.actions = new Counter({
       name: 'gpushards_idle_actions_total',
-      help: "Idle-policy actions on shards: report (found idle), stop (stopped by its team's policy).",
+      help: "Idle-policy actions on shards: report (found idle), stop (stopped by its team's policy), suspend (its memory to host RAM by its team's policy).",
       labelNames: ['action', 'team'],
       registers: [registry],
     });
@@ -91,12 +96,16 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
     // at 1,000 hosts, every 15 s on each replica) to keep those of a few teams, or of none.
     const rows = await this.prisma.$queryRaw<Row[]>`
       WITH watched AS MATERIALIZED (
-        SELECT id, name, idle_after_seconds, idle_stop_after_seconds FROM team
+        SELECT id, name, idle_after_seconds, idle_stop_after_seconds,
+               idle_suspend_after_seconds FROM team
          WHERE idle_after_seconds IS NOT NULL
       )
       SELECT shard.id::text AS "shardId", team.id::text AS "teamId", team.name AS "teamName",
              shard.host_id AS "hostId", team.idle_after_seconds AS "idleAfterSeconds",
              team.idle_stop_after_seconds AS "stopAfterSeconds",
+             team.idle_suspend_after_seconds AS "suspendAfterSeconds",
+             shard.elastic AND coalesce((SELECT allow_elastic FROM quota_policy
+                                          WHERE team_id = team.id), false) AS elastic,
              shard.started_at AS "startedAt", shard.updated_at AS "updatedAt",
              activity.last_kernel AS "lastKernelAt", activity.observed,
              shard.idle_since AS "idleSince"
@@ -122,10 +131,14 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
         lastKernelAt: row.lastKernelAt?.getTime() ?? null,
         observed: row.observed,
         idleSince: row.idleSince?.getTime() ?? null,
+        elastic: row.elastic,
       }));
       const policy = {
         idleAfterSeconds: first.idleAfterSeconds,
         ...(first.stopAfterSeconds === null ? {} : { stopAfterSeconds: first.stopAfterSeconds }),
+        ...(first.suspendAfterSeconds === null
+          ? {}
+          : { suspendAfterSeconds: first.suspendAfterSeconds }),
       };
       for (const action of decideIdle(shards, policy, now)) {
         const row = team.find((r) => r.shardId === action.shardId)!;
@@ -184,6 +197,7 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
         return true;
       }
       if (shard.idleSince?.getTime() !== action.idleSince) return false;
+      if (action.kind === 'suspend') return this.suspend(tx, shard, idle, effects, log);
       const seconds = idle.idleSeconds;
       // Stored before the state change's event (moveTo stores it): what is done, then that it was.
       const idleStop: ShardStateChange = {
@@ -227,6 +241,46 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
       if (action.kind !== 'clear') this.actions.inc({ action: action.kind, team: row.teamName });
     }
     return done;
+  }
+
+  /**
+   * The policy's `suspend` (docs/elastic.md): an IDLE_SUSPEND event, a `shard.idle-suspend`
+   * audit event, RUNNING → SUSPENDING and the suspend sent to its agent. A host that cannot
+   * take it leaves the shard running (logged; the next sweep tries again).
+   */
+  private async suspend(
+    tx: Prisma.TransactionClient,
+    shard: ShardRecord,
+    idle: { idleSince: Date; idleSeconds: number },
+    effects: CommitEffects,
+    log: Record<string, unknown>,
+  ): Promise<boolean> {
+    const notice: ShardStateChange = {
+      shard,
+      previousState: shard.state,
+      state: 'SUSPENDING',
+      at: new Date(),
+      idle: { ...idle, action: IdleActionKind.SUSPEND },
+    };
+    let suspended: ShardRecord;
+    try {
+      suspended = await this.moves.suspend(tx, shard, 'idle-suspend', effects);
+    } catch (error) {
+      if (!(error instanceof NotSuspendableError)) throw error;
+      this.logger.warn({ ...log, reason: error.message }, 'idle shard not suspended');
+      return false;
+    }
+    await recordShardEvents(tx, [notice]);
+    effects.changes.unshift({ ...notice, shard: suspended });
+    await this.audit.record(tx, null, {
+      action: 'shard.idle-suspend',
+      targetType: 'Shard',
+      targetId: shard.id,
+      teamId: shard.teamId,
+      details: { idleSince: idle.idleSince.toISOString(), idleSeconds: idle.idleSeconds },
+    });
+    this.logger.warn(log, "shard suspended by its team's idle policy");
+    return true;
   }
 
   /**

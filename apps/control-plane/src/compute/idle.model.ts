@@ -3,6 +3,7 @@ import { Field, Float, Int, ObjectType, registerEnumType } from '@nestjs/graphql
 export enum IdleActionKind {
   REPORT = 'REPORT',
   STOP = 'STOP',
+  SUSPEND = 'SUSPEND',
 }
 
 registerEnumType(IdleActionKind, {
@@ -10,6 +11,9 @@ registerEnumType(IdleActionKind, {
   valuesMap: {
     REPORT: { description: 'Reported idle (the warning before any action).' },
     STOP: { description: "Stopped by its team's idle policy." },
+    SUSPEND: {
+      description: "Elastic: its GPU memory suspended to host RAM by its team's idle policy.",
+    },
   },
 });
 
@@ -28,6 +32,13 @@ export class IdlePolicy {
     description: 'Seconds without a kernel before it is stopped; null: reported only.',
   })
   stopAfterSeconds!: number | null;
+
+  @Field(() => Int, {
+    nullable: true,
+    description:
+      'Seconds without a kernel before an elastic shard is suspended to host RAM instead (its work kept; it resumes when a process needs the GPU); null: never. Shards that are not elastic are stopped or reported as the rest of the policy says.',
+  })
+  suspendAfterSeconds!: number | null;
 }
 
 @ObjectType({ description: "A shard found idle by its team's idle policy, and what was done." })

@@ -18,7 +18,8 @@ export type ErrorCode =
   | 'TIMEOUT'
   | 'UNAVAILABLE'
   | 'IMAGE_NOT_ALLOWED'
-  | 'NO_AGENTS';
+  | 'NO_AGENTS'
+  | 'NOT_SUSPENDABLE';
 
 /** Extends IntrinsicException so Nest does not log these as crashes: they are answers. */
 export abstract class DomainError extends IntrinsicException {
@@ -91,6 +92,15 @@ export class NoCapacityError extends DomainError {
 
 export class ConflictError extends DomainError {
   readonly code = 'CONFLICT';
+}
+
+/**
+ * A suspend its host cannot do (docs/elastic.md): the host does not suspend (no checkpoint API
+ * in its driver, or its operator turned suspends off), or its host RAM budget for suspended
+ * shards would be passed. The message says which.
+ */
+export class NotSuspendableError extends DomainError {
+  readonly code = 'NOT_SUSPENDABLE';
 }
 
 /**

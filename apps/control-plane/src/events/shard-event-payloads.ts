@@ -42,7 +42,7 @@ export const relayedUngovernedSchema = z.object({
 });
 
 export const relayedIdleSchema = z.object({
-  action: z.enum(['REPORT', 'STOP']),
+  action: z.enum(['REPORT', 'STOP', 'SUSPEND']),
   idleSince: z.iso.datetime(),
   idleSeconds: z.number().min(0),
 });
@@ -103,10 +103,19 @@ export function noticesFrom(
 /** The event's kind, as ShardEvent.kind names it (ShardEventKind). */
 export function kindOf(
   change: Pick<ShardStateChange, 'violation' | 'ungovernedCompute' | 'idle'>,
-): 'STATE' | 'VIOLATION' | 'UNGOVERNED_COMPUTE' | 'IDLE' | 'IDLE_STOP' {
+): 'STATE' | 'VIOLATION' | 'UNGOVERNED_COMPUTE' | 'IDLE' | 'IDLE_STOP' | 'IDLE_SUSPEND' {
   if (change.violation) return 'VIOLATION';
   if (change.ungovernedCompute) return 'UNGOVERNED_COMPUTE';
-  if (change.idle) return change.idle.action === IdleActionKind.STOP ? 'IDLE_STOP' : 'IDLE';
+  if (change.idle) {
+    switch (change.idle.action) {
+      case IdleActionKind.REPORT:
+        return 'IDLE';
+      case IdleActionKind.STOP:
+        return 'IDLE_STOP';
+      case IdleActionKind.SUSPEND:
+        return 'IDLE_SUSPEND';
+    }
+  }
   return 'STATE';
 }
 

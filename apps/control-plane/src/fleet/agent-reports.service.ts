@@ -13,6 +13,7 @@ import {
   converge,
   observationOf,
   RUNNABLE_STATES,
+  SUSPENDED_STATES,
   type ContainerObservation,
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
@@ -56,6 +57,8 @@ import {
 export interface DesiredState {
   readonly desired: ShardLaunchSpec[];
   readonly stoppedShardIds: string[];
+  /** Shards whose container runs with its GPU memory in host RAM (docs/elastic.md). */
+  readonly suspendedShardIds?: string[];
   /** Launched shards whose spec cannot be given here (their secrets do not open): left alone. */
   readonly keptShardIds?: string[];
 }
@@ -288,6 +291,8 @@ export class AgentReportsService {
   async desiredShardsFor(hostId: string, acceptsKept: boolean): Promise<DesiredState> {
     const runnable = await runnableShards(this.prisma.direct, hostId, RUNNABLE_STATES);
     const stopped = await newestShardIds(this.prisma.direct, hostId, STOPPED_FOR_AGENT);
+    const suspendedIds = await newestShardIds(this.prisma.direct, hostId, SUSPENDED_STATES);
+    const suspended = suspendedIds.length > 0 ? { suspendedShardIds: suspendedIds } : {};
     const desired: ShardLaunchSpec[] = [];
     const unopenable: string[] = [];
     const kept: { id: string; reason: string }[] = [];
@@ -306,14 +311,27 @@ export class AgentReportsService {
         { hostId, kept },
         'shards whose secrets this control plane cannot open are left as they are on their host; start it with the key they were sealed with (docs/operations.md, "Secrets key")',
       );
-      return { desired, stoppedShardIds: stopped, keptShardIds: kept.map((shard) => shard.id) };
+      return {
+        desired,
+        stoppedShardIds: stopped,
+        ...suspended,
+        keptShardIds: kept.map((shard) => shard.id),
+      };
     }
-    return { desired, stoppedShardIds: stopped };
+    return { desired, stoppedShardIds: stopped, ...suspended };
   }
 }
 
 /** The states a reconcile settles against the agent's report. */
-const SETTLED_STATES: readonly ShardState[] = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING'];
+const SETTLED_STATES: readonly ShardState[] = [
+  'PLACED',
+  'STARTING',
+  'RUNNING',
+  'SUSPENDING',
+  'SUSPENDED',
+  'RESUMING',
+  'STOPPING',
+];
 
 /** The moves that settle the host's shards against what its agent reported (convergence table). */
 function settlingMoves(
@@ -360,12 +378,16 @@ function observationOfReport(
   dated: boolean,
 ): ContainerObservation | undefined {
   if (container?.status !== undefined) {
-    return observationOf(container.status, container.exitCode);
+    return observationOf(container.status, container.exitCode, container.memory);
   }
   if (container === undefined) {
     return dated || state === 'STOPPING' ? { kind: 'absent' } : undefined;
   }
-  if (container.running) return { kind: 'running' };
+  if (container.running) {
+    return container.memory === undefined
+      ? { kind: 'running' }
+      : { kind: 'running', memory: container.memory };
+  }
   return state === 'RUNNING' || state === 'STOPPING' || dated
     ? { kind: 'exited', exitCode: container.exitCode ?? 0 }
     : undefined;

@@ -26,11 +26,15 @@ export async function upsertRegisteredHost(
   const rows = await tx.$queryRaw<{ state: HostState; previous: HostState | null }[]>`
     WITH previous AS (SELECT state FROM host WHERE id = ${host.hostId} FOR UPDATE)
     INSERT INTO host (id, name, labels, context_overhead_bytes, agent_version, driver_version,
-                      cuda_version, simulated, last_heartbeat_at, updated_at)
+                      cuda_version, simulated, last_heartbeat_at, updated_at,
+                      suspend_budget_bytes, suspend_unavailable_reason)
     VALUES (${host.hostId}, ${host.name}, ${JSON.stringify(host.labels)}::jsonb,
             ${BigInt(host.contextOverheadBytes)}, ${host.agentVersion}, ${host.driverVersion},
-            ${host.cudaVersion}, ${host.simulated}, ${now}, now())
+            ${host.cudaVersion}, ${host.simulated}, ${now}, now(),
+            ${BigInt(host.suspendBudgetBytes ?? 0)}, ${host.suspendUnavailableReason ?? null})
     ON CONFLICT (id) DO UPDATE SET
+      suspend_budget_bytes = EXCLUDED.suspend_budget_bytes,
+      suspend_unavailable_reason = EXCLUDED.suspend_unavailable_reason,
       name = EXCLUDED.name, labels = EXCLUDED.labels,
       context_overhead_bytes = EXCLUDED.context_overhead_bytes,
       agent_version = EXCLUDED.agent_version, driver_version = EXCLUDED.driver_version,

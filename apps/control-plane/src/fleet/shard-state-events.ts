@@ -112,6 +112,13 @@ export class ShardStateEvents {
       // against the row as it left it.
       if (moves.has(shardId)) await write();
       const shard = current.get(shardId);
+      if (isMoveProgress(shard, hostId, event)) {
+        await recordMemoryReport(tx, shard!.id, event);
+        await noteShardEvent(tx, shard!.id, new Date(event.at), event.containerId);
+        current.set(shardId, { ...shard!, lastEventAt: new Date(event.at) });
+        outcomes.push({ applied: true, state: shard!.state });
+        continue;
+      }
       const decided = decide(shard, hostId, event);
       if (decided.kind === 'outcome') {
         outcomes.push(decided.outcome);
@@ -146,10 +153,66 @@ export class ShardStateEvents {
         fields: { ...fields, ...extra },
         at,
       });
+      await recordMemoryReport(tx, shard!.id, event);
       outcomes.push({ applied: true, state: next });
     }
     await write();
     return outcomes;
+  }
+}
+
+/**
+ * Elastic memory (docs/elastic.md): a SUSPENDING or RESUMING report for a shard in that state
+ * carries the move's progress only; it changes no state.
+ */
+function isMoveProgress(
+  shard: ShardRecord | undefined,
+  hostId: string,
+  event: ShardStateEvent,
+): boolean {
+  return (
+    shard !== undefined &&
+    shard.hostId === hostId &&
+    (event.state === 'SUSPENDING' || event.state === 'RESUMING') &&
+    shard.state === event.state &&
+    (shard.lastEventAt === null || new Date(event.at).getTime() > shard.lastEventAt.getTime())
+  );
+}
+
+/**
+ * What a memory report says of the move, kept on the shard for the API (progress, the finished
+ * move's bytes and seconds, why it failed). Runs after the move it reports is decided, so a
+ * move's start (moveMany resets the progress) never overwrites it: the UPDATE of moveMany comes
+ * later in the batch only for a later event of the same shard.
+ */
+async function recordMemoryReport(tx: RawSql, shardId: string, event: ShardStateEvent) {
+  switch (event.state) {
+    case 'SUSPENDING':
+    case 'RESUMING':
+      if (event.progress === undefined) return;
+      await tx.$executeRaw`
+        UPDATE shard SET memory_moved_bytes = ${event.progress.completedBytes},
+                         memory_total_bytes = ${event.progress.totalBytes ?? null}
+         WHERE id = ${shardId}::uuid`;
+      return;
+    case 'SUSPENDED':
+    case 'RESUMED':
+      if (event.moved === undefined) return;
+      await tx.$executeRaw`
+        UPDATE shard SET memory_moved_bytes = ${event.moved.bytes},
+                         memory_total_bytes = ${event.moved.bytes},
+                         memory_move_seconds = ${event.moved.seconds},
+                         memory_move_error = NULL
+         WHERE id = ${shardId}::uuid`;
+      return;
+    case 'SUSPEND_FAILED':
+    case 'RESUME_FAILED':
+      await tx.$executeRaw`
+        UPDATE shard SET memory_move_error = ${event.reason ?? 'the agent gave no reason'}
+         WHERE id = ${shardId}::uuid`;
+      return;
+    default:
+      return;
   }
 }
 

@@ -18,7 +18,11 @@ import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control
 import { PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { tryLaunchSpecOf } from '../shards/launch-spec.js';
-import { InjectShardCommands, type ShardCommands } from '../shards/shard-commands.js';
+import {
+  InjectShardCommands,
+  type ShardCommands,
+  type SuspendCause,
+} from '../shards/shard-commands.js';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../shards/shard-mutations.service.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 
@@ -116,11 +120,21 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
                 FROM shard_gpu held JOIN gpu ON gpu.uuid = held.gpu_uuid
                WHERE held.shard_id = shard.id AND held.released_at IS NULL) AS "gpuUuids"
         FROM shard JOIN host ON host.id = shard.host_id
-       WHERE shard.state IN ('PLACED', 'STARTING', 'STOPPING') AND host.state <> 'OFFLINE'
+       WHERE shard.state IN ('PLACED', 'STARTING', 'SUSPENDING', 'RESUMING', 'STOPPING')
+         AND host.state <> 'OFFLINE'
        ORDER BY shard.updated_at, shard.id
        LIMIT 10000`;
     for (const shard of shards) {
-      this.act(shard, shard.state === 'STOPPING' ? 'resend-stop' : 'resend-launch');
+      this.act(
+        shard,
+        shard.state === 'STOPPING'
+          ? 'resend-stop'
+          : shard.state === 'SUSPENDING'
+            ? 'resend-suspend'
+            : shard.state === 'RESUMING'
+              ? 'resend-resume'
+              : 'resend-launch',
+      );
     }
     if (shards.length > 0) {
       this.logger.info({ shards: shards.length }, 'sent the launches and stops in flight again');
@@ -246,6 +260,11 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
       }
     } else if (action === 'resend-stop') {
       sent = this.commands.stop(hostId, shard.id, DEFAULT_STOP_GRACE_SECONDS);
+    } else if (action === 'resend-suspend') {
+      const cause = (shard.suspendCause ?? 'suspend-requested') as SuspendCause;
+      sent = this.commands.suspend(hostId, shard.id, cause);
+    } else if (action === 'resend-resume') {
+      sent = this.commands.resume(hostId, shard.id);
     }
     sent?.catch((error: unknown) =>
       this.logger.warn(

@@ -42,6 +42,8 @@ export interface GpuDelta {
   readonly permille?: number;
   /** Of `permille`, the change of its ISOLATED shards' shares; absent: none. */
   readonly isolatedPermille?: number;
+  /** The change of its suspended shards' caps (docs/elastic.md); absent: none. */
+  readonly suspendedBytes?: number;
 }
 
 /**
@@ -131,6 +133,7 @@ export class CachedFleet {
         bytes: delta.bytes,
         permille: delta.permille ?? 0,
         isolated: delta.isolatedPermille ?? 0,
+        suspended: delta.suspendedBytes ?? 0,
       });
       gpu.localAt = performance.now();
       this.committedLocally(delta.uuid);
@@ -189,17 +192,31 @@ export class CachedFleet {
    * process committed to since; true when any of them fell (room was freed).
    */
   applyReservations(
-    { reserved, compute, isolated }: Pick<Reservations, 'reserved' | 'compute' | 'isolated'>,
+    {
+      reserved,
+      compute,
+      isolated,
+      suspended = {},
+      unowned = {},
+    }: Pick<Reservations, 'reserved' | 'compute' | 'isolated' | 'suspended' | 'unowned'>,
     startedAt: number,
   ): boolean {
     let freed = false;
     for (const [uuid, bytesRead] of Object.entries(reserved)) {
       const gpu = this.gpusByUuid.get(uuid);
-      if (gpu === undefined || gpu.localAt > startedAt) continue;
+      if (gpu === undefined) continue;
+      const unownedRead = unowned[uuid] ?? 0;
+      if (unownedRead !== gpu.unownedBytes) {
+        if (unownedRead < gpu.unownedBytes) freed = true;
+        gpu.unownedBytes = bytes(unownedRead);
+        this.index.changed(gpu.hostId);
+      }
+      if (gpu.localAt > startedAt) continue;
       const read = {
         bytes: bytesRead,
         permille: compute[uuid] ?? 0,
         isolated: isolated[uuid] ?? 0,
+        suspended: suspended[uuid] ?? 0,
       };
       if (lessThan(read, gpu.committed)) freed = true;
       Object.assign(gpu.committed, read);
@@ -234,6 +251,7 @@ export class CachedFleet {
     for (const gpu of gpus) {
       const cached = this.gpusByUuid.get(gpu.uuid)!;
       cached.isolatedPoolPermille = gpu.isolatedPoolPermille;
+      cached.unownedBytes = bytes(Number(gpu.unattributedBytes));
       if (cached.localAt > startedAt) continue;
       Object.assign(cached.committed, countsOfRow(gpu));
       this.recount(cached);

@@ -230,6 +230,7 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
         reservedBytes: Number(gpu.reservedBytes) - added.bytes,
         guaranteedComputePermille: gpu.guaranteedComputePermille - added.permille,
         isolatedComputePermille: gpu.isolatedComputePermille - added.isolated,
+        suspendedBytes: Number(gpu.suspendedBytes) - (added.suspended ?? 0),
       };
     };
     this.fleet.replaceHosts(ids, hosts, gpus.map(committed), startedAt);

@@ -31,6 +31,9 @@ export interface GpuRow {
   /** The host's isolated (MPS) partition on it, and the ISOLATED shards' part of the guaranteed. */
   isolatedPoolPermille: number;
   isolatedComputePermille: number;
+  /** Caps of its SUSPENDED shards, and memory held there by processes of no shard. */
+  suspendedBytes: bigint | number;
+  unattributedBytes: bigint | number;
 }
 
 /** Every host and every GPU not missing, for the fleet cache's whole read. */
@@ -63,12 +66,27 @@ export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet
   const [gpus] = await reader.$queryRaw<
     {
       rows:
-        [string, string, number, string, number, number, number, number, number, number][] | null;
+        | [
+            string,
+            string,
+            number,
+            string,
+            number,
+            number,
+            number,
+            number,
+            number,
+            number,
+            number,
+            number,
+          ][]
+        | null;
     }[]
   >`
     SELECT json_agg(json_build_array(uuid, host_id, index, model, total_bytes, reserved_bytes,
                                      overcommit_ratio, guaranteed_compute_permille,
-                                     isolated_pool_permille, isolated_compute_permille)) AS rows
+                                     isolated_pool_permille, isolated_compute_permille,
+                                     suspended_bytes, unattributed_bytes)) AS rows
       FROM gpu WHERE missing_since IS NULL`;
   return {
     hosts: (hosts?.rows ?? []).map((row) => ({
@@ -89,6 +107,8 @@ export async function readWholeFleet(reader: DatabaseReader): Promise<WholeFleet
       guaranteedComputePermille: row[7],
       isolatedPoolPermille: row[8],
       isolatedComputePermille: row[9],
+      suspendedBytes: row[10],
+      unattributedBytes: row[11],
     })),
     hostCount: hosts?.count ?? 0,
     hostsChangedAt: hosts?.changedAt ?? '',
@@ -111,6 +131,10 @@ export interface Reservations {
   readonly compute: Readonly<Record<string, number>>;
   /** Of that, the ISOLATED shards' permille, for the GPUs read that have some. */
   readonly isolated: Readonly<Record<string, number>>;
+  /** Suspended caps by GPU UUID, for the GPUs read that have some; absent: none. */
+  readonly suspended?: Readonly<Record<string, number>>;
+  /** Memory of processes of no shard by GPU UUID, for the GPUs read that have some. */
+  readonly unowned?: Readonly<Record<string, number>>;
   /** This read's watermark, the next read's `since`; absent: unknown. */
   readonly watermark?: string;
 }
@@ -146,10 +170,13 @@ export async function readReservations(
       reserved: Record<string, number> | null;
       compute: Record<string, number> | null;
       isolated?: Record<string, number> | null;
+      suspended?: Record<string, number> | null;
+      unowned?: Record<string, number> | null;
     }[]
   >`
     WITH read AS (
-      SELECT uuid, reserved_bytes, guaranteed_compute_permille, isolated_compute_permille
+      SELECT uuid, reserved_bytes, guaranteed_compute_permille, isolated_compute_permille,
+             suspended_bytes, unattributed_bytes
         FROM gpu WHERE ${which})
     SELECT (SELECT count(*) FROM host)::int AS hosts, ${hostNews},
            ${WATERMARK} AS watermark,
@@ -157,7 +184,11 @@ export async function readReservations(
            (SELECT json_object_agg(uuid, guaranteed_compute_permille) FROM read
              WHERE guaranteed_compute_permille > 0) AS compute,
            (SELECT json_object_agg(uuid, isolated_compute_permille) FROM read
-             WHERE isolated_compute_permille > 0) AS isolated`;
+             WHERE isolated_compute_permille > 0) AS isolated,
+           (SELECT json_object_agg(uuid, suspended_bytes) FROM read
+             WHERE suspended_bytes > 0) AS suspended,
+           (SELECT json_object_agg(uuid, unattributed_bytes) FROM read
+             WHERE unattributed_bytes > 0) AS unowned`;
   return {
     hostCount: row?.hosts ?? 0,
     hostsChangedAt: row?.changedAt ?? '',
@@ -165,6 +196,8 @@ export async function readReservations(
     reserved: row?.reserved ?? {},
     compute: row?.compute ?? {},
     isolated: row?.isolated ?? {},
+    suspended: row?.suspended ?? {},
+    unowned: row?.unowned ?? {},
     ...(row?.watermark === undefined ? {} : { watermark: row.watermark }),
   };
 }
@@ -183,7 +216,8 @@ export async function readHosts(
            reserved_bytes AS "reservedBytes", overcommit_ratio AS "overcommitRatio",
            guaranteed_compute_permille AS "guaranteedComputePermille",
            isolated_pool_permille AS "isolatedPoolPermille",
-           isolated_compute_permille AS "isolatedComputePermille"
+           isolated_compute_permille AS "isolatedComputePermille",
+           suspended_bytes AS "suspendedBytes", unattributed_bytes AS "unattributedBytes"
       FROM gpu WHERE host_id = ANY(${[...ids]}::text[]) AND missing_since IS NULL`;
   return { hosts, gpus };
 }

@@ -42,7 +42,8 @@ export class PlacementHolds {
 /**
  * Placement against the in-memory fleet, made true by a conditional update in the caller's
  * transaction (ShardCreator's batch statement): reserved bytes rise only where
- * `reserved_bytes + n <= floor(total_bytes * overcommit_ratio)` (and, for a compute share,
+ * `gpu_memory_fits(...)` holds (libs/limits canReserve: room on the GPU less what processes of
+ * no shard hold, and the caps on it and suspended within floor(total × ratio)) (and, for a compute share,
  * `gpu_compute_fits(...)`: the fit rule of libs/limits computeShareFits, isolated shares within
  * the host's isolated partition, the others within the rest) on a host that is still ONLINE.
  */

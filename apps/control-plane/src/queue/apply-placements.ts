@@ -74,7 +74,8 @@ export async function applyPlacements(
        AND gpu.host_id IN (SELECT id FROM host WHERE id = ANY(${hostIds}::text[])
                               AND state = 'ONLINE' FOR SHARE)
        AND gpu.missing_since IS NULL
-       AND gpu.reserved_bytes + added.bytes <= floor(gpu.total_bytes * gpu.overcommit_ratio)
+       AND gpu_memory_fits(gpu.total_bytes, gpu.reserved_bytes, gpu.suspended_bytes,
+                           gpu.unattributed_bytes, gpu.overcommit_ratio, added.bytes)
        AND gpu_compute_fits(gpu.guaranteed_compute_permille, gpu.isolated_compute_permille,
                             gpu.isolated_pool_permille, added.permille, added.isolated)
     RETURNING gpu.uuid`;

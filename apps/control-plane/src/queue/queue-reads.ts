@@ -13,6 +13,8 @@ import {
   type PendingShard,
   type PriorityClasses,
   type QueueTeam,
+  type SuspendedShard,
+  MIN_IDLE_SECONDS,
 } from '@gpushards/limits';
 import { Prisma } from '../database/index.js';
 import { stringRecord } from '../shards/shard-record.js';
@@ -152,7 +154,16 @@ interface HeldRow {
   gpuUuids: string[];
   perGpu: bigint;
   model: string;
+  elastic: boolean;
+  idleSince: Date | null;
 }
+
+/**
+ * How long an elastic shard must have launched no kernel before the queue may suspend it to
+ * make room (docs/elastic.md), unless its team's idle policy reported it idle sooner: the
+ * shortest idle time a policy may set (a minute's pause is a data loader, not an idle shard).
+ */
+export const MAKE_ROOM_IDLE_SECONDS = MIN_IDLE_SECONDS;
 
 export async function readHeld(reader: Reader, classes: PriorityClasses): Promise<HeldShard[]> {
   const rows = await reader.$queryRaw<HeldRow[]>`
@@ -164,11 +175,22 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
            coalesce(shard.started_at, shard.updated_at) AS "placedAt",
            shard.reclaim_for::text AS "reclaimFor",
            array_agg(held.gpu_uuid ORDER BY held.gpu_uuid) AS "gpuUuids",
-           max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model
+           max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model,
+           shard.elastic AND coalesce(bool_and(quota.allow_elastic), false) AS elastic,
+           -- Idle (make-room may suspend it): reported so by its team's idle policy, or no
+           -- kernel on any GPU (its start, if none) for MAKE_ROOM_IDLE_SECONDS, on a host that
+           -- reports compute activity. Running shards only; null: busy or unknown.
+           CASE WHEN shard.state <> 'RUNNING' THEN NULL
+                WHEN shard.idle_since IS NOT NULL THEN shard.idle_since
+                WHEN bool_or(held.busy_ratio IS NOT NULL OR held.last_kernel_at IS NOT NULL)
+                     AND coalesce(max(held.last_kernel_at), shard.started_at)
+                         <= now() - make_interval(secs => ${MAKE_ROOM_IDLE_SECONDS})
+                  THEN coalesce(max(held.last_kernel_at), shard.started_at) END AS "idleSince"
       FROM shard
       JOIN shard_gpu held ON held.shard_id = shard.id AND held.released_at IS NULL
       JOIN gpu ON gpu.uuid = held.gpu_uuid
-     WHERE shard.state IN ('PLACED', 'STARTING', 'RUNNING', 'STOPPING')
+      LEFT JOIN quota_policy quota ON quota.team_id = shard.team_id
+     WHERE shard.state IN ('PLACED', 'STARTING', 'RUNNING', 'SUSPENDING', 'RESUMING', 'STOPPING')
        AND shard.host_id IS NOT NULL
      GROUP BY shard.id`;
   return rows.map((row) => {
@@ -184,11 +206,116 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
       priorityRank: cls.rank,
       preemptible: cls.preemptible,
       placedAt: row.placedAt.getTime(),
-      leaving: row.state === 'STOPPING',
-      ...(row.state === 'STOPPING' && row.reclaimFor !== null
+      leaving: row.state === 'STOPPING' || row.state === 'SUSPENDING',
+      ...((row.state === 'STOPPING' || row.state === 'SUSPENDING') && row.reclaimFor !== null
         ? { reclaimFor: row.reclaimFor }
         : {}),
+      ...(row.elastic ? { elastic: true } : {}),
+      ...(row.idleSince === null ? {} : { idleSince: row.idleSince.getTime() }),
+      ...(row.state === 'SUSPENDING' ? { suspending: true } : {}),
     };
+  });
+}
+
+/** What elastic memory adds to a pass (docs/elastic.md); absent when nothing is elastic. */
+export interface ElasticInput {
+  /** Hosts that suspend: their budget and what is taken of it (caps). */
+  readonly hosts: ReadonlyMap<string, { budget: number; taken: number }>;
+  /** Every SUSPENDED shard (their quota is still their teams'). */
+  readonly suspended: readonly SuspendedShard[];
+  /** The SUSPENDED shards whose resume is wanted, as the queue takes them. */
+  readonly resumes: readonly PendingShard[];
+}
+
+interface SuspendedRow {
+  id: string;
+  teamId: string;
+  hostId: string;
+  gpuUuids: string[];
+  perGpu: bigint;
+  quotaBytes: bigint;
+  bytesPerGpu: bigint;
+  gpuCount: number;
+  priorityClass: string;
+  resumeWantedAt: Date | null;
+}
+
+/**
+ * The hosts that suspend and the SUSPENDED shards, each pinned to the GPUs of its latest
+ * reservation; undefined when no host suspends and nothing is suspended (the pass is as before
+ * elastic memory).
+ */
+export async function readElastic(
+  reader: Reader,
+  classes: PriorityClasses,
+): Promise<ElasticInput | undefined> {
+  const hostRows = await reader.$queryRaw<{ id: string; budget: number; taken: number }[]>`
+    SELECT host.id, host.suspend_budget_bytes::float8 AS budget,
+           coalesce(sum(shard.limit_bytes_per_gpu * shard.gpu_count), 0)::float8 AS taken
+      FROM host
+      LEFT JOIN shard ON shard.host_id = host.id
+                     AND shard.state IN ('SUSPENDING', 'SUSPENDED', 'RESUMING')
+     WHERE host.suspend_budget_bytes > 0 OR shard.id IS NOT NULL
+     GROUP BY host.id`;
+  if (hostRows.length === 0) return undefined;
+  const rows = await reader.$queryRaw<SuspendedRow[]>`
+    SELECT shard.id::text AS id, shard.team_id::text AS "teamId", shard.host_id AS "hostId",
+           array_agg(last.gpu_uuid ORDER BY last.gpu_uuid) AS "gpuUuids",
+           shard.limit_bytes_per_gpu AS "perGpu",
+           shard.bytes_per_gpu * shard.gpu_count AS "quotaBytes",
+           shard.bytes_per_gpu AS "bytesPerGpu", shard.gpu_count AS "gpuCount",
+           shard.priority_class AS "priorityClass", shard.resume_wanted_at AS "resumeWantedAt"
+      FROM shard
+      JOIN shard_gpu last ON last.shard_id = shard.id
+                         AND last.reserved_at = (SELECT max(reserved_at) FROM shard_gpu
+                                                  WHERE shard_id = shard.id)
+     WHERE shard.state = 'SUSPENDED' AND shard.host_id IS NOT NULL
+     GROUP BY shard.id`;
+  const suspended: SuspendedShard[] = rows.map((row) => ({
+    id: row.id,
+    teamId: row.teamId,
+    hostId: hostId(row.hostId),
+    gpuUuids: row.gpuUuids.map(gpuUuid),
+    reservedBytesPerGpu: bytes(Number(row.perGpu)),
+    quotaBytes: bytes(Number(row.quotaBytes)),
+  }));
+  const resumes: PendingShard[] = rows.flatMap((row, i) => {
+    if (row.resumeWantedAt === null) return [];
+    const cls = classes.get(row.priorityClass) ?? classes.require(DEFAULT_PRIORITY_CLASS);
+    return [
+      {
+        id: row.id,
+        teamId: row.teamId,
+        request: {
+          bytesPerGpu: bytes(Number(row.bytesPerGpu)),
+          gpuCount: row.gpuCount,
+          gpuModel: {},
+          hostSelector: {},
+          policy: 'binpack' as const,
+        },
+        priorityRank: cls.rank,
+        preemptible: cls.preemptible,
+        arrivedAt: row.resumeWantedAt.getTime(),
+        resume: suspended[i]!,
+      },
+    ];
+  });
+  return {
+    hosts: new Map(
+      hostRows.map((row) => [row.id, { budget: row.budget, taken: row.taken }] as const),
+    ),
+    suspended,
+    resumes,
+  };
+}
+
+/** The fleet with each suspending host's budget and suspended caps (Host.suspend*). */
+export function withSuspendRoom(fleet: readonly Host[], elastic: ElasticInput): Host[] {
+  return fleet.map((host) => {
+    const room = elastic.hosts.get(host.id);
+    return room === undefined
+      ? host
+      : { ...host, suspendBudgetBytes: bytes(room.budget), suspendedBytes: bytes(room.taken) };
   });
 }
 

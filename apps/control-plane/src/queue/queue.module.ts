@@ -6,10 +6,11 @@ import { QueueMetrics } from './queue-metrics.js';
 import { QUEUE_OPTIONS, queueOptionsFromEnv } from './queue-options.js';
 import { QueueResolver, TeamShareResolver } from './queue.resolver.js';
 import { QueueService } from './queue.service.js';
+import { ElasticModule } from '../elastic/elastic.module.js';
 
 /** The pending queue: admission passes, reclaim, and what GraphQL shows of the queue. */
 @Module({
-  imports: [PlacementModule, ShardsModule],
+  imports: [PlacementModule, ShardsModule, ElasticModule],
   providers: [
     QueueService,
     AdmissionLease,

@@ -32,6 +32,7 @@ import { queueEntries, type QueueEntry } from './queue-entries.js';
 import { StartEstimates } from './start-estimates.js';
 import {
   countPlacedAmong,
+  readElastic,
   readHeld,
   readPending,
   readReclaimsInFlight,
@@ -39,8 +40,11 @@ import {
   readTeams,
   withReclaimsInFlight,
   withReservedBytes,
+  withSuspendRoom,
   type TeamRecord,
 } from './queue-reads.js';
+import { applyResumes, applySuspensions } from './apply-elastic.js';
+import { ElasticMoves } from '../elastic/elastic-moves.js';
 
 /**
  * Taken by every pass's transaction: passes that apply a plan run one at a time across
@@ -106,6 +110,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly signal: QueueSignal,
     private readonly metrics: QueueMetrics,
     private readonly lease: AdmissionLease,
+    private readonly elasticMoves: ElasticMoves,
     @Inject(QUEUE_OPTIONS) private readonly options: QueueOptions,
     @Inject(LOGGER) logger: Logger,
   ) {
@@ -275,9 +280,16 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   /** Reads what the decision needs besides the queue, and decides. */
   private async decide(
     reader: Pick<Prisma.TransactionClient, '$queryRaw'>,
-    queued: readonly PendingShard[],
+    waiting: readonly PendingShard[],
     now: Date,
   ): Promise<{ plan: AdmissionPlan; input: PassInput }> {
+    let queued = waiting;
+    // Elastic memory (docs/elastic.md): hosts that suspend, suspended shards and the resumes
+    // wanted; nothing is read beyond one query when no host suspends.
+    const elastic = await readElastic(reader, this.classes);
+    if (elastic !== undefined && elastic.resumes.length > 0) {
+      queued = [...queued, ...elastic.resumes];
+    }
     if (queued.length === 0) {
       return {
         plan: {
@@ -308,15 +320,19 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const guaranteed = new Set(teams.filter((t) => t.guarantee.bytes > 0).map((t) => t.id));
     const reclaimPossible =
       guaranteed.size > 0 && pending.some((shard) => guaranteed.has(shard.teamId));
-    const held = reclaimPossible ? await readHeld(reader, this.classes) : [];
+    // Make-room needs the held shards too (the idle elastic ones), where a host suspends.
+    const makeRoomPossible = elastic !== undefined;
+    const held = reclaimPossible || makeRoomPossible ? await readHeld(reader, this.classes) : [];
     const t2 = performance.now();
     this.teams = teams;
-    let fleet = this.cache.hosts();
+    let fleet: readonly Host[] =
+      elastic === undefined ? this.cache.hosts() : withSuspendRoom(this.cache.hosts(), elastic);
     const decide = () =>
       admit({
         fleet,
         held,
         pending,
+        ...(elastic === undefined ? {} : { suspended: elastic.suspended }),
         teams: reclaimPossible ? teams : teams.map(withoutLimits),
         now: now.getTime(),
       });
@@ -365,6 +381,15 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     this.logger.debug({ pendingMs: performance.now() - tp, fromMemory }, 'pending read');
     const { plan, input } = await this.decide(tx, queued, now);
     const { pending, teams } = input;
+    // Resumes first: they are pinned to their GPUs, ahead of what the pass placed beside them.
+    const resumed = await applyResumes(
+      tx,
+      this.elasticMoves,
+      this.lifecycle,
+      plan.resumes,
+      plan.placements,
+      effects,
+    );
     const skipped = await applyPlacements(tx, this.lifecycle, plan.placements, effects);
     const placedIds = plan.placements.map((p) => p.shardId).filter((id) => !skipped.includes(id));
     const placed = placedIds.length;
@@ -382,6 +407,13 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       effects,
       now,
     );
+    const suspended = await applySuspensions(
+      tx,
+      this.elasticMoves,
+      this.lifecycle,
+      plan.suspensions,
+      effects,
+    );
     const settled = [...placedIds, ...expiries.settled];
     skipped.push(...expiries.skipped);
     // What was applied: placements and stops that met a shard no longer as decided are not
@@ -391,6 +423,8 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       ...plan,
       placements: plan.placements.filter((p) => !skippedIds.has(p.shardId)),
       preemptions: preempted,
+      suspensions: suspended,
+      resumes: resumed,
     };
     return { plan: applied, input: { ...input, victimStops }, placed, settled, skipped };
   }

@@ -76,7 +76,8 @@ export async function writeBatch(
         host_id text, idempotency_key text, request_fingerprint text, gpu_uuids text[],
         audit_id uuid,
         actor_token_id uuid, actor_role token_role, details jsonb, priority_class text,
-        requeue boolean, compute_share_permille int, compute_mode compute_mode)
+        requeue boolean, compute_share_permille int, compute_mode compute_mode,
+        elastic boolean)
     ), wanted AS (
       SELECT * FROM unnest(${uuids}::text[], ${wanted.map((gpu) => gpu.hostId)}::text[],
                            ${wanted.map((gpu) => String(gpu.bytes))}::bigint[],
@@ -100,7 +101,8 @@ export async function writeBatch(
          AND gpu.host_id = wanted.host_id
          AND gpu.host_id IN (SELECT id FROM schedulable)
          AND gpu.missing_since IS NULL
-         AND gpu.reserved_bytes + wanted.bytes <= floor(gpu.total_bytes * gpu.overcommit_ratio)
+         AND gpu_memory_fits(gpu.total_bytes, gpu.reserved_bytes, gpu.suspended_bytes,
+                             gpu.unattributed_bytes, gpu.overcommit_ratio, wanted.bytes)
          AND gpu_compute_fits(gpu.guaranteed_compute_permille, gpu.isolated_compute_permille,
                               gpu.isolated_pool_permille, wanted.permille, wanted.isolated)
       RETURNING gpu.uuid
@@ -113,12 +115,12 @@ export async function writeBatch(
                          gpu_count, limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
                          host_selector, placement_policy, state, host_id, idempotency_key,
                          request_fingerprint, updated_at, priority_class, requeue,
-                         compute_share_permille, compute_mode)
+                         compute_share_permille, compute_mode, elastic)
       SELECT id, team_id, name, image, command, env, secret_env, bytes_per_gpu, gpu_count,
              limit_bytes,
              gpu_model_include, gpu_model_exclude, host_selector, placement_policy, 'PLACED',
              host_id, idempotency_key, request_fingerprint, now(), priority_class, requeue,
-             compute_share_permille, compute_mode
+             compute_share_permille, compute_mode, elastic
         FROM complete
       RETURNING *
     ), reservations AS (
@@ -225,6 +227,7 @@ function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: Plann
     requeue: request.requeue,
     compute_share_permille: request.compute.sharePermille,
     compute_mode: request.compute.mode,
+    elastic: request.elastic,
     details: {
       name: request.name,
       image: request.image,
@@ -235,6 +238,7 @@ function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: Plann
       gpuCount: request.gpuCount,
       idempotencyKey: request.idempotencyKey,
       ...computeDetails(request),
+      ...(request.elastic ? { elastic: true } : {}),
     },
   };
 }
@@ -264,7 +268,7 @@ export async function writePending(
                        gpu_count, limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude, host_selector,
                        placement_policy, state, idempotency_key, request_fingerprint,
                        updated_at, priority_class, queued_at, expires_at, requeue,
-                       compute_share_permille, compute_mode)
+                       compute_share_permille, compute_mode, elastic)
     VALUES (${shardId}::uuid, ${teamId}::uuid, ${request.name}, ${request.image},
             ${request.command}::text[], ${JSON.stringify(request.env)}::jsonb,
             ${JSON.stringify(request.secretEnv)}::jsonb,
@@ -277,7 +281,7 @@ export async function writePending(
             CASE WHEN ${request.maxWaitSeconds}::int IS NULL THEN NULL
                  ELSE now() + make_interval(secs => ${request.maxWaitSeconds}::int) END,
             ${request.requeue}, ${request.compute.sharePermille}::int,
-            ${request.compute.mode}::compute_mode)
+            ${request.compute.mode}::compute_mode, ${request.elastic})
     RETURNING ${SHARD_COLUMNS}`;
   await tx.$executeRaw`
     INSERT INTO audit_event (id, actor_token_id, actor_role, team_id, action, target_type,
@@ -295,6 +299,7 @@ export async function writePending(
               maxWaitSeconds: request.maxWaitSeconds,
               idempotencyKey: request.idempotencyKey,
               ...computeDetails(request),
+              ...(request.elastic ? { elastic: true } : {}),
             })}::jsonb)`;
   return rows[0]!;
 }

@@ -53,6 +53,7 @@ export function requestFingerprint(request: ShardRequest): string {
     sortedRecord(request.hostSelector),
     request.policy,
     ...computeOf(request.compute.sharePermille, request.compute.mode),
+    ...(request.elastic ? [{ elastic: true }] : []),
   ]);
 }
 
@@ -75,5 +76,6 @@ function fingerprintOfRecord(shard: ShardRecord): string {
     sortedRecord(stringRecord(shard.hostSelector)),
     shard.placementPolicy,
     ...computeOf(shard.computeSharePermille, shard.computeMode),
+    ...(shard.elastic ? [{ elastic: true }] : []),
   ]);
 }

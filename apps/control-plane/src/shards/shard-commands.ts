@@ -1,5 +1,13 @@
 import { Global, Inject, Module, type DynamicModule } from '@nestjs/common';
-import type { ComputeShareSpec, GpuLimit, ShardLaunchSpec } from '@gpushards/protocol';
+import type {
+  ComputeShareSpec,
+  GpuLimit,
+  ShardLaunchSpec,
+  SuspendCommand,
+} from '@gpushards/protocol';
+
+/** Who asked for a suspend, as the agent's command carries it. */
+export type SuspendCause = SuspendCommand['cause'];
 import { CapPolicies } from '../fence/cap-policies.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 
@@ -25,6 +33,12 @@ export interface ShardCommands {
     gpus: readonly GpuLimit[],
     compute?: ComputeShareSpec,
   ): Promise<void>;
+  /**
+   * Elastic memory (docs/elastic.md): move the shard's GPU memory to host RAM (`cause`: who
+   * asked), or back. The end arrives as a state event (SUSPENDED, RESUMED or a failure).
+   */
+  suspend(hostId: string, shardId: string, cause: SuspendCause): Promise<void>;
+  resume(hostId: string, shardId: string): Promise<void>;
   /**
    * Reconcile now rather than at the next period (a control plane that starts asks every host
    * that is not OFFLINE: state events sent while none listened went to no one).
@@ -54,6 +68,14 @@ export class UndeliverableShardCommands implements ShardCommands {
   }
 
   resize(hostId: string): Promise<void> {
+    return this.refuse(hostId);
+  }
+
+  suspend(hostId: string): Promise<void> {
+    return this.refuse(hostId);
+  }
+
+  resume(hostId: string): Promise<void> {
     return this.refuse(hostId);
   }
 
@@ -104,6 +126,8 @@ function withCapPolicies(commands: ShardCommands, policies: CapPolicies): ShardC
     stop: (hostId, shardId, graceSeconds) => commands.stop(hostId, shardId, graceSeconds),
     delete: (hostId, shardId) => commands.delete(hostId, shardId),
     resize: (hostId, shardId, gpus, compute) => commands.resize(hostId, shardId, gpus, compute),
+    suspend: (hostId, shardId, cause) => commands.suspend(hostId, shardId, cause),
+    resume: (hostId, shardId) => commands.resume(hostId, shardId),
     reconcile: (hostId) => commands.reconcile(hostId),
   };
 }

@@ -41,7 +41,7 @@ export class ShardEvent {
 
   @Field(() => ShardEventKind, {
     description:
-      "STATE: the shard changed state. VIOLATION: see `violation`. UNGOVERNED_COMPUTE: it ran GPU work outside the compute ledger; see `ungovernedCompute`. IDLE: its team's idle policy found it idle (the warning); IDLE_STOP: the policy stops it (a STATE event to STOPPING follows); see `idle`.",
+      "STATE: the shard changed state. VIOLATION: see `violation`. UNGOVERNED_COMPUTE: it ran GPU work outside the compute ledger; see `ungovernedCompute`. IDLE: its team's idle policy found it idle (the warning); IDLE_STOP: the policy stops it (a STATE event to STOPPING follows); IDLE_SUSPEND: the policy suspends it to host RAM (a STATE event to SUSPENDING follows); see `idle`.",
   })
   kind!: ShardEventKind;
 
@@ -59,7 +59,10 @@ export class ShardEvent {
   })
   ungovernedCompute!: UngovernedCompute | null;
 
-  @Field(() => IdleNotice, { nullable: true, description: 'Set for kinds IDLE and IDLE_STOP.' })
+  @Field(() => IdleNotice, {
+    nullable: true,
+    description: 'Set for kinds IDLE, IDLE_STOP and IDLE_SUSPEND.',
+  })
   idle!: IdleNotice | null;
 }
 
@@ -69,6 +72,7 @@ export enum ShardEventKind {
   UNGOVERNED_COMPUTE = 'UNGOVERNED_COMPUTE',
   IDLE = 'IDLE',
   IDLE_STOP = 'IDLE_STOP',
+  IDLE_SUSPEND = 'IDLE_SUSPEND',
 }
 
 registerEnumType(ShardEventKind, { name: 'ShardEventKind' });

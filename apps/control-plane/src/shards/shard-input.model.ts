@@ -138,4 +138,11 @@ export class CreateShardInput extends PlacementInput {
       'Default true: a shard stopped to give its capacity back waits as PENDING again. false: it ends as PREEMPTED.',
   })
   requeue?: boolean | null;
+
+  @Field(() => Boolean, {
+    nullable: true,
+    description:
+      "Elastic (docs/elastic.md): while idle its GPU memory may be suspended to its host's RAM to make room, and a reclaim suspends it instead of stopping it; it resumes on its own GPUs when a process needs the GPU. Needs its team's quota to allow it (allowElastic). Default false.",
+  })
+  elastic?: boolean | null;
 }

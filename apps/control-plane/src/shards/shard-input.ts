@@ -44,6 +44,8 @@ export interface ShardRequest extends PlacementRequestInput {
   readonly priorityClass: string;
   readonly maxWaitSeconds: number | null;
   readonly requeue: boolean;
+  /** May be suspended to host RAM (docs/elastic.md); its team's quota must allow it. */
+  readonly elastic: boolean;
 }
 
 /** A week: longer waits are better left without a limit. */
@@ -307,5 +309,6 @@ export function checkCreateShardInput(input: CreateShardInput): ShardRequest {
     priorityClass,
     maxWaitSeconds,
     requeue: input.requeue ?? true,
+    elastic: input.elastic ?? false,
   };
 }

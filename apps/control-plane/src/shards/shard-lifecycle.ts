@@ -5,7 +5,7 @@ import {
   type HostState,
   type TransitionCause,
 } from '@gpushards/limits';
-import type { RawSql, ShardState } from '../database/index.js';
+import { Prisma, type RawSql, type ShardState } from '../database/index.js';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
 import { recordShardEvents } from '../events/shard-event-store.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -23,6 +23,8 @@ export interface TransitionFields {
   readonly startedAt?: Date;
   /** `at` of the agent event that caused the change. */
   readonly lastEventAt?: Date;
+  /** Entering SUSPENDING: why (a suspend cause of libs/limits). */
+  readonly suspendCause?: string;
 }
 
 /** One locked shard's state change, for ShardLifecycle.moveMany. */
@@ -63,6 +65,7 @@ export class CommitEffects {
 @Injectable()
 export class ShardLifecycle {
   private readonly logger: Logger;
+  private readonly observers: ((change: ShardStateChange) => void)[] = [];
 
   constructor(
     private readonly cache: FleetCache,
@@ -149,6 +152,7 @@ export class ShardLifecycle {
       checked.filter((move) => move.check.reservation === 'release').map((move) => move.shard.id),
       effects,
     );
+    await this.moveSuspendedCaps(tx, checked, effects);
     const column = <T>(pick: (move: (typeof checked)[number]) => T) => checked.map(pick);
     const iso = (date: Date | undefined | null) => date?.toISOString() ?? null;
     const rows = await tx.$queryRaw<ShardRecord[]>`
@@ -169,8 +173,32 @@ export class ShardLifecycle {
                        queued_at = CASE WHEN move.m_state = 'PENDING' THEN move.m_at
                                         ELSE queued_at END,
                        stop_intent = CASE WHEN move.m_state = 'STOPPING' THEN stop_intent END,
-                       reclaim_for = CASE WHEN move.m_state IN ('STOPPING', 'PENDING')
-                                          THEN reclaim_for END
+                       reclaim_for = CASE WHEN move.m_state IN ('STOPPING', 'PENDING',
+                                                                'SUSPENDING')
+                                          THEN reclaim_for END,
+                       -- Elastic memory (docs/elastic.md): the last suspend's cause (its
+                       -- metrics label the resume with it too); a reclaimed shard's resume is
+                       -- wanted as soon as it is SUSPENDED (it comes back when room does).
+                       suspend_cause = coalesce(move.m_suspend_cause, suspend_cause),
+                       -- Kept after the resume (the wake latency is measured from it); a
+                       -- new suspend starts without one, a failed resume drops it (the next
+                       -- wake asks again rather than the queue retrying at once).
+                       resume_wanted_at = CASE
+                         WHEN move.m_state = 'SUSPENDING' AND shard.state::text <> 'SUSPENDING'
+                           THEN NULL
+                         WHEN move.m_state = 'SUSPENDED' AND shard.state = 'RESUMING' THEN NULL
+                         WHEN move.m_state = 'SUSPENDED' AND shard.state = 'SUSPENDING'
+                              AND suspend_cause = 'reclaim'
+                           THEN coalesce(resume_wanted_at, move.m_at)
+                         ELSE resume_wanted_at END,
+                       memory_moved_bytes = CASE
+                         WHEN move.m_state IN ('SUSPENDING', 'RESUMING')
+                              AND shard.state::text <> move.m_state THEN 0
+                         ELSE memory_moved_bytes END,
+                       memory_total_bytes = CASE
+                         WHEN move.m_state IN ('SUSPENDING', 'RESUMING')
+                              AND shard.state::text <> move.m_state THEN NULL
+                         ELSE memory_total_bytes END
         FROM unnest(${column((m) => m.shard.id)}::uuid[],
                     ${column((m) => m.state)}::text[],
                     ${column((m) => m.fields.failureReason ?? null)}::text[],
@@ -179,9 +207,10 @@ export class ShardLifecycle {
                     ${column((m) => iso(m.fields.startedAt))}::timestamptz[],
                     ${column((m) => (m.check.endsRun ? m.at.toISOString() : null))}::timestamptz[],
                     ${column((m) => iso(m.fields.lastEventAt))}::timestamptz[],
-                    ${column((m) => m.at.toISOString())}::timestamptz[])
+                    ${column((m) => m.at.toISOString())}::timestamptz[],
+                    ${column((m) => m.fields.suspendCause ?? null)}::text[])
              AS move(m_id, m_state, m_failure_reason, m_exit_code, m_container_id, m_started_at,
-                     m_stopped_at, m_last_event_at, m_at)
+                     m_stopped_at, m_last_event_at, m_at, m_suspend_cause)
        WHERE shard.id = move.m_id
       RETURNING ${SHARD_COLUMNS}`;
     const byId = new Map(rows.map((row) => [row.id, row]));
@@ -239,11 +268,88 @@ export class ShardLifecycle {
   }
 
   /**
+   * Elastic memory (docs/elastic.md): a shard entering SUSPENDED adds its cap to the suspended
+   * bytes of the GPUs it last held and opens its stay in host RAM (shard_suspension, for usage);
+   * one leaving SUSPENDED takes them away and closes the stay. Its GPUs are those of its latest
+   * reservation rows (a suspended shard comes back only there).
+   */
+  private async moveSuspendedCaps(
+    tx: RawSql,
+    moves: readonly { shard: ShardRecord; state: ShardState; at: Date }[],
+    effects: CommitEffects,
+  ): Promise<void> {
+    const changes = moves.flatMap(({ shard, state, at }) => {
+      const was = shard.state === 'SUSPENDED';
+      const is = state === 'SUSPENDED';
+      return was === is ? [] : [{ id: shard.id, sign: is ? 1 : -1, at: at.toISOString() }];
+    });
+    if (changes.length === 0) return;
+    const ids = changes.map((c) => c.id);
+    const signs = changes.map((c) => c.sign);
+    const ats = changes.map((c) => c.at);
+    const moved = await tx.$queryRaw<{ uuid: string; bytes: bigint }[]>`
+      WITH change AS (
+        SELECT * FROM unnest(${ids}::uuid[], ${signs}::int[]) AS change(shard_id, sign)
+      ), caps AS (
+        SELECT row.gpu_uuid AS uuid, sum(change.sign * shard.limit_bytes_per_gpu)::bigint AS bytes
+          FROM change
+          JOIN shard ON shard.id = change.shard_id
+          JOIN shard_gpu row ON row.shard_id = change.shard_id
+                            AND row.reserved_at = (SELECT max(reserved_at) FROM shard_gpu
+                                                    WHERE shard_id = change.shard_id)
+         GROUP BY row.gpu_uuid
+      )
+      UPDATE gpu SET suspended_bytes = greatest(gpu.suspended_bytes + caps.bytes, 0)
+        FROM caps WHERE gpu.uuid = caps.uuid AND caps.bytes <> 0
+      RETURNING gpu.uuid, caps.bytes`;
+    for (const gpu of moved) {
+      effects.gpuDeltas.push({ uuid: gpu.uuid, bytes: 0, suspendedBytes: Number(gpu.bytes) });
+    }
+    await tx.$executeRaw`
+      UPDATE shard_suspension SET resumed_at = greatest(change.at, suspended_at)
+        FROM unnest(${ids}::uuid[], ${signs}::int[], ${ats}::timestamptz[])
+             AS change(shard_id, sign, at)
+       WHERE shard_suspension.shard_id = change.shard_id AND change.sign < 0
+         AND shard_suspension.resumed_at IS NULL`;
+    await tx.$executeRaw`
+      INSERT INTO shard_suspension (shard_id, team_id, bytes, suspended_at)
+      SELECT shard.id, shard.team_id, shard.limit_bytes_per_gpu * shard.gpu_count, change.at
+        FROM unnest(${ids}::uuid[], ${signs}::int[], ${ats}::timestamptz[])
+             AS change(shard_id, sign, at)
+        JOIN shard ON shard.id = change.shard_id
+       WHERE change.sign > 0
+      ON CONFLICT DO NOTHING`;
+  }
+
+  /**
+   * A SUSPENDED shard's cap taken back on the GPUs it last held, for its resume (libs/limits
+   * canResume: only the room on each GPU as it is; its cap already counts among the suspended
+   * bytes, which moveTo RESUMING lowers). All or nothing; false when a GPU lacks the room.
+   */
+  async takeResume(tx: RawSql, shard: ShardRecord, effects: CommitEffects): Promise<boolean> {
+    return this.retake(tx, shard, effects, 'resume');
+  }
+
+  /**
    * Takes a released shard's reservation again on the GPUs it last held (a LOST shard whose
    * host came back still running it). All or nothing; false when a GPU no longer has room.
    */
   async reacquire(tx: RawSql, shard: ShardRecord, effects: CommitEffects): Promise<boolean> {
+    return this.retake(tx, shard, effects, 'place');
+  }
+
+  private async retake(
+    tx: RawSql,
+    shard: ShardRecord,
+    effects: CommitEffects,
+    rule: 'place' | 'resume',
+  ): Promise<boolean> {
     const size = shard.limitBytesPerGpu;
+    const fits =
+      rule === 'resume'
+        ? Prisma.sql`gpu_resume_fits(total_bytes, reserved_bytes, unattributed_bytes, ${size})`
+        : Prisma.sql`gpu_memory_fits(total_bytes, reserved_bytes, suspended_bytes,
+                                     unattributed_bytes, overcommit_ratio, ${size})`;
     const permille = shard.computeSharePermille;
     const isolated = shard.computeMode === 'ISOLATED' ? permille : 0;
     const taken = await tx.$queryRaw<{ uuid: string }[]>`
@@ -255,7 +361,7 @@ export class ShardLifecycle {
                          AND released_at = (SELECT max(released_at) FROM shard_gpu
                                              WHERE shard_id = ${shard.id}::uuid))
          AND missing_since IS NULL
-         AND reserved_bytes + ${size} <= floor(total_bytes * overcommit_ratio)
+         AND ${fits}
          AND gpu_compute_fits(guaranteed_compute_permille, isolated_compute_permille,
                               isolated_pool_permille, ${permille}::int, ${isolated}::int)
       RETURNING uuid`;
@@ -329,6 +435,11 @@ export class ShardLifecycle {
         JOIN shard ON shard.id = opened.shard_id`;
   }
 
+  /** Hears every committed state change of this process (metrics); must not throw. */
+  observe(observer: (change: ShardStateChange) => void): void {
+    this.observers.push(observer);
+  }
+
   /** Tells the cache, subscribers and agents what the committed transaction did. */
   afterCommit(effects: CommitEffects): void {
     this.cache.applyCommitted(effects.gpuDeltas);
@@ -353,6 +464,7 @@ export class ShardLifecycle {
         );
       }
       this.events.publish(change);
+      for (const observer of this.observers) observer(change);
     }
     for (const { description, send } of effects.commands) {
       send(this.commands).catch((error: unknown) =>

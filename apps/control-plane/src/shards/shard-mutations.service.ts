@@ -10,6 +10,7 @@ import {
   ConflictError,
   NoCapacityError,
   NotFoundError,
+  QuotaExceededError,
 } from '../errors/domain-errors.js';
 import { LifecycleMetrics } from '../metrics/lifecycle-metrics.js';
 import { checkId } from '../validation/input.js';
@@ -35,6 +36,8 @@ import {
 /** Default seconds between SIGTERM and SIGKILL for stopShard. */
 export const DEFAULT_STOP_GRACE_SECONDS = 30;
 const MAX_STOP_GRACE_SECONDS = 600;
+/** resizeShard changes these; a shard whose memory moves or is in host RAM must resume first. */
+const RESIZABLE_STATES: ReadonlySet<ShardState> = new Set(['PLACED', 'STARTING', 'RUNNING']);
 /** startShard leaves these as they are: the shard already waits or runs. */
 const STARTED_STATES: ReadonlySet<ShardState> = new Set([
   'PENDING',
@@ -70,8 +73,26 @@ export class ShardMutationsService {
     const request = { ...checked, secretEnv: this.secrets.sealAll(checked.secretEnv) };
     this.launchPolicy.check(request.image);
     const teamId = targetTeam(caller, input.teamId);
+    if (request.elastic) await this.checkElasticAllowed(teamId);
     await this.fleetCheck.check(request, started);
     return (await this.creator.create(caller, teamId, request, started)).shard;
+  }
+
+  /**
+   * An elastic shard needs its team's quota to allow it (docs/elastic.md). Read outside the
+   * create's transaction: a quota changed meanwhile changes nothing a shard already holds.
+   */
+  private async checkElasticAllowed(teamId: string): Promise<void> {
+    const policy = await this.prisma.quotaPolicy.findUnique({
+      where: { teamId },
+      select: { allowElastic: true },
+    });
+    if (policy?.allowElastic !== true) {
+      throw new QuotaExceededError(
+        `team ${teamId} may not have elastic shards: an admin allows them with setTeamQuota(allowElastic: true) (docs/elastic.md)`,
+        { limit: 'allowElastic' },
+      );
+    }
   }
 
   /**
@@ -103,11 +124,17 @@ export class ShardMutationsService {
         shard.state === 'LOST' ||
         shard.state === 'PLACED' ||
         shard.state === 'STARTING' ||
-        shard.state === 'RUNNING'
+        shard.state === 'RUNNING' ||
+        shard.state === 'SUSPENDING' ||
+        shard.state === 'SUSPENDED' ||
+        shard.state === 'RESUMING'
       ) {
         const hostGone = shard.state === 'LOST' || (await hostIsOffline(tx, shard.hostId));
-        const next: ShardState = hostGone ? 'STOPPED' : 'STOPPING';
-        const cause = next === 'STOPPING' ? 'stop-requested' : 'stopped';
+        // A SUSPENDED shard holds no GPU: STOPPED at once, its container stopped by its agent
+        // (docs/elastic.md).
+        const next: ShardState = hostGone || shard.state === 'SUSPENDED' ? 'STOPPED' : 'STOPPING';
+        const cause =
+          next === 'STOPPING' || shard.state === 'SUSPENDED' ? 'stop-requested' : 'stopped';
         const updated = await this.lifecycle.moveTo(tx, shard, next, cause, {}, effects);
         await this.audit.record(tx, caller, {
           action: 'shard.stop',
@@ -116,7 +143,7 @@ export class ShardMutationsService {
           teamId: shard.teamId,
           details: { from: shard.state, to: next, graceSeconds },
         });
-        if (next === 'STOPPING' && shard.hostId !== null) {
+        if ((next === 'STOPPING' || shard.state === 'SUSPENDED') && shard.hostId !== null) {
           const hostId = shard.hostId;
           effects.command({ shardId, hostId, command: 'stop' }, (commands) =>
             commands.stop(hostId, shardId, graceSeconds),
@@ -231,9 +258,12 @@ export class ShardMutationsService {
     const shard = await this.prisma.$transaction(async (tx) => {
       await lockTeamForUpdate(tx, unlocked.teamId);
       const shard = await this.lockVisible(tx, caller, shardId, id);
-      if (!holdsReservation(shard.state) || shard.state === 'STOPPING') {
+      if (!holdsReservation(shard.state) || !RESIZABLE_STATES.has(shard.state)) {
         throw new ConflictError(
-          `only a PLACED, STARTING or RUNNING shard can be resized; shard ${id} is ${shard.state}`,
+          `only a PLACED, STARTING or RUNNING shard can be resized; shard ${id} is ${shard.state}` +
+            (shard.state === 'SUSPENDING' || shard.state === 'SUSPENDED'
+              ? ' (resume it first: its memory is in host RAM)'
+              : ''),
         );
       }
       if (newBytes === shard.bytesPerGpu) return shard;
@@ -272,7 +302,8 @@ export class ShardMutationsService {
       const changed = await tx.$queryRaw<{ uuid: string }[]>`
         UPDATE gpu SET reserved_bytes = reserved_bytes + ${delta}
          WHERE uuid = ANY(${uuids}::text[])
-           AND reserved_bytes + ${delta} <= floor(total_bytes * overcommit_ratio)
+           AND gpu_memory_fits(total_bytes, reserved_bytes, suspended_bytes, unattributed_bytes,
+                               overcommit_ratio, ${delta})
         RETURNING uuid`;
       if (changed.length !== uuids.length) {
         throw await this.resizeMisfit(tx, shard, uuids, delta, newBytes);
@@ -327,7 +358,9 @@ export class ShardMutationsService {
   ): Promise<NoCapacityError> {
     const gpus = await tx.$queryRaw<{ uuid: string; index: number; free: bigint }[]>`
       SELECT uuid, index,
-             greatest(floor(total_bytes * overcommit_ratio)::bigint - reserved_bytes, 0)::bigint AS free
+             greatest(least(total_bytes - unattributed_bytes - reserved_bytes,
+                            floor(total_bytes * overcommit_ratio)::bigint - reserved_bytes
+                              - suspended_bytes), 0)::bigint AS free
         FROM gpu WHERE uuid = ANY(${[...uuids]}::text[]) ORDER BY index`;
     const host = await tx.host.findUnique({ where: { id: shard.hostId ?? '' } });
     const short = gpus.filter((gpu) => gpu.free < delta);

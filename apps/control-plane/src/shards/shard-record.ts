@@ -45,6 +45,13 @@ export const SHARD_COLUMNS = Prisma.raw(
     'shard.compute_share_permille AS "computeSharePermille"',
     'shard.compute_mode::text AS "computeMode"',
     'shard.idle_since AS "idleSince"',
+    'shard.elastic',
+    'shard.suspend_cause AS "suspendCause"',
+    'shard.resume_wanted_at AS "resumeWantedAt"',
+    'shard.memory_moved_bytes AS "memoryMovedBytes"',
+    'shard.memory_total_bytes AS "memoryTotalBytes"',
+    'shard.memory_move_seconds AS "memoryMoveSeconds"',
+    'shard.memory_move_error AS "memoryMoveError"',
   ].join(', '),
 );
 

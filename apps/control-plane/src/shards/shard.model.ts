@@ -24,6 +24,47 @@ export class EnvVar {
 /** What a VIEWER token reads instead of an environment value. */
 export const MASKED_ENV_VALUE = '********';
 
+@ObjectType({ description: "Where a shard's GPU memory is (docs/elastic.md)." })
+export class ShardMemory {
+  @Field(() => String, {
+    description:
+      'GPU: all of it on its GPUs; MOVING_OUT (SUSPENDING), HOST (SUSPENDED: in its host RAM, no GPU held), MOVING_IN (RESUMING).',
+  })
+  where!: 'GPU' | 'MOVING_OUT' | 'HOST' | 'MOVING_IN';
+
+  @Field(() => String, {
+    nullable: true,
+    description:
+      'Who suspended it: suspend-requested (its owner), idle-suspend (the idle policy), make-room (the queue), reclaim. Null while on the GPU.',
+  })
+  suspendCause!: string | null;
+
+  @Field(() => Date, {
+    nullable: true,
+    description:
+      'SUSPENDED: when its resume was asked for (a wake from one of its processes, its owner, room back after a reclaim); it resumes when its own GPUs have room. Null: it stays suspended.',
+  })
+  resumeWantedAt!: Date | null;
+
+  @Field(() => Size, {
+    nullable: true,
+    description: 'The move under way: bytes moved so far; the last move: its bytes.',
+  })
+  moved!: Size | null;
+
+  @Field(() => Size, { nullable: true, description: 'The move under way: bytes to move.' })
+  total!: Size | null;
+
+  @Field(() => Float, { nullable: true, description: 'Seconds the last finished move took.' })
+  lastMoveSeconds!: number | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description: 'Why the last suspend or resume failed, as its host said.',
+  })
+  lastError!: string | null;
+}
+
 @ObjectType({ description: 'A container with a hard-capped slice of memory on GPUs of one host.' })
 export class Shard {
   @Field(() => ID)
@@ -137,6 +178,38 @@ export class Shard {
       "Set while its team's idle policy reports it idle: since when it has launched no kernel on any GPU (its start, if it never did). Null otherwise.",
   })
   idleSince!: Date | null;
+
+  @Field({
+    description:
+      "Elastic (docs/elastic.md): its GPU memory may be suspended to its host's RAM by the queue while idle, to make room, and by a reclaim instead of a stop; resumed on demand. Its team's quota says whether it may be (allowElastic).",
+  })
+  elastic!: boolean;
+
+  @Field(() => ShardMemory, {
+    description:
+      'Where its GPU memory is and the move under way or last done (SUSPENDING, SUSPENDED and RESUMING: host RAM is involved).',
+  })
+  memory!: ShardMemory;
+}
+
+function memoryOf(record: ShardRecord): ShardMemory {
+  const where =
+    record.state === 'SUSPENDING'
+      ? 'MOVING_OUT'
+      : record.state === 'SUSPENDED'
+        ? 'HOST'
+        : record.state === 'RESUMING'
+          ? 'MOVING_IN'
+          : 'GPU';
+  return {
+    where,
+    suspendCause: where === 'GPU' ? null : record.suspendCause,
+    resumeWantedAt: record.state === 'SUSPENDED' ? record.resumeWantedAt : null,
+    moved: record.memoryMovedBytes === null ? null : sizeOf(record.memoryMovedBytes),
+    total: record.memoryTotalBytes === null ? null : sizeOf(record.memoryTotalBytes),
+    lastMoveSeconds: record.memoryMoveSeconds,
+    lastError: record.memoryMoveError,
+  };
 }
 
 export function shardView(record: ShardRecord): Shard {
@@ -179,6 +252,8 @@ export function shardView(record: ShardRecord): Shard {
     computeSharePercent: record.computeSharePermille > 0 ? record.computeSharePermille / 10 : null,
     computeMode: record.computeMode,
     idleSince: record.idleSince,
+    elastic: record.elastic,
+    memory: memoryOf(record),
   };
 }
 

@@ -24,6 +24,7 @@ import {
   type ShardResult,
 } from '../testing/fleet-fixtures.js';
 import { describeShardsApi, STOP } from '../testing/shards-api-fixtures.js';
+import { ElasticService } from '../elastic/elastic.service.js';
 
 /**
  * What comes after creation, through HTTP GraphQL: startShard, a team's rename, archive and
@@ -313,6 +314,7 @@ describeShardsApi('team, shard and host lifecycle', (api) => {
       app.get(FenceService, { strict: false }),
       app.get(CapPolicies, { strict: false }),
       app.get(RemovedHosts, { strict: false }),
+      app.get(ElasticService, { strict: false }),
       new Registry(),
       app.get(LOGGER, { strict: false }),
     );

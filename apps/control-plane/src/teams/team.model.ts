@@ -98,6 +98,12 @@ export class QuotaPolicy {
   })
   maxComputeSharePercent!: number | null;
 
+  @Field({
+    description:
+      "Whether the team's shards may be elastic (docs/elastic.md): suspended to host RAM while idle to make room, and by a reclaim instead of a stop.",
+  })
+  allowElastic!: boolean;
+
   @Field()
   updatedAt!: Date;
 }
@@ -170,4 +176,11 @@ export class QuotaPolicyInput {
       'The largest compute share per GPU one shard may ask for, 0 to 100 percent (0: no shares); left out: up to 100.',
   })
   maxComputeSharePercent?: number | null;
+
+  @Field(() => Boolean, {
+    nullable: true,
+    description:
+      "Whether the team's shards may be elastic (createShard elastic: true). Left out: the team keeps its setting (false for a new policy).",
+  })
+  allowElastic?: boolean | null;
 }

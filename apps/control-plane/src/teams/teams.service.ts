@@ -197,6 +197,7 @@ export class TeamsService {
       guaranteeGpuModel: policy.guaranteeGpuModel,
       maxPriorityClass: policy.maxPriorityClass,
       maxComputeSharePercent: policy.maxComputeSharePercent,
+      allowElastic: policy.allowElastic,
       updatedAt: policy.updatedAt,
     };
   }
@@ -320,6 +321,8 @@ export class TeamsService {
       guaranteeGpuModel,
       maxPriorityClass,
       maxComputeSharePercent,
+      // Left out: the team keeps its setting.
+      ...(typeof input.allowElastic === 'boolean' ? { allowElastic: input.allowElastic } : {}),
     };
     await this.prisma.$transaction(async (tx) => {
       // Guarantee changes one at a time, so that two of them cannot each fit alone.

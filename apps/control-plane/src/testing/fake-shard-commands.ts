@@ -1,5 +1,5 @@
 import type { ComputeShareSpec, GpuLimit, ShardLaunchSpec } from '@gpushards/protocol';
-import type { ShardCommands } from '../shards/shard-commands.js';
+import type { ShardCommands, SuspendCause } from '../shards/shard-commands.js';
 
 export type RecordedShardCommand =
   | { readonly type: 'launch'; readonly hostId: string; readonly spec: ShardLaunchSpec }
@@ -17,6 +17,13 @@ export type RecordedShardCommand =
       readonly gpus: readonly GpuLimit[];
       readonly compute?: ComputeShareSpec;
     }
+  | {
+      readonly type: 'suspend';
+      readonly hostId: string;
+      readonly shardId: string;
+      readonly cause: SuspendCause;
+    }
+  | { readonly type: 'resume'; readonly hostId: string; readonly shardId: string }
   | { readonly type: 'reconcile'; readonly hostId: string };
 
 /** The newest commands a FakeShardCommands keeps; older ones are dropped. */
@@ -56,6 +63,14 @@ export class FakeShardCommands implements ShardCommands {
       gpus,
       ...(compute === undefined ? {} : { compute }),
     });
+  }
+
+  suspend(hostId: string, shardId: string, cause: SuspendCause): Promise<void> {
+    return this.record({ type: 'suspend', hostId, shardId, cause });
+  }
+
+  resume(hostId: string, shardId: string): Promise<void> {
+    return this.record({ type: 'resume', hostId, shardId });
   }
 
   reconcile(hostId: string): Promise<void> {
