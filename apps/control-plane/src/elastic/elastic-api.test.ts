@@ -332,6 +332,47 @@ for (const kind of TEST_DATABASE_KINDS) {
       assertError(await h.graphql(RESUME, { id: a }, team.member), 'CONFLICT');
     });
 
+    it('suspends and resumes a 2-GPU shard on both of its GPUs together', async () => {
+      const host = 'elastic-duo';
+      const request = registerRequest(host, {
+        gpus: 2,
+        gpuBytes: 80 * GiB,
+        labels: { pool: host },
+      });
+      await fleet.registerHost({
+        ...request,
+        host: { ...request.host, suspendBudgetBytes: 100 * GiB },
+      });
+      const cap = 16 * GiB + CONTEXT;
+      const id = await running(host, 'duo', '16g', { elastic: true, gpuCount: 2 });
+      const gpus = () =>
+        h.prisma.gpu.findMany({ where: { hostId: host }, orderBy: { uuid: 'asc' } });
+      assertOk(await h.graphql(SUSPEND, { id }, team.member));
+      await suspended(host, id, 20 * GiB);
+      assert.deepEqual(
+        (await gpus()).map((g) => [Number(g.reservedBytes), Number(g.suspendedBytes)]),
+        [
+          [0, cap],
+          [0, cap],
+        ],
+      );
+      assertOk(await h.graphql(RESUME, { id }, team.member));
+      await queue.admitNow();
+      assert.equal((await shard(id)).state, 'RESUMING');
+      assert.deepEqual(
+        (await gpus()).map((g) => [Number(g.reservedBytes), Number(g.suspendedBytes)]),
+        [
+          [cap, 0],
+          [cap, 0],
+        ],
+      );
+      const open = await h.prisma.shardGpu.findMany({ where: { shardId: id, releasedAt: null } });
+      assert.deepEqual(
+        open.map((r) => r.gpuUuid).sort(),
+        (await gpus()).map((g) => g.uuid),
+      );
+    });
+
     it('suspends idle elastic shards to make room for a waiting one', async () => {
       const host = 'elastic-3';
       await registerSuspending(host, 40 * GiB);

@@ -40,7 +40,8 @@ const silent = {
 function wholeRead(reserved: number): (() => Promise<unknown>)[] {
   return [
     async () => [{ rows: [['h1', 'h1', 'ONLINE', {}, 512 * 2 ** 20]], count: 1, changedAt: 't' }],
-    async () => [{ rows: [[UUID, 'h1', 0, 'QGPU', 80 * GiB, reserved, 1, 0]] }],
+    // uuid, host, index, model, total, reserved, ratio, compute, pool, isolated, suspended, unowned
+    async () => [{ rows: [[UUID, 'h1', 0, 'QGPU', 80 * GiB, reserved, 1, 0, 0, 0, 0, 0]] }],
   ];
 }
 

@@ -125,6 +125,7 @@ for (const kind of TEST_DATABASE_KINDS) {
             'shard',
             'shard_event',
             'shard_gpu',
+            'shard_suspension',
             'team',
             'team_quota_total',
             'team_quota_usage',
