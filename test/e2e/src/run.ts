@@ -8,6 +8,7 @@ import { cpSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { crashChecks } from './scenarios/crash.js';
+import { elasticChecks } from './scenarios/elastic.js';
 import { faultChecks } from './scenarios/faults.js';
 import { fleetChecks } from './scenarios/fleet.js';
 import { isolatedChecks } from './scenarios/isolated.js';
@@ -33,6 +34,7 @@ async function main(): Promise<number> {
   fleetChecks(runner, world);
   isolatedChecks(runner, world);
   reclaimChecks(runner, world);
+  elasticChecks(runner, world);
   crashChecks(runner, world);
   faultChecks(runner, world);
   // GPUSHARDS_E2E_ONLY=<regex>: only the checks it matches, plus the first two (the fleet

@@ -4,9 +4,12 @@ import { waitFor } from './processes.js';
 import { System } from './system.js';
 
 /** States that hold a reservation (prisma/schema.prisma, model Shard). */
-export const HOLDING = ['PLACED', 'STARTING', 'RUNNING', 'STOPPING'];
-/** States that count against the team's quota: also LOST (its container may come back). */
-export const COUNTED = [...HOLDING, 'LOST'];
+export const HOLDING = ['PLACED', 'STARTING', 'RUNNING', 'SUSPENDING', 'RESUMING', 'STOPPING'];
+/**
+ * States that count against the team's quota: also SUSPENDED (its memory is in host RAM, its
+ * container runs; docs/elastic.md) and LOST (its container may come back).
+ */
+export const COUNTED = [...HOLDING, 'SUSPENDED', 'LOST'];
 /** A PENDING shard counts against its team's quota too (its container must not run). */
 export const QUOTA_COUNTED = [...COUNTED, 'PENDING'];
 

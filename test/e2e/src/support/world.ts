@@ -23,6 +23,8 @@ export interface QuotaInput {
   guarantee?: string;
   /** Part of a GPU model name the guarantee is on ("H100"). */
   guaranteeGpuModel?: string;
+  /** The team's shards may be elastic (docs/elastic.md). */
+  allowElastic?: boolean;
 }
 
 export interface ShardRequest {
@@ -42,6 +44,8 @@ export interface ShardRequest {
   hostSelector?: Record<string, string>;
   /** Default: hold 256 MiB and wait for SIGTERM. */
   command?: string[];
+  /** May be suspended to host RAM (docs/elastic.md). */
+  elastic?: boolean;
 }
 
 export const DEFAULT_HELD = 256 * MiB;
@@ -114,6 +118,7 @@ export class World {
             })),
           }
         : {}),
+      ...(request.elastic ? { elastic: true } : {}),
       queue: request.queue ?? false,
     };
   }
