@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 
 import { docker } from '../support/docker.js';
+import { REPO_ROOT } from '../support/native.js';
 import { waitFor } from '../support/processes.js';
 import type { Runner } from '../support/runner.js';
 import { MiB } from '../support/system.js';
@@ -22,6 +25,44 @@ interface MemoryView {
     moved: { bytes: string } | null;
     lastError: string | null;
   };
+}
+
+/**
+ * native/'s gpushards-checkpoint on a process of a shard container, through the fake driver of
+ * its host (the container's fake GPU settings, the host's side of its state file): what an agent
+ * does through koffi, from a shell.
+ */
+function checkpointTool(world: World, hostKey: string, containerId: string, verb: string): string {
+  const pid = docker('inspect', '-f', '{{.State.Pid}}', containerId);
+  const env = Object.fromEntries(
+    (JSON.parse(docker('inspect', '-f', '{{json .Config.Env}}', containerId)) as string[])
+      .map((entry) => entry.split(/=(.*)/s, 2) as [string, string])
+      .filter(([name]) => name === 'GPUSHARDS_FAKE_GPUS' || name === 'GPUSHARDS_FAKE_UUID_SEED'),
+  );
+  const run = spawnSync(join(REPO_ROOT, 'native/build/gpushards-checkpoint'), [verb, pid], {
+    encoding: 'utf8',
+    env: {
+      ...env,
+      PATH: process.env.PATH,
+      LD_LIBRARY_PATH: join(REPO_ROOT, 'native/build/fake-driver'),
+      GPUSHARDS_FAKE_STATE: join(world.system.agent(hostKey).stateDir, 'fake-gpu-state'),
+    },
+  });
+  if (run.status !== 0) {
+    throw new Error(
+      `gpushards-checkpoint ${verb} ${pid}: exit ${run.status}: ${run.stdout}${run.stderr}`,
+    );
+  }
+  return run.stdout.trim();
+}
+
+/** The probe's first JSON line that has `key` (waits for it). */
+function probeLine(world: World, containerId: string, key: string, value?: number) {
+  return waitFor(`the probe's ${key}`, () =>
+    world
+      .probeOutput(containerId)
+      .find((line) => key in line && (value === undefined || line[key] === value)),
+  );
 }
 
 const MEMORY = `query ($id: ID!) { shard(id: $id) { state
@@ -136,5 +177,62 @@ export function elasticChecks(runner: Runner, world: World): void {
       world.ledger.set(shard.id, { state: 'DELETED' });
     },
     120_000,
+  );
+
+  runner.check(
+    'elastic: agent b killed mid-suspend (processes locked, memory not moved) and the command lost: restarted, it finishes the suspend; a wake then resumes it intact',
+    async () => {
+      const { system } = world;
+      const token = world.team('elastic').token;
+      const shard = await world.runningShard('elastic', {
+        name: 'notebook-crash',
+        memoryPerGpu: '1g',
+        elastic: true,
+        hostSelector: { tier: 'l4' },
+        command: ['/e2e-probe', 'keep', String(KEPT)],
+      });
+      assert.deepEqual(await probeLine(world, shard.containerId, 'kept'), {
+        kept: KEPT,
+        result: 0,
+      });
+      await system.agent(HOST).process.kill9();
+      // The control plane decides; its command finds no agent.
+      const asked = await system.as<{ suspendShard: { state: string } }>(
+        token,
+        `mutation ($id: ID!) { suspendShard(id: $id) { state } }`,
+        { id: shard.id },
+      );
+      assert.equal(asked.suspendShard.state, 'SUSPENDING');
+      world.ledger.set(shard.id, { state: 'SUSPENDING' });
+      // What an agent killed right after its lock leaves: the process locked, its memory on
+      // the GPU (partial).
+      assert.equal(checkpointTool(world, HOST, shard.containerId, 'lock'), 'ok');
+      assert.equal(checkpointTool(world, HOST, shard.containerId, 'state'), 'locked');
+
+      await system.restartAgent(HOST);
+      await world.waitForState('elastic', shard.id, 'SUSPENDED', 45_000);
+      world.ledger.set(shard.id, { state: 'SUSPENDED' });
+      assert.equal(checkpointTool(world, HOST, shard.containerId, 'state'), 'checkpointed');
+
+      docker('kill', '--signal', 'USR1', shard.containerId);
+      assert.deepEqual(await probeLine(world, shard.containerId, 'poke', 1), {
+        poke: 1,
+        intact: 1,
+        result: 0,
+      });
+      await world.waitForState('elastic', shard.id, 'RUNNING', 15_000);
+      assert.equal(checkpointTool(world, HOST, shard.containerId, 'state'), 'running');
+      assert.deepEqual(
+        world.containersOf(shard.id).map((c) => c.id),
+        [shard.containerId],
+      );
+      world.ledger.set(shard.id, { state: 'RUNNING' });
+      await system.as(token, `mutation ($id: ID!) { deleteShard(id: $id) { state } }`, {
+        id: shard.id,
+      });
+      world.ledger.set(shard.id, { state: 'DELETED' });
+      await world.converged();
+    },
+    150_000,
   );
 }
