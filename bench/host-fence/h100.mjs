@@ -48,6 +48,8 @@ const { NvmlBackend } = await import(join(agentDist, 'gpus/gpu-backends.js'));
 const { LimitsService } = await import(join(agentDist, 'limits/limits.service.js'));
 const { EnforcementService } = await import(join(agentDist, 'enforcement/enforcement.service.js'));
 const { ProcessOwners } = await import(join(agentDist, 'enforcement/process-owners.js'));
+const { AgentMetrics } = await import(join(agentDist, 'metrics/agent-metrics.js'));
+const { RegionWatchService } = await import(join(agentDist, 'regions/region-watch.service.js'));
 const { createLogger } = await import(join(agentDist, 'logging/logger.js'));
 
 const work = mkdtempSync(join(tmpdir(), 'gpushards-h100-fence-'));
@@ -87,10 +89,16 @@ const enforcement = new EnforcementService(
         listings++;
       }
     },
+    // What a pressure ring needs (GpusService's own lookups over the backend's GPUs).
+    hostIndex: (uuid) => backend.gpus.find((gpu) => gpu.uuid === uuid)?.index,
+    canonicalUuid: (uuid) =>
+      backend.gpus.find((gpu) => gpu.uuid.toLowerCase() === uuid.toLowerCase())?.uuid ?? uuid,
   },
   shards,
   limits,
   new ProcessOwners(procRoot),
+  new AgentMetrics(),
+  new RegionWatchService(config, logger),
   logger,
 );
 // CPU of every sample (the agent's timer calls this.sampleNow).

@@ -62,6 +62,8 @@ const { LimitsService } = await import(join(agentDist, 'limits/limits.service.js
 const { decodeLimits } = await import(join(agentDist, 'limits/limits-file.js'));
 const { EnforcementService } = await import(join(agentDist, 'enforcement/enforcement.service.js'));
 const { ProcessOwners } = await import(join(agentDist, 'enforcement/process-owners.js'));
+const { AgentMetrics } = await import(join(agentDist, 'metrics/agent-metrics.js'));
+const { RegionWatchService } = await import(join(agentDist, 'regions/region-watch.service.js'));
 const { LedgerActivity, prepareLedgerDir } = await import(
   join(agentDist, 'compute/ledger-activity.js')
 );
@@ -107,10 +109,18 @@ const records = [];
 const shards = { list: () => records, stop: async () => ({ wasRunning: true }) };
 const enforcement = new EnforcementService(
   config,
-  { processes: (watch) => backend.processes(watch) },
+  {
+    processes: (watch) => backend.processes(watch),
+    // What a pressure ring needs (GpusService's own lookups over the backend's GPUs).
+    hostIndex: (uuid) => backend.gpus.find((gpu) => gpu.uuid === uuid)?.index,
+    canonicalUuid: (uuid) =>
+      backend.gpus.find((gpu) => gpu.uuid.toLowerCase() === uuid.toLowerCase())?.uuid ?? uuid,
+  },
   shards,
   limits,
   new ProcessOwners(procRoot),
+  new AgentMetrics(),
+  new RegionWatchService(config, logger),
   logger,
 );
 const violations = [];
