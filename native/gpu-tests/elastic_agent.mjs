@@ -80,6 +80,8 @@ const config = {
   stateDir: join(work, 'state'),
   regionRoot: join(work, 'regions'),
   computeTurns: 'cpu',
+  // The fence's period: the limits file's pressure wait is derived from it (issue #31).
+  enforcement: { intervalMs: 50 },
 };
 const logger = createLogger('silent', 'bench');
 const backend = new NvmlBackend(Nvml.open('libnvidia-ml.so.1'), 'libcuda.so.1');

@@ -124,11 +124,25 @@ function server(args, env = {}) {
     else queued.push(line);
     child.lastLines = [...(child.lastLines ?? []).slice(-200), line];
   });
-  child.next = (match) =>
-    new Promise((resolveLine) => {
+  // A line that never comes ends the run with what the worker said last, not a silent hang.
+  child.next = (match, timeoutMs = 120_000) =>
+    new Promise((resolveLine, reject) => {
       const i = queued.findIndex(match);
-      if (i >= 0) resolveLine(queued.splice(i, 1)[0]);
-      else waiting.push({ match, resolve: resolveLine });
+      if (i >= 0) return resolveLine(queued.splice(i, 1)[0]);
+      const timer = setTimeout(() => {
+        reject(
+          new Error(
+            `no line ${match} from ${args[0]} in ${timeoutMs} ms; it said last:\n${(child.lastLines ?? []).slice(-12).join('\n')}`,
+          ),
+        );
+      }, timeoutMs);
+      waiting.push({
+        match,
+        resolve: (line) => {
+          clearTimeout(timer);
+          resolveLine(line);
+        },
+      });
     });
   return child;
 }
