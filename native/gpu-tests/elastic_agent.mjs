@@ -339,6 +339,15 @@ await Promise.all(
         void schedule();
       }
     }
+    if (!s.done) {
+      // Its process ended without finishing (its traceback is on stderr): counted, room freed.
+      emit({ check: 'tenant died', shard: s.id, bursts: s.bursts.length });
+      s.done = true;
+      s.died = true;
+      s.state = 'done';
+      s.busy = false;
+      void schedule();
+    }
   }),
 );
 const makespanS = (performance.now() - started) / 1000;

@@ -84,7 +84,13 @@ def grab(trial):
     free, _ = torch.cuda.mem_get_info()
     take = free - 64 * MiB
     start = time.monotonic_ns()
-    held = torch.empty(take, dtype=torch.uint8, device="cuda")
+    # The neighbour keeps growing: what was free a moment ago may not be; take a little less.
+    while True:
+        try:
+            held = torch.empty(take, dtype=torch.uint8, device="cuda")
+            break
+        except torch.OutOfMemoryError:
+            take -= 128 * MiB
     torch.cuda.synchronize()
     say(f"grabbed {trial} {os.getpid()} {take} {start} {time.monotonic_ns()}")
     time.sleep(60)  # the agent's fence kills it long before
@@ -106,6 +112,8 @@ for line in sys.stdin:
                 train(trial, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
             else:
                 grab(trial)
+        except BaseException as error:  # said, so that the harness does not wait for nothing
+            say(f"error {trial} {type(error).__name__}: {str(error).splitlines()[0][:200]}")
         finally:
             os._exit(0)
     _, status = os.waitpid(child, 0)
