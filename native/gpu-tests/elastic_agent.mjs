@@ -58,6 +58,8 @@ const { executeMove } = await import(join(agentDist, 'memory/memory-move.js'));
 const { createLogger } = await import(join(agentDist, 'logging/logger.js'));
 const L = await import(join(limitsDist, 'index.js'));
 
+/** ELASTIC_TRACE=1: every decision, move and tenant line on stderr, as it happens. */
+const trace = process.env.ELASTIC_TRACE === '1' ? (...args) => console.error(`[${(performance.now() / 1000).toFixed(2)}]`, ...args) : () => {};
 const rows = [];
 function emit(row) {
   rows.push(row);
@@ -262,6 +264,7 @@ async function schedule() {
     now: Date.now(),
   });
   decideMs.push(performance.now() - t);
+  trace('plan', { placed: plan.placements.map((p) => p.shardId), suspend: plan.suspensions.map((x) => x.shardId), resume: plan.resumes.map((x) => x.shardId), waiting: plan.waiting.length });
   for (const p of plan.placements) start(byId.get(p.shardId));
   const first = plan.suspensions[0] ?? plan.resumes[0];
   if (first === undefined) return;
@@ -278,7 +281,9 @@ async function schedule() {
 async function moveShard(s, direction) {
   s.state = direction === 'suspend' ? 'suspending' : 'resuming';
   const began = performance.now();
+  trace('move begins', s.id, direction);
   const { outcome, driverMs, bytes } = await move(s.id, direction, s.bytesOut);
+  trace('move ends', s.id, direction, outcome.ok ? 'ok' : outcome.reason, ((performance.now() - began) / 1000).toFixed(2), 's');
   if (direction === 'suspend') s.bytesOut = bytes;
   const record = { shard: s.id, direction, ok: outcome.ok, seconds: (performance.now() - began) / 1000, driverMs, overheadMs: (performance.now() - began) - driverMs, bytes: outcome.ok ? outcome.bytes : 0, reason: outcome.ok ? undefined : outcome.reason };
   s.moves.push(record);
@@ -316,6 +321,7 @@ await Promise.all(
     );
     s.child = child;
     for await (const line of createInterface({ input: child.stdout })) {
+      trace(s.id, line);
       const [word, a, b, c, d] = line.split(' ');
       if (word === 'joined') {
         if (shards.every((x) => x.child !== undefined)) void schedule();

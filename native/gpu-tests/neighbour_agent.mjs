@@ -200,13 +200,16 @@ for (let t = 0; t < trials * 2; t++) {
     .map(([, , , s, e]) => ({ start: BigInt(s), ms: Number(BigInt(e) - BigInt(s)) / 1e6 }));
   const before = steps.filter((s) => s.start < grabStart).map((s) => s.ms);
   const during = steps.filter((s) => s.start >= grabStart && (killed === undefined || s.start <= killed + 500_000_000n)).map((s) => s.ms);
-  results[mode].push({
+  const trial = {
     ooms: Number(done[3]),
     killedMs: killed === undefined ? null : Number(killed - grabStart) / 1e6,
     signal: Number(gone[3]),
     baseMs: pct(before, 50),
     worstMs: during.length === 0 ? null : Math.max(...during),
-  });
+  };
+  results[mode].push(trial);
+  // Each trial as it ends: a run cut short by its time limit still has its trials.
+  emit({ check: 'trial', t, retry: mode === 'retry', ...trial });
 }
 for (const mode of ['retry', 'off']) {
   const list = results[mode];
