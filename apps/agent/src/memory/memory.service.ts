@@ -32,8 +32,10 @@ export type MoveCause = SuspendCommand['cause'] | 'resume-requested' | 'reconcil
 /** How long a lock waits for a process's CUDA calls to let go (a kernel running that long). */
 export const LOCK_TIMEOUT_MS = 10_000;
 
-/** What the agent knows of one running shard's memory. */
+/** What the agent knows of one running shard's memory: of one container of it. */
 interface ShardMemory {
+  /** The container whose processes hold it: a new container of the shard starts afresh. */
+  readonly containerId: string;
   /** Where it was last seen (an observation, or the end of a move). */
   memory: ObservedMemory;
   /** The move asked for last, running or waiting behind the one before it. */
@@ -84,7 +86,7 @@ export class MemoryService implements MemoryMover {
     metrics.suspendBudgetBytes.set(capability.kind === 'available' ? capability.budgetBytes : 0);
     metrics.suspendedSource = () => {
       const count = (memory: ObservedMemory) =>
-        [...this.shardMemory.values()].filter((m) => m.memory === memory).length;
+        this.live().filter(([, m]) => m.memory === memory).length;
       return {
         bytes: this.suspendedBytesTotal(),
         suspended: count('suspended'),
@@ -130,7 +132,9 @@ export class MemoryService implements MemoryMover {
   memoryOf(shardId: string): { memory: ObservedMemory; suspendedBytes?: number } | undefined {
     if (this.capability.kind !== 'available') return undefined;
     const known = this.shardMemory.get(shardId);
-    if (known === undefined) return undefined;
+    if (known === undefined || known.containerId !== this.shards.get(shardId)?.containerId) {
+      return undefined;
+    }
     const bytes = known.suspended && sum(known.suspended.values());
     return known.memory !== 'resident' && bytes !== undefined
       ? { memory: known.memory, suspendedBytes: bytes }
@@ -149,9 +153,14 @@ export class MemoryService implements MemoryMover {
    */
   async observeAll(): Promise<ReadonlyMap<string, ObservedMemory> | undefined> {
     if (this.containers === undefined) return undefined;
-    const running = this.shards.list().filter(isRunning);
+    const running = new Map(
+      this.shards
+        .list()
+        .filter(isRunning)
+        .map((record) => [record.shardId, record.containerId!]),
+    );
     const found = await this.containers.observeAll(
-      running.map((record) => ({ shardId: record.shardId, containerId: record.containerId! })),
+      [...running].map(([shardId, containerId]) => ({ shardId, containerId })),
     );
     const seen = new Map<string, ObservedMemory>();
     for (const [shardId, memory] of found) {
@@ -160,10 +169,10 @@ export class MemoryService implements MemoryMover {
         continue;
       }
       seen.set(shardId, memory);
-      this.entry(shardId).memory = memory;
+      this.entry(shardId, running.get(shardId)!).memory = memory;
     }
     for (const shardId of this.shardMemory.keys()) {
-      if (!running.some((record) => record.shardId === shardId) && !this.moving(shardId)) {
+      if (!running.has(shardId) && !this.moving(shardId)) {
         this.shardMemory.delete(shardId);
       }
     }
@@ -206,7 +215,7 @@ export class MemoryService implements MemoryMover {
         `shard ${shardId}'s container is not running (${record.state.toLowerCase()}): its memory went with its processes`,
       );
     }
-    const known = this.entry(shardId);
+    const known = this.entry(shardId, record.containerId!);
     if (known.move?.direction === direction) return known.memory; // joins the move in flight
     const memory = await containers.observe({ shardId, containerId: record.containerId! });
     known.memory = memory;
@@ -237,7 +246,7 @@ export class MemoryService implements MemoryMover {
     if (this.capability.kind !== 'available') return;
     const budget = this.capability.budgetBytes;
     let held = 0;
-    for (const [other, known] of this.shardMemory) {
+    for (const [other, known] of this.live()) {
       if (other === shardId) continue;
       if (known.memory !== 'resident' || known.move?.direction === 'suspend') {
         held += await this.limits.capsTotal(other).catch(() => 0);
@@ -260,7 +269,7 @@ export class MemoryService implements MemoryMover {
   ): Promise<void> {
     const record = this.shards.get(shardId);
     if (record === undefined || !isRunning(record)) return;
-    const known = this.entry(shardId);
+    const known = this.entry(shardId, record.containerId!);
     for (const listener of this.moveListeners) listener(shardId, direction);
     const bytes = direction === 'suspend' ? this.gpuBytesByPid() : (known.suspended ?? new Map());
     const moving = direction === 'suspend' ? 'SUSPENDING' : 'RESUMING';
@@ -350,16 +359,32 @@ export class MemoryService implements MemoryMover {
 
   private suspendedBytesTotal(): number {
     let total = 0;
-    for (const known of this.shardMemory.values()) {
+    for (const [, known] of this.live()) {
       if (known.memory !== 'resident' && known.suspended) total += sum(known.suspended.values());
     }
     return total;
   }
 
-  private entry(shardId: string): ShardMemory {
+  /**
+   * What is known of the shards whose containers run, or whose move runs: a container that
+   * exited took its memory with its processes, from that moment (the next reconcile's reading
+   * forgets it), so it holds nothing of the budget or of host RAM.
+   */
+  private live(): [string, ShardMemory][] {
+    return [...this.shardMemory].filter(([shardId, known]) => {
+      const record = this.shards.get(shardId);
+      return (
+        known.move !== undefined ||
+        (record !== undefined && isRunning(record) && record.containerId === known.containerId)
+      );
+    });
+  }
+
+  /** The shard's entry for this container: a fresh one (resident) for a container it did not know. */
+  private entry(shardId: string, containerId: string): ShardMemory {
     let known = this.shardMemory.get(shardId);
-    if (known === undefined) {
-      known = { memory: 'resident' };
+    if (known === undefined || known.containerId !== containerId) {
+      known = { containerId, memory: 'resident' };
       this.shardMemory.set(shardId, known);
     }
     return known;

@@ -2,6 +2,16 @@
  *   cuda-probe hold <bytes> [ordinal]   allocates on GPU <ordinal> (default 0), prints
  *                                       {"result":N}, waits for SIGTERM
  *   cuda-probe alloc <bytes> [ordinal]  allocates, prints {"result":N}, exits
+ *   cuda-probe keep <bytes> [processes] elastic memory's data: <processes> processes (default
+ *                                       1: this one and children forked before any CUDA
+ *                                       call) each allocate <bytes> on GPU 0, write a pattern of
+ *                                       their own there with cuMemcpyHtoD and print
+ *                                       {"kept":<bytes>,"process":k,"result":N}; at each
+ *                                       SIGUSR1 (the first passes it on to the others) each
+ *                                       reads all of it back with cuMemcpyDtoH (a call that
+ *                                       needs the GPU: in a suspended shard it waits in
+ *                                       libvgpu.so) and prints
+ *                                       {"poke":i,"process":k,"intact":0|1,"result":N}
  *   cuda-probe launch <n> [hold]        launches n kernels on GPU 0 (the compute share's
  *                                       admission decides when each runs), prints
  *                                       {"launched":n,"result":N}; with hold, waits for SIGTERM
@@ -33,6 +43,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +71,102 @@ static CUresult allocate(size_t bytes, int ordinal)
     if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
     if (r == CUDA_SUCCESS) r = cuMemAlloc(&pointer, bytes);
     return r;
+}
+
+/* The word at index i of process k's kept memory: different in every process and position,
+ * so memory given back to the wrong process or place reads as damaged. */
+static uint32_t kept_word(int process, size_t i)
+{
+    return (uint32_t)(i * 2654435761u) ^ (0x5eed1234u + (uint32_t)process * 0x01010101u);
+}
+
+enum { KEEP_CHUNK_WORDS = 1 << 18, KEEP_MAX_PROCESSES = 16 };
+static uint32_t keep_chunk[KEEP_CHUNK_WORDS];
+static volatile sig_atomic_t pokes;
+
+static void on_poke(int signo)
+{
+    (void)signo;
+    pokes++;
+}
+
+static CUresult keep_write(CUdeviceptr base, size_t words, int process)
+{
+    CUresult r = CUDA_SUCCESS;
+    for (size_t at = 0; r == CUDA_SUCCESS && at < words; at += KEEP_CHUNK_WORDS) {
+        size_t n = words - at < KEEP_CHUNK_WORDS ? words - at : KEEP_CHUNK_WORDS;
+        for (size_t i = 0; i < n; i++) keep_chunk[i] = kept_word(process, at + i);
+        r = cuMemcpyHtoD(base + at * sizeof(uint32_t), keep_chunk, n * sizeof(uint32_t));
+    }
+    return r;
+}
+
+/* 1 when every word reads back as written; *r is the first copy that failed. */
+static int keep_intact(CUdeviceptr base, size_t words, int process, CUresult *r)
+{
+    int intact = 1;
+    *r = CUDA_SUCCESS;
+    for (size_t at = 0; *r == CUDA_SUCCESS && at < words; at += KEEP_CHUNK_WORDS) {
+        size_t n = words - at < KEEP_CHUNK_WORDS ? words - at : KEEP_CHUNK_WORDS;
+        *r = cuMemcpyDtoH(keep_chunk, base + at * sizeof(uint32_t), n * sizeof(uint32_t));
+        for (size_t i = 0; *r == CUDA_SUCCESS && i < n; i++)
+            if (keep_chunk[i] != kept_word(process, at + i)) intact = 0;
+    }
+    return *r == CUDA_SUCCESS && intact;
+}
+
+static int keep(size_t bytes, int processes)
+{
+    if (processes < 1 || processes > KEEP_MAX_PROCESSES || bytes < sizeof(uint32_t)) {
+        printf("{\"error\":\"keep: 1 to %d processes of at least 4 bytes\"}\n", KEEP_MAX_PROCESSES);
+        return 2;
+    }
+    /* SIGUSR1 is blocked but while waiting for it, so that no poke is lost between a check
+     * and the wait; children inherit the mask, the handler and the line buffering. */
+    sigset_t usr1, waiting;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, &waiting);
+    sigdelset(&waiting, SIGUSR1);
+    signal(SIGUSR1, on_poke);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    pid_t children[KEEP_MAX_PROCESSES];
+    int process = 0;
+    for (int k = 1; k < processes; k++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            printf("{\"error\":\"fork: %s\"}\n", strerror(errno));
+            return 2;
+        }
+        if (pid == 0) {
+            process = k;
+            break;
+        }
+        children[k] = pid;
+    }
+    CUdevice device;
+    CUcontext context;
+    CUdeviceptr base = 0;
+    size_t words = bytes / sizeof(uint32_t);
+    CUresult r = cuInit(0);
+    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
+    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
+    if (r == CUDA_SUCCESS) r = cuMemAlloc(&base, bytes);
+    if (r == CUDA_SUCCESS) r = keep_write(base, words, process);
+    printf("{\"kept\":%zu,\"process\":%d,\"result\":%d}\n", r == CUDA_SUCCESS ? bytes : 0, process, (int)r);
+    for (int answered = 0;;) {
+        sigsuspend(&waiting);
+        while (answered < pokes) {
+            answered++;
+            if (process == 0)
+                for (int k = 1; k < processes; k++) kill(children[k], SIGUSR1);
+            CUresult read = r;
+            int intact = r == CUDA_SUCCESS && keep_intact(base, words, process, &read);
+            printf("{\"poke\":%d,\"process\":%d,\"intact\":%d,\"result\":%d}\n", answered, process, intact,
+                   (int)read);
+        }
+    }
 }
 
 static int tamper(const char *path)
@@ -218,12 +325,16 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "bypass") == 0 && own_driver(&d) != 0) return 2;
         return busy(&d, strtod(argv[2], NULL));
     }
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "keep") == 0) {
+        signal(SIGTERM, on_term);
+        return keep(strtoull(argv[2], NULL, 10), argc == 4 ? atoi(argv[3]) : 1);
+    }
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "launch") == 0) {
         signal(SIGTERM, on_term);
         return launch(strtol(argv[2], NULL, 10), argc == 4 && strcmp(argv[3], "hold") == 0);
     }
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | launch <n> [hold] | busy|bypass <seconds> | tamper <path> | mps <dir>\n");
+        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | keep <bytes> [processes] | launch <n> [hold] | busy|bypass <seconds> | tamper <path> | mps <dir>\n");
         return 2;
     }
     signal(SIGTERM, on_term);
