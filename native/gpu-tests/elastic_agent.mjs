@@ -294,7 +294,13 @@ async function moveShard(s, direction) {
     return;
   }
   s.state = direction === 'suspend' ? 'suspended' : 'resident';
-  if (direction === 'resume') s.resumeWantedAt = undefined;
+  if (direction === 'resume') {
+    // Resumed because its process is in a CUDA call: busy until its burst ends, never idle
+    // (suspending it again at once, before the call goes on, would starve it).
+    s.resumeWantedAt = undefined;
+    s.busy = true;
+    s.idleSince = undefined;
+  }
 }
 
 function start(s) {
