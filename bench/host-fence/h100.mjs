@@ -79,17 +79,20 @@ let listingNs = 0n;
 let listings = 0;
 const enforcement = new EnforcementService(
   config,
+  // What the fence reads of GpusService, over the backend this script opened: the inventory
+  // (memory of no shard per GPU), the listing, timed (`fresh`: GPUs a pressure ring asks to
+  // list afresh) and the lookups a pressure ring needs.
   {
-    processes: (watch) => {
+    inventory: { gpus: backend.gpus },
+    processes: (watch, fresh) => {
       const t = process.hrtime.bigint();
       try {
-        return backend.processes(watch);
+        return backend.processes(watch, fresh);
       } finally {
         listingNs += process.hrtime.bigint() - t;
         listings++;
       }
     },
-    // What a pressure ring needs (GpusService's own lookups over the backend's GPUs).
     hostIndex: (uuid) => backend.gpus.find((gpu) => gpu.uuid === uuid)?.index,
     canonicalUuid: (uuid) =>
       backend.gpus.find((gpu) => gpu.uuid.toLowerCase() === uuid.toLowerCase())?.uuid ?? uuid,

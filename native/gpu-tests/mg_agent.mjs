@@ -109,9 +109,12 @@ const records = [];
 const shards = { list: () => records, stop: async () => ({ wasRunning: true }) };
 const enforcement = new EnforcementService(
   config,
+  // What the fence reads of GpusService, over the backend this script opened: the inventory
+  // (memory of no shard per GPU), the listing (`fresh`: GPUs a pressure ring asks to list
+  // afresh) and the lookups a pressure ring needs.
   {
-    processes: (watch) => backend.processes(watch),
-    // What a pressure ring needs (GpusService's own lookups over the backend's GPUs).
+    inventory: { gpus: backend.gpus },
+    processes: (watch, fresh) => backend.processes(watch, fresh),
     hostIndex: (uuid) => backend.gpus.find((gpu) => gpu.uuid === uuid)?.index,
     canonicalUuid: (uuid) =>
       backend.gpus.find((gpu) => gpu.uuid.toLowerCase() === uuid.toLowerCase())?.uuid ?? uuid,
