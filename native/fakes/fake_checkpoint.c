@@ -20,11 +20,24 @@
  *     a checkpoint moved out is its host memory: gone with it).
  * A pid that holds no entry (no CUDA in it, or gone) is refused with
  * CUDA_ERROR_INVALID_VALUE, one of the errors every one of these functions
- * documents.  FAILED is never reached: the fake's moves cannot fail half way. */
+ * documents.  FAILED is never reached: the fake's moves cannot fail half way.
+ *
+ * GPUSHARDS_FAKE_MOVE_GATE, in the caller's environment (the agent's), names a
+ * file: a seam for tests that stop the caller in the middle of a move, which
+ * a real driver's seconds-long copies leave plenty of time for.  Before a
+ * checkpoint or restore touches its target it takes a pass from the file: the
+ * file holds a count; above 0 the call takes one (writes back one less, under
+ * flock) and goes on; at 0 it waits until the count rises or the file is
+ * gone; without the file it goes on. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,6 +122,38 @@ static uint64_t now_ms(void)
     return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
+/* 1: a pass was taken, or there is no gate to take one from; 0: the count is 0. */
+static int move_pass_taken(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return 1; /* no gate (or none this process may use) */
+    int taken = 1;
+    if (flock(fd, LOCK_EX) == 0) {
+        char text[32] = {0};
+        ssize_t n = pread(fd, text, sizeof text - 1, 0);
+        long count = n > 0 ? strtol(text, NULL, 10) : 0;
+        if (count > 0) {
+            int len = snprintf(text, sizeof text, "%ld\n", count - 1);
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len)
+                fprintf(stderr, "[fake-gpu] cannot take a pass from %s: %s\n", path, strerror(errno));
+        } else {
+            taken = 0;
+        }
+    }
+    close(fd); /* releases the flock */
+    return taken;
+}
+
+static void move_gate(void)
+{
+    const char *path = getenv("GPUSHARDS_FAKE_MOVE_GATE");
+    if (path == NULL || *path == '\0') return;
+    while (!move_pass_taken(path)) {
+        struct timespec slice = {0, 10 * 1000000L};
+        nanosleep(&slice, NULL);
+    }
+}
+
 API CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     if (state == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -166,6 +211,7 @@ API CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 API CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     if (args != NULL && !zeros(args->reserved, sizeof args->reserved)) return CUDA_ERROR_INVALID_VALUE;
+    move_gate();
     struct fake_proc *p;
     uint32_t gen;
     CUresult r = target(pid, &p, &gen);
@@ -189,6 +235,7 @@ API CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
         return CUDA_ERROR_INVALID_VALUE;
     /* Restoring onto other GPUs is not simulated. */
     if (args != NULL && args->gpuPairsCount != 0) return CUDA_ERROR_NOT_SUPPORTED;
+    move_gate();
     struct fake_proc *p;
     uint32_t gen;
     CUresult r = target(pid, &p, &gen);

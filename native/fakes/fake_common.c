@@ -10,6 +10,8 @@
  * GPUSHARDS_FAKE_STATE  the shared file (default /tmp/gpushards-fake-state).
  * GPUSHARDS_FAKE_CONTEXT_BYTES  what a context costs (default 300m).
  * GPUSHARDS_FAKE_POOL_CHUNK     a memory pool's growth step (default 32m).
+ * GPUSHARDS_FAKE_MOVE_GATE      a file the caller's checkpoints and restores
+ *                       take passes from (fake_checkpoint.c): a test's seam.
  *
  * Each process's usage is kept with its pid as it sees itself, its PID
  * namespace's inode and its start time, so that NVML called on the host

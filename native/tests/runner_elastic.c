@@ -212,6 +212,76 @@ static int t_ckpt_died(const void *arg)
     return died_checkpointed(&t);
 }
 
+/* GPUSHARDS_FAKE_MOVE_GATE: a caller's checkpoint waits at a count of 0, its
+ * target still locked, and goes on once given a pass (taking it); a restore
+ * waits until the file is gone. */
+static int write_text(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    return close(fd) == 0 && n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* Starts gpushards-checkpoint OP on the target through the gate; 0 once it waits
+ * there (asleep, not ended), else it is killed. */
+static int gated_call(struct proc *c, const char *gate_env, const char *op, pid_t target)
+{
+    const char *env[] = {"-LD_PRELOAD", gate_env, NULL};
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)target);
+    if (spawn_program(c, CHECKPOINT_TOOL, env, op, pid, NULL, NULL) != 0) return h_fail("fork");
+    for (int i = 0; !sleeping(c->pid) && i < 4000; i++) usleep(1000);
+    int st;
+    if (waitpid(c->pid, &st, WNOHANG) != 0 || !sleeping(c->pid)) {
+        kill_wait(c);
+        slurp(c->out, out_text, sizeof out_text);
+        return h_fail("the gated %s did not wait: %s", op, out_text);
+    }
+    return 0;
+}
+
+static int gated(struct proc *t)
+{
+    char gate[320], gate_env[400], count[32];
+    snprintf(gate, sizeof gate, "%s/gate", dir);
+    snprintf(gate_env, sizeof gate_env, "GPUSHARDS_FAKE_MOVE_GATE=%s", gate);
+    struct proc c;
+    H_CHECK(write_text(gate, "0\n") == 0, "cannot write %s", gate);
+    CKPT_OK("lock", t->pid);
+    if (gated_call(&c, gate_env, "checkpoint", t->pid)) return 1;
+    int locked = ckpt("state", t->pid, NULL) == 0 && strcmp(out_text, "locked\n") == 0;
+    int passed = write_text(gate, "1\n") == 0;
+    int st = await(&c, 30000);
+    slurp(c.out, out_text, sizeof out_text);
+    H_CHECK(locked && passed, "while the checkpoint waited: locked %d, the pass written %d", locked, passed);
+    H_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && strcmp(out_text, "ok\n") == 0,
+            "the checkpoint given a pass: %d %s", st, out_text);
+    CKPT_STATE(t->pid, "checkpointed");
+    slurp(gate, count, sizeof count);
+    H_CHECK(strcmp(count, "0\n") == 0, "the pass was not taken: %s", count);
+    if (gated_call(&c, gate_env, "restore", t->pid)) return 1;
+    int still = ckpt("state", t->pid, NULL) == 0 && strcmp(out_text, "checkpointed\n") == 0;
+    int gone = unlink(gate) == 0;
+    st = await(&c, 30000);
+    H_CHECK(still && gone, "while the restore waited: checkpointed %d, the gate removed %d", still, gone);
+    H_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the restore once the gate was gone: %d", st);
+    CKPT_STATE(t->pid, "locked");
+    CKPT_OK("unlock", t->pid);
+    kill(t->pid, SIGUSR1);
+    H_CHECK(await_text(t, "done ok") == 0, "after the gated moves the data did not read back: %s", err_text);
+    return 0;
+}
+
+static int t_ckpt_gate(const void *arg)
+{
+    struct proc t;
+    if (start_target(&t)) return 1;
+    int r = gated(&t);
+    kill_wait(&t);
+    return r;
+}
+
 /* ---- the wake gate ------------------------------------------------------------ */
 /* The agent's in-place update of a 4-byte field of the limits file's header. */
 static int limits_header_store(size_t offset, uint32_t value)
@@ -523,6 +593,8 @@ static void add_elastic_tests(struct t *tests, int *n)
          t_ckpt_lock_timeout, NULL);
     ADDE("fake checkpoint API: a process that dies checkpointed is forgotten and leaves nothing on the card",
          t_ckpt_died, NULL);
+    ADDE("fake checkpoint API: GPUSHARDS_FAKE_MOVE_GATE holds the caller's checkpoint at 0 passes and its restore until the gate is gone",
+         t_ckpt_gate, NULL);
     static const char *const calls[] = {"alloc",    "launch",      "htod",       "dtoh-async",  "memset",
                                         "ctx-sync", "stream-sync", "event-sync", "stream-wait", "htod-ptds"};
     static char names[10][120];

@@ -18,7 +18,10 @@ export interface MoveContext {
   processes(): Promise<CheckpointProcess[]>;
   /** Writes the limits file's memory_state. */
   mark(memory: 'suspended' | 'resident'): Promise<void>;
-  /** The GPU bytes a process holds on the GPU when it is moved (NVML, before the move). */
+  /**
+   * The GPU bytes a process holds on the GPU when it is moved (NVML, before the move): asked for
+   * each process a round moves before the round's first call (so before its mark).
+   */
   bytesOf(pid: number): number;
   /** After each process's memory moved: bytes moved so far of the total. */
   progress(completedBytes: number, totalBytes: number): void;
@@ -34,8 +37,6 @@ export type MoveOutcome =
       readonly seconds: number;
       /** Processes whose memory moved (checkpointed, or restored). */
       readonly processes: number;
-      /** Bytes each moved process held, for a later resume's progress. */
-      readonly perProcess: ReadonlyMap<number, number>;
     }
   | {
       readonly ok: false;
@@ -114,7 +115,7 @@ export async function executeMove(
       }
     }
   }
-  return { ok: true, bytes: total, seconds: seconds(), processes: perProcess.size, perProcess };
+  return { ok: true, bytes: total, seconds: seconds(), processes: perProcess.size };
 }
 
 /** The call that moves a process's memory: checkpoint out, restore back. */

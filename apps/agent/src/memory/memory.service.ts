@@ -1,3 +1,5 @@
+import { join } from 'node:path';
+
 import { Inject, Injectable } from '@nestjs/common';
 import {
   clampBytes,
@@ -25,6 +27,7 @@ import type { CheckpointApi } from './checkpoint-driver.js';
 import { ContainerMemory } from './container-memory.js';
 import { executeMove, type MoveOutcome } from './memory-move.js';
 import { SUSPEND_CAPABILITY, type SuspendCapability } from './suspend-capability.js';
+import { SuspendedBytesStore } from './suspended-bytes.js';
 
 /** Who asked for a move: a command's cause, or the reconcile converging on the desired state. */
 export type MoveCause = SuspendCommand['cause'] | 'resume-requested' | 'reconcile';
@@ -40,7 +43,10 @@ interface ShardMemory {
   memory: ObservedMemory;
   /** The move asked for last, running or waiting behind the one before it. */
   move?: { readonly direction: MoveDirection; readonly done: Promise<void> };
-  /** GPU bytes each process held when the last suspend moved it (a resume's progress). */
+  /**
+   * GPU bytes each process held when a suspend moved it (a resume's progress), as kept in the
+   * state folder: an agent started after a crash knows them too.
+   */
   suspended?: ReadonlyMap<number, number>;
   /** What the last finished move took, told again to a repeated command. */
   moved?: { bytes: number; seconds: number; processes: number };
@@ -58,6 +64,7 @@ export class MemoryService implements MemoryMover {
   private readonly logger: Logger;
   private readonly shardMemory = new Map<string, ShardMemory>();
   private readonly mutex = new KeyedMutex();
+  private readonly store: SuspendedBytesStore;
   /** Reads where containers' memory is; undefined when this host does not suspend. */
   private readonly containers: ContainerMemory | undefined;
   private readonly moveListeners = new Set<(shardId: string, direction: MoveDirection) => void>();
@@ -76,6 +83,7 @@ export class MemoryService implements MemoryMover {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'memory' });
+    this.store = new SuspendedBytesStore(join(config.stateDir, 'memory'));
     this.containers =
       capability.kind === 'available'
         ? new ContainerMemory(config.enforcement.procRoot, capability.api, (shardId) =>
@@ -174,6 +182,7 @@ export class MemoryService implements MemoryMover {
     for (const shardId of this.shardMemory.keys()) {
       if (!running.has(shardId) && !this.moving(shardId)) {
         this.shardMemory.delete(shardId);
+        if (this.shards.get(shardId) === undefined) this.store.remove(shardId);
       }
     }
     return seen;
@@ -269,9 +278,13 @@ export class MemoryService implements MemoryMover {
   ): Promise<void> {
     const record = this.shards.get(shardId);
     if (record === undefined || !isRunning(record)) return;
-    const known = this.entry(shardId, record.containerId!);
+    const containerId = record.containerId!;
+    const known = this.entry(shardId, containerId);
     for (const listener of this.moveListeners) listener(shardId, direction);
-    const bytes = direction === 'suspend' ? this.gpuBytesByPid() : (known.suspended ?? new Map());
+    // What each process held on the GPU when it was moved out: kept from the moves before (an
+    // agent killed mid-suspend moved some), NVML's listing for those a suspend moves now.
+    const held = new Map(known.suspended ?? []);
+    const listed = direction === 'suspend' ? this.gpuBytesByPid() : undefined;
     const moving = direction === 'suspend' ? 'SUSPENDING' : 'RESUMING';
     const reports: Promise<void>[] = [];
     const outcome: MoveOutcome = await executeMove(direction, {
@@ -281,8 +294,15 @@ export class MemoryService implements MemoryMover {
         if (current?.containerId === undefined) throw new Error('its container is gone');
         return containers.processes(current.containerId);
       },
-      mark: (memory) => this.limits.setMemory(shardId, memory),
-      bytesOf: (pid) => bytes.get(pid) ?? 0,
+      mark: async (memory) => {
+        // Kept before the first checkpoint: a crash after it finds them.
+        if (memory === 'suspended') this.keep(shardId, containerId, held);
+        await this.limits.setMemory(shardId, memory);
+      },
+      bytesOf: (pid) => {
+        if (listed !== undefined) held.set(pid, listed.get(pid) ?? 0);
+        return held.get(pid) ?? 0;
+      },
       progress: (completedBytes, totalBytes) => {
         reports.push(
           this.shards.reportMemory(shardId, moving, {
@@ -299,7 +319,7 @@ export class MemoryService implements MemoryMover {
     );
     this.metrics.moves.inc({ direction, cause, outcome: outcome.ok ? 'ok' : 'failed' });
     try {
-      await this.ended(containers, shardId, direction, outcome, known);
+      await this.ended(containers, shardId, direction, outcome, known, held);
     } finally {
       for (const listener of this.endListeners) listener(shardId, direction, outcome.ok);
     }
@@ -312,6 +332,7 @@ export class MemoryService implements MemoryMover {
     direction: MoveDirection,
     outcome: MoveOutcome,
     known: ShardMemory,
+    held: ReadonlyMap<number, number>,
   ): Promise<void> {
     if (outcome.ok) {
       known.memory = targetOf(direction);
@@ -320,8 +341,12 @@ export class MemoryService implements MemoryMover {
         seconds: outcome.seconds,
         processes: outcome.processes,
       };
-      if (direction === 'suspend') known.suspended = outcome.perProcess;
-      else delete known.suspended;
+      if (direction === 'suspend') {
+        known.suspended = held;
+      } else {
+        delete known.suspended;
+        this.store.remove(shardId);
+      }
       this.metrics.movedBytes.inc({ direction }, outcome.bytes);
       await this.shards.reportMemory(shardId, direction === 'suspend' ? 'SUSPENDED' : 'RESUMED', {
         moved: known.moved,
@@ -346,6 +371,15 @@ export class MemoryService implements MemoryMover {
       direction === 'suspend' ? 'SUSPEND_FAILED' : 'RESUME_FAILED',
       { reason: `${direction} failed: ${outcome.reason}` },
     );
+  }
+
+  /** Keeps what the processes held; a failure is logged: the move goes on without it. */
+  private keep(shardId: string, containerId: string, held: ReadonlyMap<number, number>): void {
+    try {
+      this.store.write(shardId, containerId, held);
+    } catch (error) {
+      this.logger.warn({ err: error, shardId }, 'cannot keep what its processes held on the GPU');
+    }
   }
 
   /** Each process's GPU memory over all GPUs, from NVML's listing (empty where it has none). */
@@ -384,7 +418,8 @@ export class MemoryService implements MemoryMover {
   private entry(shardId: string, containerId: string): ShardMemory {
     let known = this.shardMemory.get(shardId);
     if (known === undefined || known.containerId !== containerId) {
-      known = { containerId, memory: 'resident' };
+      const suspended = this.store.read(shardId, containerId);
+      known = { containerId, memory: 'resident', ...(suspended ? { suspended } : {}) };
       this.shardMemory.set(shardId, known);
     }
     return known;
