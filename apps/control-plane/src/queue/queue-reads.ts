@@ -177,15 +177,19 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
            array_agg(held.gpu_uuid ORDER BY held.gpu_uuid) AS "gpuUuids",
            max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model,
            shard.elastic AND coalesce(bool_and(quota.allow_elastic), false) AS elastic,
-           -- Idle (make-room may suspend it): reported so by its team's idle policy, or no
-           -- kernel on any GPU (its start, if none) for MAKE_ROOM_IDLE_SECONDS, on a host that
-           -- reports compute activity. Running shards only; null: busy or unknown.
+           -- Idle (make-room may suspend it): no kernel on any GPU for MAKE_ROOM_IDLE_SECONDS
+           -- on a host that reports compute activity, counted from its last kernel (its start
+           -- if none) or its last resume, whichever is later (a shard resumed because a process asked for
+           -- the GPU is never taken again before that process goes on: measured on an H200, the
+           -- queue otherwise suspended it again at once). Running shards only; null: busy or
+           -- unknown.
            CASE WHEN shard.state <> 'RUNNING' THEN NULL
-                WHEN shard.idle_since IS NOT NULL THEN shard.idle_since
                 WHEN bool_or(held.busy_ratio IS NOT NULL OR held.last_kernel_at IS NOT NULL)
-                     AND coalesce(max(held.last_kernel_at), shard.started_at)
+                     AND greatest(coalesce(max(held.last_kernel_at), shard.started_at),
+                                  shard.resume_wanted_at)
                          <= now() - make_interval(secs => ${MAKE_ROOM_IDLE_SECONDS})
-                  THEN coalesce(max(held.last_kernel_at), shard.started_at) END AS "idleSince"
+                  THEN greatest(coalesce(max(held.last_kernel_at), shard.started_at),
+                                shard.resume_wanted_at) END AS "idleSince"
       FROM shard
       JOIN shard_gpu held ON held.shard_id = shard.id AND held.released_at IS NULL
       JOIN gpu ON gpu.uuid = held.gpu_uuid

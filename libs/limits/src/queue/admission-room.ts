@@ -90,15 +90,23 @@ export class AdmissionRoom {
   private shadow: View | undefined;
   private largestFree: number | undefined;
 
+  /**
+   * @param resumeHosts hosts of the SUSPENDED shards that want to resume: candidates whatever
+   *   their free bytes, since a resume needs only room on the GPU as it is (canResume), not in
+   *   its ratio, which its suspended cap already counts (a GPU whose caps fill its ratio has no
+   *   free bytes, yet every suspended shard there may come back).
+   */
   constructor(
     private readonly fleet: readonly Host[],
     smallestNeed: number,
     private readonly options: PlacementOptions,
+    resumeHosts: ReadonlySet<string> = new Set(),
   ) {
     const candidates = fleet.filter(
       (host) =>
         host.state === 'ONLINE' &&
-        host.gpus.some((gpu) => freeBytes(gpu, options.defaultOvercommitRatio) >= smallestNeed),
+        (resumeHosts.has(host.id) ||
+          host.gpus.some((gpu) => freeBytes(gpu, options.defaultOvercommitRatio) >= smallestNeed)),
     );
     // Per GPU: held now (the fleet as given), placed in this pass, kept as spots. The candidate
     // hosts' GPUs (below) are indexed at once, the fleet's when one of another host is asked for

@@ -227,7 +227,12 @@ function openPass(
     teams,
     held,
     options,
-    room: new AdmissionRoom(fleet, smallestNeedFrom[0]!, options),
+    room: new AdmissionRoom(
+      fleet,
+      smallestNeedFrom[0]!,
+      options,
+      new Set(queue.flatMap((shard) => (shard.resume === undefined ? [] : [shard.resume.hostId]))),
+    ),
     smallestNeedFrom,
     full: false,
     holdings,

@@ -355,6 +355,36 @@ describe('elastic admission examples', () => {
     );
   });
 
+  test('a GPU whose caps fill its ratio, all suspended, still lets them come back one by one', () => {
+    // Found on an H200 (RESULTS.md): 6 × 8 GiB caps on a 16 GiB offer at ratio 3, every one
+    // suspended: the GPU has no free bytes by its ratio, yet a wanted resume needs only room on
+    // the GPU as it is.
+    const sleepers: SuspendedShard[] = ['a', 'b', 'c', 'd'].map((id) => ({
+      id,
+      teamId: 't',
+      hostId: hostId('h'),
+      gpuUuids: [gpuUuid('GPU-0')],
+      reservedBytesPerGpu: bytes(24 * GiB),
+      quotaBytes: bytes(24 * GiB),
+    }));
+    const plan = admit({
+      fleet: [oneHost(3, 96, 0, 96)],
+      held: [],
+      pending: sleepers.map((s, i) => ({ ...asks(s.id, 't', 24), arrivedAt: i, resume: s })),
+      suspended: sleepers,
+      teams: [team('t')],
+      now: T,
+    });
+    assert.deepEqual(
+      plan.resumes.map((r) => r.shardId),
+      ['a'],
+    );
+    assert.deepEqual(
+      plan.waiting.map((w) => w.shardId),
+      ['b', 'c', 'd'],
+    );
+  });
+
   test('a reclaim suspends an elastic victim instead of stopping it, when the ratio and the budget keep it; else stops it', () => {
     const busy = notebook('a-busy', 'a', 32);
     const ask = (ratio: number, budgetGiB: number) =>
