@@ -73,11 +73,19 @@ export class ContainerMemory {
   }
 
   async observe(container: RunningContainer): Promise<ObservedMemory> {
+    return (await this.inspect(container)).memory;
+  }
+
+  /** Its CUDA processes and where their memory is. */
+  async inspect(
+    container: RunningContainer,
+  ): Promise<{ processes: CheckpointProcess[]; memory: ObservedMemory }> {
     const processes = await this.processes(container.containerId);
-    return observedMemoryOf(
+    const memory = observedMemoryOf(
       processes.map((p) => p.state),
       await this.marked(container.shardId),
     );
+    return { processes, memory };
   }
 
   /** Every container's, from one pass over /proc; an error for one does not stop the others. */

@@ -154,7 +154,7 @@ describe('MemoryService', () => {
     await limits.onModuleDestroy();
   });
 
-  it('refuses what the host cannot do: past the budget, a container that does not run', async () => {
+  it('refuses what the host cannot do: past the budget, a container that does not run, a process the driver failed', async () => {
     const small = await setUp('budget', { 31: 'running' }, GiB);
     await assert.rejects(
       small.memory.suspend('s', 'make-room'),
@@ -173,6 +173,16 @@ describe('MemoryService', () => {
     await assert.rejects(small.memory.resume('s'), /container is not running/);
     await assert.rejects(small.memory.suspend('nope'), /not on host box-1/);
     await small.limits.onModuleDestroy();
+    const failed = await setUp('failed', { 32: 'running', 33: 'failed' });
+    await assert.rejects(
+      failed.memory.suspend('s', 'suspend-requested'),
+      (error: unknown) =>
+        error instanceof NotSuspendableError &&
+        /^the driver failed process 33 of shard s \(CU_PROCESS_STATE_FAILED/.test(error.message),
+    );
+    assert.deepEqual(failed.driver.calls, [], 'nothing moved');
+    assert.equal(await failed.limits.memory('s'), 'resident');
+    await failed.limits.onModuleDestroy();
   });
 
   it('reads where memory is from the driver and the file: a suspend the agent did not finish is partial', async () => {

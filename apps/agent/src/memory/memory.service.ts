@@ -226,8 +226,18 @@ export class MemoryService implements MemoryMover {
     }
     const known = this.entry(shardId, record.containerId!);
     if (known.move?.direction === direction) return known.memory; // joins the move in flight
-    const memory = await containers.observe({ shardId, containerId: record.containerId! });
+    const { processes, memory } = await containers.inspect({
+      shardId,
+      containerId: record.containerId!,
+    });
     known.memory = memory;
+    const failed = processes.filter((p) => p.state === 'failed').map((p) => p.pid);
+    if (direction === 'suspend' && failed.length > 0) {
+      // Refused before anything moves: the driver can do nothing more with such a process.
+      throw new NotSuspendableError(
+        `the driver failed process ${failed.join(', ')} of shard ${shardId} (CU_PROCESS_STATE_FAILED: an uncorrectable error in an earlier checkpoint or restore): its memory cannot be moved; only restarting it helps`,
+      );
+    }
     if (known.move === undefined && memory === targetOf(direction)) {
       // Already there: told again (the event that said so may have gone to no one).
       await this.shards.reportMemory(shardId, direction === 'suspend' ? 'SUSPENDED' : 'RESUMED', {

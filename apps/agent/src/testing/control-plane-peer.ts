@@ -219,9 +219,19 @@ export class ScriptedControlPlane {
     on(CONTROL_PLANE_SUBSCRIPTIONS.heartbeat, heartbeatSchema, (heartbeat) =>
       this.heartbeats.push(heartbeat),
     );
-    on(CONTROL_PLANE_SUBSCRIPTIONS.state, shardStateEventSchema, (event) =>
-      this.states.push(event),
-    );
+    on(CONTROL_PLANE_SUBSCRIPTIONS.state, shardStateEventSchema, (event) => {
+      this.states.push(event);
+      // As the control plane's lifecycle does (suspend-failed: SUSPENDING -> RUNNING): the
+      // shard is wanted resident again, and the next reconcile does not retry the suspend.
+      if (event.state === 'SUSPEND_FAILED') {
+        const state = this.stateOf(event.hostId);
+        const spec = this.specs.get(event.shardId);
+        if (spec !== undefined && state.suspendedShardIds.includes(event.shardId)) {
+          state.suspendedShardIds = state.suspendedShardIds.filter((id) => id !== event.shardId);
+          state.desired.push(spec);
+        }
+      }
+    });
     on(CONTROL_PLANE_SUBSCRIPTIONS.wake, shardWakeSchema, (wake) => this.wakes.push(wake));
     on(CONTROL_PLANE_SUBSCRIPTIONS.reconcile, reconcileRequestSchema, (request, msg) => {
       this.reconciles.push(request);

@@ -15,6 +15,10 @@
  *   cuda-probe launch <n> [hold]        launches n kernels on GPU 0 (the compute share's
  *                                       admission decides when each runs), prints
  *                                       {"launched":n,"result":N}; with hold, waits for SIGTERM
+ *   cuda-probe stuck                    launches one kernel on GPU 0, prints {"syncing":1}
+ *                                       and waits for it in cuEventSynchronize (with
+ *                                       GPUSHARDS_FAKE_KERNEL_US long, a CUDA call that does
+ *                                       not return soon: a lock of the process times out)
  *   cuda-probe busy <seconds>           keeps GPU 0 busy through libcuda (so through libvgpu.so
  *                                       in a shard: its turns govern every launch) for
  *                                       <seconds> (0: until SIGTERM); prints {"busy":1} once
@@ -241,6 +245,27 @@ static int launch(long n, int hold)
     return r == CUDA_SUCCESS ? 0 : 1;
 }
 
+static int stuck(void)
+{
+    CUdevice device;
+    CUcontext context;
+    CUresult r = cuInit(0);
+    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
+    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
+    CUevent done;
+    if (r == CUDA_SUCCESS) r = cuEventCreate(&done, 0);
+    if (r == CUDA_SUCCESS) r = cuLaunchKernel((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+    if (r == CUDA_SUCCESS) r = cuEventRecord(done, NULL);
+    if (r == CUDA_SUCCESS) {
+        printf("{\"syncing\":1}\n");
+        fflush(stdout);
+        r = cuEventSynchronize(done);
+    }
+    printf("{\"result\":%d}\n", (int)r);
+    return r == CUDA_SUCCESS ? 0 : 1;
+}
+
 /* The driver entry points busy() calls: the ones this program links (libvgpu.so's hooks in a
  * shard), or those of a libcuda loaded into a link-map namespace of its own. */
 struct driver {
@@ -325,6 +350,10 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "bypass") == 0 && own_driver(&d) != 0) return 2;
         return busy(&d, strtod(argv[2], NULL));
     }
+    if (argc == 2 && strcmp(argv[1], "stuck") == 0) {
+        signal(SIGTERM, on_term);
+        return stuck();
+    }
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "keep") == 0) {
         signal(SIGTERM, on_term);
         return keep(strtoull(argv[2], NULL, 10), argc == 4 ? atoi(argv[3]) : 1);
@@ -334,7 +363,7 @@ int main(int argc, char **argv)
         return launch(strtol(argv[2], NULL, 10), argc == 4 && strcmp(argv[3], "hold") == 0);
     }
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | keep <bytes> [processes] | launch <n> [hold] | busy|bypass <seconds> | tamper <path> | mps <dir>\n");
+        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | keep <bytes> [processes] | stuck | launch <n> [hold] | busy|bypass <seconds> | tamper <path> | mps <dir>\n");
         return 2;
     }
     signal(SIGTERM, on_term);
