@@ -33,7 +33,8 @@ export const EXIT_CODE_HELP = `Exit codes:
      share over the team's bound or the GPU's unguaranteed time; an isolated share where no
      host runs an MPS partition, or none has room in it; \`preview\` when it does not fit)
   7  conflict with what exists (CONFLICT: e.g. a new share for an isolated shard that holds
-     its GPUs), rate limited, or the database busy (UNAVAILABLE): send it again
+     its GPUs; NOT_SUSPENDABLE: a suspend its host cannot do), rate limited, or the database
+     busy (UNAVAILABLE): send it again
   8  the control plane could not be reached
   9  \`shards wait\`: another final state was reached, or the wait timed out`;
 
@@ -46,6 +47,7 @@ const BY_CODE: Readonly<Record<string, number>> = {
   QUOTA_EXCEEDED: EXIT.REFUSED,
   NO_CAPACITY: EXIT.REFUSED,
   CONFLICT: EXIT.CONFLICT,
+  NOT_SUSPENDABLE: EXIT.CONFLICT,
   RATE_LIMITED: EXIT.CONFLICT,
   UNAVAILABLE: EXIT.CONFLICT,
 };

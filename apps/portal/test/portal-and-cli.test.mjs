@@ -487,7 +487,7 @@ describe('gpushards CLI as a member', () => {
       assert.equal(usage.code, 0, usage.stderr);
       assert.match(
         usage.stdout,
-        /^shard_id,shard_name,host,reserved_gib_hours,used_gib_hours,peak_used_bytes\n/,
+        /^shard_id,shard_name,host,reserved_gib_hours,used_gib_hours,peak_used_bytes,suspended_gib_hours\n/,
       );
       assert.match(usage.stdout, /,cli-probe,/);
     },

@@ -102,7 +102,7 @@ export function usageCommand(): Command {
           }
           if (options.csv) {
             const lines = [
-              'shard_id,shard_name,host,reserved_gib_hours,used_gib_hours,peak_used_bytes',
+              'shard_id,shard_name,host,reserved_gib_hours,used_gib_hours,peak_used_bytes,suspended_gib_hours',
             ];
             for (const s of shards) {
               lines.push(
@@ -113,6 +113,7 @@ export function usageCommand(): Command {
                   s.reservedGibHours,
                   s.usedGibHours,
                   s.peakUsed.bytes,
+                  s.suspendedGibHours,
                 ].join(','),
               );
             }
@@ -122,17 +123,22 @@ export function usageCommand(): Command {
           const gh = (n: number) => (Math.round(n * 100) / 100).toString();
           process.stdout.write(
             `${report.from} to ${report.measuredUntil}: ${gh(report.reservedGibHours)} GiB-hours reserved, ` +
-              `${gh(report.usedGibHours)} used, peak ${report.peakUsed.human}, ${report.shardCount} shard(s)\n`,
+              `${gh(report.usedGibHours)} used, peak ${report.peakUsed.human}, ${report.shardCount} shard(s)` +
+              (report.suspendedGibHours > 0
+                ? `; ${gh(report.suspendedGibHours)} GiB-hours suspended in host RAM`
+                : '') +
+              '\n',
           );
           if (shards.length > 0) {
             process.stdout.write(
               `\n${table(
-                ['SHARD', 'HOST', 'RESERVED GiB-h', 'USED GiB-h', 'PEAK'],
+                ['SHARD', 'HOST', 'RESERVED GiB-h', 'USED GiB-h', 'SUSPENDED GiB-h', 'PEAK'],
                 shards.map((s) => [
                   s.shardName,
                   s.hostId,
                   gh(s.reservedGibHours),
                   gh(s.usedGibHours),
+                  gh(s.suspendedGibHours),
                   s.peakUsed.human,
                 ]),
               )}\n`,

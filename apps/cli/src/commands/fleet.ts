@@ -12,6 +12,7 @@ import {
   MeDocument,
   RemoveHostDocument,
   RevokeTokenDocument,
+  SetGpuOvercommitDocument,
   TeamTokensDocument,
   UncordonDocument,
 } from '@gpushards/graphql-client';
@@ -19,7 +20,9 @@ import {
 export function hostsCommand(): Command {
   const hosts = new Command('hosts')
     .alias('host')
-    .description('the fleet: hosts and their GPUs; cordon, uncordon, drain (admins)');
+    .description(
+      'the fleet: hosts and their GPUs; cordon, uncordon, drain, remove, overcommit (admins)',
+    );
   examples(
     withQuiet(hosts.command('ls', { isDefault: true }))
       .alias('list')
@@ -106,6 +109,34 @@ export function hostsCommand(): Command {
         else process.stdout.write(`${host.id} removed\n`);
       }),
     ['gpushards hosts drain gpu-box-7', 'gpushards hosts remove gpu-box-7'],
+  );
+  examples(
+    hosts
+      .command('overcommit <host> <ratio>')
+      .description(
+        "let the caps on the host's GPUs, resident and suspended, add up to memory × ratio (admins): only elastic shards take the part past the memory, by being suspended to host RAM (docs/elastic.md); 1 turns it off. Exit 7 when the caps already there exceed the new bound",
+      )
+      .option('--gpu <uuid>', 'one GPU of the host only')
+      .action(async (id: string, ratio: string, options: { gpu?: string }, command: Command) => {
+        const value = Number(ratio);
+        if (!Number.isFinite(value) || value < 1)
+          throw new CliError(
+            '<ratio>: a number from 1 (no oversubscription), like 3',
+            EXIT.USAGE,
+            'BAD_USER_INPUT',
+          );
+        const { setGpuOvercommit: gpus } = await apiFor(command).request(SetGpuOvercommitDocument, {
+          hostId: id,
+          ratio: value,
+          ...(options.gpu ? { gpuUuid: options.gpu } : {}),
+        });
+        if (globals(command).json) printJson({ hostId: id, ratio: value, gpus });
+        else process.stdout.write(`${id}: ${gpus} GPU(s) at ratio ${value}\n`);
+      }),
+    [
+      'gpushards hosts overcommit gpu-box-7 3',
+      'gpushards hosts overcommit gpu-box-7 2 --gpu GPU-…',
+    ],
   );
   return hosts;
 }

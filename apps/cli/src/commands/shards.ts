@@ -4,6 +4,7 @@ import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, checkSize, printIds, printJson, table, until, withQuiet } from '../output.js';
 import { busyLabel, computeInput, idleLabel, shareLabel, withComputeOptions } from '../compute.js';
 import { addComputeCommands } from './compute.js';
+import { addElasticCommands, memoryLabel } from './elastic.js';
 import { addEventsCommand } from './events.js';
 import {
   CreateShardDocument,
@@ -50,7 +51,9 @@ export function shardRows(shards: readonly Shard[]): string {
       const used = live.reduce((n, g) => n + Number(g.used.bytes), 0);
       return [
         s.name,
-        s.state,
+        s.memory.moved !== null && (s.state === 'SUSPENDING' || s.state === 'RESUMING')
+          ? `${s.state} ${s.memory.moved.human}/${s.memory.total?.human ?? '?'}`
+          : s.state,
         s.team.name,
         s.hostId,
         gpusLabel(s.gpuCount, live),
@@ -76,6 +79,7 @@ function describe(shard: Shard & { command?: string[] }): string {
     `image       ${shard.image}`,
     `memory      ${shard.memoryPerGpu.human} per GPU × ${shard.gpuCount} = ${shard.totalMemory.human} (cap ${shard.limitPerGpu.human} per GPU)`,
     `compute     ${shard.computeSharePercent === null ? 'no share (the default split of what shares leave)' : `${shareLabel(shard.computeSharePercent, shard.computeMode)} of each GPU`}`,
+    `memory at   ${memoryLabel(shard.memory)}${shard.elastic ? ' (elastic)' : ''}${shard.memory.lastError ? `; last move failed: ${shard.memory.lastError}` : ''}`,
     `activity    busy ${busyLabel(shard.gpus)}, no kernel for ${idleLabel(shard)}${shard.idleSince ? ` (reported idle since ${shard.idleSince})` : ''}`,
     `created     ${shard.createdAt} (${age(shard.createdAt)} ago)`,
     ...queueLines(shard),
@@ -152,7 +156,7 @@ export function shardsCommand(): Command {
   const shards = new Command('shards')
     .alias('shard')
     .description(
-      'list, create, stop, start, delete, resize (memory or compute share) and wait for shards; idle ones',
+      'list, create, stop, start, delete, suspend, resume, resize (memory or compute share) and wait for shards; idle ones',
     );
 
   examples(
@@ -212,6 +216,10 @@ export function shardsCommand(): Command {
     )
       .option('-e, --env <NAME=value...>', 'environment variables')
       .option(
+        '--elastic',
+        "elastic: its GPU memory may be suspended to host RAM while idle to make room, and by a reclaim instead of a stop; it comes back when a process needs the GPU (the team's quota must allow it)",
+      )
+      .option(
         '--no-queue',
         'refuse at once (exit 6) when no host has room now, instead of waiting in the queue',
       )
@@ -250,6 +258,7 @@ export function shardsCommand(): Command {
                 : {}),
               ...compute.input,
               ...(options['queue'] === false ? { queue: false } : {}),
+              ...(options['elastic'] === true ? { elastic: true } : {}),
               ...(env.length > 0 ? { env } : {}),
               ...(args.length > 0 ? { command: args } : {}),
             },
@@ -266,6 +275,7 @@ export function shardsCommand(): Command {
     [
       'gpushards shards create trainer -i ghcr.io/org/trainer:1.2 -m 12g',
       'gpushards shards create probe -i gpushards/demo-probe:local -m 4g --wait',
+      'gpushards shards create notebook -i jupyter/pytorch-notebook -m 16g --elastic',
       'gpushards shards create server -i ghcr.io/org/server:3 -m 8g --compute 25 --compute-mode capped',
       'gpushards shards create latency -i ghcr.io/org/server:3 -m 8g --compute 30 --compute-mode isolated',
       'gpushards shards create big -i pytorch/pytorch -m 40g -g 2 --model H100 -- python train.py',
@@ -384,6 +394,7 @@ export function shardsCommand(): Command {
   );
 
   addComputeCommands(shards, shardId);
+  addElasticCommands(shards, shardId, waitFor);
   addEventsCommand(shards, shardId);
 
   return shards;
@@ -398,6 +409,7 @@ export async function waitFor(
   id: string,
   wanted: string[],
   timeoutSeconds: number,
+  follow?: (shard: Shard) => Error | undefined,
 ): Promise<Shard> {
   const api = apiFor(command);
   let resolveDone: (shard: Shard) => void = () => undefined;
@@ -407,7 +419,9 @@ export async function waitFor(
     rejectDone = reject;
   });
   const judge = (shard: Shard): void => {
-    if (wanted.includes(shard.state)) resolveDone(shard);
+    const failed = follow?.(shard);
+    if (failed !== undefined) rejectDone(failed);
+    else if (wanted.includes(shard.state)) resolveDone(shard);
     else if (FINAL.includes(shard.state) && shard.state !== 'RUNNING') {
       rejectDone(
         new CliError(

@@ -30,9 +30,13 @@ async function listTeams(command: Command) {
 function idlePolicyLabel(policy: TeamNode['idlePolicy']): string {
   if (!policy) return '-';
   const report = formatDuration(policy.idleAfterSeconds);
-  return policy.stopAfterSeconds === null
-    ? report
-    : `${report}, stop ${formatDuration(policy.stopAfterSeconds)}`;
+  const stop =
+    policy.stopAfterSeconds === null ? '' : `, stop ${formatDuration(policy.stopAfterSeconds)}`;
+  const suspend =
+    policy.suspendAfterSeconds === null
+      ? ''
+      : `, suspend elastic ${formatDuration(policy.suspendAfterSeconds)}`;
+  return `${report}${stop}${suspend}`;
 }
 
 /** The team's bound on one shard's compute share: "50%", "none" (0), "100%" when unset. */
@@ -52,6 +56,7 @@ function teamTable(teams: TeamNode[]): string {
       'MAX SHARDS',
       'PRIORITY',
       'COMPUTE/SHARD',
+      'ELASTIC',
       'IDLE',
       'ID',
     ],
@@ -64,6 +69,7 @@ function teamTable(teams: TeamNode[]): string {
       t.quotaPolicy?.maxShards,
       t.quotaPolicy?.priority,
       computeBoundLabel(t.quotaPolicy),
+      t.quotaPolicy === null ? undefined : t.quotaPolicy.allowElastic ? 'yes' : 'no',
       idlePolicyLabel(t.idlePolicy),
       t.id,
     ]),
@@ -191,6 +197,11 @@ export function teamsCommand(): Command {
       .option('--models <parts>', 'GPU models allowed, comma-separated')
       .option('--priority <n>', 'higher goes first', '0')
       .option(
+        '--allow-elastic',
+        "the team's shards may be elastic (suspended to host RAM while idle; docs/elastic.md)",
+      )
+      .option('--no-allow-elastic', "the team's shards may not be elastic")
+      .option(
         '--max-compute-share <percent>',
         'the largest compute share per GPU one shard may ask for, 0 (no shares) to 100 (default: 100)',
       )
@@ -228,6 +239,10 @@ export function teamsCommand(): Command {
               ...(computeBound !== undefined
                 ? { maxComputeSharePercent: Number(computeBound) }
                 : {}),
+              // Left out: the team keeps its setting.
+              ...(typeof (options['allowElastic'] as unknown) === 'boolean'
+                ? { allowElastic: options['allowElastic'] as unknown as boolean }
+                : {}),
             },
           });
           if (globals(command).json) printJson(result.setQuotaPolicy);
@@ -237,6 +252,7 @@ export function teamsCommand(): Command {
     [
       'gpushards teams set-quota ml-research --max-total 48g --max-per-shard 24g --max-shards 8',
       'gpushards teams set-quota ml-research --max-total 48g --max-per-shard 24g --max-shards 8 --max-compute-share 50',
+      'gpushards teams set-quota notebooks --max-total 64g --max-per-shard 16g --max-shards 8 --allow-elastic',
     ],
   );
   examples(
@@ -250,16 +266,20 @@ export function teamsCommand(): Command {
         'report a shard idle after this long without a kernel (at least 1m), like 30m',
       )
       .option('--stop-after <duration>', 'also stop it after this long (at least --after), like 2h')
+      .option(
+        '--suspend-after <duration>',
+        'suspend an elastic shard to host RAM after this long instead (at least --after), like 1h',
+      )
       .option('--off', 'remove the policy')
       .action(
         async (
           team: string,
-          options: { after?: string; stopAfter?: string; off?: boolean },
+          options: { after?: string; stopAfter?: string; suspendAfter?: string; off?: boolean },
           command: Command,
         ) => {
-          if (options.off === true && (options.after || options.stopAfter))
+          if (options.off === true && (options.after || options.stopAfter || options.suspendAfter))
             throw new CliError(
-              '--off takes no --after or --stop-after',
+              '--off takes no --after, --stop-after or --suspend-after',
               EXIT.USAGE,
               'BAD_USER_INPUT',
             );
@@ -269,12 +289,16 @@ export function teamsCommand(): Command {
           const stopAfterSeconds = options.stopAfter
             ? checkDuration(options.stopAfter, '--stop-after')
             : null;
+          const suspendAfterSeconds = options.suspendAfter
+            ? checkDuration(options.suspendAfter, '--suspend-after')
+            : null;
           const api = apiFor(command);
           const teamId = (await teamIdFor(api, team))!;
           const result = await api.request(SetIdlePolicyDocument, {
             teamId,
             idleAfterSeconds,
             stopAfterSeconds,
+            suspendAfterSeconds,
           });
           const t = result.setTeamIdlePolicy;
           if (globals(command).json) printJson(t);
@@ -285,6 +309,7 @@ export function teamsCommand(): Command {
     [
       'gpushards teams set-idle-policy ml-research --after 30m',
       'gpushards teams set-idle-policy ml-research --after 30m --stop-after 2h',
+      'gpushards teams set-idle-policy notebooks --after 10m --suspend-after 30m',
       'gpushards teams set-idle-policy ml-research --off',
     ],
   );

@@ -58,7 +58,15 @@ export const LIVE_STATES = ['PENDING', 'PLACED', 'STARTING', 'RUNNING', 'STOPPIN
 
 /** States from which stop makes sense, and delete. */
 export function canStop(state: string): boolean {
-  return ['PENDING', 'PLACED', 'STARTING', 'RUNNING'].includes(state);
+  return [
+    'PENDING',
+    'PLACED',
+    'STARTING',
+    'RUNNING',
+    'SUSPENDING',
+    'SUSPENDED',
+    'RESUMING',
+  ].includes(state);
 }
 /** startShard runs a STOPPED shard again (through the queue). */
 export function canStart(state: string): boolean {

@@ -152,6 +152,7 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
   const [maxShards, setMaxShards] = useState(4);
   const [priority, setPriority] = useState(0);
   const [maxCompute, setMaxCompute] = useState('');
+  const [allowElastic, setAllowElastic] = useState(false);
   const sizeProblem = [maxTotal, maxPerShard].map((v) => parseSizeInput(v)).find((r) => !r.ok);
   const computeBound = maxCompute.trim().replace(/%$/, '');
   const computeProblem =
@@ -170,6 +171,7 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
         maxShards,
         priority,
         ...(computeBound === '' ? {} : { maxComputeSharePercent: Number(computeBound) }),
+        allowElastic,
       },
     });
     if (result.data) onDone();
@@ -207,6 +209,14 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
           inputMode="numeric"
           onChange={(e) => setMaxCompute(e.target.value)}
         />
+      </label>
+      <label title="its shards may be elastic: suspended to host RAM while idle (docs/elastic.md)">
+        <input
+          type="checkbox"
+          checked={allowElastic}
+          onChange={(e) => setAllowElastic(e.target.checked)}
+        />{' '}
+        Elastic shards
       </label>
       <button type="submit" disabled={saved.fetching || problem !== null}>
         Save quota

@@ -30,6 +30,7 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
   const [gpuCount, setGpuCount] = useState(1);
   const [share, setShare] = useState('');
   const [mode, setMode] = useState<ComputeModeName>('GUARANTEED');
+  const [elastic, setElastic] = useState(false);
   const [created, create] = useMutation(CreateShardDocument);
   const [done, setDone] = useState<string | null>(null);
 
@@ -73,6 +74,7 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
         memoryPerGpu: memory.trim(),
         gpuCount,
         ...compute,
+        ...(elastic ? { elastic: true } : {}),
         ...(adminTeamId ? { teamId: adminTeamId } : {}),
       },
     });
@@ -83,6 +85,7 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
       setName('');
       setShare('');
       setMode('GUARANTEED');
+      setElastic(false);
     }
   }
 
@@ -162,6 +165,19 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
           </select>
           <span id="mode-help" className="muted small" data-testid="mode-help">
             {COMPUTE_MODE_HINTS[mode]}
+          </span>
+        </label>
+        <label>
+          <input
+            type="checkbox"
+            checked={elastic}
+            onChange={(e) => setElastic(e.target.checked)}
+            aria-describedby="elastic-help"
+          />
+          Elastic
+          <span id="elastic-help" className="muted small">
+            while idle its GPU memory may wait in host RAM; it comes back when it computes (the
+            team's quota must allow it)
           </span>
         </label>
         <button

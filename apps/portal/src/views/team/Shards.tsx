@@ -3,12 +3,14 @@ import { useMutation, useQuery, useSubscription } from 'urql';
 import {
   DeleteShardDocument,
   ResizeShardDocument,
+  ResumeShardDocument,
   SetShardComputeDocument,
   ShardEventsDocument,
   ShardNoticesDocument,
   ShardsDocument,
   StartShardDocument,
   StopShardDocument,
+  SuspendShardDocument,
   type ShardFieldsFragment,
 } from '@gpushards/graphql-client';
 import {
@@ -39,6 +41,7 @@ import {
   shareLabel,
   type ComputeModeName,
 } from '../../logic/compute.js';
+import { canResume, canSuspend, memoryNote, moveProgress } from '../../logic/elastic.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 type Shard = ShardFieldsFragment;
@@ -143,6 +146,10 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
   const [stop, doStop] = useMutation(StopShardDocument);
   const [start, doStart] = useMutation(StartShardDocument);
   const [remove, doRemove] = useMutation(DeleteShardDocument);
+  const [suspend, doSuspend] = useMutation(SuspendShardDocument);
+  const [resume, doResume] = useMutation(ResumeShardDocument);
+  const memory = memoryNote(shard.memory);
+  const progress = moveProgress(shard.memory);
   const [resize, doResize] = useMutation(ResizeShardDocument);
   const [setCompute, doSetCompute] = useMutation(SetShardComputeDocument);
   const [resizing, setResizing] = useState(false);
@@ -206,6 +213,23 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
               {queue}
             </div>
           )}
+          {memory !== null && (
+            <div className="muted small" data-testid="memory-note">
+              {memory}
+            </div>
+          )}
+          {progress !== null && (
+            <progress
+              max={100}
+              value={progress}
+              aria-label={`${shard.name}: ${progress}% of its memory moved`}
+            />
+          )}
+          {shard.memory.lastError && (
+            <div className="muted small" title={shard.memory.lastError}>
+              last move failed: {shard.memory.lastError}
+            </div>
+          )}
           {shard.failureReason && <div className="muted small">{shard.failureReason}</div>}
           {shard.exitCode !== null && <div className="muted small">exit {shard.exitCode}</div>}
         </td>
@@ -237,6 +261,23 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
             {canStart(shard.state) && (
               <button disabled={start.fetching} onClick={() => void doStart({ id: shard.id })}>
                 Start
+              </button>
+            )}
+            {canSuspend(shard.state) && (
+              <button
+                disabled={suspend.fetching}
+                title="move its GPU memory to host RAM; its processes wait at their next GPU call"
+                onClick={() => void doSuspend({ id: shard.id })}
+              >
+                Suspend
+              </button>
+            )}
+            {canResume(shard.state) && (
+              <button
+                disabled={resume.fetching || shard.memory.resumeWantedAt !== null}
+                onClick={() => void doResume({ id: shard.id })}
+              >
+                Resume
               </button>
             )}
             <button
@@ -276,6 +317,8 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
       {(resizing ||
         computing ||
         stop.error ||
+        suspend.error ||
+        resume.error ||
         start.error ||
         remove.error ||
         resize.error ||
@@ -332,7 +375,15 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
               </form>
             )}
             <ErrorBox
-              error={stop.error ?? start.error ?? remove.error ?? resize.error ?? setCompute.error}
+              error={
+                stop.error ??
+                start.error ??
+                suspend.error ??
+                resume.error ??
+                remove.error ??
+                resize.error ??
+                setCompute.error
+              }
             />
           </td>
         </tr>
