@@ -25,6 +25,7 @@ import {
 import { ShardsService } from '../shards/shards.service.js';
 import type { CheckpointApi } from './checkpoint-driver.js';
 import { ContainerMemory } from './container-memory.js';
+import { MemoryBook, sumOf, type ShardMemory } from './memory-book.js';
 import { executeMove, type MoveOutcome } from './memory-move.js';
 import { SUSPEND_CAPABILITY, type SuspendCapability } from './suspend-capability.js';
 import { SuspendedBytesStore } from './suspended-bytes.js';
@@ -34,23 +35,6 @@ export type MoveCause = SuspendCommand['cause'] | 'resume-requested' | 'reconcil
 
 /** How long a lock waits for a process's CUDA calls to let go (a kernel running that long). */
 export const LOCK_TIMEOUT_MS = 10_000;
-
-/** What the agent knows of one running shard's memory: of one container of it. */
-interface ShardMemory {
-  /** The container whose processes hold it: a new container of the shard starts afresh. */
-  readonly containerId: string;
-  /** Where it was last seen (an observation, or the end of a move). */
-  memory: ObservedMemory;
-  /** The move asked for last, running or waiting behind the one before it. */
-  move?: { readonly direction: MoveDirection; readonly done: Promise<void> };
-  /**
-   * GPU bytes each process held when a suspend moved it (a resume's progress), as kept in the
-   * state folder: an agent started after a crash knows them too.
-   */
-  suspended?: ReadonlyMap<number, number>;
-  /** What the last finished move took, told again to a repeated command. */
-  moved?: { bytes: number; seconds: number; processes: number };
-}
 
 /**
  * Where the GPU memory of this host's running shards is, and its moves (docs/elastic.md): the
@@ -62,9 +46,8 @@ interface ShardMemory {
 @Injectable()
 export class MemoryService implements MemoryMover {
   private readonly logger: Logger;
-  private readonly shardMemory = new Map<string, ShardMemory>();
+  private readonly book: MemoryBook;
   private readonly mutex = new KeyedMutex();
-  private readonly store: SuspendedBytesStore;
   /** Reads where containers' memory is; undefined when this host does not suspend. */
   private readonly containers: ContainerMemory | undefined;
   private readonly moveListeners = new Set<(shardId: string, direction: MoveDirection) => void>();
@@ -83,7 +66,14 @@ export class MemoryService implements MemoryMover {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'memory' });
-    this.store = new SuspendedBytesStore(join(config.stateDir, 'memory'));
+    this.book = new MemoryBook(
+      new SuspendedBytesStore(join(config.stateDir, 'memory')),
+      (shardId) => {
+        const record = shards.get(shardId);
+        return record !== undefined && isRunning(record) ? record.containerId : undefined;
+      },
+      this.logger,
+    );
     this.containers =
       capability.kind === 'available'
         ? new ContainerMemory(config.enforcement.procRoot, capability.api, (shardId) =>
@@ -92,15 +82,7 @@ export class MemoryService implements MemoryMover {
         : undefined;
     commands.serve(this);
     metrics.suspendBudgetBytes.set(capability.kind === 'available' ? capability.budgetBytes : 0);
-    metrics.suspendedSource = () => {
-      const count = (memory: ObservedMemory) =>
-        this.live().filter(([, m]) => m.memory === memory).length;
-      return {
-        bytes: this.suspendedBytesTotal(),
-        suspended: count('suspended'),
-        partial: count('partial'),
-      };
-    };
+    metrics.suspendedSource = () => this.book.totals();
     if (capability.kind === 'unavailable') {
       this.logger.info({ reason: capability.reason }, 'this host does not suspend shards');
     } else {
@@ -139,11 +121,9 @@ export class MemoryService implements MemoryMover {
   /** Where a shard's memory is now (undefined: the agent does not suspend, or knows nothing). */
   memoryOf(shardId: string): { memory: ObservedMemory; suspendedBytes?: number } | undefined {
     if (this.capability.kind !== 'available') return undefined;
-    const known = this.shardMemory.get(shardId);
-    if (known === undefined || known.containerId !== this.shards.get(shardId)?.containerId) {
-      return undefined;
-    }
-    const bytes = known.suspended && sum(known.suspended.values());
+    const known = this.book.of(shardId, this.shards.get(shardId)?.containerId);
+    if (known === undefined) return undefined;
+    const bytes = known.suspended && sumOf(known.suspended);
     return known.memory !== 'resident' && bytes !== undefined
       ? { memory: known.memory, suspendedBytes: bytes }
       : { memory: known.memory };
@@ -151,7 +131,7 @@ export class MemoryService implements MemoryMover {
 
   /** True while a move of the shard's memory runs or waits. */
   moving(shardId: string): MoveDirection | undefined {
-    return this.shardMemory.get(shardId)?.move?.direction;
+    return this.book.moving(shardId);
   }
 
   /**
@@ -177,14 +157,12 @@ export class MemoryService implements MemoryMover {
         continue;
       }
       seen.set(shardId, memory);
-      this.entry(shardId, running.get(shardId)!).memory = memory;
+      this.book.entry(shardId, running.get(shardId)!).memory = memory;
     }
-    for (const shardId of this.shardMemory.keys()) {
-      if (!running.has(shardId) && !this.moving(shardId)) {
-        this.shardMemory.delete(shardId);
-        if (this.shards.get(shardId) === undefined) this.store.remove(shardId);
-      }
-    }
+    this.book.forgetAllBut(
+      new Set(running.keys()),
+      (shardId) => this.shards.get(shardId) === undefined,
+    );
     return seen;
   }
 
@@ -224,7 +202,7 @@ export class MemoryService implements MemoryMover {
         `shard ${shardId}'s container is not running (${record.state.toLowerCase()}): its memory went with its processes`,
       );
     }
-    const known = this.entry(shardId, record.containerId!);
+    const known = this.book.entry(shardId, record.containerId!);
     if (known.move?.direction === direction) return known.memory; // joins the move in flight
     const { processes, memory } = await containers.inspect({
       shardId,
@@ -252,7 +230,7 @@ export class MemoryService implements MemoryMover {
     const move = { direction, done };
     known.move = move;
     void done.finally(() => {
-      if (this.shardMemory.get(shardId)?.move === move) delete known.move;
+      if (known.move === move) delete known.move;
     });
     return memory;
   }
@@ -265,7 +243,7 @@ export class MemoryService implements MemoryMover {
     if (this.capability.kind !== 'available') return;
     const budget = this.capability.budgetBytes;
     let held = 0;
-    for (const [other, known] of this.live()) {
+    for (const [other, known] of this.book.live()) {
       if (other === shardId) continue;
       if (known.memory !== 'resident' || known.move?.direction === 'suspend') {
         held += await this.limits.capsTotal(other).catch(() => 0);
@@ -289,7 +267,7 @@ export class MemoryService implements MemoryMover {
     const record = this.shards.get(shardId);
     if (record === undefined || !isRunning(record)) return;
     const containerId = record.containerId!;
-    const known = this.entry(shardId, containerId);
+    const known = this.book.entry(shardId, containerId);
     for (const listener of this.moveListeners) listener(shardId, direction);
     // What each process held on the GPU when it was moved out: kept from the moves before (an
     // agent killed mid-suspend moved some), NVML's listing for those a suspend moves now.
@@ -306,7 +284,7 @@ export class MemoryService implements MemoryMover {
       },
       mark: async (memory) => {
         // Kept before the first checkpoint: a crash after it finds them.
-        if (memory === 'suspended') this.keep(shardId, containerId, held);
+        if (memory === 'suspended') this.book.keep(shardId, containerId, held);
         await this.limits.setMemory(shardId, memory);
       },
       bytesOf: (pid) => {
@@ -351,12 +329,8 @@ export class MemoryService implements MemoryMover {
         seconds: outcome.seconds,
         processes: outcome.processes,
       };
-      if (direction === 'suspend') {
-        known.suspended = held;
-      } else {
-        delete known.suspended;
-        this.store.remove(shardId);
-      }
+      if (direction === 'suspend') known.suspended = held;
+      else this.book.back(shardId, known);
       this.metrics.movedBytes.inc({ direction }, outcome.bytes);
       await this.shards.reportMemory(shardId, direction === 'suspend' ? 'SUSPENDED' : 'RESUMED', {
         moved: known.moved,
@@ -383,15 +357,6 @@ export class MemoryService implements MemoryMover {
     );
   }
 
-  /** Keeps what the processes held; a failure is logged: the move goes on without it. */
-  private keep(shardId: string, containerId: string, held: ReadonlyMap<number, number>): void {
-    try {
-      this.store.write(shardId, containerId, held);
-    } catch (error) {
-      this.logger.warn({ err: error, shardId }, 'cannot keep what its processes held on the GPU');
-    }
-  }
-
   /** Each process's GPU memory over all GPUs, from NVML's listing (empty where it has none). */
   private gpuBytesByPid(): Map<number, number> {
     const bytes = new Map<number, number>();
@@ -399,40 +364,6 @@ export class MemoryService implements MemoryMover {
       bytes.set(sample.pid, (bytes.get(sample.pid) ?? 0) + sample.bytes);
     }
     return bytes;
-  }
-
-  private suspendedBytesTotal(): number {
-    let total = 0;
-    for (const [, known] of this.live()) {
-      if (known.memory !== 'resident' && known.suspended) total += sum(known.suspended.values());
-    }
-    return total;
-  }
-
-  /**
-   * What is known of the shards whose containers run, or whose move runs: a container that
-   * exited took its memory with its processes, from that moment (the next reconcile's reading
-   * forgets it), so it holds nothing of the budget or of host RAM.
-   */
-  private live(): [string, ShardMemory][] {
-    return [...this.shardMemory].filter(([shardId, known]) => {
-      const record = this.shards.get(shardId);
-      return (
-        known.move !== undefined ||
-        (record !== undefined && isRunning(record) && record.containerId === known.containerId)
-      );
-    });
-  }
-
-  /** The shard's entry for this container: a fresh one (resident) for a container it did not know. */
-  private entry(shardId: string, containerId: string): ShardMemory {
-    let known = this.shardMemory.get(shardId);
-    if (known === undefined || known.containerId !== containerId) {
-      const suspended = this.store.read(shardId, containerId);
-      known = { containerId, memory: 'resident', ...(suspended ? { suspended } : {}) };
-      this.shardMemory.set(shardId, known);
-    }
-    return known;
   }
 }
 
@@ -447,10 +378,4 @@ function isRunning(record: Readonly<ShardRecord>): boolean {
 
 function size(value: number): string {
   return formatSize(clampBytes(value));
-}
-
-function sum(values: Iterable<number>): number {
-  let total = 0;
-  for (const value of values) total += value;
-  return total;
 }
