@@ -14,8 +14,7 @@ import { LOGGER, type Logger } from '../logging/logger.js';
 import { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../shards/shard-mutations.service.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
-import { ElasticMoves } from '../elastic/elastic-moves.js';
-import { NotSuspendableError } from '../errors/domain-errors.js';
+import { ElasticMoves, lockSuspendRoom, suspendProblem } from '../elastic/elastic-moves.js';
 import { IdleActionKind } from './idle.model.js';
 
 /** How often the idle policies are applied (a policy's shortest time is 60 s). */
@@ -262,15 +261,22 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
       at: new Date(),
       idle: { ...idle, action: IdleActionKind.SUSPEND },
     };
-    let suspended: ShardRecord;
-    try {
-      suspended = await this.moves.suspend(tx, shard, 'idle-suspend', effects);
-    } catch (error) {
-      if (!(error instanceof NotSuspendableError)) throw error;
-      this.logger.warn({ ...log, reason: error.message }, 'idle shard not suspended');
+    // Checked before anything is written: the notice is stored before the state change's
+    // event (what is done, then that it was), and a suspend its host cannot take writes none.
+    const problem =
+      shard.hostId === null
+        ? 'it has no host'
+        : suspendProblem(
+            shard.hostId,
+            await lockSuspendRoom(tx, shard.hostId),
+            shard.limitBytesPerGpu * BigInt(shard.gpuCount),
+          );
+    if (problem !== undefined) {
+      this.logger.warn({ ...log, reason: problem }, 'idle shard not suspended');
       return false;
     }
     await recordShardEvents(tx, [notice]);
+    const suspended = await this.moves.suspend(tx, shard, 'idle-suspend', effects);
     effects.changes.unshift({ ...notice, shard: suspended });
     await this.audit.record(tx, null, {
       action: 'shard.idle-suspend',

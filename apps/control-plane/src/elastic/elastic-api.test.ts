@@ -18,6 +18,7 @@ import {
   type TestTeam,
 } from '../testing/fleet-fixtures.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
+import { IdleSweeper } from '../compute/idle-sweeper.js';
 import { ElasticService } from './elastic.service.js';
 
 /**
@@ -370,6 +371,50 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.deepEqual(
         open.map((r) => r.gpuUuid).sort(),
         (await gpus()).map((g) => g.uuid),
+      );
+    });
+
+    it("the team's idle policy suspends an idle elastic shard after its report (IDLE_SUSPEND)", async () => {
+      const host = 'elastic-idle';
+      await registerSuspending(host, 80 * GiB);
+      const id = await running(host, 'nb-idle-policy', '4g', { elastic: true });
+      const t0 = Date.now() - 3_600_000;
+      await h.prisma.shard.update({ where: { id }, data: { startedAt: new Date(t0) } });
+      await h.prisma.shardGpu.updateMany({
+        where: { shardId: id, releasedAt: null },
+        data: { busyRatio: 0, lastKernelAt: new Date(t0) },
+      });
+      assertOk(
+        await h.graphql(
+          `mutation ($teamId: ID!) { setTeamIdlePolicy(teamId: $teamId, idleAfterSeconds: 60,
+             suspendAfterSeconds: 120) { id } }`,
+          { teamId: team.id },
+        ),
+      );
+      const sweeper = h.controlPlane.app.get(IdleSweeper);
+      const actions = async (at: number) =>
+        (await sweeper.sweep(at)).filter((a) => a.shardId === id).map((a) => a.kind);
+      assert.deepEqual(await actions(t0 + 61_000), ['report']);
+      assert.deepEqual(await actions(t0 + 121_000), ['suspend']);
+      const now = await shard(id);
+      assert.equal(now.state, 'SUSPENDING');
+      assert.equal(now.memory.suspendCause, 'idle-suspend');
+      const sent = commands.forShard(id).at(-1)!;
+      assert.equal(sent.type === 'suspend' ? sent.cause : sent.type, 'idle-suspend');
+      const kinds = await h.prisma.shardEvent.findMany({
+        where: { shardId: id },
+        orderBy: { id: 'asc' },
+        select: { kind: true, state: true },
+      });
+      assert.deepEqual(kinds.slice(-2), [
+        { kind: 'IDLE_SUSPEND', state: 'SUSPENDING' },
+        { kind: 'STATE', state: 'SUSPENDING' },
+      ]);
+      assertOk(
+        await h.graphql(
+          `mutation ($teamId: ID!) { setTeamIdlePolicy(teamId: $teamId, idleAfterSeconds: null) { id } }`,
+          { teamId: team.id },
+        ),
       );
     });
 
