@@ -221,15 +221,21 @@ export class ScriptedControlPlane {
     );
     on(CONTROL_PLANE_SUBSCRIPTIONS.state, shardStateEventSchema, (event) => {
       this.states.push(event);
-      // As the control plane's lifecycle does (suspend-failed: SUSPENDING -> RUNNING): the
-      // shard is wanted resident again, and the next reconcile does not retry the suspend.
-      if (event.state === 'SUSPEND_FAILED') {
-        const state = this.stateOf(event.hostId);
-        const spec = this.specs.get(event.shardId);
-        if (spec !== undefined && state.suspendedShardIds.includes(event.shardId)) {
-          state.suspendedShardIds = state.suspendedShardIds.filter((id) => id !== event.shardId);
-          state.desired.push(spec);
-        }
+      // As the control plane's lifecycle does, so that the next reconcile does not retry the
+      // move: suspend-failed (SUSPENDING -> RUNNING) wants the shard resident again,
+      // resume-failed (RESUMING -> SUSPENDED) suspended until its queue resumes it again.
+      const state = this.stateOf(event.hostId);
+      const spec = this.specs.get(event.shardId);
+      if (event.state === 'SUSPEND_FAILED' && state.suspendedShardIds.includes(event.shardId)) {
+        state.suspendedShardIds = state.suspendedShardIds.filter((id) => id !== event.shardId);
+        if (spec !== undefined) state.desired.push(spec);
+      }
+      if (
+        event.state === 'RESUME_FAILED' &&
+        state.desired.some((d) => d.shardId === event.shardId)
+      ) {
+        state.desired = state.desired.filter((d) => d.shardId !== event.shardId);
+        state.suspendedShardIds.push(event.shardId);
       }
     });
     on(CONTROL_PLANE_SUBSCRIPTIONS.wake, shardWakeSchema, (wake) => this.wakes.push(wake));
