@@ -246,13 +246,21 @@ interface SuspendedRow {
 
 /**
  * The hosts that suspend and the SUSPENDED shards, each pinned to the GPUs of its latest
- * reservation; undefined when no host suspends and nothing is suspended (the pass is as before
- * elastic memory).
+ * reservation; undefined when no shard is elastic and running and none is suspended or moving
+ * (the pass is as before elastic memory).
  */
 export async function readElastic(
   reader: Reader,
   classes: PriorityClasses,
 ): Promise<ElasticInput | undefined> {
+  // Agents suspend by default (half their RAM): most fleets have budgets everywhere and no
+  // elastic shard. Nothing can be suspended or resumed then, and the pass stays as cheap as
+  // before elastic memory (no held shards read for make-room).
+  const [{ active } = { active: false }] = await reader.$queryRaw<{ active: boolean }[]>`
+    SELECT EXISTS (SELECT 1 FROM shard
+                    WHERE state IN ('SUSPENDING', 'SUSPENDED', 'RESUMING')
+                       OR (state = 'RUNNING' AND elastic)) AS active`;
+  if (!active) return undefined;
   const hostRows = await reader.$queryRaw<{ id: string; budget: number; taken: number }[]>`
     SELECT host.id, host.suspend_budget_bytes::float8 AS budget,
            coalesce(sum(shard.limit_bytes_per_gpu * shard.gpu_count), 0)::float8 AS taken
