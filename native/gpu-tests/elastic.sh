@@ -17,6 +17,15 @@ export PYTHONUNBUFFERED=1
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(machine build elastic neighbour)
 lib=/tmp/gpushards-native/libvgpu.so
+# After a step: whatever a run stopped by its time limit left in its cgroups is killed (the
+# scripts kill their own on SIGTERM; this covers a SIGKILL), and the card's memory in use shown.
+leftovers() {
+  local kill
+  for kill in /sys/fs/cgroup/gpushards-elastic-bench/*/cgroup.kill /sys/fs/cgroup/gpushards-neighbour-bench/*/cgroup.kill; do
+    [ -e "$kill" ] && echo 1 >"$kill"
+  done
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader | sed 's/^/card memory in use after the step: /'
+}
 for s in "${steps[@]}"; do
   echo "== $s ($(date -u +%H:%M:%SZ), ${SECONDS} s in)"
   case "$s" in
@@ -35,11 +44,13 @@ for s in "${steps[@]}"; do
     ;;
   elastic)
     # shellcheck disable=SC2086
-    timeout --kill-after=10 "${ELASTIC_TIMEOUT:-330}" node "$here/elastic_agent.mjs" --lib "$lib" --out "$results" ${ELASTIC_ARGS:-}
+    timeout --kill-after=10 "${ELASTIC_TIMEOUT:-450}" node "$here/elastic_agent.mjs" --lib "$lib" --out "$results" ${ELASTIC_ARGS:-}
+    leftovers
     ;;
   neighbour)
     # shellcheck disable=SC2086
-    timeout --kill-after=10 "${NEIGHBOUR_TIMEOUT:-200}" node "$here/neighbour_agent.mjs" --lib "$lib" --out "$results" ${NEIGHBOUR_ARGS:-}
+    timeout --kill-after=10 "${NEIGHBOUR_TIMEOUT:-300}" node "$here/neighbour_agent.mjs" --lib "$lib" --out "$results" ${NEIGHBOUR_ARGS:-}
+    leftovers
     ;;
   *) echo "unknown step $s" ;;
   esac

@@ -15,7 +15,7 @@
 //       [--ratio 3] [--bursts 3] [--idle-s 8] [--burst-s 1] [--raw-gib 20] [--out FILE]
 // Prints one JSON line per check, and a table last.
 import { spawn } from 'node:child_process';
-import { appendFileSync, mkdirSync, mkdtempSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -111,6 +111,31 @@ const api = Object.fromEntries(
 api.libraryPath = driver.libraryPath;
 
 const children = new Set();
+/**
+ * Every process of the run gone, and what they forked (their cgroups killed whole), whatever
+ * ends the run: elastic.sh's time limit sends SIGTERM, and a tenant left behind would keep its
+ * GPU memory (or its checkpoint's host memory) through the next step.
+ */
+function killAll() {
+  for (const c of children) c.kill('SIGKILL');
+  for (const id of cgroupsMade) {
+    const kill = join(cgroupRoot, id, 'cgroup.kill');
+    if (existsSync(kill)) writeFileSync(kill, '1');
+  }
+}
+for (const signal of ['SIGTERM', 'SIGINT']) {
+  process.once(signal, () => {
+    killAll();
+    printTable(`stopped by ${signal}`);
+    process.exit(1);
+  });
+}
+process.once('uncaughtException', (error) => {
+  killAll();
+  console.error(error);
+  printTable(`stopped by ${error.name}: ${error.message}`);
+  process.exit(1);
+});
 function python(args, env = {}) {
   const child = spawn(values.python, args, {
     stdio: ['pipe', 'pipe', 'inherit'],
@@ -121,13 +146,14 @@ function python(args, env = {}) {
   return child;
 }
 
+const cgroupsMade = new Set();
 function cgroupOf(id) {
   const dir = join(cgroupRoot, id);
   mkdirSync(dir, { recursive: true });
+  cgroupsMade.add(id);
   return dir;
 }
 async function processesOf(id) {
-  const { readFileSync } = await import('node:fs');
   const pids = readFileSync(join(cgroupOf(id), 'cgroup.procs'), 'utf8')
     .split('\n')
     .filter((line) => line !== '')
@@ -165,6 +191,8 @@ async function holdOutside(bytes) {
     '-c',
     `import torch,sys,time; x=torch.empty(${bytes}, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize(); print("held", flush=True); sys.stdin.readline()`,
   ]);
+  // In a cgroup of the run's own (no shard's), so that killAll finds it whatever ends the run.
+  writeFileSync(join(cgroupOf('outside'), 'cgroup.procs'), String(child.pid));
   for await (const line of createInterface({ input: child.stdout })) if (line === 'held') break;
   return child;
 }
@@ -189,6 +217,9 @@ for (let i = 0; i < shardCount; i++) {
   // Half the tenants hold a quarter of their cap, half three quarters: wake latency by size.
   const dataMiB = Math.floor(((i % 2 === 0 ? 0.25 : 0.7) * capBytes) / MiB);
   await limits.prepare(id, [{ uuid: gpu.uuid, limitBytes: capBytes }], contextBytes, 'report');
+  // The region's folder before the watch, as the agent's RegionsService.prepare does: a watch
+  // on a folder that is not there yet hears a ring only at its periodic read (1 s later).
+  mkdirSync(join(config.regionRoot, id), { recursive: true });
   regionWatch.add(id);
   shards.push({ id, dataMiB, state: 'waiting', idleSince: undefined, resumeWantedAt: undefined, busy: false, done: false, wakes: [], bursts: [], moves: [] });
 }
@@ -318,7 +349,9 @@ regionWatch.onWake((ring) => {
   }
 });
 
-const started = performance.now();
+// CLOCK_MONOTONIC ns, as the tenants stamp their lines (process.hrtime is the same clock).
+let firstReadyNs;
+let lastDoneNs;
 await Promise.all(
   shards.map(async (s, i) => {
     const child = python(
@@ -333,17 +366,22 @@ await Promise.all(
         if (shards.every((x) => x.child !== undefined)) void schedule();
       } else if (word === 'ready') {
         s.idleSince = Date.now();
+        firstReadyNs ??= BigInt(c);
         void schedule();
       } else if (word === 'wake') {
         s.busy = true;
-        s.wakes.push({ ms: Number(BigInt(c) - BigInt(b)) / 1e6, wasSuspended: s.ringAt !== undefined });
+        s.wakes.push({ burst: Number(a), ms: Number(BigInt(c) - BigInt(b)) / 1e6, wasSuspended: s.ringAt !== undefined });
         s.ringAt = undefined;
+        s.wokeNs = BigInt(c);
       } else if (word === 'burst') {
         s.busy = false;
         s.idleSince = Date.now();
-        s.bursts.push({ ms: Number(BigInt(c) - BigInt(b)) / 1e6, intact: d === '1' });
+        // Its GPU work: from its wake call's return to the end of its burst (the checksum of
+        // all its data included).
+        s.bursts.push({ ms: Number(BigInt(c) - BigInt(b)) / 1e6, intact: d === '1', fromNs: s.wokeNs ?? BigInt(b), toNs: BigInt(c) });
         void schedule();
       } else if (word === 'done') {
+        lastDoneNs = process.hrtime.bigint();
         s.done = true;
         s.state = 'done';
         s.busy = false;
@@ -362,19 +400,70 @@ await Promise.all(
     }
   }),
 );
-const makespanS = (performance.now() - started) / 1000;
+// From the first tenant holding its data to the last one done: the run's span for the jobs.
+const makespanS = Number((lastDoneNs ?? 0n) - (firstReadyNs ?? 0n)) / 1e9;
 
 const wakes = shards.flatMap((s) => s.wakes.map((w) => ({ ...w, dataMiB: s.dataMiB })));
 const bursts = shards.flatMap((s) => s.bursts);
 const suspends = events.filter((e) => e.direction === 'suspend' && e.ok);
 const resumes = events.filter((e) => e.direction === 'resume' && e.ok);
+const sizeOf = new Map(shards.map((s) => [s.id, s.dataMiB]));
 for (const size of [...new Set(shards.map((s) => s.dataMiB))]) {
-  const cold = wakes.filter((w) => w.dataMiB === size && w.wasSuspended).map((w) => w.ms);
+  const cold = wakes.filter((w) => w.dataMiB === size && w.wasSuspended);
   const warm = wakes.filter((w) => w.dataMiB === size && !w.wasSuspended).map((w) => w.ms);
-  emit({ check: 'wake latency', dataGiB: round(size / 1024, 2), suspendedWakes: cold.length, p50ms: round(pct(cold, 50)), p99ms: round(pct(cold, 99)), residentWakes: warm.length, residentP50ms: round(pct(warm, 50), 2) });
+  // A first burst's wake may wait behind shards never placed yet (the queue is first come);
+  // the later ones are the steady state.
+  const later = cold.filter((w) => w.burst > 0).map((w) => w.ms);
+  const ms = cold.map((w) => w.ms);
+  emit({
+    check: 'wake latency',
+    dataGiB: round(size / 1024, 2),
+    suspendedWakes: ms.length,
+    p50ms: round(pct(ms, 50)),
+    p99ms: round(pct(ms, 99)),
+    laterBurstsP50ms: round(pct(later, 50)),
+    laterBurstsP99ms: round(pct(later, 99)),
+    residentWakes: warm.length,
+    residentP50ms: round(pct(warm, 50), 2),
+  });
+  for (const direction of ['suspend', 'resume']) {
+    const list = events.filter((e) => e.ok && e.direction === direction && sizeOf.get(e.shard) === size);
+    const gbps = list.map((e) => e.bytes / 1e9 / e.seconds);
+    emit({
+      check: `${direction}s`,
+      dataGiB: round(size / 1024, 2),
+      moves: list.length,
+      gibP50: round(pct(list.map((e) => e.bytes / GiB), 50), 2),
+      secondsP50: round(pct(list.map((e) => e.seconds), 50), 2),
+      secondsMax: round(list.length === 0 ? null : Math.max(...list.map((e) => e.seconds)), 2),
+      gbpsP50: round(pct(gbps, 50), 2),
+      overheadP50ms: round(pct(list.map((e) => e.overheadMs), 50)),
+      overheadMaxMs: round(list.length === 0 ? null : Math.max(...list.map((e) => e.overheadMs))),
+    });
+  }
 }
-const busyS = bursts.reduce((sum, b) => sum + b.ms, 0) / 1000;
-const soloS = Number(values.bursts) * (Number(values['idle-s']) + Number(values['burst-s']));
+// The GPU's busy time: the union of the tenants' GPU work (wake returned → burst end).
+const intervals = bursts.map((b) => [b.fromNs, b.toNs]).sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
+let busyNs = 0n;
+let openFrom;
+let openTo;
+for (const [from, to] of intervals) {
+  if (openTo === undefined || from > openTo) {
+    if (openTo !== undefined) busyNs += openTo - openFrom;
+    openFrom = from;
+    openTo = to;
+  } else if (to > openTo) openTo = to;
+}
+if (openTo !== undefined) busyNs += openTo - openFrom;
+const busyS = Number(busyNs) / 1e9;
+const workS = bursts.reduce((sum, b) => sum + Number(b.toNs - b.fromNs) / 1e9, 0);
+// The same jobs one at a time on the card, back to back, nobody waiting for a move: each one's
+// idle times and its bursts, each burst as long as its shortest here (the least shared card).
+const oneAtATimeS = shards.reduce((sum, s) => {
+  const shortest = Math.min(...s.bursts.map((b) => Number(b.toNs - b.fromNs) / 1e9));
+  return sum + Number(values.bursts) * (Number(values['idle-s']) + (Number.isFinite(shortest) ? shortest : 0));
+}, 0);
+const oneAtATimeWorkS = oneAtATimeS - shardCount * Number(values.bursts) * Number(values['idle-s']);
 emit({
   check: 'bursty tenants',
   shards: shardCount,
@@ -386,12 +475,16 @@ emit({
   resumes: resumes.length,
   failedMoves: events.filter((e) => !e.ok).length,
   makespanS: round(makespanS),
-  oneAtATimeS: round(soloS * shardCount),
+  oneAtATimeS: round(oneAtATimeS),
+  tenantGpuWorkS: round(workS),
   gpuBusyS: round(busyS),
+  gpuBusyShare: round(busyS / makespanS, 3),
+  oneAtATimeBusyShare: round(oneAtATimeWorkS / oneAtATimeS, 3),
   suspendGBps: round(suspends.reduce((s, e) => s + e.bytes, 0) / 1e9 / suspends.reduce((s, e) => s + e.seconds, 0), 2),
   resumeGBps: round(resumes.reduce((s, e) => s + e.bytes, 0) / 1e9 / resumes.reduce((s, e) => s + e.seconds, 0), 2),
   overheadP50ms: round(pct(events.map((e) => e.overheadMs), 50)),
   overheadP99ms: round(pct(events.map((e) => e.overheadMs), 99)),
+  overheadMaxMs: round(events.length === 0 ? null : Math.max(...events.map((e) => e.overheadMs))),
   decideP99ms: round(pct(decideMs, 99), 2),
 });
 filler.stdin.end();
@@ -427,19 +520,22 @@ const rawRun = (pid, op) =>
   });
 const raw = await twin('raw');
 const agent = await twin('agent');
-const side = { raw: { out: [], back: [] }, agent: { out: [], back: [] } };
+const side = { raw: { out: [], back: [] }, agent: { out: [], back: [], overhead: [] }, failures: [] };
 for (let r = 0; r < 2; r++) {
   const out = await rawRun(raw.pid, 'suspend');
   const back = await rawRun(raw.pid, 'resume');
+  for (const x of [out, back]) if (x.result !== 'CUDA_SUCCESS') side.failures.push(`raw: ${x.result}`);
   side.raw.out.push(out.ms);
   side.raw.back.push(back.ms);
   const t0 = performance.now();
   const s = await move(agent.id, 'suspend');
   const t1 = performance.now();
-  await move(agent.id, 'resume', s.bytes);
+  const b = await move(agent.id, 'resume', s.bytes);
   const t2 = performance.now();
+  for (const x of [s, b]) if (!x.outcome.ok) side.failures.push(`agent: ${x.outcome.reason}`);
   side.agent.out.push(t1 - t0);
   side.agent.back.push(t2 - t1);
+  side.agent.overhead.push(t1 - t0 - s.driverMs, t2 - t1 - b.driverMs);
 }
 const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 emit({
@@ -451,12 +547,14 @@ emit({
   agentBackMs: side.agent.back.map(round),
   outRatio: round(mean(side.agent.out) / mean(side.raw.out), 3),
   backRatio: round(mean(side.agent.back) / mean(side.raw.back), 3),
+  agentOverheadMs: side.agent.overhead.map(round),
+  failures: side.failures,
 });
-for (const c of children) c.kill('SIGKILL');
+killAll();
 await regionWatch.onModuleDestroy?.();
 await limits.onModuleDestroy();
 backend.close();
-for (const s of [...shards.map((x) => x.id), 'raw', 'agent']) {
+for (const s of cgroupsMade) {
   try {
     rmdirSync(join(cgroupRoot, s));
   } catch {
@@ -464,9 +562,13 @@ for (const s of [...shards.map((x) => x.id), 'raw', 'agent']) {
   }
 }
 rmSync(work, { recursive: true, force: true });
-console.log('\n| check | result |\n| --- | --- |');
-for (const row of rows) {
-  const { check, ...rest } = row;
-  console.log(`| ${check} | ${Object.entries(rest).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} |`);
-}
+printTable();
 process.exit(0);
+
+function printTable(note) {
+  console.log(`\n| check | result |\n| --- | --- |${note === undefined ? '' : `\n| ${note} | |`}`);
+  for (const row of rows) {
+    const { check, ...rest } = row;
+    console.log(`| ${check} | ${Object.entries(rest).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} |`);
+  }
+}

@@ -15,7 +15,7 @@
 //   node neighbour_agent.mjs --lib libvgpu.so [--trials 20] [--free-gib 14] [--n-cap-gib 8]
 //       [--o-cap-gib 4] [--interval 50] [--out FILE]
 import { spawn } from 'node:child_process';
-import { appendFileSync, mkdirSync, mkdtempSync, rmSync, rmdirSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -109,6 +109,35 @@ enforcement.onViolations((done) => {
 });
 
 const children = new Set();
+/**
+ * Every process of the run gone, and what they forked (each shard's cgroup killed whole: a
+ * trial's child may hold the card), whatever ends the run: elastic.sh's time limit sends SIGTERM.
+ */
+function killAll() {
+  for (const c of children) c.kill('SIGKILL');
+  for (const dir of [`docker-${containerOf('N')}.scope`, `docker-${containerOf('O')}.scope`, 'outside']) {
+    const kill = join(cgroupRoot, dir, 'cgroup.kill');
+    if (existsSync(kill)) writeFileSync(kill, '1');
+  }
+}
+for (const signal of ['SIGTERM', 'SIGINT']) {
+  process.once(signal, () => {
+    killAll();
+    try {
+      summarise();
+    } catch {
+      // stopped before the trials began
+    }
+    printTable(`stopped by ${signal}`);
+    process.exit(1);
+  });
+}
+process.once('uncaughtException', (error) => {
+  killAll();
+  console.error(error);
+  printTable(`stopped by ${error.name}: ${error.message}`);
+  process.exit(1);
+});
 function server(args, env = {}) {
   const child = spawn(values.python, [join(here, 'neighbour_worker.py'), ...args], {
     stdio: ['pipe', 'pipe', 'inherit'],
@@ -152,6 +181,9 @@ async function shard(id, capBytes) {
   mkdirSync(dir, { recursive: true });
   records.push({ shardId: id, teamId: 'bench', containerId: containerOf(id), state: 'RUNNING', gpuUuids: [gpu.uuid] });
   await limits.prepare(id, [{ uuid: gpu.uuid, limitBytes: capBytes }], gpus.inventory.contextOverheadBytes, 'kill');
+  // The region's folder before the watch, as the agent's RegionsService.prepare does: a watch
+  // on a folder that is not there yet hears a pressure ring only at its periodic read (1 s).
+  mkdirSync(join(config.regionRoot, id), { recursive: true });
   regionWatch.add(id);
   return join(dir, 'cgroup.procs');
 }
@@ -166,6 +198,10 @@ const filler = spawn(values.python, ['-c', `import torch,sys
 free,_=torch.cuda.mem_get_info(); x=torch.empty(max(0, free - ${Number(values['free-gib']) * GiB}), dtype=torch.uint8, device="cuda"); torch.cuda.synchronize()
 print("held", torch.cuda.mem_get_info()[0], flush=True); sys.stdin.readline()`], { stdio: ['pipe', 'pipe', 'inherit'] });
 children.add(filler);
+// In a cgroup of the run's own (no shard's: the fence counts it as memory of no shard), so that
+// killAll finds it whatever ends the run.
+mkdirSync(join(cgroupRoot, 'outside'), { recursive: true });
+writeFileSync(join(cgroupRoot, 'outside', 'cgroup.procs'), String(filler.pid));
 const [, freeAfter] = (await new Promise((r) => createInterface({ input: filler.stdout }).once('line', r))).split(' ');
 emit({ check: 'card', gpu: gpu.model, freeGiB: round(Number(freeAfter) / GiB, 2), nCapGiB: Number(values['n-cap-gib']), oCapGiB: Number(values['o-cap-gib']), intervalMs: Number(values.interval) });
 
@@ -184,6 +220,7 @@ const results = { retry: [], off: [] };
 for (let t = 0; t < trials * 2; t++) {
   const mode = t % 2 === 0 ? 'retry' : 'off';
   const n = modes[mode];
+  const startedAt = Date.now();
   n.stdin.write(`trial ${t}\n`);
   await n.next((l) => l.startsWith(`armed ${t} `));
   grabber.stdin.write(`go ${t}\n`);
@@ -201,6 +238,8 @@ for (let t = 0; t < trials * 2; t++) {
   const before = steps.filter((s) => s.start < grabStart).map((s) => s.ms);
   const during = steps.filter((s) => s.start >= grabStart && (killed === undefined || s.start <= killed + 500_000_000n)).map((s) => s.ms);
   const trial = {
+    startedAt,
+    endedAt: Date.now(),
     ooms: Number(done[3]),
     killedMs: killed === undefined ? null : Number(killed - grabStart) / 1e6,
     signal: Number(gone[3]),
@@ -209,42 +248,67 @@ for (let t = 0; t < trials * 2; t++) {
   };
   results[mode].push(trial);
   // Each trial as it ends: a run cut short by its time limit still has its trials.
-  emit({ check: 'trial', t, retry: mode === 'retry', ...trial });
+  const { startedAt: _s, endedAt: _e, ...shown } = trial;
+  emit({ check: 'trial', t, retry: mode === 'retry', ...shown });
 }
-for (const mode of ['retry', 'off']) {
-  const list = results[mode];
-  const extra = list.filter((r) => r.worstMs !== null && r.baseMs !== null).map((r) => r.worstMs - r.baseMs);
-  emit({
-    check: `neighbour, retry ${mode === 'retry' ? 'on' : 'off'}`,
-    trials: list.length,
-    trialsWithFailures: list.filter((r) => r.ooms > 0).length,
-    neighbourFailures: list.reduce((s, r) => s + r.ooms, 0),
-    offenderKilled: list.filter((r) => r.killedMs !== null).length,
-    killP50ms: round(pct(list.map((r) => r.killedMs).filter((x) => x !== null), 50)),
-    killP99ms: round(pct(list.map((r) => r.killedMs).filter((x) => x !== null), 99)),
-    extraStepP50ms: round(pct(extra, 50)),
-    extraStepP99ms: round(pct(extra, 99)),
-    stepP50ms: round(pct(list.map((r) => r.baseMs).filter((x) => x !== null), 50), 2),
-  });
-}
+summarise();
 const text = await metrics.text();
 if (text) emit({ check: 'pressure metrics', lines: text.split('\n').filter((l) => l.startsWith('gpushards_agent_pressure') && !l.startsWith('#')).slice(0, 8) });
-for (const c of children) c.kill('SIGKILL');
+killAll();
 await enforcement.onModuleDestroy?.();
 await regionWatch.onModuleDestroy?.();
 await limits.onModuleDestroy();
 gpus.onModuleDestroy?.();
-for (const id of ['N', 'O']) {
+for (const dir of [`docker-${containerOf('N')}.scope`, `docker-${containerOf('O')}.scope`, 'outside']) {
   try {
-    rmdirSync(join(cgroupRoot, `docker-${containerOf(id)}.scope`));
+    rmdirSync(join(cgroupRoot, dir));
   } catch {
     // a process may still be leaving it
   }
 }
 rmSync(work, { recursive: true, force: true });
-console.log('\n| check | result |\n| --- | --- |');
-for (const row of rows) {
-  const { check, ...rest } = row;
-  console.log(`| ${check} | ${Object.entries(rest).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} |`);
-}
+printTable();
 process.exit(0);
+
+/**
+ * Per mode, over its trials: N's refusals, the kill, N's extra step latency, and the agent's
+ * pressure episodes (a ring of N's to the offender's memory no longer listed by NVML: the
+ * fence's pressure relief), each given to the trial whose time it rang in.
+ */
+function summarise() {
+  const reliefs = enforcement.takePressureReliefs();
+  for (const mode of ['retry', 'off']) {
+    const list = results[mode];
+    const extra = list.filter((r) => r.worstMs !== null && r.baseMs !== null).map((r) => r.worstMs - r.baseMs);
+    const mine = reliefs.filter((r) => {
+      const at = Date.parse(r.at);
+      return list.some((trial) => at >= trial.startedAt && at <= trial.endedAt);
+    });
+    const relief = mine.filter((r) => r.reliefSeconds !== undefined).map((r) => r.reliefSeconds * 1000);
+    emit({
+      check: `neighbour, retry ${mode === 'retry' ? 'on' : 'off'}`,
+      trials: list.length,
+      trialsWithFailures: list.filter((r) => r.ooms > 0).length,
+      neighbourFailures: list.reduce((s, r) => s + r.ooms, 0),
+      offenderKilled: list.filter((r) => r.killedMs !== null).length,
+      killP50ms: round(pct(list.map((r) => r.killedMs).filter((x) => x !== null), 50)),
+      killP99ms: round(pct(list.map((r) => r.killedMs).filter((x) => x !== null), 99)),
+      extraStepP50ms: round(pct(extra, 50)),
+      extraStepP99ms: round(pct(extra, 99)),
+      stepP50ms: round(pct(list.map((r) => r.baseMs).filter((x) => x !== null), 50), 2),
+      pressureEpisodes: mine.length,
+      relieved: relief.length,
+      pressureToFreeP50ms: round(pct(relief, 50)),
+      pressureToFreeP99ms: round(pct(relief, 99)),
+      pressureToFreeMaxMs: round(relief.length === 0 ? null : Math.max(...relief)),
+    });
+  }
+}
+
+function printTable(note) {
+  console.log(`\n| check | result |\n| --- | --- |${note === undefined ? '' : `\n| ${note} | |`}`);
+  for (const row of rows) {
+    const { check, ...rest } = row;
+    console.log(`| ${check} | ${Object.entries(rest).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')} |`);
+  }
+}
