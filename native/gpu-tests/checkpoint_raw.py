@@ -6,7 +6,7 @@
 suspend: cuCheckpointProcessLock then cuCheckpointProcessCheckpoint; resume:
 cuCheckpointProcessRestore then cuCheckpointProcessUnlock; state: cuCheckpointProcessGetState.
 Prints one line: "<op> <pid> <ms of the first call> <ms of the second> <result name>", so
-bench/elastic/h200.mjs can hold the agent's orchestration against the raw API in one run.
+elastic_agent.mjs can hold the agent's orchestration against the raw API in one run.
 """
 import ctypes
 import sys

@@ -5,7 +5,10 @@
 # Needs PyTorch with CUDA, a C compiler and CMake, Node.js 20+ and a built agent (stage_carry.sh
 # packs Node and the agent for a machine without them). Extra arguments for a step's script go
 # in ELASTIC_ARGS / NEIGHBOUR_ARGS. Writes $OUT/elastic.log and $OUT/results.jsonl and prints
-# each script's table last.
+# each script's table last. ELASTIC_TIMEOUT (450 s) and NEIGHBOUR_TIMEOUT (300 s) bound the two
+# steps; together they pass a 10-minute call, so a device machine runs them as two calls:
+#   bash DEST/run.sh elastic.sh machine build elastic;  bash DEST/run.sh elastic.sh build neighbour
+# (DEST: stage_carry.sh's folder, carried at the top of the checkout).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/native/gpu-tests"

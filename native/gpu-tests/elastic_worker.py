@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One bursty tenant of an elastic shard, for bench/elastic/h200.mjs (a PyTorch process on a GPU).
+"""One bursty tenant of an elastic shard, for elastic_agent.mjs (a PyTorch process on a GPU).
 
   python3 elastic_worker.py JOIN SIZE_MIB BURSTS IDLE_S BURST_S SEED
 

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Packs what multi_gpu.sh needs for a GPU machine that has no Node.js and no registry (the device
-# machines of this workplace): bash native/gpu-tests/stage_carry.sh DEST
+# Packs what multi_gpu.sh and elastic.sh need for a GPU machine that has no Node.js and no registry
+# (the device machines of this workplace): bash native/gpu-tests/stage_carry.sh DEST
 # Build first (npm ci, nx build). Writes DEST/node.xz (this machine's node binary), DEST/agent.tar.xz
 # (the agent's and its libraries' dist/, and the node_modules packages the agent's services load:
-# found by what mg_agent.mjs resolves, with their dependencies) and DEST/repo/native (this tree's
-# native/). There:
+# found by what mg_agent.mjs resolves, with their dependencies), DEST/repo/native (this tree's
+# native/, without its project.json: a second Nx project "native" inside the tree would stop every
+# nx command) and DEST/run.sh. Where the checkout itself travels with DEST as one of its top-level
+# folders (ignored, carried), run there:
+#   bash DEST/run.sh elastic.sh machine build elastic
+# (Node into /tmp/bin, the tarball over the checkout, then native/gpu-tests/<script> <args>).
+# Elsewhere:
 #   python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('DEST/node.xz'), open('/tmp/bin/node','wb'))"
 #   chmod +x /tmp/bin/node; export PATH=/tmp/bin:$PATH
 #   cd DEST/repo && python3 -c "import tarfile; tarfile.open('../agent.tar.xz').extractall()"
@@ -41,5 +46,24 @@ tar -cJf "$dest/agent.tar.xz" package.json apps/agent/package.json apps/agent/di
   node_modules/@gpushards/protocol node_modules/@gpushards/link $packages
 rm -rf "$dest/repo"
 mkdir -p "$dest/repo"
-tar -cf - --exclude=native/build native | tar -xf - -C "$dest/repo"
+tar -cf - --exclude=native/build --exclude=native/project.json native | tar -xf - -C "$dest/repo"
+cat >"$dest/run.sh" <<'EOF'
+#!/usr/bin/env bash
+# In a checkout that carries this folder at its top level: Node and the agent's build from here,
+# then native/gpu-tests/SCRIPT with the rest of the arguments (stage_carry.sh wrote this).
+set -euo pipefail
+carry="$(cd "$(dirname "$0")" && pwd)"
+cd "$carry/.."
+[ -L node_modules ] && rm node_modules # a worktree's link to another checkout's: dangling here
+mkdir -p /tmp/bin
+[ -x /tmp/bin/node ] ||
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open('/tmp/bin/node','wb'))" "$carry/node.xz"
+chmod +x /tmp/bin/node
+export PATH=/tmp/bin:$PATH
+python3 -c "import sys,tarfile; tarfile.open(sys.argv[1]).extractall()" "$carry/agent.tar.xz"
+script="$1"
+shift
+exec bash "native/gpu-tests/$script" "$@"
+EOF
+chmod +x "$dest/run.sh"
 du -sh "$dest"/*
