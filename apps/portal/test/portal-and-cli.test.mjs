@@ -161,7 +161,11 @@ describe('gpushards CLI as an admin', () => {
       { env: adminEnv() },
     );
     assert.equal(policy.code, 0, policy.stderr);
-    assert.deepEqual(policy.json.idlePolicy, { idleAfterSeconds: 60, stopAfterSeconds: 7200 });
+    assert.deepEqual(policy.json.idlePolicy, {
+      idleAfterSeconds: 60,
+      stopAfterSeconds: 7200,
+      suspendAfterSeconds: null,
+    });
     const idler = await cli(
       [
         'shards',
