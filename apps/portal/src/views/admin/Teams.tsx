@@ -152,7 +152,8 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
   const [maxShards, setMaxShards] = useState(4);
   const [priority, setPriority] = useState(0);
   const [maxCompute, setMaxCompute] = useState('');
-  const [allowElastic, setAllowElastic] = useState(false);
+  // Left untouched, the team keeps its setting (the form does not read the team's policy).
+  const [allowElastic, setAllowElastic] = useState<boolean | undefined>(undefined);
   const sizeProblem = [maxTotal, maxPerShard].map((v) => parseSizeInput(v)).find((r) => !r.ok);
   const computeBound = maxCompute.trim().replace(/%$/, '');
   const computeProblem =
@@ -171,7 +172,7 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
         maxShards,
         priority,
         ...(computeBound === '' ? {} : { maxComputeSharePercent: Number(computeBound) }),
-        allowElastic,
+        ...(allowElastic === undefined ? {} : { allowElastic }),
       },
     });
     if (result.data) onDone();
@@ -213,7 +214,7 @@ function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
       <label title="its shards may be elastic: suspended to host RAM while idle (docs/elastic.md)">
         <input
           type="checkbox"
-          checked={allowElastic}
+          checked={allowElastic ?? false}
           onChange={(e) => setAllowElastic(e.target.checked)}
         />{' '}
         Elastic shards
