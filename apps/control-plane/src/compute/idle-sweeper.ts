@@ -14,7 +14,7 @@ import { LOGGER, type Logger } from '../logging/logger.js';
 import { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../shards/shard-mutations.service.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
-import { ElasticMoves, lockSuspendRoom, suspendProblem } from '../elastic/elastic-moves.js';
+import { ElasticMoves } from '../elastic/elastic-moves.js';
 import { IdleActionKind } from './idle.model.js';
 
 /** How often the idle policies are applied (a policy's shortest time is 60 s). */
@@ -263,20 +263,13 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
     };
     // Checked before anything is written: the notice is stored before the state change's
     // event (what is done, then that it was), and a suspend its host cannot take writes none.
-    const problem =
-      shard.hostId === null
-        ? 'it has no host'
-        : suspendProblem(
-            shard.hostId,
-            await lockSuspendRoom(tx, shard.hostId),
-            shard.limitBytesPerGpu * BigInt(shard.gpuCount),
-          );
+    const problem = await this.moves.suspendProblem(tx, shard);
     if (problem !== undefined) {
       this.logger.warn({ ...log, reason: problem }, 'idle shard not suspended');
       return false;
     }
     await recordShardEvents(tx, [notice]);
-    const suspended = await this.moves.suspend(tx, shard, 'idle-suspend', effects);
+    const suspended = await this.moves.suspendChecked(tx, shard, 'idle-suspend', effects);
     effects.changes.unshift({ ...notice, shard: suspended });
     await this.audit.record(tx, null, {
       action: 'shard.idle-suspend',

@@ -8,7 +8,7 @@ import type { ShardRecord } from '../shards/shard-record.js';
 import { formatSize } from '../validation/sizes.js';
 
 /** A host's room for suspended shards (docs/elastic.md), as its agent registered it. */
-export interface SuspendRoom {
+interface SuspendRoom {
   readonly budgetBytes: bigint;
   /** The caps of its shards in SUSPENDING, SUSPENDED and RESUMING. */
   readonly takenBytes: bigint;
@@ -27,8 +27,7 @@ export class ElasticMoves {
 
   /**
    * RUNNING → SUSPENDING for `cause`, and the agent told to move its memory to host RAM.
-   * NOT_SUSPENDABLE when its host does not suspend or its budget would be passed; the host row
-   * is locked so that two suspends cannot each fit alone.
+   * NOT_SUSPENDABLE when its host does not suspend or its budget would be passed.
    */
   async suspend(
     tx: RawSql,
@@ -36,14 +35,29 @@ export class ElasticMoves {
     cause: SuspendCause & TransitionCause,
     effects: CommitEffects,
   ): Promise<ShardRecord> {
-    const hostId = shard.hostId;
-    if (hostId === null) {
-      throw new NotSuspendableError(`shard ${shard.id} has no host: nothing to suspend`);
-    }
-    const room = await lockSuspendRoom(tx, hostId);
-    const cap = shard.limitBytesPerGpu * BigInt(shard.gpuCount);
-    const problem = suspendProblem(hostId, room, cap);
+    const problem = await this.suspendProblem(tx, shard);
     if (problem !== undefined) throw new NotSuspendableError(problem);
+    return this.suspendChecked(tx, shard, cause, effects);
+  }
+
+  /**
+   * Why the shard's host cannot take its suspend now; undefined when it can. The host row is
+   * locked until the transaction ends, so that two suspends cannot each fit alone.
+   */
+  async suspendProblem(tx: RawSql, shard: ShardRecord): Promise<string | undefined> {
+    if (shard.hostId === null) return `shard ${shard.id} has no host: nothing to suspend`;
+    const cap = shard.limitBytesPerGpu * BigInt(shard.gpuCount);
+    return suspendProblem(shard.hostId, await lockSuspendRoom(tx, shard.hostId), cap);
+  }
+
+  /** `suspend` once `suspendProblem` found none in this transaction. */
+  async suspendChecked(
+    tx: RawSql,
+    shard: ShardRecord,
+    cause: SuspendCause & TransitionCause,
+    effects: CommitEffects,
+  ): Promise<ShardRecord> {
+    const hostId = shard.hostId!;
     const updated = await this.lifecycle.moveTo(
       tx,
       shard,
@@ -85,7 +99,7 @@ export class ElasticMoves {
 }
 
 /** The host's suspend budget and what is taken of it, the host row locked until commit. */
-export async function lockSuspendRoom(tx: RawSql, hostId: string): Promise<SuspendRoom> {
+async function lockSuspendRoom(tx: RawSql, hostId: string): Promise<SuspendRoom> {
   const [row] = await tx.$queryRaw<{ budget: bigint; taken: bigint; reason: string | null }[]>`
     SELECT host.suspend_budget_bytes AS budget, host.suspend_unavailable_reason AS reason,
            coalesce((SELECT sum(limit_bytes_per_gpu * gpu_count) FROM shard
@@ -101,7 +115,7 @@ export async function lockSuspendRoom(tx: RawSql, hostId: string): Promise<Suspe
 }
 
 /** Why a suspend of `cap` bytes does not fit the host's room; undefined when it does. */
-export function suspendProblem(hostId: string, room: SuspendRoom, cap: bigint): string | undefined {
+function suspendProblem(hostId: string, room: SuspendRoom, cap: bigint): string | undefined {
   if (room.budgetBytes <= 0n) {
     return (
       `host ${hostId} does not suspend shards` +

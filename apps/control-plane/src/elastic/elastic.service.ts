@@ -2,8 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { ShardWake } from '@gpushards/protocol';
 import { AuditService } from '../audit/audit.service.js';
 import type { Caller } from '../auth/caller.js';
-import { canSeeTeam } from '../auth/team-scope.js';
-import { PrismaService, type Prisma } from '../database/index.js';
+import { PrismaService } from '../database/index.js';
 import { BadUserInputError, ConflictError, NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
@@ -47,7 +46,7 @@ export class ElasticService {
     const shardId = checkId('id', id);
     const effects = new CommitEffects();
     const shard = await this.prisma.$transaction(async (tx) => {
-      const shard = await this.lockVisible(tx, caller, shardId, id);
+      const shard = await this.lifecycle.lockVisible(tx, caller, shardId, id);
       if (shard.state === 'SUSPENDING' || shard.state === 'SUSPENDED') return shard;
       if (shard.state !== 'RUNNING') {
         throw new ConflictError(
@@ -77,7 +76,7 @@ export class ElasticService {
   async resume(caller: Caller, id: string): Promise<ShardRecord> {
     const shardId = checkId('id', id);
     const shard = await this.prisma.$transaction(async (tx) => {
-      const shard = await this.lockVisible(tx, caller, shardId, id);
+      const shard = await this.lifecycle.lockVisible(tx, caller, shardId, id);
       if (shard.state === 'RESUMING' || shard.state === 'RUNNING') return shard;
       if (shard.state !== 'SUSPENDED' && shard.state !== 'SUSPENDING') {
         throw new ConflictError(
@@ -174,18 +173,5 @@ export class ElasticService {
       'GPU oversubscription ratio set',
     );
     return changed;
-  }
-
-  private async lockVisible(
-    tx: Prisma.TransactionClient,
-    caller: Caller,
-    shardId: string,
-    id: string,
-  ): Promise<ShardRecord> {
-    const shard = await this.lifecycle.lock(tx, shardId);
-    if (shard === undefined || !canSeeTeam(caller, shard.teamId)) {
-      throw new NotFoundError('shard', id);
-    }
-    return shard;
   }
 }

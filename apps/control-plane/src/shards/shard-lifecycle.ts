@@ -5,7 +5,10 @@ import {
   type HostState,
   type TransitionCause,
 } from '@gpushards/limits';
+import type { Caller } from '../auth/caller.js';
+import { canSeeTeam } from '../auth/team-scope.js';
 import { Prisma, type RawSql, type ShardState } from '../database/index.js';
+import { NotFoundError } from '../errors/domain-errors.js';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
 import { recordShardEvents } from '../events/shard-event-store.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -88,6 +91,18 @@ export class ShardLifecycle {
     const rows = await tx.$queryRaw<ShardRecord[]>`
       SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ${shardId}::uuid FOR NO KEY UPDATE`;
     return rows[0];
+  }
+
+  /**
+   * lock for a caller's request: NOT_FOUND (named by `id`, as the caller wrote it) when there is
+   * no such shard or it belongs to a team the caller may not see.
+   */
+  async lockVisible(tx: RawSql, caller: Caller, shardId: string, id: string): Promise<ShardRecord> {
+    const shard = await this.lock(tx, shardId);
+    if (shard === undefined || !canSeeTeam(caller, shard.teamId)) {
+      throw new NotFoundError('shard', id);
+    }
+    return shard;
   }
 
   /**

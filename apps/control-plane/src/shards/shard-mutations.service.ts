@@ -118,7 +118,7 @@ export class ShardMutationsService {
     }
     const effects = new CommitEffects();
     const shard = await this.prisma.$transaction(async (tx) => {
-      const shard = await this.lockVisible(tx, caller, shardId, id);
+      const shard = await this.lifecycle.lockVisible(tx, caller, shardId, id);
       if (shard.state === 'DELETED') throw new ConflictError(`shard ${id} is deleted`);
       if (
         shard.state === 'LOST' ||
@@ -173,7 +173,7 @@ export class ShardMutationsService {
       const [team] = (
         await readTeamStates(tx, [unlocked.teamId], [], { lockAndFold: true })
       ).values();
-      const shard = await this.lockVisible(tx, caller, shardId, id);
+      const shard = await this.lifecycle.lockVisible(tx, caller, shardId, id);
       if (STARTED_STATES.has(shard.state)) return shard;
       if (shard.state !== 'STOPPED') {
         throw new ConflictError(
@@ -221,7 +221,7 @@ export class ShardMutationsService {
     const shardId = checkId('id', id);
     const effects = new CommitEffects();
     const shard = await this.prisma.$transaction(async (tx) => {
-      const shard = await this.lockVisible(tx, caller, shardId, id);
+      const shard = await this.lifecycle.lockVisible(tx, caller, shardId, id);
       if (shard.state === 'DELETED') return shard;
       const updated = await this.lifecycle.moveTo(tx, shard, 'DELETED', 'deleted', {}, effects);
       await this.audit.record(tx, caller, {
@@ -257,7 +257,7 @@ export class ShardMutationsService {
       throw new NotFoundError('shard', id);
     const shard = await this.prisma.$transaction(async (tx) => {
       await lockTeamForUpdate(tx, unlocked.teamId);
-      const shard = await this.lockVisible(tx, caller, shardId, id);
+      const shard = await this.lifecycle.lockVisible(tx, caller, shardId, id);
       if (!holdsReservation(shard.state) || !RESIZABLE_STATES.has(shard.state)) {
         throw new ConflictError(
           `only a PLACED, STARTING or RUNNING shard can be resized; shard ${id} is ${shard.state}` +
@@ -371,18 +371,6 @@ export class ShardMutationsService {
       `shard ${shard.id} cannot grow to ${formatSize(Number(newBytes))} per GPU on its GPUs: ${reason}`,
       [{ hostId: shard.hostId ?? '', hostName: host?.name ?? shard.hostId ?? '', reason }],
     );
-  }
-
-  private async lockVisible(
-    tx: Prisma.TransactionClient,
-    caller: Caller,
-    shardId: string,
-    id: string,
-  ): Promise<ShardRecord> {
-    const shard = await this.lifecycle.lock(tx, shardId);
-    if (shard === undefined || !canSeeTeam(caller, shard.teamId))
-      throw new NotFoundError('shard', id);
-    return shard;
   }
 }
 
