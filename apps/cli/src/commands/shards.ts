@@ -325,7 +325,7 @@ export function shardsCommand(): Command {
   examples(
     withQuiet(shards.command('start <shard>'))
       .description(
-        'run a stopped shard again from its spec: it waits in the queue, keeping its id, name and history',
+        'run a shard whose run ended (stopped, exited, failed, preempted, expired) again from its spec: it waits in the queue, keeping its id, name and history',
       )
       .option('--wait', 'wait until it runs')
       .action(async (ref: string, options: { wait?: boolean }, command: Command) => {

@@ -1,5 +1,11 @@
 import { Injectable } from '@nestjs/common';
-import { bytes, evaluateQuota, holdsReservation, type TeamUsage } from '@gpushards/limits';
+import {
+  bytes,
+  evaluateQuota,
+  holdsReservation,
+  startDecision,
+  type TeamUsage,
+} from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
 import { AuditService } from '../audit/audit.service.js';
 import type { Caller } from '../auth/caller.js';
@@ -38,13 +44,6 @@ export const DEFAULT_STOP_GRACE_SECONDS = 30;
 const MAX_STOP_GRACE_SECONDS = 600;
 /** resizeShard changes these; a shard whose memory moves or is in host RAM must resume first. */
 const RESIZABLE_STATES: ReadonlySet<ShardState> = new Set(['PLACED', 'STARTING', 'RUNNING']);
-/** startShard leaves these as they are: the shard already waits or runs. */
-const STARTED_STATES: ReadonlySet<ShardState> = new Set([
-  'PENDING',
-  'PLACED',
-  'STARTING',
-  'RUNNING',
-]);
 
 /** What changes shards: create, stop, delete, resize. */
 @Injectable()
@@ -158,7 +157,8 @@ export class ShardMutationsService {
   }
 
   /**
-   * A STOPPED shard runs again from its spec: PENDING (`start-requested`), placed by the queue
+   * A shard whose run ended (STOPPED, EXITED, FAILED, PREEMPTED, EXPIRED: libs/limits
+   * startDecision) runs again from its spec: PENDING (`start-requested`), placed by the queue
    * like any waiting shard, keeping its id, name, events and usage. Its team's quota is checked
    * again (it counts from now on) under the team's lock; an archived team's shards stay
    * stopped (CONFLICT). Already waiting or running: unchanged. Any other state: CONFLICT.
@@ -174,21 +174,17 @@ export class ShardMutationsService {
         await readTeamStates(tx, [unlocked.teamId], [], { lockAndFold: true })
       ).values();
       const shard = await this.lifecycle.lockVisible(tx, caller, shardId, id);
-      if (STARTED_STATES.has(shard.state)) return shard;
-      if (shard.state !== 'STOPPED') {
-        throw new ConflictError(
-          `only a STOPPED shard can be started; shard ${id} is ${shard.state}` +
-            (shard.state === 'DELETED' ? '' : ' (delete it and create it again)'),
-        );
-      }
+      const decision = startDecision(shard.state);
+      if (decision.kind === 'unchanged') return shard;
+      if (decision.kind === 'refused') throw new ConflictError(`shard ${id}: ${decision.message}`);
       if (team === undefined) throw new NotFoundError('team', shard.teamId);
       if (team.archived) throw archivedTeamError(shard.teamId);
-      const decision = evaluateQuota(
+      const quota = evaluateQuota(
         { bytesPerGpu: bytes(Number(shard.bytesPerGpu)), gpuCount: shard.gpuCount },
         usageOf(team),
         { ...quotaPolicyOf(team), allowedGpuModels: undefined },
       );
-      if (!decision.allowed) throw quotaError(decision);
+      if (!quota.allowed) throw quotaError(quota);
       // The last run's end is not this one's.
       await tx.$executeRaw`
         UPDATE shard SET stopped_at = NULL, exit_code = NULL, failure_reason = NULL,
@@ -275,12 +271,12 @@ export class ShardMutationsService {
           reservedBytes: bytes(usage.reservedBytes - Number(shard.bytesPerGpu) * shard.gpuCount),
           shardCount: usage.shardCount - 1,
         };
-        const decision = evaluateQuota(
+        const quota = evaluateQuota(
           { bytesPerGpu: bytes(Number(newBytes)), gpuCount: shard.gpuCount },
           withoutThis,
           { ...quotaPolicyOf(team), allowedGpuModels: undefined },
         );
-        if (!decision.allowed) throw quotaError(decision);
+        if (!quota.allowed) throw quotaError(quota);
       }
       const overhead = shard.limitBytesPerGpu - shard.bytesPerGpu;
       const newLimit = newBytes + overhead;

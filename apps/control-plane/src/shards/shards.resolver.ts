@@ -93,7 +93,7 @@ export class ShardsResolver {
 
   @Mutation(() => Shard, {
     description:
-      "Runs a STOPPED shard again from its spec: PENDING, placed by the queue, keeping its id, name and history (the team's quota checked again). Waiting or running already: unchanged; other states: CONFLICT.",
+      "Runs a shard whose run ended (STOPPED, EXITED, FAILED, PREEMPTED, EXPIRED) again from its spec: PENDING, placed by the queue, keeping its id, name and history (the team's quota checked again; the last run's exit code and failure reason cleared). Waiting or running already: unchanged; other states (DELETED, STOPPING, suspended, LOST): CONFLICT.",
   })
   async startShard(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
     return shardView(await this.mutations.start(caller, id));

@@ -123,7 +123,67 @@ describeShardsApi('team, shard and host lifecycle', (api) => {
     assert.equal(await audits('shard.start', shard.id), 1);
   });
 
-  it("startShard checks the team's quota again and refuses a DELETED or FAILED shard", async () => {
+  it('startShard runs an EXITED or FAILED shard again (the last run cleared) and refuses a STOPPING one', async () => {
+    const { h, alpha, registerPool } = api;
+    await registerPool('rerun', ['rerun-1']);
+    const queue = h.controlPlane.app.get(QueueService);
+    const selector = [{ key: 'pool', value: 'rerun' }];
+    const crashed = assertOk(
+      await createShard(h, alpha.member, { memoryPerGpu: '1g', hostSelector: selector }),
+    ).createShard;
+    await api.fleet.applyShardStateEvent(
+      'rerun-1',
+      stateEvent('rerun-1', crashed.id, 'EXITED', new Date(), { exitCode: 3 }),
+    );
+    const exited = await h.prisma.shard.findUniqueOrThrow({ where: { id: crashed.id } });
+    assert.equal(exited.state, 'EXITED');
+    assert.equal(exited.exitCode, 3);
+    const again = assertOk(
+      await h.graphql<{ startShard: ShardResult & { exitCode: number | null } }>(
+        START,
+        { id: crashed.id },
+        alpha.member,
+      ),
+    ).startShard;
+    assert.equal(again.state, 'PENDING');
+    assert.equal(again.exitCode, null, "the last run's exit code is cleared");
+    assert.equal(await audits('shard.start', crashed.id), 1);
+    await queue.admitNow();
+    assert.equal(
+      (await h.prisma.shard.findUniqueOrThrow({ where: { id: crashed.id } })).state,
+      'PLACED',
+    );
+
+    const broken = assertOk(
+      await createShard(h, alpha.member, { memoryPerGpu: '1g', hostSelector: selector }),
+    ).createShard;
+    await api.fleet.applyShardStateEvent(
+      'rerun-1',
+      stateEvent('rerun-1', broken.id, 'FAILED', new Date(), { reason: 'image not found' }),
+    );
+    assert.equal(
+      (await h.prisma.shard.findUniqueOrThrow({ where: { id: broken.id } })).state,
+      'FAILED',
+    );
+    assert.equal(
+      assertOk(await h.graphql<{ startShard: ShardResult }>(START, { id: broken.id }, alpha.member))
+        .startShard.state,
+      'PENDING',
+    );
+    const failedAgain = await h.prisma.shard.findUniqueOrThrow({ where: { id: broken.id } });
+    assert.equal(failedAgain.failureReason, null, "the last run's failure reason is cleared");
+
+    await queue.admitNow();
+    await h.graphql(STOP, { id: broken.id }, alpha.member);
+    const stopping = await h.prisma.shard.findUniqueOrThrow({ where: { id: broken.id } });
+    assert.equal(stopping.state, 'STOPPING');
+    const refused = await h.graphql(START, { id: broken.id }, alpha.member);
+    assertError(refused, 'CONFLICT');
+    assert.match(JSON.stringify(refused), /wait until it has stopped/);
+    assert.equal(await audits('shard.start', broken.id), 1, 'a refused start is not audited');
+  });
+
+  it("startShard checks the team's quota again and refuses a DELETED shard", async () => {
     const { h, registerPool } = api;
     await registerPool('requota', ['requota-1']);
     const team = await createTestTeam(h, 'requota', {

@@ -1,4 +1,4 @@
-import { bytes, formatSize, parseSize } from '@gpushards/limits';
+import { bytes, formatSize, isShardState, parseSize, startDecision } from '@gpushards/limits';
 
 /** A Bytes scalar ("12884901888") as a number (exact below 2^53, as the API promises). */
 export function bytesOf(value: string | null | undefined): number {
@@ -68,9 +68,9 @@ export function canStop(state: string): boolean {
     'RESUMING',
   ].includes(state);
 }
-/** startShard runs a STOPPED shard again (through the queue). */
+/** startShard runs a shard whose run ended again (through the queue): the lifecycle table decides. */
 export function canStart(state: string): boolean {
-  return state === 'STOPPED';
+  return isShardState(state) && startDecision(state).kind === 'start';
 }
 export function canDelete(state: string): boolean {
   return state !== 'DELETED';

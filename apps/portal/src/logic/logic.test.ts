@@ -5,6 +5,7 @@ import {
   age,
   bytesOf,
   canSetCompute,
+  canStart,
   canStop,
   fraction,
   gibHours,
@@ -48,6 +49,12 @@ describe('format', () => {
     expect(canSetCompute('PENDING')).toBe(true);
     expect(canSetCompute('RUNNING')).toBe(true);
     expect(canSetCompute('STOPPED')).toBe(false);
+  });
+  it('offers Start on every shard whose run ended but a deleted one', () => {
+    for (const state of ['STOPPED', 'EXITED', 'FAILED', 'PREEMPTED', 'EXPIRED'])
+      expect(canStart(state), state).toBe(true);
+    for (const state of ['DELETED', 'RUNNING', 'PENDING', 'STOPPING', 'SUSPENDED', 'LOST', 'NEW'])
+      expect(canStart(state), state).toBe(false);
   });
 });
 

@@ -16,8 +16,9 @@ import {
   AGENT_REPORTS,
   allTransitions,
   canTransition,
-  causesOf,
   checkTransition,
+  startableStates,
+  startDecision,
   INITIAL_STATES,
   nextOnReport,
   reservationChange,
@@ -61,7 +62,8 @@ const observation: fc.Arbitrary<ContainerObservation> = fc.oneof(
 
 describe('shard lifecycle', () => {
   test('no transition leaves a final state except deletion and a restart, and none leaves DELETED', () => {
-    const restart = (from: ShardState, to: ShardState) => from === 'STOPPED' && to === 'PENDING';
+    const restart = (from: ShardState, to: ShardState) =>
+      from !== 'DELETED' && to === 'PENDING' && canTransition(from, to, 'start-requested');
     for (const from of FINAL_STATES) {
       for (const to of SHARD_STATES) {
         if (canTransition(from, to) && !restart(from, to))
@@ -77,17 +79,44 @@ describe('shard lifecycle', () => {
     );
   });
 
-  test('startShard runs a STOPPED shard again only through the queue, taking nothing at once', () => {
-    assert.deepEqual(causesOf('STOPPED', 'PENDING'), ['start-requested']);
+  test('startShard runs a shard whose run ended again only through the queue, taking nothing at once', () => {
+    assert.deepEqual(startableStates(), ['STOPPED', 'EXITED', 'FAILED', 'PREEMPTED', 'EXPIRED']);
     const starts = allTransitions().filter((t) => t.cause === 'start-requested');
-    assert.deepEqual(starts, [{ from: 'STOPPED', to: 'PENDING', cause: 'start-requested' }]);
-    const check = checkTransition('STOPPED', 'PENDING', 'start-requested');
-    assert.ok(check.ok && check.reservation === 'keep' && !check.endsRun);
-    // Back in the quota (PENDING counts), never straight onto GPUs.
-    assert.ok(countsAgainstQuota('PENDING') && !countsAgainstQuota('STOPPED'));
-    for (const other of FINAL_STATES.filter((s) => s !== 'STOPPED')) {
-      assert.equal(canTransition(other, 'PENDING'), false, other);
+    assert.deepEqual(
+      starts,
+      startableStates().map((from) => ({ from, to: 'PENDING', cause: 'start-requested' })),
+      'start-requested leads only to PENDING',
+    );
+    for (const from of startableStates()) {
+      assert.ok(isFinal(from) && from !== 'DELETED', from);
+      const check = checkTransition(from, 'PENDING', 'start-requested');
+      assert.ok(check.ok && check.reservation === 'keep' && !check.endsRun, from);
+      assert.ok(!countsAgainstQuota(from), `${from}: back in the quota only by the start`);
     }
+    // Back in the quota (PENDING counts), never straight onto GPUs.
+    assert.ok(countsAgainstQuota('PENDING') && !holdsReservation('PENDING'));
+  });
+
+  test('startDecision: starts what the table lets start, leaves waiting or running shards, refuses the rest', () => {
+    fc.assert(
+      fc.property(state, (from) => {
+        const decision = startDecision(from);
+        assert.equal(
+          decision.kind === 'start',
+          canTransition(from, 'PENDING', 'start-requested'),
+          from,
+        );
+        if (decision.kind === 'unchanged') assert.ok(countsAgainstQuota(from) && !isFinal(from));
+        if (decision.kind === 'refused') {
+          assert.match(decision.message, new RegExp(`a ${from} shard cannot be started`));
+          assert.ok(!['PENDING', 'PLACED', 'STARTING', 'RUNNING'].includes(from));
+        }
+      }),
+    );
+    assert.equal(startDecision('DELETED').kind, 'refused');
+    assert.equal(startDecision('RUNNING').kind, 'unchanged');
+    assert.equal(startDecision('EXITED').kind, 'start');
+    assert.match((startDecision('SUSPENDED') as { message: string }).message, /resumeShard/);
   });
 
   test('every state but DELETED can be deleted; every state is reachable from a new shard', () => {

@@ -84,8 +84,8 @@ export function countsAgainstQuota(state: ShardState): boolean {
 }
 
 /**
- * Its run is over: the only ways out are DELETED and, for a STOPPED shard, a user's startShard
- * (back to PENDING: it runs again through the queue); none from DELETED.
+ * Its run is over: the only ways out are DELETED and a user's startShard (back to PENDING: it
+ * runs again through the queue); none from DELETED.
  */
 export function isFinal(state: ShardState): boolean {
   return FINAL.has(state);

@@ -1,4 +1,10 @@
-import { holdsReservation, isFinal, SHARD_STATES, type ShardState } from './states.js';
+import {
+  holdsHostMemory,
+  holdsReservation,
+  isFinal,
+  SHARD_STATES,
+  type ShardState,
+} from './states.js';
 
 /** Why a shard changes state. */
 export const TRANSITION_CAUSES = [
@@ -18,7 +24,7 @@ export const TRANSITION_CAUSES = [
   'preempted', // a reclaimed shard's container stopped; it asked not to be requeued
   'expired', // it waited in the queue past its maximum wait
   'deleted', // deleteShard (the row stays)
-  'start-requested', // a user's startShard: a stopped shard waits in the queue to run again
+  'start-requested', // a user's startShard: a shard whose run ended waits in the queue to run again
   // Elastic memory (docs/elastic.md): who asked for a suspend is its cause.
   'suspend-requested', // a user's suspendShard
   'idle-suspend', // its team's idle policy (action suspend)
@@ -49,6 +55,12 @@ const LIVE_END = {
 const ELASTIC_END = {
   ...LIVE_END,
   STOPPING: ['stop-requested'],
+} as const satisfies Partial<Record<ShardState, readonly TransitionCause[]>>;
+
+/** How a shard whose run is over leaves its state: deleted, or run again by startShard. */
+const RUN_AGAIN = {
+  PENDING: ['start-requested'],
+  DELETED: ['deleted'],
 } as const satisfies Partial<Record<ShardState, readonly TransitionCause[]>>;
 
 /** The causes that may start a suspend: the owner, the idle policy, the queue, a reclaim. */
@@ -95,11 +107,13 @@ export const TRANSITIONS: Table = {
     STOPPED: ['stopped'],
     DELETED: ['deleted'],
   },
-  STOPPED: { PENDING: ['start-requested'], DELETED: ['deleted'] },
-  EXITED: { DELETED: ['deleted'] },
-  FAILED: { DELETED: ['deleted'] },
-  PREEMPTED: { DELETED: ['deleted'] },
-  EXPIRED: { DELETED: ['deleted'] },
+  // A run that ended (stopped, exited, failed, preempted, expired in the queue) can be run
+  // again by its owner: startShard puts it back in the queue, nothing taken at once.
+  STOPPED: RUN_AGAIN,
+  EXITED: RUN_AGAIN,
+  FAILED: RUN_AGAIN,
+  PREEMPTED: RUN_AGAIN,
+  EXPIRED: RUN_AGAIN,
   DELETED: {},
 };
 
@@ -166,6 +180,43 @@ export function checkTransition(
     reservation: reservationChange(from, to),
     endsRun: isFinal(to) && !isFinal(from),
   };
+}
+
+/** What startShard does to a shard in a given state. */
+export type StartDecision =
+  | { readonly kind: 'start' } // → PENDING (start-requested): it waits in the queue again
+  | { readonly kind: 'unchanged' } // it already waits or runs (a retried start is harmless)
+  | { readonly kind: 'refused'; readonly message: string };
+
+/** startShard leaves these as they are: the shard already waits for its GPUs or has them. */
+const STARTED: ReadonlySet<ShardState> = new Set(['PENDING', 'PLACED', 'STARTING', 'RUNNING']);
+
+/**
+ * startShard's decision, from the lifecycle table: a shard whose run ended in a state the table
+ * lets `start-requested` leave (STOPPED, EXITED, FAILED, PREEMPTED, EXPIRED) starts; one that
+ * waits or runs is unchanged; anything else (deleted, on its way somewhere, suspended, lost) is
+ * refused with what to do instead.
+ */
+export function startDecision(state: ShardState): StartDecision {
+  if (canTransition(state, 'PENDING', 'start-requested')) return { kind: 'start' };
+  if (STARTED.has(state)) return { kind: 'unchanged' };
+  const instead =
+    state === 'DELETED'
+      ? 'a deleted shard stays deleted: create it again'
+      : holdsHostMemory(state)
+        ? 'resumeShard brings a suspended shard back'
+        : state === 'LOST'
+          ? 'it comes back with its host, or delete it'
+          : 'wait until it has stopped';
+  return {
+    kind: 'refused',
+    message: `a ${state} shard cannot be started (${instead}); startable: ${startableStates().join(', ')}`,
+  };
+}
+
+/** The states startShard runs again, in lifecycle order. */
+export function startableStates(): ShardState[] {
+  return SHARD_STATES.filter((state) => canTransition(state, 'PENDING', 'start-requested'));
 }
 
 /** Throws on a transition the table does not allow (a bug in the caller). */
