@@ -224,12 +224,13 @@ for (let t = 0; t < trials * 2; t++) {
   n.stdin.write(`trial ${t}\n`);
   await n.next((l) => l.startsWith(`armed ${t} `));
   grabber.stdin.write(`go ${t}\n`);
-  const grabbed = (await grabber.next((l) => l.startsWith(`grabbed ${t} `))).split(' ');
+  // "grabbing", not "grabbed": the fence may kill the grab between the allocation and its report.
+  const grabbing = (await grabber.next((l) => l.startsWith(`grabbing ${t} `))).split(' ');
   const done = (await n.next((l) => l.startsWith(`done ${t} `))).split(' ');
   await n.next((l) => l.startsWith(`exit ${t} `));
   const gone = (await grabber.next((l) => l.startsWith(`gone ${t} `))).split(' ');
-  const grabStart = BigInt(grabbed[4]);
-  const offenderPid = Number(grabbed[2]);
+  const grabStart = BigInt(grabbing[3]);
+  const offenderPid = Number(grabbing[2]);
   const killed = killedAt.get(offenderPid);
   const steps = (n.lastLines ?? [])
     .filter((l) => l.startsWith(`step ${t} `))

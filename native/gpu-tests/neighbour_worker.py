@@ -21,6 +21,7 @@ its cap.
 
 grab (shard O, without libvgpu.so): on "go <i>", a child takes everything the card has free
 in one allocation and holds it (the agent's fence kills it).
+  grabbing <i> <pid> <start_ns>   (before the allocation: the fence may kill it before the next line)
   grabbed <i> <pid> <bytes> <start_ns> <end_ns>
   gone <i> <pid> <signal>
 """
@@ -84,6 +85,8 @@ def grab(trial):
     free, _ = torch.cuda.mem_get_info()
     take = free - 64 * MiB
     start = time.monotonic_ns()
+    # Said before the allocation: the fence may kill this process before it can say "grabbed".
+    say(f"grabbing {trial} {os.getpid()} {start}")
     # The neighbour keeps growing: what was free a moment ago may not be; take a little less.
     while True:
         try:
