@@ -15,6 +15,7 @@ import { PortalModule } from './portal/portal.module.js';
 import { ClockModule, type Clock } from './fleet/clock.js';
 import { ElasticModule } from './elastic/elastic.module.js';
 import { FleetModule } from './fleet/fleet.module.js';
+import { HostCredentialsModule, type HostCredentials } from './fleet/host-credentials.js';
 import { GraphqlApiModule } from './graphql/graphql-api.module.js';
 import { HealthModule } from './health/health.module.js';
 import { IdentityModule } from './identity/identity.module.js';
@@ -39,6 +40,8 @@ export interface AppModuleOptions {
   readonly shardCommands?: ShardCommands;
   /** Where agent messages come from (NATS or in-process); none: no agent can talk to it. */
   readonly agentTransport?: AgentTransport;
+  /** Where removed hosts' credentials are revoked (NATS --auth jwt); none: nowhere. */
+  readonly hostCredentials?: HostCredentials;
 }
 
 /** The whole control plane. Domain modules (fleet, shards, ...) are added to `imports`. */
@@ -51,6 +54,7 @@ export class AppModule {
     clock,
     shardCommands,
     agentTransport,
+    hostCredentials,
   }: AppModuleOptions): DynamicModule {
     return {
       module: AppModule,
@@ -79,6 +83,7 @@ export class AppModule {
         ComputeModule,
         QueueModule,
         ElasticModule,
+        HostCredentialsModule.forRoot(hostCredentials),
         FleetModule,
         ...(agentTransport ? [AgentLinkModule.forRoot(agentTransport)] : []),
       ],

@@ -131,6 +131,7 @@ export async function createControlPlane(options: ControlPlaneOptions): Promise<
         ...(options.clock ? { clock: options.clock } : {}),
         ...(shardCommands ? { shardCommands } : {}),
         ...(link ? { agentTransport: link.transport } : {}),
+        ...(link?.hostCredentials ? { hostCredentials: link.hostCredentials } : {}),
       }),
       httpAdapter,
       { logger: new PinoNestLogger(logger), bodyParser: false, abortOnError: false },

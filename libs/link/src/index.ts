@@ -1,2 +1,3 @@
 export * from './nats-connection.js';
 export * from './nest-logger.js';
+export * from './nats-jwt.js';

@@ -12,8 +12,11 @@ interface GeneratedConfig {
   credentials: Record<string, string>;
 }
 
+/** deploy/nats's ways: nkey or password users in users.conf, or decentralised JWT (.creds). */
+export type TestNatsAuth = 'nkey' | 'password' | 'jwt';
+
 interface Generator {
-  writeConfig(out: string, hostIds: string[], auth?: 'nkey' | 'password'): GeneratedConfig;
+  writeConfig(out: string, hostIds: string[], auth?: TestNatsAuth): GeneratedConfig;
   agentUser(hostId: string): string;
   CONTROL_PLANE_USER: string;
 }
@@ -24,6 +27,8 @@ export interface TestNatsServer {
   readonly controlPlane: NatsAuth;
   /** How the agent of `hostId` connects. */
   agent(hostId: string): NatsAuth;
+  /** --auth jwt: the control plane's GPUSHARDS_NATS_REVOCATION_FILE; otherwise undefined. */
+  readonly revocationFile: string | undefined;
   /** Stops the server and starts it again on the same port (clients reconnect). */
   restart(): Promise<void>;
   stop(): Promise<void>;
@@ -36,7 +41,7 @@ export interface TestNatsServer {
  */
 export async function startNatsServer(
   hostIds: string[],
-  auth: 'nkey' | 'password' = 'nkey',
+  auth: TestNatsAuth = 'nkey',
 ): Promise<TestNatsServer> {
   const generator = (await import(
     pathToFileURL(join(REPO_ROOT, 'deploy/nats/generate-config.mjs')).href
@@ -46,15 +51,19 @@ export async function startNatsServer(
   const port = await freePort();
   const args = ['-c', config.serverConfig, '-a', '127.0.0.1', '-p', String(port)];
   let server = await startBackground('nats-server', args, /Server is ready/);
-  const credentialsOf = (user: string): NatsAuth => {
+  const envOf = (user: string): Record<string, string> => {
     const file = config.credentials[user];
     if (file === undefined) throw new Error(`no NATS user ${user} in the test configuration`);
-    const env = Object.fromEntries(
+    return Object.fromEntries(
       readFileSync(file, 'utf8')
         .trim()
         .split('\n')
         .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
     );
+  };
+  const credentialsOf = (user: string): NatsAuth => {
+    const env = envOf(user);
+    if (env.GPUSHARDS_NATS_CREDS) return { kind: 'creds', credsFile: env.GPUSHARDS_NATS_CREDS };
     if (env.GPUSHARDS_NATS_NKEY_SEED_FILE)
       return { kind: 'nkey', seedFile: env.GPUSHARDS_NATS_NKEY_SEED_FILE };
     return {
@@ -67,6 +76,7 @@ export async function startNatsServer(
     url: `nats://127.0.0.1:${port}`,
     controlPlane: credentialsOf(generator.CONTROL_PLANE_USER),
     agent: (hostId) => credentialsOf(generator.agentUser(hostId)),
+    revocationFile: envOf(generator.CONTROL_PLANE_USER).GPUSHARDS_NATS_REVOCATION_FILE,
     restart: async () => {
       await server.stop();
       server = await startBackground('nats-server', args, /Server is ready/);

@@ -11,6 +11,8 @@ import {
 import type { AgentTransport } from './agent-transport.js';
 import type { InProcessAgentHub } from './in-process-agent-hub.js';
 import { NatsAgentTransport, type NatsConnectionOptions } from './nats-agent-transport.js';
+import type { HostCredentials } from '../fleet/host-credentials.js';
+import { NatsHostCredentials, readRevocationFile } from './nats-host-credentials.js';
 
 /**
  * How the control plane reaches its agents: over NATS, or through an InProcessAgentHub that
@@ -25,6 +27,8 @@ export type AgentLinkOptions =
 export interface OpenAgentLink {
   readonly transport: AgentTransport;
   readonly commands: AgentCommandClient;
+  /** Where removed hosts' credentials are revoked (NATS --auth jwt); none: nowhere. */
+  readonly hostCredentials?: HostCredentials;
   /** After the application closed: abandons command retries, closes a NATS connection. */
   close(): Promise<void>;
 }
@@ -37,18 +41,37 @@ export async function openAgentLink(
   // The hub belongs to whoever created it; a NATS connection belongs to this control plane.
   let transport: AgentTransport;
   let owned: NatsAgentTransport | undefined;
+  let hostCredentials: NatsHostCredentials | undefined;
   if ('inProcess' in options) {
     transport = options.inProcess;
   } else {
+    const { revocationFile } = options.nats;
+    // Read before connecting: a bad file stops the start with its reason.
+    const revocation =
+      revocationFile === undefined ? undefined : readRevocationFile(revocationFile);
     owned = await NatsAgentTransport.connect(options.nats, linkLogger);
     transport = owned;
+    if (revocation !== undefined) {
+      try {
+        hostCredentials = await NatsHostCredentials.connect(
+          options.nats.servers,
+          revocation,
+          linkLogger,
+        );
+      } catch (error) {
+        await owned.close();
+        throw error;
+      }
+    }
   }
   const commands = new AgentCommandClient(transport, options.commands ?? {}, linkLogger);
   return {
     transport,
     commands,
+    ...(hostCredentials ? { hostCredentials } : {}),
     close: async () => {
       commands.close();
+      await hostCredentials?.close();
       await owned?.close();
     },
   };
@@ -76,6 +99,7 @@ const envSchema = z.object({
   GPUSHARDS_NATS_PASSWORD: z.string().optional(),
   GPUSHARDS_NATS_NKEY_SEED_FILE: z.string().optional(),
   GPUSHARDS_NATS_CREDS: z.string().optional(),
+  GPUSHARDS_NATS_REVOCATION_FILE: z.string().optional(),
   GPUSHARDS_NATS_COMMAND_TIMEOUT_SECONDS: seconds(300).optional(),
   GPUSHARDS_NATS_COMMAND_ATTEMPTS: z
     .string()
@@ -95,6 +119,7 @@ const SECRET = new Set(['GPUSHARDS_NATS_PASSWORD']);
  *   GPUSHARDS_NATS_NKEY_SEED_FILE           the control-plane user's seed (generate-config.mjs)
  *   GPUSHARDS_NATS_USER, _PASSWORD          or a user and password (both)
  *   GPUSHARDS_NATS_CREDS                    or a .creds file (JWT deployments)
+ *   GPUSHARDS_NATS_REVOCATION_FILE          JWT deployments: removeHost revokes the host's user
  *   GPUSHARDS_NATS_COMMAND_TIMEOUT_SECONDS  wait for an agent's reply per attempt (10)
  *   GPUSHARDS_NATS_COMMAND_ATTEMPTS         attempts per command, same command id (3)
  */
@@ -123,7 +148,13 @@ export function agentLinkFromEnv(
     attempts: vars.GPUSHARDS_NATS_COMMAND_ATTEMPTS ?? DEFAULT_COMMAND_DELIVERY.attempts,
   };
   return {
-    nats: { servers: vars.GPUSHARDS_NATS_URL.split(','), ...(auth ? { auth } : {}) },
+    nats: {
+      servers: vars.GPUSHARDS_NATS_URL.split(','),
+      ...(auth ? { auth } : {}),
+      ...(vars.GPUSHARDS_NATS_REVOCATION_FILE === undefined
+        ? {}
+        : { revocationFile: resolve(cwd, vars.GPUSHARDS_NATS_REVOCATION_FILE) }),
+    },
     commands,
   };
 }

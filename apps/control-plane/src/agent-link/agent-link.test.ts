@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -30,6 +30,7 @@ import { agentLinkFromEnv } from './agent-link-options.js';
 import { AgentMessagesService, INVALID_REGISTER_REQUEST } from './agent-messages.service.js';
 import { CommandNotDeliveredError } from './agent-transport.js';
 import { InProcessAgentHub, type InProcessAgentLink } from './in-process-agent-hub.js';
+import { readRevocationFile } from './nats-host-credentials.js';
 
 /**
  * The control plane's side of the agent link on the in-process hub, with a scripted agent on
@@ -481,6 +482,47 @@ describe('agentLinkFromEnv', () => {
         commands: { timeoutMs: 5000, attempts: 4 },
       },
     );
+  });
+
+  it('a JWT deployment: .creds and the revocation file removeHost pushes with', async () => {
+    const link = agentLinkFromEnv(
+      {
+        GPUSHARDS_NATS_URL: 'nats://a:4222',
+        GPUSHARDS_NATS_CREDS: 'control-plane.creds',
+        GPUSHARDS_NATS_REVOCATION_FILE: 'control-plane-revocation.json',
+      },
+      '/etc/gpushards',
+    );
+    assert.ok(link !== undefined && 'nats' in link);
+    assert.deepEqual(link.nats, {
+      servers: ['nats://a:4222'],
+      auth: { kind: 'creds', credsFile: '/etc/gpushards/control-plane.creds' },
+      revocationFile: '/etc/gpushards/control-plane-revocation.json',
+    });
+    // A revocation file that cannot serve stops the start, naming what is wrong and no secret.
+    const dir = await mkdtemp(join(tmpdir(), 'gpushards-revocation-'));
+    try {
+      const file = join(dir, 'revocation.json');
+      await writeFile(
+        file,
+        JSON.stringify({
+          account: 'x',
+          signingKeySeed: 'SUSECRETSEED',
+          systemCreds: 'no',
+          agentUsers: {},
+        }),
+      );
+      assert.throws(
+        () => readRevocationFile(file),
+        (error: Error) =>
+          /signingKeySeed: must be an operator nkey seed/.test(error.message) &&
+          /systemCreds: must be a \.creds text/.test(error.message) &&
+          !error.message.includes('SUSECRETSEED'),
+      );
+      assert.throws(() => readRevocationFile(join(dir, 'none.json')), /cannot be read/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('names every bad variable and never echoes the password', () => {

@@ -22,6 +22,11 @@ export interface NatsConnectionOptions {
   readonly servers: readonly string[];
   /** None: the server allows anonymous connections (development only). */
   readonly auth?: NatsAuth;
+  /**
+   * deploy/nats --auth jwt's credentials/control-plane-revocation.json: removeHost revokes the
+   * host's NATS user (NatsHostCredentials). None: nkey or password users, not revoked here.
+   */
+  readonly revocationFile?: string;
 }
 
 /**

@@ -9,6 +9,7 @@ import { HostOperationsService } from './host-operations.service.js';
 import { StuckShardSweeper } from './stuck-shard-sweeper.js';
 import { HostOfflineSweeper } from './host-offline-sweeper.js';
 import { RemovedHosts } from './removed-hosts.js';
+import { HostCredentialRevoker } from './host-credentials.js';
 
 /**
  * The fleet registry, by concern: what agents report (AgentReportsService, called by the agent
@@ -28,6 +29,7 @@ import { RemovedHosts } from './removed-hosts.js';
     HostOfflineSweeper,
     StuckShardSweeper,
     RemovedHosts,
+    HostCredentialRevoker,
   ],
   exports: [
     RemovedHosts,

@@ -12,6 +12,7 @@ import type { Host } from './fleet.model.js';
 import { checkHostId, FleetReadsService } from './fleet-reads.service.js';
 import { lockHost, lockHostShards, setHostState, type LockedHost } from './fleet-statements.js';
 import { RemovedHosts } from './removed-hosts.js';
+import { HostCredentialRevoker } from './host-credentials.js';
 
 /** Shards that keep a host from being removed: any not stopped (PENDING ones wait elsewhere). */
 const LIVE_ON_HOST = [
@@ -41,6 +42,7 @@ export class HostOperationsService {
     private readonly lifecycle: ShardLifecycle,
     private readonly reads: FleetReadsService,
     private readonly removedHosts: RemovedHosts,
+    private readonly revoker: HostCredentialRevoker,
     private readonly metrics: LifecycleMetrics,
     @InjectClock() private readonly clock: Clock,
     @Inject(LOGGER) logger: Logger,
@@ -102,7 +104,8 @@ export class HostOperationsService {
    * Retires a drained host for good: it must be cordoned (drained) or OFFLINE with no live
    * shard left on it (CONFLICT otherwise, saying what is left). It leaves the fleet (hosts,
    * placement: OFFLINE, cordoned, its GPUs missing) and its agent is refused from then on
-   * (RemovedHosts); its row stays for the history of its shards and reservations.
+   * (RemovedHosts); its row stays for the history of its shards and reservations. After the
+   * commit its NATS user is revoked where the deployment allows it (HostCredentialRevoker).
    */
   async remove(caller: Caller, id: string): Promise<Host> {
     const hostId = checkHostId('id', id);
@@ -140,6 +143,8 @@ export class HostOperationsService {
     });
     this.lifecycle.afterCommit(effects);
     this.removedHosts.removed(hostId);
+    // Its agent's NATS user too, where the deployment lets the control plane revoke it.
+    await this.revoker.revokeRemoved();
     this.metrics.committed('host.remove');
     this.logger.info({ hostId, actorTokenId: caller.tokenId }, 'host removed');
     return this.reads.getIncludingRemoved(hostId);

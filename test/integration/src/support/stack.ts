@@ -60,11 +60,16 @@ export class Stack {
 
   /**
    * A migrated database (PostgreSQL by default, or a PGlite folder), the CUDA probe image
-   * (see apps/agent's testing).
+   * (see apps/agent's testing) unless `withProbeImage` is false (no agent runs shards).
    */
-  static async start(name: string, kind: TestDatabaseKind = 'postgres'): Promise<Stack> {
-    const probeImage = `gpushards-it/cuda-probe:${name}-${process.pid}`;
-    importCudaProbeImage(probeImage, fakeLibraries().cuda, nativeArtifacts().interposer);
+  static async start(
+    name: string,
+    kind: TestDatabaseKind = 'postgres',
+    withProbeImage = true,
+  ): Promise<Stack> {
+    const probeImage = withProbeImage ? `gpushards-it/cuda-probe:${name}-${process.pid}` : '';
+    if (withProbeImage)
+      importCudaProbeImage(probeImage, fakeLibraries().cuda, nativeArtifacts().interposer);
     const postgres = kind === 'postgres' ? await startPostgres() : undefined;
     const database = await createTestDatabase(kind, postgres ? { server: postgres } : {});
     await database.prisma.close();
@@ -207,7 +212,7 @@ export class Stack {
     await this.sql?.end();
     await this.database.cleanup();
     await this.postgres?.stop();
-    cleanUpDocker(hostIds, [this.probeImage]);
+    cleanUpDocker(hostIds, this.probeImage === '' ? [] : [this.probeImage]);
     for (const dir of [this.dataDir, ...this.stateDirs.values()]) {
       rmSync(dir, { recursive: true, force: true });
     }
