@@ -87,6 +87,7 @@ export class AdmissionRoom {
   private readonly now: View;
   private readonly both: View;
   private all: View | undefined;
+  private allHosts: Map<string, Host> | undefined;
   private shadow: View | undefined;
   private largestFree: number | undefined;
 
@@ -106,7 +107,7 @@ export class AdmissionRoom {
       (host) =>
         host.state === 'ONLINE' &&
         (resumeHosts.has(host.id) ||
-          host.gpus.some((gpu) => freeBytes(gpu, options.defaultOvercommitRatio) >= smallestNeed)),
+          host.gpus.some((gpu) => roomFor(gpu, smallestNeed, options.defaultOvercommitRatio))),
     );
     // Per GPU: held now (the fleet as given), placed in this pass, kept as spots. The candidate
     // hosts' GPUs (below) are indexed at once, the fleet's when one of another host is asked for
@@ -164,6 +165,17 @@ export class AdmissionRoom {
   /** Every host as held and placed now, promises included: where reclaims are decided. */
   fleetNow(): readonly Host[] {
     return this.allView().hosts;
+  }
+
+  /** The hosts named (those of the fleet), as fleetNow() has them; in the order named. */
+  hostsNow(hostIds: Iterable<string>): Host[] {
+    this.allHosts ??= new Map(this.allView().hosts.map((host) => [host.id as string, host]));
+    const hosts: Host[] = [];
+    for (const id of hostIds) {
+      const host = this.allHosts.get(id);
+      if (host !== undefined) hosts.push(host);
+    }
+    return hosts;
   }
 
   /** Where the shard would go in the shadow fleet, beside the spots kept ahead of it. */
@@ -327,6 +339,18 @@ export class AdmissionRoom {
     const result = place(request, this.withoutPromises(), this.options);
     return result.kind === 'placed' ? result : undefined;
   }
+}
+
+/**
+ * Whether the GPU's free bytes reach `need`. Free bytes are never above what its memory has
+ * left (total − unowned − reserved), so a GPU short of that, as every GPU of a full fleet is,
+ * is passed over without working out its ratio: a pass looks at 8,000 of them.
+ */
+function roomFor(gpu: Gpu, need: number, defaultRatio: number | undefined): boolean {
+  if (need > 0 && gpu.totalBytes - (gpu.unownedBytes ?? 0) - gpu.reservedBytes < need) {
+    return false;
+  }
+  return freeBytes(gpu, defaultRatio) >= need;
 }
 
 /** A suspended shard on its own GPUs, as a placement (GPUs in its order, which is by index). */

@@ -48,10 +48,13 @@ import type { Bytes } from '../sizes.js';
 import type { Host } from '../inventory.js';
 import { AdmissionRoom, promisedRoom, withoutVictims } from './admission-room.js';
 import {
+  chooseIdleOn,
   chooseIdleToSuspend,
   hostBytesOf,
+  suspendableByHost,
   suspendBudgetTakes,
   type MakeRoomAsk,
+  type MakeRoomResult,
 } from './make-room.js';
 import {
   behindWhom,
@@ -168,10 +171,24 @@ export interface AdmissionPlan {
  * turn against what the shards ahead of it left (decideOne).
  */
 export function admit(input: AdmissionInput): AdmissionPlan {
+  return runPass(input, false);
+}
+
+/**
+ * admit() the long way, every shard through every step: make-room asks every host, and no
+ * shard is known to wait for capacity before each step has said so. The same plan as admit()
+ * (the property tests hold them to it on random queues and freeing events); kept as the
+ * reference for the shortcuts that keep admit() cheap on a deep queue.
+ */
+export function admitWholePass(input: AdmissionInput): AdmissionPlan {
+  return runPass(input, true);
+}
+
+function runPass(input: AdmissionInput, whole: boolean): AdmissionPlan {
   const teams = teamsById(input.teams);
   const { expired, live } = partitionExpired(input.pending, input.now);
   const queue = live.sort((a, b) => compareQueued(a, b, teams));
-  const pass = openPass(input, teams, queue);
+  const pass = openPass(input, teams, queue, whole);
   for (let position = 0; position < queue.length; position++) {
     decideOne(pass, queue[position]!, position);
   }
@@ -187,6 +204,8 @@ export function admit(input: AdmissionInput): AdmissionPlan {
 
 /** What one pass reads and has decided so far; each decision reads what those ahead left. */
 interface Pass {
+  /** admitWholePass: no shortcut. */
+  readonly whole: boolean;
   readonly teams: ReadonlyMap<string, QueueTeam>;
   /** Every shard that holds capacity now, leaving ones included. */
   readonly held: readonly HeldShard[];
@@ -202,6 +221,11 @@ interface Pass {
   readonly covered: Map<string, number>;
   /** Shards that hold capacity and are not leaving: who a reclaim may choose. */
   stayingHeld: readonly HeldShard[];
+  /**
+   * The idle elastic shards among them, per host: make-room looks only at these hosts (none,
+   * on most fleets: then it costs nothing per waiting shard).
+   */
+  readonly suspendable: Map<string, HeldShard[]>;
   /** Shards a requeued victim was reclaimed for, while they still wait in this pass. */
   readonly reclaimersWaiting: Set<string>;
   readonly placements: Placement[];
@@ -217,27 +241,26 @@ function openPass(
   input: AdmissionInput,
   teams: ReadonlyMap<string, QueueTeam>,
   queue: readonly PendingShard[],
+  whole: boolean,
 ): Pass {
   const { fleet, held, options = {} } = input;
   const holdings = holdingsOf(held, teams, input.suspended);
   const covered = new Map<string, number>();
   for (const [teamId, holding] of holdings) covered.set(teamId, holding.guaranteedModelBytes);
   const smallestNeedFrom = smallestNeedsFrom(queue, fleet, options);
+  const stayingHeld = held.filter((s) => !s.leaving);
   return {
+    whole,
     teams,
     held,
     options,
-    room: new AdmissionRoom(
-      fleet,
-      smallestNeedFrom[0]!,
-      options,
-      new Set(queue.flatMap((shard) => (shard.resume === undefined ? [] : [shard.resume.hostId]))),
-    ),
+    room: new AdmissionRoom(fleet, smallestNeedFrom[0]!, options, resumeHostsOf(queue)),
     smallestNeedFrom,
     full: false,
     holdings,
     covered,
-    stayingHeld: held.filter((s) => !s.leaving),
+    stayingHeld,
+    suspendable: suspendableByHost(stayingHeld),
     reclaimersWaiting: reclaimersWaitingIn(queue),
     placements: [],
     preemptions: [],
@@ -248,6 +271,12 @@ function openPass(
   };
 }
 
+function resumeHostsOf(queue: readonly PendingShard[]): Set<string> {
+  const hosts = new Set<string>();
+  for (const shard of queue) if (shard.resume !== undefined) hosts.add(shard.resume.hostId);
+  return hosts;
+}
+
 /**
  * One shard, in this order: it waits while the shard it was reclaimed for waits, or when its
  * team's limit or (non-preemptible) guarantee does not allow it; else it is placed where it
@@ -256,6 +285,15 @@ function openPass(
  */
 function decideOne(pass: Pass, shard: PendingShard, position: number): void {
   if (!pass.full && pass.smallestNeedFrom[position]! > pass.room.largestFreeNow()) pass.full = true;
+  if (
+    !pass.whole &&
+    pass.full &&
+    pass.suspendable.size === 0 &&
+    onlyWaitsForCapacity(pass, shard)
+  ) {
+    wait(pass, shard, CAPACITY);
+    return;
+  }
   if (shard.resume !== undefined) {
     decideResume(pass, shard, shard.resume);
     return;
@@ -323,6 +361,23 @@ function decideOne(pass: Pass, shard: PendingShard, position: number): void {
 }
 
 /**
+ * Once nothing fits anywhere and no idle shard can be suspended, the deep end of a queue is
+ * mostly shards that can do nothing but wait for capacity: preemptible (no guarantee wait),
+ * of a team with no limit (no quota wait) and no guarantee (no reclaim), neither requeued for
+ * another shard nor reclaiming. decideOne would find CAPACITY for them the long way; this
+ * finds it with one lookup, so a pass over 10,000 of them costs little more than its list.
+ */
+function onlyWaitsForCapacity(pass: Pass, shard: PendingShard): boolean {
+  if (!shard.preemptible || shard.resume !== undefined) return false;
+  if (shard.reclaimedFor !== undefined || shard.reclaimInFlight) return false;
+  const team = pass.teams.get(shard.teamId);
+  return (
+    team === undefined ||
+    (team.guarantee.bytes <= 0 && team.maxShards === undefined && team.maxTotalBytes === undefined)
+  );
+}
+
+/**
  * A SUSPENDED shard whose resume is wanted: it comes back to its own GPUs when they have room
  * beside the spots kept ahead of it (the fleet's "full" bound is not asked: a resume needs no
  * room in the oversubscription ratio, its cap is already there), else idle elastic shards of
@@ -359,23 +414,58 @@ function decideResume(pass: Pass, shard: PendingShard, resume: SuspendedShard): 
  * reclaimable, and the room they free is promised to it as its spot. False when none would do.
  */
 function makeRoom(pass: Pass, shard: PendingShard, ask: MakeRoomAsk): boolean {
-  const result = chooseIdleToSuspend(
-    ask,
-    pass.room.fleetNow(),
-    pass.stayingHeld,
-    pass.options,
-    pass.suspendingByHost,
-  );
-  if (result.kind === 'none') return false;
+  const result = pass.whole
+    ? chooseIdleToSuspend(
+        ask,
+        pass.room.fleetNow(),
+        pass.stayingHeld,
+        pass.options,
+        pass.suspendingByHost,
+      )
+    : chooseIdleOnIndexed(pass, ask);
+  if (result === undefined || result.kind === 'none') return false;
   const ids = new Set<string>();
   for (const victim of result.victims) {
     ids.add(victim.id);
     recordSuspension(pass, victim, 'make-room', shard.id);
   }
-  pass.stayingHeld = pass.stayingHeld.filter((s) => !ids.has(s.id));
+  leaveStaying(pass, result.victims, ids);
   pass.room.promise(shard.id, result.placed);
   wait(pass, shard, { kind: 'suspending', victimIds: [...ids] }, result.placed);
   return true;
+}
+
+/**
+ * chooseIdleToSuspend over the hosts that have an idle elastic shard only (the pass's index):
+ * the same choice (it does not depend on the hosts' order), and nothing asked of the fleet
+ * when no host has one. Undefined: none.
+ */
+function chooseIdleOnIndexed(pass: Pass, ask: MakeRoomAsk): MakeRoomResult | undefined {
+  let byHost: ReadonlyMap<string, readonly HeldShard[]> = pass.suspendable;
+  if (ask.resume !== undefined) {
+    const own = pass.suspendable.get(ask.resume.hostId);
+    byHost = own === undefined ? new Map() : new Map([[ask.resume.hostId, own]]);
+  }
+  if (byHost.size === 0) return undefined;
+  return chooseIdleOn(
+    ask,
+    pass.room.hostsNow(byHost.keys()),
+    byHost,
+    pass.options,
+    pass.suspendingByHost,
+  );
+}
+
+/** The victims no longer hold capacity to stay: neither reclaim nor make-room may take them. */
+function leaveStaying(pass: Pass, victims: readonly HeldShard[], ids: ReadonlySet<string>): void {
+  pass.stayingHeld = pass.stayingHeld.filter((s) => !ids.has(s.id));
+  for (const victim of victims) {
+    const list = pass.suspendable.get(victim.hostId);
+    if (list === undefined) continue;
+    const rest = list.filter((s) => !ids.has(s.id));
+    if (rest.length === 0) pass.suspendable.delete(victim.hostId);
+    else pass.suspendable.set(victim.hostId, rest);
+  }
 }
 
 function recordSuspension(
@@ -446,7 +536,7 @@ function recordReclaim(
       pass.covered.set(victim.teamId, (pass.covered.get(victim.teamId) ?? 0) - victim.quotaBytes);
     }
   }
-  pass.stayingHeld = pass.stayingHeld.filter((s) => !ids.has(s.id));
+  leaveStaying(pass, result.victims, ids);
   pass.room.promise(shard.id, result.placed);
   wait(
     pass,

@@ -98,6 +98,26 @@ function better(a: Candidate, b: Candidate): boolean {
 }
 
 /**
+ * The idle elastic shards that may be suspended, per host, in the order of `held` (only the
+ * ask's own host for a resume). An admission pass keeps this and drops each victim it takes,
+ * so a waiting shard looks only at hosts that have one, not at the whole fleet.
+ */
+export function suspendableByHost(
+  held: readonly HeldShard[],
+  onlyHostId?: string,
+): Map<string, HeldShard[]> {
+  const byHost = new Map<string, HeldShard[]>();
+  for (const shard of held) {
+    if (!mayBeSuspended(shard)) continue;
+    if (onlyHostId !== undefined && shard.hostId !== onlyHostId) continue;
+    const list = byHost.get(shard.hostId);
+    if (list === undefined) byHost.set(shard.hostId, [shard]);
+    else list.push(shard);
+  }
+  return byHost;
+}
+
+/**
  * Which idle elastic shards to suspend so that the ask fits (fleet: every host as held and
  * placed now, promises included; held: shards that hold capacity and are not leaving).
  */
@@ -108,14 +128,23 @@ export function chooseIdleToSuspend(
   options: PlacementOptions = {},
   suspendingByHost: ReadonlyMap<string, number> = new Map(),
 ): MakeRoomResult {
-  const byHost = new Map<string, HeldShard[]>();
-  for (const shard of held) {
-    if (!mayBeSuspended(shard)) continue;
-    if (ask.resume !== undefined && shard.hostId !== ask.resume.hostId) continue;
-    const list = byHost.get(shard.hostId);
-    if (list === undefined) byHost.set(shard.hostId, [shard]);
-    else list.push(shard);
-  }
+  const byHost = suspendableByHost(held, ask.resume?.hostId);
+  return chooseIdleOn(ask, fleet, byHost, options, suspendingByHost);
+}
+
+/**
+ * chooseIdleToSuspend over the hosts given, with the suspendable shards per host already
+ * gathered (suspendableByHost); hosts without one are skipped. The choice does not depend on
+ * the hosts' order (fewest victims, fewest bytes, smallest host id), so a caller may give only
+ * the hosts that have one.
+ */
+export function chooseIdleOn(
+  ask: MakeRoomAsk,
+  hosts: Iterable<Host>,
+  byHost: ReadonlyMap<string, readonly HeldShard[]>,
+  options: PlacementOptions = {},
+  suspendingByHost: ReadonlyMap<string, number> = new Map(),
+): MakeRoomResult {
   const fits = (host: Host, victims: readonly HeldShard[]): Placed | undefined => {
     const after = withoutVictims(
       host,
@@ -135,7 +164,7 @@ export function chooseIdleToSuspend(
     return result.kind === 'placed' ? result : undefined;
   };
   let best: Candidate | undefined;
-  for (const host of fleet) {
+  for (const host of hosts) {
     const candidates = byHost.get(host.id);
     if (candidates === undefined || (host.suspendBudgetBytes ?? 0) <= 0) continue;
     const chosen: HeldShard[] = [];

@@ -1,0 +1,129 @@
+// admit() alone, in memory: the bench fleet (1,000 hosts × 8 × 80 GiB GPUs, each full with one
+// 79.5 GiB reservation) and --pending shards of 40 GiB waiting behind it; one GPU is freed per
+// pass (as a freeing event does) and the pass decided, --passes times. Reports the CPU per pass
+// of admit() (the decision only: no database), for the builds given (--dists: libs/limits dist
+// folders), side by side in one process run each.
+//   node bench/queue/admit-pass.mjs [--dists libs/limits/dist,/tmp/before/libs/limits/dist]
+//        [--labels after,before] [--pending 10000] [--passes 300]
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+
+const { values: options } = parseArgs({
+  options: {
+    dists: { type: 'string', default: 'libs/limits/dist' },
+    labels: { type: 'string' },
+    pending: { type: 'string', default: '10000' },
+    passes: { type: 'string', default: '300' },
+    rounds: { type: 'string', default: '2' },
+    'run-dist': { type: 'string' },
+  },
+});
+const GiB = 2 ** 30;
+const MiB = 2 ** 20;
+
+async function runOnce(dist) {
+  const { admit } = await import(`${dist}/index.js`);
+  const hosts = [];
+  for (let h = 0; h < 1000; h++) {
+    const id = `host-${String(h).padStart(4, '0')}`;
+    hosts.push({
+      id,
+      name: id,
+      state: 'ONLINE',
+      labels: {},
+      gpus: Array.from({ length: 8 }, (_, i) => ({
+        uuid: `GPU-${id}-${i}`,
+        index: i,
+        model: 'NVIDIA H100 80GB HBM3',
+        totalBytes: 80 * GiB,
+        reservedBytes: 79 * GiB + 512 * MiB,
+      })),
+    });
+  }
+  const pending = Array.from({ length: Number(options.pending) }, (_, n) => ({
+    id: `00000000-0000-0000-0000-${String(n).padStart(12, '0')}`,
+    teamId: 'team',
+    request: {
+      bytesPerGpu: 40 * GiB,
+      gpuCount: 1,
+      gpuModel: {},
+      hostSelector: {},
+      policy: 'binpack',
+    },
+    priorityRank: 0,
+    preemptible: true,
+    arrivedAt: 1_000_000 + n,
+  }));
+  const teams = [{ id: 'team', name: 'bench', guarantee: { bytes: 0 }, decayedGiBHours: 0 }];
+  let fleet = hosts;
+  let queue = pending;
+  const passes = Number(options.passes);
+  let placed = 0;
+  const cpu0 = process.cpuUsage();
+  for (let i = 0; i < passes; i++) {
+    // A freeing event: the i-th GPU's shard ended.
+    const h = Math.floor(i / 8) % hosts.length;
+    const g = i % 8;
+    fleet = fleet.map((host, j) =>
+      j !== h
+        ? host
+        : {
+            ...host,
+            gpus: host.gpus.map((gpu, k) => (k !== g ? gpu : { ...gpu, reservedBytes: 0 })),
+          },
+    );
+    const plan = admit({ fleet, held: [], pending: queue, teams, now: 2_000_000 });
+    placed += plan.placements.length;
+    const ids = new Set(plan.placements.map((p) => p.shardId));
+    // What the placement leaves: the GPU reserved again, the shard out of the queue.
+    for (const p of plan.placements) {
+      fleet = fleet.map((host) =>
+        host.id !== p.placed.hostId
+          ? host
+          : {
+              ...host,
+              gpus: host.gpus.map((gpu) =>
+                p.placed.gpuUuids.includes(gpu.uuid)
+                  ? { ...gpu, reservedBytes: gpu.reservedBytes + p.placed.reservedBytesPerGpu }
+                  : gpu,
+              ),
+            },
+      );
+    }
+    queue = queue.filter((s) => !ids.has(s.id));
+  }
+  const used = process.cpuUsage(cpu0);
+  return { cpuMsPerPass: (used.user + used.system) / 1000 / passes, placed, passes };
+}
+
+if (options['run-dist'] !== undefined) {
+  process.stdout.write(`RESULT ${JSON.stringify(await runOnce(options['run-dist']))}\n`);
+  process.exit(0);
+}
+const dists = options.dists.split(',').map((d) => resolve(d));
+const labels = options.labels?.split(',') ?? dists;
+for (let round = 1; round <= Number(options.rounds); round++) {
+  for (const [i, dist] of dists.entries()) {
+    const child = spawnSync(
+      process.execPath,
+      [
+        fileURLToPath(import.meta.url),
+        '--run-dist',
+        dist,
+        '--pending',
+        options.pending,
+        '--passes',
+        options.passes,
+      ],
+      { encoding: 'utf8' },
+    );
+    const line = child.stdout.split('\n').find((l) => l.startsWith('RESULT '));
+    if (line === undefined) throw new Error(`${dist}: ${child.stderr}`);
+    const r = JSON.parse(line.slice(7));
+    console.log(
+      JSON.stringify({ build: labels[i], round, ...r, cpuMsPerPass: r.cpuMsPerPass.toFixed(2) }),
+    );
+  }
+}
