@@ -148,6 +148,24 @@ async function runOnce(dist, database, pgPid) {
   const { ShardEventBus } = await import(`${dist}/events/shard-event-bus.js`);
   const { QueueService } = await import(`${dist}/queue/queue.service.js`);
   const { FleetCache } = await import(`${dist}/placement/fleet-cache.js`);
+  // The CPU of this process while an admission pass runs (QueueService's pass, the same
+  // private method in every build compared so far): the admission's own cost per event, apart
+  // from the delete's transaction and the bench's driving (in the latency case one event at a
+  // time, so little else runs meanwhile).
+  const passCpu = { us: 0, passes: 0 };
+  const pass = QueueService.prototype.pass;
+  if (typeof pass === 'function') {
+    QueueService.prototype.pass = async function (...args) {
+      const before = process.cpuUsage();
+      try {
+        return await pass.apply(this, args);
+      } finally {
+        const used = process.cpuUsage(before);
+        passCpu.us += used.user + used.system;
+        passCpu.passes++;
+      }
+    };
+  }
   const dataDir = await mkdtemp(join(os.tmpdir(), 'gpushards-queue-bench-'));
   const silent = new Writable({ write: (_chunk, _encoding, done) => done() });
   const cp = await createControlPlane({
@@ -207,6 +225,7 @@ async function runOnce(dist, database, pgPid) {
     const fromFreedMs = [];
     if (options.statements) await sql.query('SELECT pg_stat_statements_reset()');
     const cpu0 = { node: nodeCpu(), pg: postgresCpu(pgPid) };
+    const pass0 = { ...passCpu };
     for (let i = 0; i < EVENTS; i++) {
       const placed = placedUntil(placedFromQueue + 1);
       freeing = victims[i];
@@ -228,6 +247,8 @@ async function runOnce(dist, database, pgPid) {
       freedP99: quantile(fromFreedMs, 0.99),
       nodeCpuMsPerEvent: ((cpu1.node - cpu0.node) * 1000) / EVENTS,
       pgCpuMsPerEvent: ((cpu1.pg - cpu0.pg) * 1000) / EVENTS,
+      passCpuMsPerEvent: (passCpu.us - pass0.us) / 1000 / EVENTS,
+      passesPerEvent: (passCpu.passes - pass0.passes) / EVENTS,
     });
     if (options.statements) {
       const { rows } = await sql.query(
@@ -376,6 +397,7 @@ try {
         'max ms': r.max.toFixed(1),
         'freed→placed p50 / p99 ms': `${r.freedP50.toFixed(1)} / ${r.freedP99.toFixed(1)}`,
         'cp cpu ms/event': r.nodeCpuMsPerEvent.toFixed(1),
+        'pass cpu ms/event': `${r.passCpuMsPerEvent.toFixed(1)} (${r.passesPerEvent.toFixed(2)} passes)`,
         'pg cpu ms/event': r.pgCpuMsPerEvent.toFixed(1),
         'api placed/s': Math.round(r.apiPlacedPerSecond),
         'api deletes ms': r.apiDeletesMs.toFixed(0),

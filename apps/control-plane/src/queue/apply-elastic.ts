@@ -7,7 +7,7 @@
  * SUSPENDED, so the next pass keeps that room for it).
  */
 import type { Placement, Resume, Suspension } from '@gpushards/limits';
-import type { Prisma } from '../database/index.js';
+import type { RawSql } from '../database/index.js';
 import type { ElasticMoves } from '../elastic/elastic-moves.js';
 import { NotSuspendableError } from '../errors/domain-errors.js';
 import type { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
@@ -19,7 +19,7 @@ import { StalePlan } from './apply-placements.js';
  * longer SUSPENDED (stopped, or resumed by another pass) is skipped.
  */
 export async function applyResumes(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   moves: ElasticMoves,
   lifecycle: ShardLifecycle,
   resumes: readonly Resume[],
@@ -50,7 +50,7 @@ export async function applyResumes(
  * take (its budget changed since the pass read it) is skipped, and the next pass decides again.
  */
 export async function applySuspensions(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   moves: ElasticMoves,
   lifecycle: ShardLifecycle,
   suspensions: readonly Suspension[],

@@ -8,7 +8,7 @@
  * queue): not placed.
  */
 import type { Placement } from '@gpushards/limits';
-import type { Prisma } from '../database/index.js';
+import type { RawSql } from '../database/index.js';
 import { tryLaunchSpecOf } from '../shards/launch-spec.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 import type { CommitEffects, ShardLifecycle, ShardMove } from '../shards/shard-lifecycle.js';
@@ -20,7 +20,7 @@ export class StalePlan extends Error {
 }
 
 export async function applyPlacements(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   lifecycle: ShardLifecycle,
   placements: readonly Placement[],
   effects: CommitEffects,

@@ -4,12 +4,12 @@
  * shard that moved since the pass read it is left as it is.
  */
 import type { AdmissionPlan, PendingShard, Preemption } from '@gpushards/limits';
-import type { Prisma } from '../database/index.js';
+import type { RawSql } from '../database/index.js';
 import type { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 
 /** Expires the plan's shards still PENDING; returns those expired and those skipped. */
 export async function applyExpiries(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   lifecycle: ShardLifecycle,
   expired: AdmissionPlan['expired'],
   effects: CommitEffects,
@@ -50,7 +50,7 @@ export interface ReclaimContext {
  * Returns the preemptions applied and the reclaims in flight with these stops added.
  */
 export async function applyReclaims(
-  tx: Prisma.TransactionClient,
+  tx: RawSql,
   lifecycle: ShardLifecycle,
   preemptions: readonly Preemption[],
   context: ReclaimContext,

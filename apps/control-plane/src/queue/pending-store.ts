@@ -11,10 +11,10 @@
  * placement that is not written, never a shard placed twice.
  */
 import type { PendingShard, PriorityClasses } from '@gpushards/limits';
-import type { Prisma } from '../database/index.js';
+import type { RawSql } from '../database/index.js';
 import { readPending } from './queue-reads.js';
 
-type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
+type Reader = Pick<RawSql, '$queryRaw'>;
 
 /** The copy is read whole at least this often. */
 export const WHOLE_READ_INTERVAL_MS = 30_000;

@@ -16,10 +16,10 @@ import {
   type SuspendedShard,
   MIN_IDLE_SECONDS,
 } from '@gpushards/limits';
-import { Prisma } from '../database/index.js';
+import { Prisma, type RawSql } from '../database/index.js';
 import { stringRecord } from '../shards/shard-record.js';
 
-type Reader = Pick<Prisma.TransactionClient, '$queryRaw'>;
+type Reader = Pick<RawSql, '$queryRaw'>;
 
 /** One pending shard as readPending's aggregate carries it (a JSON array, see the query). */
 type PendingRow = [
@@ -408,7 +408,7 @@ export function withReservedBytes(
 
 /** How many of these shards (left the queue since a follower's last view) were placed. */
 export async function countPlacedAmong(
-  reader: Pick<Prisma.TransactionClient, '$queryRaw'>,
+  reader: Reader,
   shardIds: readonly string[],
 ): Promise<number> {
   // A placement sets the host; a shard deleted or expired while it waited never had one.

@@ -14,7 +14,7 @@ import {
   type Host,
   type PendingShard,
 } from '@gpushards/limits';
-import { Prisma, PrismaService } from '../database/index.js';
+import { PrismaService, type RawSql } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache } from '../placement/fleet-cache.js';
 import { QueueSignal } from '../placement/queue-signal.js';
@@ -234,7 +234,9 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       const effects = new CommitEffects();
       try {
         const started = performance.now();
-        const result = await this.prisma.$transaction(
+        // On the client's pool without its query interpreter (DirectSql): a pass's dozen
+        // statements cost a third of the CPU they did through Prisma's transaction.
+        const result = await this.prisma.direct.transaction(
           (tx) => this.decideAndApply(tx, now, effects, admitter),
           { maxWait: 10_000, timeout: 30_000 },
         );
@@ -279,7 +281,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
 
   /** Reads what the decision needs besides the queue, and decides. */
   private async decide(
-    reader: Pick<Prisma.TransactionClient, '$queryRaw'>,
+    reader: Pick<RawSql, '$queryRaw'>,
     waiting: readonly PendingShard[],
     now: Date,
   ): Promise<{ plan: AdmissionPlan; input: PassInput }> {
@@ -358,7 +360,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private async decideAndApply(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     now: Date,
     effects: CommitEffects,
     fromMemory: boolean,
