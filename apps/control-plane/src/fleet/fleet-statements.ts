@@ -98,10 +98,12 @@ export async function touchLiveHosts(
   // In id order, so that two batches touching the same hosts lock them in one order.
   const sorted = [...new Set(hostIds)].sort();
   // Rows locked in id order (LockRows over the sort), as any other multi-row locker must.
+  // FOR NO KEY UPDATE, the lock the UPDATE itself takes: it waits for a state change (those
+  // lock FOR UPDATE) but not for a createShard batch, which holds its hosts FOR KEY SHARE.
   const alive = await sql.$queryRaw<{ id: string }[]>`
     WITH locked AS MATERIALIZED (
       SELECT id FROM host WHERE id = ANY(${sorted}::text[]) AND state <> 'OFFLINE'
-       ORDER BY id FOR UPDATE)
+       ORDER BY id FOR NO KEY UPDATE)
     UPDATE host SET last_heartbeat_at = ${now}
       FROM locked
      WHERE host.id = locked.id AND host.state <> 'OFFLINE'
@@ -139,14 +141,19 @@ export class HeartbeatRows {
   }
 }
 
-/** Each GPU's used bytes as its host reports them (only rows that change are written). */
+/**
+ * Each GPU's used bytes as its host reports them (only rows that change are written). A GPU
+ * row that another transaction holds (a createShard batch or a release reserving on it) is
+ * skipped, not waited for: used bytes are a sample for display and metrics, which placement
+ * does not read, and the host's next heartbeat writes it.
+ */
 export async function writeGpuUsage(sql: RawSql, rows: HeartbeatRows): Promise<void> {
   if (rows.gpuUuids.length === 0) return;
   const uuids = [...new Set(rows.gpuUuids)].sort();
-  // GPU rows locked in UUID order, the order placement locks them in (queue.service.ts).
   await sql.$executeRaw`
     WITH locked AS MATERIALIZED (
-      SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[]) ORDER BY uuid FOR UPDATE)
+      SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[])
+       ORDER BY uuid FOR NO KEY UPDATE SKIP LOCKED)
     UPDATE gpu SET used_bytes = reported.used
       FROM unnest(${rows.gpuHostIds}::text[], ${rows.gpuUuids}::text[], ${rows.gpuUsed}::bigint[])
            AS reported(host_id, uuid, used),
@@ -253,6 +260,63 @@ export function runnableShards(
      LIMIT ${MAX_SHARDS_PER_HOST}`;
 }
 
+/** A host's shard with the GPUs it holds (null: none), ordered as the host's reservation lists them. */
+export type ShardWithGpus = ShardRecord & { gpuUuids: string[] | null };
+
+/** What a reconcile reads of its host (readHostForReconcile). */
+export interface HostReconcileView {
+  readonly hostState: HostState;
+  /** The host's shards in the live states asked, with their GPUs, oldest first. */
+  readonly shards: ShardWithGpus[];
+  /** Ids of the host's shards in the stopped states asked, newest first, bounded by the protocol. */
+  readonly stoppedIds: string[];
+}
+
+/**
+ * Everything a reconcile reads of a host, in one statement: its state, its shards in
+ * `liveStates` with their GPUs (what runnableShards and readHostShards read) and the ids of its
+ * newest shards in `stoppedStates` (newestShardIds). Undefined for a host that never registered.
+ */
+export async function readHostForReconcile(
+  sql: RawSql,
+  hostId: string,
+  liveStates: readonly ShardState[],
+  stoppedStates: readonly ShardState[],
+): Promise<HostReconcileView | undefined> {
+  const rows = await sql.$queryRaw<
+    (Omit<ShardWithGpus, 'id'> & {
+      id: string | null;
+      hostState: HostState;
+      stoppedIds: string[];
+    })[]
+  >`
+    SELECT host.state::text AS "hostState",
+           ARRAY(SELECT stopped.id::text FROM shard AS stopped
+                  WHERE stopped.host_id = ${hostId}
+                    AND stopped.state = ANY(${[...stoppedStates]}::shard_state[])
+                  ORDER BY stopped.updated_at DESC, stopped.id
+                  LIMIT ${MAX_SHARDS_PER_HOST}) AS "stoppedIds",
+           live.*
+      FROM host
+      LEFT JOIN LATERAL (
+        SELECT ${SHARD_COLUMNS},
+               (SELECT array_agg(held.gpu_uuid ORDER BY gpu.index, held.gpu_uuid)
+                  FROM shard_gpu held JOIN gpu ON gpu.uuid = held.gpu_uuid
+                 WHERE held.shard_id = shard.id AND held.released_at IS NULL) AS "gpuUuids"
+          FROM shard
+         WHERE shard.host_id = ${hostId} AND shard.state = ANY(${[...liveStates]}::shard_state[])
+      ) AS live ON true
+     WHERE host.id = ${hostId}
+     ORDER BY live."createdAt", live.id`;
+  const first = rows[0];
+  if (first === undefined) return undefined;
+  const shards: ShardWithGpus[] = [];
+  for (const { hostState: _state, stoppedIds: _stopped, id, ...shard } of rows) {
+    if (id !== null) shards.push({ id, ...shard });
+  }
+  return { hostState: first.hostState, shards, stoppedIds: first.stoppedIds };
+}
+
 /** Ids of the host's shards in `states`, newest first, bounded by the protocol. */
 export async function newestShardIds(
   sql: RawSql,
@@ -306,7 +370,10 @@ export async function reviveHost(
   return rows[0]?.state;
 }
 
-/** The host row, locked for an operator's change. */
+/**
+ * The host row, locked for an operator's change. FOR UPDATE, as every change of a host's state
+ * locks it: createShard's batch holds its hosts only FOR KEY SHARE, which this waits for.
+ */
 export async function lockHost(tx: RawSql, hostId: string): Promise<LockedHost | undefined> {
   const rows = await tx.$queryRaw<LockedHost[]>`
     SELECT id, state::text AS state, cordoned FROM host WHERE id = ${hostId} FOR UPDATE`;

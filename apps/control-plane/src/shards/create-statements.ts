@@ -44,8 +44,9 @@ export interface BatchWritten {
  * One statement for a whole batch, the conditional reservation and the rows:
  *
  * 1. Each chosen GPU's reserved bytes rise by the sum of the batch's shards on it, only where
- *    the host is still ONLINE (share-locked, so a cordon, drain or offline sweep waits for
- *    this transaction and then sees its shards) and the GPU keeps reserved ≤ floor(total ×
+ *    the host is still ONLINE (locked FOR KEY SHARE: a cordon, drain, offline sweep or
+ *    re-registration locks the host FOR UPDATE first, so it waits for this transaction and then
+ *    sees its shards, while a heartbeat's FOR NO KEY UPDATE does not wait) and the GPU keeps reserved ≤ floor(total ×
  *    overcommit); its compute shares (and its isolated ones) rise by theirs where they fit
  *    (`gpu_compute_fits`, the rule of libs/limits computeShareFits). The GPU rows are locked in UUID order first, the order every writer of GPU
  *    rows uses, so concurrent batches and heartbeats queue instead of deadlocking.
@@ -87,7 +88,7 @@ export async function writeBatch(
     ), schedulable AS (
       SELECT id FROM host
        WHERE id = ANY(${hostIds}::text[]) AND state = 'ONLINE'
-       ORDER BY id FOR SHARE
+       ORDER BY id FOR KEY SHARE
     ), locked AS (
       SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[]) ORDER BY uuid FOR UPDATE
     ), taken AS (
