@@ -13,6 +13,7 @@ import {
   quotaBytesOf,
   type TeamUsage,
   teamUsageOf,
+  withinQuotaLimits,
 } from './quota.js';
 
 function request(gib: number, gpuCount = 1, include?: string[]): QuotaRequest {
@@ -305,6 +306,114 @@ describe('evaluateQuota (properties)', () => {
         );
       }),
       { numRuns: 1000 },
+    );
+  });
+});
+
+/** The requests a batch accepts, decided one after another from `held` (as createShard does). */
+function acceptedFrom(
+  requests: readonly QuotaRequest[],
+  held: TeamUsage,
+  policy: QuotaPolicy,
+): QuotaRequest[] {
+  const accepted: QuotaRequest[] = [];
+  let usage = held;
+  for (const req of requests) {
+    if (!evaluateQuota(req, usage, policy).allowed) continue;
+    accepted.push(req);
+    usage = plus(usage, teamUsageOf([req]));
+  }
+  return accepted;
+}
+
+function plus(a: TeamUsage, b: TeamUsage): TeamUsage {
+  return {
+    reservedBytes: bytes(a.reservedBytes + b.reservedBytes),
+    shardCount: a.shardCount + b.shardCount,
+  };
+}
+
+describe('withinQuotaLimits: a batch decided without the team lock, checked under it (properties)', () => {
+  test('passing the check means every accepted create was within the limits after all that committed before it', () => {
+    fc.assert(
+      fc.property(
+        fc.array(requestArb, { maxLength: 8 }),
+        usageArb,
+        usageArb,
+        policyArb,
+        (requests, read, now, policy) => {
+          // Decided on `read` (the usage when the batch read it, unlocked); `now` is what the
+          // team holds when the batch takes the lock (others committed or freed meanwhile).
+          const accepted = acceptedFrom(requests, read, policy);
+          if (accepted.length === 0) return true;
+          if (!withinQuotaLimits(plus(now, teamUsageOf(accepted)), policy)) return true;
+          let usage = now;
+          for (const req of accepted) {
+            assert.ok(evaluateQuota(req, usage, policy).allowed, 'a locked run would refuse it');
+            usage = plus(usage, teamUsageOf([req]));
+          }
+          return true;
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('a batch whose read nobody changed always passes', () => {
+    fc.assert(
+      fc.property(
+        fc.array(requestArb, { maxLength: 8 }),
+        usageArb,
+        policyArb,
+        (requests, held, policy) => {
+          const accepted = acceptedFrom(requests, held, policy);
+          return (
+            accepted.length === 0 || withinQuotaLimits(plus(held, teamUsageOf(accepted)), policy)
+          );
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('any interleaving of batches, checked and committed one at a time, never passes a limit', () => {
+    fc.assert(
+      fc.property(
+        policyArb,
+        fc.array(fc.tuple(fc.array(requestArb, { maxLength: 5 }), fc.nat(), fc.nat()), {
+          minLength: 1,
+          maxLength: 6,
+        }),
+        (policy, batches) => {
+          // Each batch reads the committed usage at some point (its read index) and commits
+          // at a later one; batches commit in the order of their commit index.
+          const order = batches
+            .map(([requests, a, b], i) => ({
+              requests,
+              read: Math.min(a, b),
+              commit: Math.max(a, b),
+              i,
+            }))
+            .sort((x, y) => x.commit - y.commit || x.i - y.i);
+          let committed: TeamUsage = { reservedBytes: bytes(0), shardCount: 0 };
+          const history: { at: number; usage: TeamUsage }[] = [{ at: -1, usage: committed }];
+          for (const batch of order) {
+            const seen = [...history].reverse().find((h) => h.at < batch.read)!.usage;
+            let accepted = acceptedFrom(batch.requests, seen, policy);
+            if (
+              accepted.length > 0 &&
+              !withinQuotaLimits(plus(committed, teamUsageOf(accepted)), policy)
+            ) {
+              accepted = acceptedFrom(batch.requests, committed, policy); // again, under the lock
+            }
+            committed = plus(committed, teamUsageOf(accepted));
+            history.push({ at: batch.commit, usage: committed });
+            if (accepted.length > 0) assert.ok(withinQuotaLimits(committed, policy));
+          }
+          return true;
+        },
+      ),
+      { numRuns: 2000 },
     );
   });
 });

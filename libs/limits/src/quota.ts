@@ -207,3 +207,19 @@ export function evaluateQuota(
   }
   return { allowed: true };
 }
+
+/**
+ * Whether a team's usage, read under its lock at the end of a transaction that added shards
+ * to it (those shards included), is within the team's limits. createShard decides a batch on
+ * a read taken without the lock and takes the lock only to commit; every create it accepted
+ * was within the limits after the creates before it in that read, and each added to the usage,
+ * so a total within the limits means each was also within them after everything committed
+ * before it: the outcome of a run that had taken the lock first. A total over a limit means
+ * the read was stale in a way that matters; the batch is decided again under the lock.
+ */
+export function withinQuotaLimits(usage: TeamUsage, policy: QuotaPolicy): boolean {
+  return (
+    (policy.maxShards === undefined || usage.shardCount <= policy.maxShards) &&
+    (policy.maxTotalBytes === undefined || usage.reservedBytes <= policy.maxTotalBytes)
+  );
+}

@@ -32,6 +32,11 @@ export interface Pending {
   fresh: boolean;
   /** Run in a batch of its own: its last batch failed as a whole. */
   alone: boolean;
+  /**
+   * Decided under its team's lock taken first: its last batch, decided on a read without the
+   * lock, found the team changed under the lock, or failed.
+   */
+  lockFirst: boolean;
   readonly resolve: (created: CreatedShard) => void;
   readonly reject: (error: unknown) => void;
 }

@@ -1,3 +1,4 @@
+import { withinQuotaLimits } from '@gpushards/limits';
 import { Inject, Injectable } from '@nestjs/common';
 import { performance } from 'node:perf_hooks';
 import type { Caller } from '../auth/caller.js';
@@ -6,6 +7,7 @@ import {
   isUniqueViolation,
   postgresErrorCode,
   PrismaService,
+  type RawSql,
 } from '../database/index.js';
 import { ConflictError, NoCapacityError, QuotaExceededError } from '../errors/domain-errors.js';
 import { recordShardEvents } from '../events/shard-event-store.js';
@@ -23,7 +25,14 @@ import { replayOf } from './idempotency.js';
 import { CommitEffects, ShardLifecycle } from './shard-lifecycle.js';
 import type { ShardRequest } from './shard-input.js';
 import type { ShardRecord } from './shard-record.js';
-import { readTeamStates } from './team-quota.js';
+import {
+  lockTeamStatesLate,
+  quotaPolicyOf,
+  readTeamStates,
+  sameTerms,
+  usageOf,
+  type TeamState,
+} from './team-quota.js';
 
 /**
  * Batches a createShard may take part in before it is answered anyway: a request goes round
@@ -54,12 +63,14 @@ function isTransient(error: unknown): boolean {
 /**
  * createShard's transactions, one batch at a time per process (group commit): calls that
  * arrive while a batch runs wait and go together in the next one. A batch is one transaction
- * of four statements whatever its size (five with idempotency keys): BEGIN, the teams' locks
- * with their quota and usage read in the same round trip, (the idempotency keys,) the
- * conditional reservation with every shard, reservation and audit row (`writeBatch`), COMMIT.
- * Within a batch the calls are decided in arrival order, each seeing what the earlier ones
- * reserved and held, exactly as if they had run one after another; the team locks serialize
- * against other control planes and resizes as before.
+ * of a few statements whatever its size: BEGIN, the teams' quota and usage read, (the
+ * idempotency keys,) the conditional reservation with every shard, reservation and audit row
+ * (`writeBatch`), the shard events, the teams' locks with their usage read again and checked
+ * (`checkTeamsLate`), COMMIT. Within a batch the calls are decided in arrival order, each
+ * seeing what the earlier ones reserved and held, exactly as if they had run one after
+ * another. The team locks serialize against other control planes and resizes, but only for
+ * the last statement and COMMIT; a batch whose team changed in a way that matters meanwhile
+ * is decided again with the locks taken first, as every batch was before.
  *
  * One batch at a time keeps the pool free for everything else and makes the fleet cache's
  * held bytes exactly those of the running batch, so a NO_CAPACITY decided on it is as true as
@@ -107,6 +118,7 @@ export class ShardCreator {
         round: 0,
         fresh: false,
         alone: false,
+        lockFirst: false,
         resolve: (created) => {
           answer(created.replayed ? 'replayed' : 'placed');
           resolve(created);
@@ -156,14 +168,18 @@ export class ShardCreator {
     try {
       await this.prisma.direct.transaction(async (tx) => {
         const teamIds = [...new Set(batch.map((pending) => pending.teamId))];
-        const teams = await readTeamStates(tx, teamIds, nonPreemptibleTeamsOf(batch), {
-          lockAndFold: true,
-        });
+        const covered = nonPreemptibleTeamsOf(batch);
+        // Teams' locks last (only to commit) unless a call must have them first: a class
+        // checked against its team's guarantee, or a call whose last batch found its team
+        // changed (or failed). See checkTeamsLate.
+        const lockFirst = covered.length > 0 || batch.some((pending) => pending.lockFirst);
+        const teams = await readTeamStates(tx, teamIds, covered, { lockAndFold: lockFirst });
         const existing = await findByIdempotencyKeys(tx, idempotencyKeysOf(batch));
         decideBatch(batch, teams, existing, this.placer, verdicts, plans);
         lostRaces = await writePlanned(tx, plans, verdicts, effects, this.placer);
         await writeQueued(tx, batch, verdicts, effects);
         await recordShardEvents(tx, effects.changes);
+        if (!lockFirst) await checkTeamsLate(tx, teams, teamsAddedTo(batch, verdicts));
       }, TRANSACTION_OPTIONS);
     } catch (error) {
       for (const { holds } of plans.values()) holds.settle(false);
@@ -247,7 +263,21 @@ export class ShardCreator {
 
   /** A batch that did not commit: deadlocks go again; other failures are retried alone. */
   private failed(batch: readonly Pending[], error: unknown): void {
-    if (isTransient(error) || (batch.length === 1 && isUniqueViolation(error))) {
+    // Whatever failed, the next batch takes the teams' locks first (no stale read again).
+    for (const pending of batch) pending.lockFirst = true;
+    if (error instanceof TeamChanged) {
+      // Decided on a read the team's lock then contradicted: not a failure, not a round.
+      for (const pending of batch) {
+        pending.round--;
+        this.enqueue(pending);
+      }
+      return;
+    }
+    if (
+      isTransient(error) ||
+      postgresErrorCode(error) === LOCK_NOT_AVAILABLE ||
+      (batch.length === 1 && isUniqueViolation(error))
+    ) {
       // A unique violation alone: another process wrote the idempotency key after this batch
       // read it; the next round reads it under the team lock and replays it.
       for (const pending of batch) this.again(pending, error);
@@ -278,6 +308,66 @@ export class ShardCreator {
       return;
     }
     pending.resolve({ shard: replayed, replayed: true });
+  }
+}
+
+/** PostgreSQL's lock_timeout: a late team lock (`checkTeamsLate`) waited too long. */
+const LOCK_NOT_AVAILABLE = '55P03';
+
+/**
+ * How long a batch that wrote its shards waits for its teams' locks before it gives up and goes
+ * again with the locks first. Another batch's late check holds a team's lock for one statement
+ * and its COMMIT; a holder that took the lock first may be waiting for this batch's GPU rows.
+ */
+const LATE_LOCK_TIMEOUT_MS = 250;
+
+/**
+ * The teams' locks, taken after a batch decided on a read without them and wrote its shards:
+ * the batch commits only if each team it added shards to has the terms it was decided on and,
+ * with those shards and everything committed before the lock, is within its limits (libs/limits
+ * withinQuotaLimits: then every create of the batch is within them after all that committed
+ * before it, as in a run that took the lock first). Otherwise the transaction rolls back
+ * (TeamChanged) and the batch is decided again with the locks taken first. So creates for one
+ * team from several control planes serialise only on this statement and COMMIT, not on their
+ * whole transactions; the quota stays exact. Folds as the locked read does.
+ */
+async function checkTeamsLate(
+  tx: RawSql,
+  read: ReadonlyMap<string, TeamState>,
+  teamIds: readonly string[],
+): Promise<void> {
+  if (teamIds.length === 0) return;
+  const locked = await lockTeamStatesLate(tx, teamIds, LATE_LOCK_TIMEOUT_MS);
+  for (const teamId of teamIds) {
+    const before = read.get(teamId);
+    const now = locked.get(teamId);
+    if (
+      before === undefined ||
+      now === undefined ||
+      !sameTerms(before, now) ||
+      !withinQuotaLimits(usageOf(now), quotaPolicyOf(now))
+    ) {
+      throw new TeamChanged(teamId);
+    }
+  }
+}
+
+/** The teams a batch wrote shards for (placed or PENDING). */
+function teamsAddedTo(
+  batch: readonly Pending[],
+  verdicts: ReadonlyMap<Pending, Verdict>,
+): string[] {
+  const teams = new Set<string>();
+  for (const pending of batch) {
+    if (verdicts.get(pending)?.kind === 'placed') teams.add(pending.teamId);
+  }
+  return [...teams].sort();
+}
+
+/** A batch decided on a team read that its lock then contradicted; it goes again, locks first. */
+class TeamChanged extends Error {
+  constructor(readonly teamId: string) {
+    super(`team ${teamId} changed between the batch's read and its lock`);
   }
 }
 

@@ -20,6 +20,7 @@ import {
 } from '../testing/fleet-fixtures.js';
 import { startControlPlaneChild, type ControlPlaneChild } from '../testing/control-plane-child.js';
 import { startPostgres, type PostgresServer } from '../testing/index.js';
+import { DELETE } from '../testing/shards-api-fixtures.js';
 
 /**
  * Two control-plane processes on one PostgreSQL take 2,000 concurrent createShard calls for a
@@ -172,5 +173,81 @@ describe('two control planes on one PostgreSQL', { timeout: 600_000 }, () => {
       assert.equal(perTeam.find((t) => t.teamId === team.id)?._count._all, PER_TEAM_LIMIT);
     }
     assert.equal(await h.prisma.auditEvent.count({ where: { action: 'shard.create' } }), 1000);
+  });
+
+  it('one team from both processes while its shards are deleted: never past its quota, and refilled to it exactly', async () => {
+    // Each quota team holds its limit (the test above). Both processes delete 20 of each
+    // team's shards while both create 60 more for it; a batch decided on a read from before a
+    // commit of the other process (or of a delete) must still leave the team within its quota.
+    // Then 30 more each: every team ends exactly at its limit, so no create was refused wrongly
+    // for good either.
+    const DELETED = 20;
+    const create = (team: TestTeam, i: number, name: string) =>
+      postGraphql<{ createShard: { id: string } }>(
+        children[i % 2]!.graphqlUrl,
+        CREATE_SHARD,
+        {
+          input: {
+            name,
+            image: 'ghcr.io/org/worker:1',
+            memoryPerGpu: SHARD_SIZE,
+            hostSelector: [{ key: 'pool', value: 'quota' }],
+            queue: false,
+          },
+        },
+        team.member,
+      );
+    const outcome = (r: GraphqlResponse) => r.errors?.[0]?.extensions?.code ?? 'OK';
+    const live = async (team: TestTeam) =>
+      h.prisma.shard.count({ where: { teamId: team.id, state: { not: 'DELETED' } } });
+    const calls: Promise<GraphqlResponse>[] = [];
+    for (const team of quotaTeams) {
+      const held = await h.prisma.shard.findMany({
+        where: { teamId: team.id },
+        select: { id: true },
+        take: DELETED,
+      });
+      held.forEach(({ id }, i) =>
+        calls.push(postGraphql(children[i % 2]!.graphqlUrl, DELETE, { id }, team.member)),
+      );
+      for (let i = 0; i < 60; i++) calls.push(create(team, i, `again-${team.id}-${i}`));
+    }
+    const first = await Promise.all(calls);
+    const failed = first.filter(
+      (r) => !['OK', 'QUOTA_EXCEEDED', 'NO_CAPACITY'].includes(outcome(r)),
+    );
+    assert.deepEqual(
+      failed.slice(0, 3),
+      [],
+      'only placements, deletes, quota and capacity refusals',
+    );
+    for (const team of quotaTeams) {
+      assert.ok((await live(team)) <= PER_TEAM_LIMIT, `team ${team.id} within its quota`);
+    }
+    const fill: Promise<GraphqlResponse>[] = [];
+    for (const team of quotaTeams) {
+      for (let i = 0; i < 30; i++) fill.push(create(team, i, `fill-${team.id}-${i}`));
+    }
+    const second = await Promise.all(fill);
+    assert.deepEqual(
+      second.filter((r) => !['OK', 'QUOTA_EXCEEDED'].includes(outcome(r))).slice(0, 3),
+      [],
+      'the refill finds room for every create its quota allows',
+    );
+    for (const team of quotaTeams) {
+      assert.equal(await live(team), PER_TEAM_LIMIT, `team ${team.id} back exactly at its quota`);
+    }
+    const [overfull] = await h.prisma.$queryRaw<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM gpu WHERE reserved_bytes > floor(total_bytes * overcommit_ratio)`;
+    assert.equal(overfull!.n, 0, 'no GPU past capacity');
+    const [consistent] = await h.prisma.$queryRaw<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM gpu
+       WHERE reserved_bytes <> coalesce((SELECT sum(reserved_bytes) FROM shard_gpu
+                                          WHERE gpu_uuid = gpu.uuid AND released_at IS NULL), 0)`;
+    assert.equal(
+      consistent!.n,
+      0,
+      "every GPU's reserved bytes are the sum of its live reservations",
+    );
   });
 });

@@ -7,6 +7,7 @@ import {
   type QuotaPolicy,
   type TeamUsage,
 } from '@gpushards/limits';
+import { isDeepStrictEqual } from 'node:util';
 import { TEAM_LOCK_SPACE, type RawSql } from '../database/index.js';
 import { ConflictError, QuotaExceededError } from '../errors/domain-errors.js';
 import type { PlacementRequestInput } from './shard-input.js';
@@ -66,6 +67,39 @@ export async function readTeamStates(
     SELECT * FROM team_quota_states(${[...teamIds]}::text[], ${[...coveredFor]}::text[],
                                     ${lockSpace}::int4)`;
   return new Map(rows.map((row) => [row.teamId, row]));
+}
+
+/**
+ * readTeamStates with `lockAndFold`, for a transaction that already holds row locks (a
+ * createShard batch that wrote its shards before taking its teams' locks): a wait for a lock
+ * longer than `lockTimeoutMs` fails the transaction (55P03, lock_not_available) instead of
+ * waiting, since a holder of a team lock may be waiting for this transaction's GPU rows (a
+ * deadlock that PostgreSQL would find only after deadlock_timeout). The timeout holds until
+ * the transaction ends, set in the same round trip: the function's argument depends on it, so
+ * it is set before the function takes its locks.
+ */
+export async function lockTeamStatesLate(
+  tx: Reader,
+  teamIds: readonly string[],
+  lockTimeoutMs: number,
+): Promise<Map<string, TeamState>> {
+  const rows = await tx.$queryRaw<TeamState[]>`
+    SELECT states.*
+      FROM (SELECT set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true) AS timeout) AS setting
+     CROSS JOIN LATERAL team_quota_states(
+       ${[...teamIds]}::text[], '{}'::text[],
+       CASE WHEN setting.timeout IS NOT NULL THEN ${TEAM_LOCK_SPACE}::int4 END) AS states`;
+  return new Map(rows.map((row) => [row.teamId, row]));
+}
+
+/**
+ * Whether the team's terms (everything but what it holds) are those of `read`: a batch decided
+ * on `read` then decided by the same rules as under the lock.
+ */
+export function sameTerms(read: TeamState, locked: TeamState): boolean {
+  const { shardCount: _c1, reservedBytes: _r1, guaranteedModelBytes: _g1, ...readTerms } = read;
+  const { shardCount: _c2, reservedBytes: _r2, guaranteedModelBytes: _g2, ...lockedTerms } = locked;
+  return isDeepStrictEqual(readTerms, lockedTerms);
 }
 
 export async function readTeamState(
