@@ -5,7 +5,9 @@
 // accounts.json: { "<login>": { "email", "name", "groups": [...], "disabled": false } }, read
 // again at every use, so a test changes a person's groups (seen at their next sign-in) or
 // disables them (their next refresh is refused: invalid_grant) by rewriting the file.
-// client.json: { "client_id", "client_secret", "redirect_uris": [...], "post_logout_redirect_uris": [...] }.
+// client.json: { "client_id", "client_secret", "redirect_uris": [...], "post_logout_redirect_uris": [...],
+// "backchannel_logout_uri" }: a person signing out here (its /session/end page) makes the
+// provider post a logout token, with the session's sid, to that URI (Back-Channel Logout 1.0).
 // Sign-in is oidc-provider's development login form (any password) and consent page.
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -30,6 +32,7 @@ const provider = new Provider(issuer, {
       grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
       token_endpoint_auth_method: 'client_secret_basic',
+      ...(client.backchannel_logout_uri ? { backchannel_logout_session_required: true } : {}),
     },
   ],
   async findAccount(_ctx, id) {
@@ -60,6 +63,7 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: true },
     rpInitiatedLogout: { enabled: true },
+    backchannelLogout: { enabled: true },
     revocation: { enabled: true },
   },
   issueRefreshToken: async (_ctx, c) => c.grantTypeAllowed('refresh_token'),

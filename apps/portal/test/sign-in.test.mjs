@@ -1,8 +1,9 @@
 // Sign-in through OpenID Connect as a person does it: a real provider (oidc-provider, its own
 // process, users in groups), the one box pointed at it, and Chromium signing in through the
 // provider's pages. The person sees exactly the teams their groups give; a group change counts
-// at the next sign-in; sign-out, and the provider refusing the session (the person disabled
-// there), end it, also on an open subscription (graphql-ws).
+// at the next sign-in; sign-out, the provider refusing the session (the person disabled
+// there) and signing out at the provider (its back-channel logout token) end it, also on an
+// open subscription (graphql-ws); a logout token the provider did not sign ends nothing.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -11,6 +12,7 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createClient } from 'graphql-ws';
+import { generateKeyPair, SignJWT } from 'jose';
 import { chromium } from 'playwright-core';
 import WebSocket from 'ws';
 import { cli, freePort, startBox } from './harness.mjs';
@@ -24,10 +26,12 @@ const accountsFile = join(dir, 'accounts.json');
 let accounts = {
   alice: { email: 'alice@example.com', name: 'Alice', groups: ['ml-people'] },
   olga: { email: 'olga@example.com', name: 'Olga', groups: ['gpu-ops'] },
+  bruno: { email: 'bruno@example.com', name: 'Bruno', groups: ['ml-people'] },
 };
 const writeAccounts = () => writeFileSync(accountsFile, JSON.stringify(accounts));
 
 let provider;
+let issuer;
 let box;
 let browser;
 let publicUrl;
@@ -118,9 +122,10 @@ before(async () => {
       client_secret: 'test-client-secret',
       redirect_uris: [`${publicUrl}/auth/oidc/callback`],
       post_logout_redirect_uris: [`${publicUrl}/`],
+      backchannel_logout_uri: `${publicUrl}/auth/oidc/backchannel-logout`,
     }),
   );
-  const issuer = await startProvider(clientFile);
+  issuer = await startProvider(clientFile);
   box = await startBox({
     port,
     env: {
@@ -216,6 +221,57 @@ describe('sign-in through the test provider', { timeout: 240_000 }, () => {
     await page.getByRole('link', { name: 'Sign in with your organisation' }).waitFor();
     const audit = await must(['whoami']);
     assert.equal(audit.code, 0);
+    await page.context().close();
+  });
+  it('signing out at the provider ends the session here through the back channel, also on an open subscription', async () => {
+    const page = await signIn('bruno');
+    const cookies = await page.context().cookies(publicUrl);
+    const subscription = await subscribeAs(page);
+    await subscription.connected;
+    // Not through the portal: the provider's own sign-out page, in the same browser.
+    await page.goto(`${issuer}/session/end`);
+    await page.getByRole('button', { name: 'Yes, sign me out' }).click();
+    // The provider posts a logout token with the session's sid; the session ends here.
+    assert.equal(await subscription.ended, 'complete');
+    const stale = await fetch(`${publicUrl}/graphql`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        cookie: cookies.map((c) => `${c.name}=${c.value}`).join('; '),
+      },
+      body: JSON.stringify({ query: '{ me { id } }' }),
+    });
+    assert.equal((await stale.json()).errors?.[0]?.extensions?.code, 'UNAUTHENTICATED');
+    const metrics = await (await fetch(`${publicUrl}/metrics`)).text();
+    assert.match(metrics, /gpushards_backchannel_logouts_total\{outcome="ended"\} 1/);
+    assert.match(metrics, /gpushards_sessions_ended_total\{reason="provider_logout"\} 1/);
+    assert.match(metrics, /gpushards_sign_ins_total\{outcome="success"\} [1-9]/);
+    await page.context().close();
+  });
+
+  it('a logout token not signed by the provider ends nothing', async () => {
+    const page = await signIn('bruno');
+    const { privateKey } = await generateKeyPair('RS256');
+    const forged = await new SignJWT({
+      sub: 'bruno',
+      events: { 'http://schemas.openid.net/event/backchannel-logout': {} },
+    })
+      .setProtectedHeader({ alg: 'RS256', kid: 'not-the-providers', typ: 'logout+jwt' })
+      .setIssuer(issuer)
+      .setAudience('gpushards')
+      .setIssuedAt()
+      .setJti('forged-1')
+      .sign(privateKey);
+    const answer = await fetch(`${publicUrl}/auth/oidc/backchannel-logout`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ logout_token: forged }).toString(),
+    });
+    assert.equal(answer.status, 400);
+    assert.equal((await answer.json()).error, 'invalid_request');
+    await page.reload();
+    await page.getByTestId('who').waitFor();
+    assert.equal(await page.getByTestId('who').innerText(), 'bruno@example.com · MEMBER · ml');
     await page.context().close();
   });
 });

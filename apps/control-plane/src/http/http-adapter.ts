@@ -38,6 +38,7 @@ export function createHttpAdapter(): FastifyAdapter {
   });
   const fastify = adapter.getInstance();
   useExpressLikeJsonParser(fastify);
+  useFormParserWhereNeeded(fastify);
   fastify.addHook('onRoute', toleratingBadHost);
   fastify.route({ method: ['PUT', 'PATCH', 'DELETE'], url: GRAPHQL_PATH, handler: onlyGetPost });
   fastify.addHook('onRequest', browsersToExplorer);
@@ -100,6 +101,30 @@ function useExpressLikeJsonParser(fastify: FastifyInstance): void {
       } catch (error) {
         done(new BadRequestException((error as Error).message));
       }
+    },
+  );
+}
+
+/** Where a form body is read: OIDC Back-Channel Logout 1.0 posts `logout_token` as a form. */
+export const FORM_BODY_PATHS: ReadonlySet<string> = new Set(['/auth/oidc/backchannel-logout']);
+const FORM_BODY_LIMIT_BYTES = 64 * 1024;
+
+/**
+ * application/x-www-form-urlencoded, parsed to an object of strings on FORM_BODY_PATHS only;
+ * elsewhere not read (as before: /graphql answers with Apollo's 400, and its CSRF prevention
+ * refuses such simple requests anyway).
+ */
+function useFormParserWhereNeeded(fastify: FastifyInstance): void {
+  fastify.addContentTypeParser(
+    'application/x-www-form-urlencoded',
+    { parseAs: 'string', bodyLimit: FORM_BODY_LIMIT_BYTES },
+    (request, body, done) => {
+      const path = (request.url.split('?', 1)[0] ?? '').replace(/\/+$/, '').toLowerCase();
+      if (!FORM_BODY_PATHS.has(path)) {
+        done(null, undefined);
+        return;
+      }
+      done(null, Object.fromEntries(new URLSearchParams(body as string)));
     },
   );
 }

@@ -108,7 +108,12 @@ for (const kind of TEST_DATABASE_KINDS) {
       });
       return (await response.json()) as GraphqlResponse<T>;
     };
-    const signIn = (subject: string, groups: string[], seconds = 3600) =>
+    const signIn = (
+      subject: string,
+      groups: string[],
+      seconds = 3600,
+      providerSessionId: string | null = null,
+    ) =>
       sessions.start(
         { ...identity, sessionSeconds: seconds },
         {
@@ -118,6 +123,7 @@ for (const kind of TEST_DATABASE_KINDS) {
           groups,
           refreshToken: null,
           idToken: null,
+          providerSessionId,
         },
       );
 
@@ -245,6 +251,68 @@ for (const kind of TEST_DATABASE_KINDS) {
         (await graphql(ME, dave.secret)).errors?.[0]?.extensions?.code,
         'UNAUTHENTICATED',
       );
+    });
+
+    it('a provider logout ends the sessions it names (by sid, or all of a subject), also on an open subscription', async () => {
+      const first = await signIn('frank', ['ml-people'], 3600, 'provider-session-1');
+      const second = await signIn('frank', ['ml-people'], 3600, 'provider-session-2');
+      const other = await signIn('gina', ['ml-people'], 3600, 'provider-session-1');
+      const open = subscriptionEnds(h.controlPlane.graphqlUrl, first.secret, PUBLIC_URL);
+      await open.connected;
+      const ended = await sessions.endForProvider(identity.issuer.href, {
+        subject: 'frank',
+        providerSessionId: 'provider-session-1',
+      });
+      assert.equal(ended, 1, "frank's session in that provider session only");
+      assert.equal(await open.ended, 'complete');
+      const code = async (secret: string) =>
+        (await graphql(ME, secret)).errors?.[0]?.extensions?.code;
+      assert.equal(await code(first.secret), 'UNAUTHENTICATED');
+      assert.equal(await code(second.secret), undefined, 'his other session stays');
+      assert.equal(await code(other.secret), undefined, "another person's session stays");
+      assert.equal(
+        await sessions.endForProvider('http://another-issuer.example/', {
+          subject: 'frank',
+          providerSessionId: null,
+        }),
+        0,
+        "another issuer's logout ends nothing here",
+      );
+      assert.equal(
+        await sessions.endForProvider(identity.issuer.href, {
+          subject: 'frank',
+          providerSessionId: null,
+        }),
+        1,
+        'a sub without a sid: every open session of that person',
+      );
+      assert.equal(await code(second.secret), 'UNAUTHENTICATED');
+      const audit = await h.prisma.auditEvent.findMany({
+        where: { action: 'session.end', details: { path: ['reason'], equals: 'provider logout' } },
+      });
+      assert.equal(audit.length, 2);
+      const metrics = await (await fetch(`${h.controlPlane.url}/metrics`)).text();
+      assert.match(metrics, /gpushards_sessions_ended_total\{reason="provider_logout"\} 2/);
+      assert.match(metrics, /gpushards_active_sessions \d+/);
+    });
+
+    it('the back-channel logout endpoint refuses what is not a verified logout token, ending nothing', async () => {
+      const hank = await signIn('hank', ['ml-people'], 3600, 'provider-session-3');
+      const post = (body: string, type = 'application/x-www-form-urlencoded') =>
+        fetch(`${h.controlPlane.url}/auth/oidc/backchannel-logout`, {
+          method: 'POST',
+          headers: { 'content-type': type },
+          body,
+        });
+      const missing = await post('nothing=here');
+      assert.equal(missing.status, 400);
+      assert.equal(missing.headers.get('cache-control'), 'no-store');
+      assert.equal(((await missing.json()) as { error: string }).error, 'invalid_request');
+      // Not JSON either: the token is a form field, as the specification says.
+      assert.equal((await post('{"logout_token":"x"}', 'application/json')).status, 400);
+      assert.equal((await graphql(ME, hank.secret)).errors, undefined, 'the session is still open');
+      const metrics = await (await fetch(`${h.controlPlane.url}/metrics`)).text();
+      assert.match(metrics, /gpushards_backchannel_logouts_total\{outcome="invalid"\} 2/);
     });
 
     it("a WebSocket from another site's page is not signed in by the cookie", async () => {

@@ -80,7 +80,12 @@ export class IdentityRuntime implements OnApplicationBootstrap, OnApplicationShu
         const said =
           (error as { error?: string; message?: string }).error ?? (error as Error).message;
         if (isProviderRefusal(error)) {
-          await this.sessions.end(session.id, `the identity provider refused it: ${said}`, null);
+          await this.sessions.end(
+            session.id,
+            `the identity provider refused it: ${said}`,
+            null,
+            'refresh_refused',
+          );
         } else {
           // The provider could not be reached: not a refusal; asked again at the next recheck.
           this.logger.warn({ err: error, sessionId: session.id }, 'could not recheck a session');

@@ -5,7 +5,14 @@ import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control
 import type { IdentityConfig } from '../config/identity-env.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { openSealed, SecretBox } from '../secrets/secret-box.js';
-import { OidcClient, type SignInFlow } from './oidc-client.js';
+import {
+  BACKCHANNEL_LOGOUT_PATH,
+  LogoutTokenError,
+  OidcClient,
+  type ProviderLogout,
+  type SignInFlow,
+} from './oidc-client.js';
+import { IdentityMetrics } from './identity-metrics.js';
 import {
   clearCookie,
   FLOW_COOKIE,
@@ -35,6 +42,7 @@ export class IdentityController {
     private readonly runtime: IdentityRuntime,
     private readonly sessions: SessionsService,
     private readonly secrets: SecretBox,
+    private readonly metrics: IdentityMetrics,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.identity = config.identity;
@@ -56,6 +64,7 @@ export class IdentityController {
     try {
       started = await client.start(wanted);
     } catch (error) {
+      this.metrics.signIn('provider_unreachable');
       this.logger.error({ err: error }, 'the identity provider could not be reached');
       return this.page(reply, 502, 'The identity provider could not be reached; try again soon.');
     }
@@ -80,6 +89,7 @@ export class IdentityController {
     void reply.header('set-cookie', clearCookie(FLOW_COOKIE, FLOW_PATH, secure));
     const flow = this.flowOf(request.headers.cookie);
     if (flow === undefined) {
+      this.metrics.signIn('expired_flow');
       return this.page(
         reply,
         400,
@@ -92,6 +102,7 @@ export class IdentityController {
     try {
       const signedIn = await client.finish(callback, flow);
       const session = await this.sessions.start(identity, signedIn, flow.team);
+      this.metrics.signIn('success');
       void reply
         .header('set-cookie', [
           clearCookie(FLOW_COOKIE, FLOW_PATH, secure),
@@ -104,7 +115,11 @@ export class IdentityController {
         .header('cache-control', 'no-store')
         .redirect('/', 302);
     } catch (error) {
-      if (error instanceof NoAccessError) return this.page(reply, 403, error.message);
+      if (error instanceof NoAccessError) {
+        this.metrics.signIn('no_access');
+        return this.page(reply, 403, error.message);
+      }
+      this.metrics.signIn('refused');
       this.logger.warn({ err: error }, 'sign-in refused');
       return this.page(reply, 400, `Sign-in failed: ${(error as Error).message}`);
     }
@@ -127,16 +142,64 @@ export class IdentityController {
     const sessionId = secret === undefined ? undefined : await this.runtime.sessionIdOf(secret);
     let providerLogout: string | undefined;
     if (sessionId !== undefined) {
-      const idToken = await this.sessions.end(sessionId, 'signed out', null);
-      if (identity !== undefined) {
+      const ended = await this.sessions.end(sessionId, 'signed out', null);
+      if (identity !== undefined && ended !== undefined) {
         providerLogout = await this.runtime.client
-          ?.endSessionUrl(idToken, identity.publicUrl.href)
+          ?.endSessionUrl(ended.idToken, identity.publicUrl.href)
           .catch(() => undefined);
       }
     }
     void reply
       .header('cache-control', 'no-store')
       .send({ signedOut: true, providerLogout: providerLogout ?? null });
+  }
+
+  /**
+   * OpenID Connect Back-Channel Logout 1.0: the provider posts a logout token (a form field)
+   * when a person's session there ends (signed out at the provider or at another application,
+   * disabled by an administrator where the provider sends it). A verified token ends the
+   * sessions it names (200, also when none is open: the provider must not retry); one that
+   * does not verify is a 400 `invalid_request` and ends nothing. Never cached.
+   */
+  @Post(BACKCHANNEL_LOGOUT_PATH)
+  async backChannelLogout(@Req() request: FastifyRequest, @Res() reply: FastifyReply) {
+    const { identity, client } = this.configured();
+    void reply.header('cache-control', 'no-store');
+    const isForm = (request.headers['content-type'] ?? '')
+      .toLowerCase()
+      .startsWith('application/x-www-form-urlencoded');
+    const body = isForm ? (request.body as Record<string, unknown> | undefined) : undefined;
+    const token = body?.['logout_token'];
+    if (typeof token !== 'string' || token === '') {
+      this.metrics.backChannelLogout('invalid');
+      return void reply.code(400).send({
+        error: 'invalid_request',
+        error_description: 'expected a logout_token form field (application/x-www-form-urlencoded)',
+      });
+    }
+    let logout: ProviderLogout;
+    try {
+      logout = await client.verifyLogoutToken(token);
+    } catch (error) {
+      if (!(error instanceof LogoutTokenError)) {
+        // The provider's keys could not be read: it may retry.
+        this.metrics.backChannelLogout('failed');
+        this.logger.error({ err: error }, 'could not check a back-channel logout token');
+        return void reply.code(503).send({ error: 'temporarily_unavailable' });
+      }
+      this.metrics.backChannelLogout('invalid');
+      this.logger.warn({ err: error }, 'back-channel logout refused');
+      return void reply
+        .code(400)
+        .send({ error: 'invalid_request', error_description: error.message });
+    }
+    const ended = await this.sessions.endForProvider(identity.issuer.href, logout);
+    this.metrics.backChannelLogout(ended > 0 ? 'ended' : 'no_session');
+    this.logger.info(
+      { subject: logout.subject, providerSessionId: logout.providerSessionId, ended },
+      'back-channel logout',
+    );
+    return void reply.code(200).send();
   }
 
   private configured(): { identity: IdentityConfig; client: OidcClient } {

@@ -9,6 +9,7 @@ import {
   IdentityResolver,
 } from './identity.resolver.js';
 import { SessionsService } from './sessions.service.js';
+import { IdentityMetrics } from './identity-metrics.js';
 
 /**
  * People signing in through OpenID Connect (docs/identity.md): the sign-in routes, sessions and
@@ -19,6 +20,7 @@ import { SessionsService } from './sessions.service.js';
   imports: [TeamsModule],
   controllers: [IdentityController],
   providers: [
+    IdentityMetrics,
     SessionsService,
     IdentityRuntime,
     GroupMappingsService,

@@ -1,3 +1,4 @@
+import { createRemoteJWKSet, jwtVerify, type JWTPayload } from 'jose';
 import * as oidc from 'openid-client';
 import type { IdentityConfig } from '../config/identity-env.js';
 
@@ -18,6 +19,48 @@ export interface SignedIn {
   readonly groups: readonly string[];
   readonly refreshToken: string | null;
   readonly idToken: string | null;
+  /** The provider's session id (`sid`), which a back-channel logout may name. */
+  readonly providerSessionId: string | null;
+}
+
+/** Where the provider posts logout tokens: the back-channel logout URI to register. */
+export const BACKCHANNEL_LOGOUT_PATH = '/auth/oidc/backchannel-logout';
+
+/** The event a logout token carries (OpenID Connect Back-Channel Logout 1.0, 2.4). */
+export const BACKCHANNEL_LOGOUT_EVENT = 'http://schemas.openid.net/event/backchannel-logout';
+
+/** How old a logout token may be: its replay later could end a newer session of the person. */
+const LOGOUT_TOKEN_MAX_AGE = '5 minutes';
+
+/** What a verified logout token asks to end: the provider's session, or all of a person's. */
+export interface ProviderLogout {
+  readonly subject: string | null;
+  readonly providerSessionId: string | null;
+}
+
+/** A logout token that is not one, or not from the provider for this client. */
+export class LogoutTokenError extends Error {
+  override name = 'LogoutTokenError';
+}
+
+/**
+ * What a logout token's claims lack once its signature, issuer, audience and age are checked
+ * (Back-Channel Logout 1.0, 2.4 and 2.6): an iat and a jti, the back-channel logout event, a
+ * sub or a sid, and no nonce (an ID token is not a logout token). Undefined when it is one.
+ */
+export function logoutTokenProblem(payload: JWTPayload): string | undefined {
+  if (typeof payload.iat !== 'number') return 'it has no iat';
+  if (typeof payload.jti !== 'string') return 'it has no jti';
+  const events = payload['events'];
+  const event =
+    typeof events === 'object' && events !== null
+      ? (events as Record<string, unknown>)[BACKCHANNEL_LOGOUT_EVENT]
+      : undefined;
+  if (typeof event !== 'object' || event === null) return 'it carries no back-channel logout event';
+  if ('nonce' in payload) return 'it has a nonce (an ID token, not a logout token)';
+  if (typeof payload.sub !== 'string' && typeof payload['sid'] !== 'string')
+    return 'it names neither a sub nor a sid';
+  return undefined;
 }
 
 /** The callback path, under the public URL: the redirect URI registered with the provider. */
@@ -31,6 +74,7 @@ export const CALLBACK_PATH = '/auth/oidc/callback';
  */
 export class OidcClient {
   private configuration: Promise<oidc.Configuration> | undefined;
+  private keys: ReturnType<typeof createRemoteJWKSet> | undefined;
 
   constructor(private readonly config: IdentityConfig) {}
 
@@ -83,6 +127,7 @@ export class OidcClient {
       groups: Array.isArray(groups) ? groups.filter((g): g is string => typeof g === 'string') : [],
       refreshToken: tokens.refresh_token ?? null,
       idToken: tokens.id_token ?? null,
+      providerSessionId: typeof claims['sid'] === 'string' ? claims['sid'] : null,
     };
   }
 
@@ -100,6 +145,39 @@ export class OidcClient {
       post_logout_redirect_uri: returnTo,
       ...(idToken === null ? {} : { id_token_hint: idToken }),
     }).href;
+  }
+
+  /**
+   * Checks a logout token the provider posted: signed with one of the provider's published keys
+   * (its jwks_uri, fetched and cached by jose, again for an unknown key id), from its issuer,
+   * for this client, at most five minutes old, with the claims logoutTokenProblem requires.
+   * Throws LogoutTokenError saying what is wrong.
+   */
+  async verifyLogoutToken(token: string): Promise<ProviderLogout> {
+    const metadata = (await this.discover()).serverMetadata();
+    if (metadata.jwks_uri === undefined) {
+      throw new LogoutTokenError('the provider publishes no keys (no jwks_uri)');
+    }
+    this.keys ??= createRemoteJWKSet(new URL(metadata.jwks_uri));
+    let payload: JWTPayload;
+    try {
+      ({ payload } = await jwtVerify(token, this.keys, {
+        issuer: metadata.issuer,
+        audience: this.config.clientId,
+        maxTokenAge: LOGOUT_TOKEN_MAX_AGE,
+        clockTolerance: 30,
+      }));
+    } catch (error) {
+      throw new LogoutTokenError(`the logout token does not verify: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+    const problem = logoutTokenProblem(payload);
+    if (problem !== undefined) throw new LogoutTokenError(`not a logout token: ${problem}`);
+    return {
+      subject: payload.sub ?? null,
+      providerSessionId: typeof payload['sid'] === 'string' ? payload['sid'] : null,
+    };
   }
 
   private discover(): Promise<oidc.Configuration> {

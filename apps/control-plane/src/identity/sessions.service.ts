@@ -10,11 +10,14 @@ import { PrismaService, type Prisma } from '../database/index.js';
 import { ForbiddenError, NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { openSealed, SecretBox } from '../secrets/secret-box.js';
-import type { SignedIn } from './oidc-client.js';
+import type { ProviderLogout, SignedIn } from './oidc-client.js';
+import { IdentityMetrics, type SessionEndKind } from './identity-metrics.js';
 
 /** The name sealed refresh and ID tokens are bound to (SecretBox's associated data). */
 const REFRESH_TOKEN = 'oidc-refresh-token';
 const ID_TOKEN = 'oidc-id-token';
+/** session.end's reason when the provider ended it through the back channel. */
+export const PROVIDER_LOGOUT = 'provider logout';
 
 /** A sign-in that gives the person no membership: the provider knew them, the mapping did not. */
 export class NoAccessError extends Error {
@@ -44,6 +47,7 @@ export class SessionsService {
     private readonly audit: AuditService,
     private readonly auth: AuthService,
     private readonly secrets: SecretBox,
+    private readonly metrics: IdentityMetrics,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'identity' });
@@ -96,6 +100,7 @@ export class SessionsService {
               ? null
               : this.secrets.seal(REFRESH_TOKEN, signedIn.refreshToken),
           idToken: signedIn.idToken === null ? null : this.secrets.seal(ID_TOKEN, signedIn.idToken),
+          providerSid: signedIn.providerSessionId,
           expiresAt,
           recheckAt: new Date(now.getTime() + config.recheckSeconds * 1000),
         },
@@ -161,10 +166,15 @@ export class SessionsService {
 
   /**
    * Ends the session (sign-out, expiry seen by the provider, an admin): refused from the next
-   * request on, here at once and elsewhere at the NOTIFY. Returns its sealed ID token (for the
-   * provider's sign-out) when it was still open.
+   * request on, here at once and elsewhere at the NOTIFY. Returns, when it was still open, its
+   * ID token (for the provider's sign-out; null if none); undefined when it had ended already.
    */
-  async end(sessionId: string, reason: string, actor: Caller | null): Promise<string | null> {
+  async end(
+    sessionId: string,
+    reason: string,
+    actor: Caller | null,
+    kind: SessionEndKind = 'signed_out',
+  ): Promise<{ idToken: string | null } | undefined> {
     const ended = await this.prisma.$transaction(async (tx) => {
       const rows = await tx.$queryRaw<
         { idToken: string | null; personId: string; teamId: string | null }[]
@@ -185,9 +195,37 @@ export class SessionsService {
       return row;
     });
     this.auth.forgetToken(sessionId);
-    if (ended === undefined) return null;
+    if (ended === undefined) return undefined;
+    this.metrics.sessionEnded(kind);
     this.logger.info({ sessionId, reason }, 'session ended');
-    return ended.idToken === null ? null : openSealed(ID_TOKEN, ended.idToken);
+    return { idToken: ended.idToken === null ? null : openSealed(ID_TOKEN, ended.idToken) };
+  }
+
+  /**
+   * The provider ended a session (a verified back-channel logout token): the open sessions it
+   * names end, each as sign-out does (audited, refused everywhere, its subscriptions closed).
+   * With a sid, the sessions started in that provider session (of that person, when the token
+   * names one too); with only a sub, every open session of that person at this issuer.
+   * Returns how many ended.
+   */
+  async endForProvider(issuer: string, logout: ProviderLogout): Promise<number> {
+    const sessions = await this.prisma.webSession.findMany({
+      where: {
+        endedAt: null,
+        person: {
+          issuer,
+          ...(logout.subject === null ? {} : { subject: logout.subject }),
+        },
+        ...(logout.providerSessionId === null ? {} : { providerSid: logout.providerSessionId }),
+      },
+      select: { id: true },
+    });
+    let ended = 0;
+    for (const { id } of sessions) {
+      // Ended meanwhile (sign-out, another replica): not counted twice.
+      if ((await this.end(id, PROVIDER_LOGOUT, null, 'provider_logout')) !== undefined) ended++;
+    }
+    return ended;
   }
 
   /**
