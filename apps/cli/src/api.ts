@@ -10,8 +10,10 @@ interface GraphQLError {
   extensions?: Record<string, unknown>;
 }
 
+/** A person's session (gpss_…, from `gpushards login --sso`) or an API token (gps_…). */
 function authorization(token: string): string {
-  return /^bearer\s/i.test(token) ? token : `Bearer ${token}`;
+  if (/^(bearer|session)\s/i.test(token)) return token;
+  return token.startsWith('gpss_') ? `Session ${token}` : `Bearer ${token}`;
 }
 
 /** An API error as a CliError: the server's message, the code's exit code, NO_CAPACITY's hosts. */
@@ -25,7 +27,7 @@ export function apiError(error: GraphQLError): CliError {
     }
   }
   if (code === 'UNAUTHENTICATED') {
-    details.push('log in again with `gpushards login --url … --token gps_…`');
+    details.push('log in again with `gpushards login --sso` or `gpushards login --token gps_…`');
   }
   return new CliError(error.message, exitCodeFor(code), code, details);
 }

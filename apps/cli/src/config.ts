@@ -24,6 +24,16 @@ export function saveLogin(login: Login, path = configPath()): void {
   chmodSync(path, 0o600);
 }
 
+/** What `gpushards login` stored, if anything. */
+export function storedLogin(path = configPath()): Login | undefined {
+  try {
+    const stored = JSON.parse(readFileSync(path, 'utf8')) as Partial<Login>;
+    return stored.url && stored.token ? { url: stored.url, token: stored.token } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export function removeLogin(path = configPath()): boolean {
   try {
     rmSync(path);

@@ -29,7 +29,11 @@ const provider = new Provider(issuer, {
   clients: [
     {
       ...client,
-      grant_types: ['authorization_code', 'refresh_token'],
+      grant_types: [
+        'authorization_code',
+        'refresh_token',
+        'urn:ietf:params:oauth:grant-type:device_code',
+      ],
       response_types: ['code'],
       token_endpoint_auth_method: 'client_secret_basic',
       ...(client.backchannel_logout_uri ? { backchannel_logout_session_required: true } : {}),
@@ -64,6 +68,8 @@ const provider = new Provider(issuer, {
     devInteractions: { enabled: true },
     rpInitiatedLogout: { enabled: true },
     backchannelLogout: { enabled: true },
+    // The CLI's sign-in (gpushards login --sso): a code entered on the provider's /device page.
+    deviceFlow: { enabled: true },
     revocation: { enabled: true },
   },
   issueRefreshToken: async (_ctx, c) => c.grantTypeAllowed('refresh_token'),

@@ -6,7 +6,7 @@
 // open subscription (graphql-ws); a logout token the provider did not sign ends nothing.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -15,7 +15,7 @@ import { createClient } from 'graphql-ws';
 import { generateKeyPair, SignJWT } from 'jose';
 import { chromium } from 'playwright-core';
 import WebSocket from 'ws';
-import { cli, freePort, startBox } from './harness.mjs';
+import { CLI, cli, freePort, startBox } from './harness.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const UI_TIMEOUT = 60_000;
@@ -27,6 +27,7 @@ let accounts = {
   alice: { email: 'alice@example.com', name: 'Alice', groups: ['ml-people'] },
   olga: { email: 'olga@example.com', name: 'Olga', groups: ['gpu-ops'] },
   bruno: { email: 'bruno@example.com', name: 'Bruno', groups: ['ml-people'] },
+  carla: { email: 'carla@example.com', name: 'Carla', groups: ['ml-people'] },
 };
 const writeAccounts = () => writeFileSync(accountsFile, JSON.stringify(accounts));
 
@@ -272,6 +273,51 @@ describe('sign-in through the test provider', { timeout: 240_000 }, () => {
     await page.reload();
     await page.getByTestId('who').waitFor();
     assert.equal(await page.getByTestId('who').innerText(), 'bruno@example.com · MEMBER · ml');
+    await page.context().close();
+  });
+  it('a person signs the CLI in through the provider (a device code); the CLI then acts as her until she signs out', async () => {
+    const config = join(dir, 'carla-cli.json');
+    const login = spawn(process.execPath, [CLI, 'login', '--sso', '--url', publicUrl], {
+      env: { ...process.env, GPUSHARDS_CONFIG: config },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    login.stdout.on('data', (chunk) => (stdout += chunk));
+    const exited = new Promise((resolve) => login.on('close', resolve));
+    const verification = await new Promise((resolve, reject) => {
+      login.stderr.on('data', (chunk) => {
+        stderr += chunk;
+        const url = /open (\S+)/.exec(stderr)?.[1];
+        if (url) resolve(url);
+      });
+      login.on('close', (code) => reject(new Error(`login --sso exited ${code}: ${stderr}`)));
+    });
+    // On the provider's page, as on a phone: confirm the code, sign in, consent.
+    const page = await (await browser.newContext()).newPage();
+    page.setDefaultTimeout(UI_TIMEOUT);
+    await page.goto(verification);
+    await page.getByRole('button', { name: 'Continue' }).click();
+    await page.locator('input[name="login"]').fill('carla');
+    await page.locator('input[name="password"]').fill('any');
+    await page.locator('button[type="submit"]').click();
+    await page.locator('button[type="submit"]').click();
+    await page.getByText('Sign-in Success').waitFor();
+    assert.equal(await exited, 0, stderr);
+    assert.match(stdout, /signed in to .* as carla@example\.com \(MEMBER of ml\)/);
+    const saved = JSON.parse(readFileSync(config, 'utf8'));
+    assert.match(saved.token, /^gpss_/, 'a session, stored like a token');
+    const whoami = await cli(['whoami', '--json'], { env: { GPUSHARDS_CONFIG: config } });
+    assert.equal(whoami.code, 0, whoami.stderr);
+    assert.deepEqual([whoami.json.name, whoami.json.role], ['carla@example.com', 'MEMBER']);
+    // Signing out of the CLI ends the session on the control plane.
+    assert.equal((await cli(['logout'], { env: { GPUSHARDS_CONFIG: config } })).code, 0);
+    const stale = await fetch(`${publicUrl}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Session ${saved.token}` },
+      body: JSON.stringify({ query: '{ me { id } }' }),
+    });
+    assert.equal((await stale.json()).errors?.[0]?.extensions?.code, 'UNAUTHENTICATED');
     await page.context().close();
   });
 });

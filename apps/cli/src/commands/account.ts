@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import { Api } from '../api.js';
-import { configPath, removeLogin, saveLogin } from '../config.js';
+import { configPath, removeLogin, saveLogin, storedLogin } from '../config.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { apiFor, examples, globals, teamIdFor, teamIdOrOwn } from '../context.js';
 import { checkSize, csvField, isoTime, printJson, table } from '../output.js';
@@ -11,15 +11,20 @@ export function loginCommand(): Command {
   return examples(
     new Command('login')
       .description(
-        'check a token against a control plane and store both in your config folder (mode 0600)',
+        "check a token against a control plane and store both in your config folder (mode 0600); --sso signs you in through the organisation's provider instead",
+      )
+      .option(
+        '--sso',
+        "sign in as yourself through the organisation's OpenID Connect provider (a code to enter in a browser, on any device); your calls are then audited as you",
       )
       .addHelpText(
         'before',
         'Uses the global --url (default GPUSHARDS_URL, then http://127.0.0.1:4000) and --token\n' +
           '(default GPUSHARDS_TOKEN; "-" reads it from stdin).\n',
       )
-      .action(async (_options: unknown, command: Command) => {
+      .action(async (own: { sso?: boolean }, command: Command) => {
         const options = globals(command);
+        if (own.sso) return void (await signInWithProvider(command));
         let token = options.token ?? process.env['GPUSHARDS_TOKEN'];
         if (token === '-') token = (await readStdin()).trim();
         if (!token)
@@ -37,8 +42,118 @@ export function loginCommand(): Command {
     [
       'gpushards login --url http://127.0.0.1:4000 --token "$(cat .gpushards/admin-token)"',
       'pass show gpushards | gpushards login --token -',
+      'gpushards login --url https://gpus.example.com --sso',
     ],
   );
+}
+
+interface DeviceStart {
+  userCode: string;
+  verificationUri: string;
+  verificationUriComplete: string | null;
+  expiresIn: number;
+  interval: number;
+  handle: string;
+}
+
+/** POSTs JSON to the control plane's /auth/cli/… and reads its JSON answer, or fails clearly. */
+async function postAuth<T>(
+  url: string,
+  path: string,
+  body: unknown,
+): Promise<{ status: number; body: T }> {
+  let response: Response;
+  try {
+    response = await fetch(`${url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+  } catch (error) {
+    const cause = (error as { cause?: { code?: string } }).cause;
+    throw new CliError(
+      `cannot reach the control plane at ${url} (${cause?.code ?? (error as Error).message})`,
+      EXIT.UNREACHABLE,
+      'UNREACHABLE',
+    );
+  }
+  if (response.status === 404) {
+    throw new CliError(
+      `${url} has no sign-in through a provider (GPUSHARDS_OIDC_* unset there): log in with a token`,
+      EXIT.USAGE,
+    );
+  }
+  return { status: response.status, body: (await response.json()) as T };
+}
+
+/**
+ * `login --sso`: the OAuth 2.0 Device Authorization Grant, brokered by the control plane. The
+ * person opens the provider's page (here or on another device), enters the code and signs in;
+ * meanwhile this asks the control plane at the provider's interval (longer after slow_down)
+ * until it answers a session, which is stored like a token (mode 0600) and sent as
+ * `Authorization: Session gpss_…`. It ends like the portal's sessions (expiry, sign-out at the
+ * provider, a refused recheck); `gpushards logout` ends it on the control plane too.
+ */
+async function signInWithProvider(command: Command): Promise<void> {
+  const options = globals(command);
+  const url = (options.url ?? process.env['GPUSHARDS_URL'] ?? 'http://127.0.0.1:4000')
+    .replace(/\/+$/, '')
+    .replace(/\/graphql$/, '');
+  const started = await postAuth<DeviceStart & { message?: string }>(url, '/auth/cli/device', {});
+  if (started.status !== 200) {
+    throw new CliError(
+      `the sign-in could not start (${started.status}): ${started.body.message ?? JSON.stringify(started.body)}`,
+      EXIT.UNREACHABLE,
+    );
+  }
+  const device = started.body;
+  process.stderr.write(
+    `To sign in, open ${device.verificationUriComplete ?? device.verificationUri}\n` +
+      `and check that it shows the code ${device.userCode} (enter it at ${device.verificationUri} otherwise).\n` +
+      'Waiting for you to sign in there…\n',
+  );
+  let interval = device.interval;
+  const deadline = Date.now() + device.expiresIn * 1000;
+  for (;;) {
+    // The provider's interval between token requests (RFC 8628 3.5).
+    await new Promise((resolve) => setTimeout(resolve, interval * 1000));
+    const answer = await postAuth<{
+      status?: string;
+      session?: string;
+      error?: string;
+      message?: string;
+    }>(url, '/auth/cli/token', { handle: device.handle });
+    if (answer.status === 200 && answer.body.status === 'signed_in' && answer.body.session) {
+      const token = answer.body.session;
+      const me = await new Api({ url, token }).request(MeDocument);
+      saveLogin({ url, token });
+      if (options.json) return printJson({ url, config: configPath(), me: me.me });
+      process.stdout.write(
+        `signed in to ${url} as ${me.me.name} (${me.me.role}${me.me.team ? ` of ${me.me.team.name}` : ''}); saved in ${configPath()}\n`,
+      );
+      return;
+    }
+    if (answer.status === 200 && answer.body.status === 'slow_down') interval += 5;
+    else if (answer.status === 403) {
+      throw new CliError(
+        answer.body.message ?? 'your groups give no access',
+        EXIT.FORBIDDEN,
+        'FORBIDDEN',
+      );
+    } else if (answer.status !== 200) {
+      throw new CliError(
+        `the sign-in failed: ${answer.body.message ?? answer.body.error ?? answer.status}`,
+        EXIT.UNAUTHENTICATED,
+        'UNAUTHENTICATED',
+      );
+    }
+    if (Date.now() > deadline) {
+      throw new CliError(
+        'the code expired before you signed in: run it again',
+        EXIT.UNAUTHENTICATED,
+      );
+    }
+  }
 }
 
 async function readStdin(): Promise<string> {
@@ -48,9 +163,20 @@ async function readStdin(): Promise<string> {
 }
 
 export function logoutCommand(): Command {
-  return new Command('logout').description('forget the stored URL and token').action(() => {
-    process.stdout.write(removeLogin() ? `removed ${configPath()}\n` : 'not logged in\n');
-  });
+  return new Command('logout')
+    .description('forget the stored URL and token (a session from login --sso is ended too)')
+    .action(async () => {
+      const stored = storedLogin();
+      if (stored?.token.startsWith('gpss_')) {
+        // Ends the session on the control plane, as the portal's Sign out does; a control plane
+        // that cannot be reached leaves it to expire.
+        await fetch(`${stored.url}/auth/logout`, {
+          method: 'POST',
+          headers: { cookie: `gpushards_session=${stored.token}` },
+        }).catch(() => undefined);
+      }
+      process.stdout.write(removeLogin() ? `removed ${configPath()}\n` : 'not logged in\n');
+    });
 }
 
 export function whoamiCommand(): Command {

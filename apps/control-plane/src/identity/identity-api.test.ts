@@ -315,6 +315,53 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.match(metrics, /gpushards_backchannel_logouts_total\{outcome="invalid"\} 2/);
     });
 
+    it("a CLI's session (Authorization: Session gpss_…) acts and is audited as the person", async () => {
+      const ivan = await sessions.start(
+        identity,
+        {
+          subject: 'ivan',
+          email: 'ivan@example.com',
+          name: 'Ivan',
+          groups: ['ml-people'],
+          refreshToken: null,
+          idToken: null,
+          providerSessionId: null,
+        },
+        undefined,
+        'cli',
+      );
+      const created = await fetch(h.controlPlane.graphqlUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Session ${ivan.secret}` },
+        body: JSON.stringify({
+          query: 'mutation { createApiToken(role: VIEWER, name: "ivan ci") { token { id } } }',
+        }),
+      });
+      const body = (await created.json()) as GraphqlResponse<{
+        createApiToken: { token: { id: string } };
+      }>;
+      assert.equal(body.errors, undefined, JSON.stringify(body.errors));
+      const audit = await h.prisma.auditEvent.findFirstOrThrow({
+        where: { action: 'token.create', targetId: body.data!.createApiToken.token.id },
+      });
+      assert.deepEqual(
+        { email: audit.actorEmail, credential: audit.actorTokenId },
+        { email: 'ivan@example.com', credential: ivan.id },
+      );
+      const started = await h.prisma.auditEvent.findFirstOrThrow({
+        where: { action: 'session.start', actorTokenId: ivan.id },
+      });
+      assert.equal((started.details as { via?: string }).via, 'cli');
+      // The device flow's endpoints: a handle this control plane did not seal is refused.
+      const poll = await fetch(`${h.controlPlane.url}/auth/cli/token`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ handle: 'forged' }),
+      });
+      assert.equal(poll.status, 400);
+      assert.equal(((await poll.json()) as { error: string }).error, 'invalid_request');
+    });
+
     it("a WebSocket from another site's page is not signed in by the cookie", async () => {
       const erin = await signIn('erin', ['ml-people']);
       const foreign = subscriptionEnds(

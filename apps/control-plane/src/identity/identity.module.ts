@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { TeamsModule } from '../teams/teams.module.js';
 import { GroupMappingsService } from './group-mappings.service.js';
 import { IdentityController } from './identity.controller.js';
+import { CliSignInController } from './cli-sign-in.controller.js';
 import { IdentityRuntime } from './identity-runtime.js';
 import {
   ApiTokenOwnerResolver,
@@ -18,7 +19,7 @@ import { IdentityMetrics } from './identity-metrics.js';
  */
 @Module({
   imports: [TeamsModule],
-  controllers: [IdentityController],
+  controllers: [IdentityController, CliSignInController],
   providers: [
     IdentityMetrics,
     SessionsService,

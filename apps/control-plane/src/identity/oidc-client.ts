@@ -38,6 +38,27 @@ export interface ProviderLogout {
   readonly providerSessionId: string | null;
 }
 
+/** A device authorization the provider started for a person's CLI. */
+export interface DeviceStart {
+  readonly deviceCode: string;
+  readonly userCode: string;
+  readonly verificationUri: string;
+  readonly verificationUriComplete: string | null;
+  readonly expiresIn: number;
+  readonly interval: number;
+}
+
+/** The provider refused a device grant for good (expired_token, access_denied, …). */
+export class DeviceGrantError extends Error {
+  override name = 'DeviceGrantError';
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 /** A logout token that is not one, or not from the provider for this client. */
 export class LogoutTokenError extends Error {
   override name = 'LogoutTokenError';
@@ -117,10 +138,58 @@ export class OidcClient {
       expectedNonce: flow.nonce,
       idTokenExpected: true,
     });
+    return this.signedInOf(tokens);
+  }
+
+  /**
+   * Starts an OAuth 2.0 Device Authorization Grant for a person's CLI: the provider's user code
+   * and where to enter it. The client registered for the control plane must be allowed the
+   * device_code grant.
+   */
+  async startDevice(): Promise<DeviceStart> {
+    const answer = await oidc.initiateDeviceAuthorization(await this.discover(), {
+      scope: ['openid', ...this.config.scopes].join(' '),
+    });
+    return {
+      deviceCode: answer.device_code,
+      userCode: answer.user_code,
+      verificationUri: answer.verification_uri,
+      verificationUriComplete: answer.verification_uri_complete ?? null,
+      expiresIn: answer.expires_in,
+      interval: answer.interval ?? 5,
+    };
+  }
+
+  /**
+   * One token request for a device code: what the person said at the provider, or `pending`
+   * (not yet, or `slow_down`: the CLI then waits longer). Throws the provider's refusal
+   * (expired_token, access_denied) as DeviceGrantError.
+   */
+  async pollDevice(deviceCode: string): Promise<SignedIn | 'pending' | 'slow_down'> {
+    try {
+      const tokens = await oidc.genericGrantRequest(
+        await this.discover(),
+        'urn:ietf:params:oauth:grant-type:device_code',
+        { device_code: deviceCode },
+      );
+      return this.signedInOf(tokens);
+    } catch (error) {
+      const code = (error as { error?: unknown }).error;
+      if (code === 'authorization_pending') return 'pending';
+      if (code === 'slow_down') return 'slow_down';
+      if (typeof code === 'string') {
+        const description = (error as { error_description?: unknown }).error_description;
+        throw new DeviceGrantError(code, typeof description === 'string' ? description : code);
+      }
+      throw error;
+    }
+  }
+
+  private signedInOf(tokens: oidc.TokenEndpointResponse & oidc.TokenEndpointResponseHelpers) {
     const claims = tokens.claims();
     if (claims === undefined) throw new Error('the provider sent no ID token');
     const groups = claims[this.config.groupsClaim];
-    return {
+    const signedIn: SignedIn = {
       subject: claims.sub,
       email: typeof claims['email'] === 'string' ? claims['email'] : null,
       name: typeof claims['name'] === 'string' ? claims['name'] : null,
@@ -129,6 +198,7 @@ export class OidcClient {
       idToken: tokens.id_token ?? null,
       providerSessionId: typeof claims['sid'] === 'string' ? claims['sid'] : null,
     };
+    return signedIn;
   }
 
   /** A refresh-token grant: the new refresh token (or the old one); throws when refused. */

@@ -58,6 +58,7 @@ export class SessionsService {
     config: IdentityConfig,
     signedIn: SignedIn,
     wantedTeam?: string,
+    via: 'portal' | 'cli' = 'portal',
   ): Promise<StartedSession> {
     const { secret, hash } = generateSessionSecret();
     const now = new Date();
@@ -121,6 +122,7 @@ export class SessionsService {
           groups: [...signedIn.groups],
           memberships: memberships as unknown as Prisma.InputJsonArray,
           role: active.role,
+          via,
         },
       });
       return created;
@@ -131,6 +133,7 @@ export class SessionsService {
         subject: signedIn.subject,
         role: session.role,
         teamId: session.teamId,
+        via,
       },
       'signed in',
     );
