@@ -3,7 +3,8 @@
 // provider's pages. The person sees exactly the teams their groups give; a group change counts
 // at the next sign-in; sign-out, the provider refusing the session (the person disabled
 // there) and signing out at the provider (its back-channel logout token) end it, also on an
-// open subscription (graphql-ws); a logout token the provider did not sign ends nothing.
+// open subscription (graphql-ws); a logout token the provider did not sign ends nothing; an
+// expired session is refused, its subscription ended; the CLI signs in with a device code.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -36,6 +37,8 @@ let issuer;
 let box;
 let browser;
 let publicUrl;
+/** A second box with the shortest sessions the settings allow, for expiry (started by its test). */
+let shortUrl;
 
 /** Starts the provider; resolves to its issuer URL once it serves. */
 function startProvider(clientFile) {
@@ -67,10 +70,10 @@ async function must(args) {
 }
 
 /** Signs `login` in through the provider's pages in a new browser context; the portal's page. */
-async function signIn(login, context) {
+async function signIn(login, context, base = publicUrl) {
   const page = await (context ?? (await browser.newContext())).newPage();
   page.setDefaultTimeout(UI_TIMEOUT);
-  await page.goto(publicUrl + '/');
+  await page.goto(base + '/');
   await page.getByRole('link', { name: 'Sign in with your organisation' }).click();
   // oidc-provider's development pages: its login form, then its consent.
   await page.locator('input[name="login"]').fill(login);
@@ -82,19 +85,19 @@ async function signIn(login, context) {
 }
 
 /** A shardEvents subscription signed in by the browser's cookie; how it ended. */
-async function subscribeAs(page) {
-  const cookies = await page.context().cookies(publicUrl);
+async function subscribeAs(page, base = publicUrl) {
+  const cookies = await page.context().cookies(base);
   const cookie = cookies.map((c) => `${c.name}=${c.value}`).join('; ');
   let connected;
   const ready = new Promise((resolve) => (connected = resolve));
   const client = createClient({
-    url: publicUrl.replace(/^http/, 'ws') + '/graphql',
+    url: base.replace(/^http/, 'ws') + '/graphql',
     retryAttempts: 0,
     lazy: false,
     on: { connected: () => connected() },
     webSocketImpl: class extends WebSocket {
       constructor(address, protocols) {
-        super(address, protocols, { headers: { cookie, origin: publicUrl } });
+        super(address, protocols, { headers: { cookie, origin: base } });
       }
     },
   });
@@ -115,14 +118,15 @@ before(async () => {
   writeAccounts();
   const port = await freePort();
   publicUrl = `http://127.0.0.1:${port}`;
+  shortUrl = `http://127.0.0.1:${await freePort()}`;
   const clientFile = join(dir, 'client.json');
   writeFileSync(
     clientFile,
     JSON.stringify({
       client_id: 'gpushards',
       client_secret: 'test-client-secret',
-      redirect_uris: [`${publicUrl}/auth/oidc/callback`],
-      post_logout_redirect_uris: [`${publicUrl}/`],
+      redirect_uris: [`${publicUrl}/auth/oidc/callback`, `${shortUrl}/auth/oidc/callback`],
+      post_logout_redirect_uris: [`${publicUrl}/`, `${shortUrl}/`],
       backchannel_logout_uri: `${publicUrl}/auth/oidc/backchannel-logout`,
     }),
   );
@@ -155,7 +159,7 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-describe('sign-in through the test provider', { timeout: 240_000 }, () => {
+describe('sign-in through the test provider', { timeout: 360_000 }, () => {
   it('a person sees exactly the team their groups give; the audit names them', async () => {
     const page = await signIn('alice');
     assert.equal(await page.getByTestId('who').innerText(), 'alice@example.com · MEMBER · ml');
@@ -319,5 +323,52 @@ describe('sign-in through the test provider', { timeout: 240_000 }, () => {
     });
     assert.equal((await stale.json()).errors?.[0]?.extensions?.code, 'UNAUTHENTICATED');
     await page.context().close();
+  });
+  it('an expired session is refused, also on an open subscription', async () => {
+    // GPUSHARDS_SESSION_SECONDS' least (60 s): the subscription's end is the condition waited for.
+    const short = await startBox({
+      port: Number(new URL(shortUrl).port),
+      env: {
+        GPUSHARDS_OIDC_ISSUER: issuer,
+        GPUSHARDS_OIDC_CLIENT_ID: 'gpushards',
+        GPUSHARDS_OIDC_CLIENT_SECRET: 'test-client-secret',
+        GPUSHARDS_PUBLIC_URL: shortUrl,
+        GPUSHARDS_SESSION_SECONDS: '60',
+        GPUSHARDS_OIDC_RECHECK_SECONDS: '30',
+      },
+    });
+    try {
+      const env = {
+        GPUSHARDS_CONFIG: join(dir, 'none.json'),
+        GPUSHARDS_URL: short.url,
+        GPUSHARDS_TOKEN: short.adminToken,
+      };
+      for (const args of [
+        ['teams', 'create', 'ml'],
+        ['groups', 'set', 'ml-people', '--team', 'ml'],
+      ]) {
+        const result = await cli(args, { env });
+        assert.equal(result.code, 0, result.stderr);
+      }
+      const page = await signIn('carla', undefined, shortUrl);
+      const cookies = await page.context().cookies(shortUrl);
+      const subscription = await subscribeAs(page, shortUrl);
+      await subscription.connected;
+      assert.equal(await subscription.ended, 'complete', 'the subscription ends at the expiry');
+      const stale = await fetch(`${shortUrl}/graphql`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          cookie: cookies.map((c) => `${c.name}=${c.value}`).join('; '),
+        },
+        body: JSON.stringify({ query: '{ me { id } }' }),
+      });
+      assert.equal((await stale.json()).errors?.[0]?.extensions?.code, 'UNAUTHENTICATED');
+      await page.reload();
+      await page.getByRole('link', { name: 'Sign in with your organisation' }).waitFor();
+      await page.context().close();
+    } finally {
+      await short.stop();
+    }
   });
 });
