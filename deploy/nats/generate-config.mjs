@@ -246,7 +246,7 @@ export function parseCluster(text) {
  * Writes <out>/nats-<name>.conf for each server of the cluster (users.conf must be next to
  * them: writeConfig); returns {name: path}.
  */
-export function writeClusterConfig(out, servers) {
+export function writeClusterConfig(out, servers, auth = 'nkey') {
   const routePassword = randomBytes(24).toString('base64url');
   const files = {};
   for (const server of servers) {
@@ -266,7 +266,12 @@ export function writeClusterConfig(out, servers) {
       `  routes: ${JSON.stringify(routes)}\n` +
       '}\n' +
       '# The same users, with the same per-agent permissions, on every server.\n' +
-      'include "users.conf"\n';
+      'include "users.conf"\n' +
+      (auth === 'jwt'
+        ? '# Its own resolver folder (servers may share a machine); the full resolvers of the\n' +
+          '# cluster pass an account JWT pushed to one of them on to the others.\n' +
+          `resolver: { type: full, dir: ${JSON.stringify(resolve(out, `jwt-${server.name}`))}, allow_delete: false }\n`
+        : '');
     const file = join(out, `nats-${server.name}.conf`);
     writeFileSync(file, text, { mode: 0o600 });
     files[server.name] = file;
@@ -289,15 +294,10 @@ function main() {
     );
   }
   const cluster = values.cluster === undefined ? undefined : parseCluster(values.cluster);
-  if (cluster !== undefined && values.auth === 'jwt') {
-    // Each server of a cluster needs its own resolver folder, and the accounts pushed to one
-    // reach the others through the resolver's sync: not written by this generator yet.
-    throw new Error('--cluster with --auth jwt is not supported yet: use nkey or password');
-  }
   const written = writeConfig(resolve(values.out), positionals, values.auth);
   console.log(`wrote ${written.serverConfig} and ${written.usersFile}`);
   if (cluster !== undefined) {
-    const files = writeClusterConfig(resolve(values.out), cluster);
+    const files = writeClusterConfig(resolve(values.out), cluster, values.auth);
     for (const [name, file] of Object.entries(files)) console.log(`  server ${name}: ${file}`);
     const urls = cluster.map((server) => `nats://${server.host}:${server.port}`).join(',');
     console.log(`  GPUSHARDS_NATS_URL=${urls}`);

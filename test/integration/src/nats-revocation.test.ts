@@ -2,10 +2,20 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import {
   startNatsServer,
   type TestNatsServer,
 } from '../../../apps/agent/dist/testing/nats-server.js';
+import {
+  freePort,
+  startBackground,
+  type Background,
+} from '../../../apps/agent/dist/testing/processes.js';
+import { REPO_ROOT } from '../../../apps/agent/dist/testing/paths.js';
 import {
   PROTOCOL_VERSION,
   agentInboxPrefix,
@@ -162,3 +172,133 @@ for (const kind of ['postgres', 'pglite'] as const) {
     });
   });
 }
+
+interface ClusterGenerator {
+  writeConfig(out: string, hostIds: string[], auth: 'jwt'): { credentials: Record<string, string> };
+  writeClusterConfig(
+    out: string,
+    servers: { name: string; host: string; port: number; routePort: number }[],
+    auth: 'jwt',
+  ): Record<string, string>;
+}
+
+/**
+ * The same across a cluster of three servers (--auth jwt --cluster, each with its own resolver
+ * folder): the account pushed to the server the control plane reaches goes on to the others,
+ * which drop and refuse the removed agent connected to one of them.
+ */
+describe("a removed host's NATS credentials stop working on every server of a cluster", () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gpushards-nats-cluster-'));
+  const servers: { name: string; host: string; port: number; routePort: number }[] = [];
+  const running: Background[] = [];
+  const clients: NatsConnection[] = [];
+  let stack: Stack;
+  let env: (user: string) => Record<string, string>;
+
+  const connectAs = async (user: string, port: number, reconnect = true) => {
+    const nc = await connect({
+      servers: `nats://127.0.0.1:${port}`,
+      authenticator: credsAuthenticator(readFileSync(env(user).GPUSHARDS_NATS_CREDS!)),
+      ...(user.startsWith('agent-')
+        ? { inboxPrefix: agentInboxPrefix(user.slice('agent-'.length)) }
+        : {}),
+      ...(reconnect ? { reconnectTimeWait: 100 } : { reconnect: false }),
+    });
+    clients.push(nc);
+    return nc;
+  };
+
+  before(async () => {
+    const generator = (await import(
+      pathToFileURL(join(REPO_ROOT, 'deploy/nats/generate-config.mjs')).href
+    )) as ClusterGenerator;
+    for (const name of ['n1', 'n2', 'n3']) {
+      servers.push({
+        name,
+        host: '127.0.0.1',
+        port: await freePort(),
+        routePort: await freePort(),
+      });
+    }
+    const config = generator.writeConfig(dir, [GONE, STAYS], 'jwt');
+    const files = generator.writeClusterConfig(dir, servers, 'jwt');
+    env = (user) =>
+      Object.fromEntries(
+        readFileSync(config.credentials[user]!, 'utf8')
+          .trim()
+          .split('\n')
+          .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+      );
+    for (const server of servers) {
+      running.push(
+        await startBackground('nats-server', ['-c', files[server.name]!], /Server is ready/),
+      );
+    }
+    stack = await Stack.start('revoke-cluster', 'postgres', false);
+    const cp = env('control-plane');
+    await stack.startControlPlane({
+      nats: {
+        servers: [`nats://127.0.0.1:${servers[0]!.port}`],
+        auth: { kind: 'creds', credsFile: cp.GPUSHARDS_NATS_CREDS! },
+        revocationFile: cp.GPUSHARDS_NATS_REVOCATION_FILE!,
+      },
+    });
+  });
+
+  after(async () => {
+    for (const client of clients) await client.close().catch(() => undefined);
+    await stack?.close([]);
+    for (const server of running) await server.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('removeHost through one server; the agent on another is cut off and refused by all', async () => {
+    // The agent on the third server reaches the control plane on the first: routes are up.
+    const gone = await connectAs(`agent-${GONE}`, servers[2]!.port);
+    const statuses: string[] = [];
+    void (async () => {
+      for await (const status of gone.status() as AsyncIterable<Status>) {
+        statuses.push(status.type === 'error' ? status.error.message : status.type);
+      }
+    })();
+    await waitFor('a registration across the cluster', async () => {
+      const request: RegisterRequest = {
+        protocolVersion: PROTOCOL_VERSION,
+        hostId: GONE,
+        host: {
+          hostId: GONE,
+          name: GONE,
+          labels: {},
+          agentVersion: '0.1.0',
+          driverVersion: '1',
+          cudaVersion: '12.0',
+          simulated: true,
+          contextOverheadBytes: 0,
+        },
+        gpus: [],
+        runningShards: [],
+      };
+      const reply = await gone
+        .request(agentSubjects(GONE).register, JSON.stringify(request), { timeout: 2000 })
+        .catch(() => undefined);
+      if (reply === undefined) return undefined;
+      const decoded = decodeMessage(registerReplySchema, reply.data);
+      return decoded.ok && decoded.message.accepted ? true : undefined;
+    });
+
+    await stack.graphql(`mutation ($id: ID!) { drainHost(id: $id) { id } }`, { id: GONE });
+    await stack.graphql(`mutation ($id: ID!) { removeHost(id: $id) { id } }`, { id: GONE });
+    await waitFor('the agent on the third server to be cut off', () =>
+      statuses.includes('User Authentication Revoked') ? true : undefined,
+    );
+    for (const server of servers) {
+      await assert.rejects(
+        connectAs(`agent-${GONE}`, server.port, false),
+        /Authorization Violation/,
+        server.name,
+      );
+    }
+    const other = await connectAs(`agent-${STAYS}`, servers[1]!.port, false);
+    await other.flush();
+  });
+});
