@@ -173,7 +173,10 @@ export class ShardCreator {
         // checked against its team's guarantee, or a call whose last batch found its team
         // changed (or failed). See checkTeamsLate.
         const lockFirst = covered.length > 0 || batch.some((pending) => pending.lockFirst);
-        const teams = await readTeamStates(tx, teamIds, covered, { lockAndFold: lockFirst });
+        const teams = await readTeamStates(tx, teamIds, covered, {
+          lockAndFold: lockFirst,
+          genericPlans: true,
+        });
         const existing = await findByIdempotencyKeys(tx, idempotencyKeysOf(batch));
         decideBatch(batch, teams, existing, this.placer, verdicts, plans);
         lostRaces = await writePlanned(tx, plans, verdicts, effects, this.placer);
