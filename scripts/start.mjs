@@ -64,6 +64,10 @@ async function main() {
     if (error instanceof controlPlaneApi.ConfigError) throw new StartError(error.message);
     throw error;
   }
+  // The agent's own variables that the one box passes on (docs/operations.md): how much host RAM
+  // suspended shards may take (elastic memory; 50% of it by default) and where shards wait for
+  // their compute turns. Read by the agent's reader, so they mean and are checked as on a fleet.
+  const tunables = agentTunables(agentApi);
   // Before anything is made: a taken port must not leave a new data folder and admin token.
   await assertPortFree(config.host, config.port);
   if (!config.database.url) assertDatabaseFree(config.database.embeddedDataDir);
@@ -131,6 +135,7 @@ async function main() {
         interposerPath: INTERPOSER_PATH,
         stateDir: join(config.dataDir, AGENT_STATE_SUBDIR),
         computeLedgerDir,
+        ...tunables,
         docker: docker.docker,
         logLevel,
         logDestination: sink,
@@ -143,6 +148,7 @@ async function main() {
   }
 
   const adopted = agent ? await runningShardContainers(docker.docker, hostId) : 0;
+  const suspendBudgetBytes = agent ? await suspendBudgetOf(agent) : undefined;
   printBanner({
     controlPlane,
     config,
@@ -152,6 +158,7 @@ async function main() {
     hostId,
     adopted,
     computeLedgerDir,
+    suspendBudgetBytes,
     simulated,
     nvml,
     nvmlLibrary,
@@ -185,6 +192,32 @@ async function main() {
   };
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
+}
+
+/** GPUSHARDS_SUSPEND_BUDGET and GPUSHARDS_COMPUTE_TURNS as the agent reads them; a StartError if bad. */
+function agentTunables(agentApi) {
+  try {
+    const read = agentApi.agentOptionsFromEnv({
+      GPUSHARDS_HOST_ID: 'one-box',
+      GPUSHARDS_SUSPEND_BUDGET: process.env.GPUSHARDS_SUSPEND_BUDGET,
+      GPUSHARDS_COMPUTE_TURNS: process.env.GPUSHARDS_COMPUTE_TURNS,
+    });
+    return {
+      computeTurns: read.computeTurns,
+      ...(read.suspendBudget !== undefined ? { suspendBudget: read.suspendBudget } : {}),
+    };
+  } catch (error) {
+    if (error instanceof agentApi.ConfigError) throw new StartError(error.message);
+    throw error;
+  }
+}
+
+/** The host RAM the agent lets suspended shards take, as it registered it (its metric); 0: none. */
+async function suspendBudgetOf(agent) {
+  const line = /^gpushards_agent_suspend_budget_bytes(?:\{[^}]*\})? (\S+)$/m.exec(
+    await agent.metrics(),
+  );
+  return line === null ? undefined : Number(line[1]);
 }
 
 /** Fails with a StartError when host:port is taken (the same check listen does, done first). */
@@ -290,6 +323,13 @@ function printBanner(facts) {
     say(
       `   compute       shards take turns on each GPU by their compute share (ledger ${shown(facts.computeLedgerDir)})`,
     );
+    if (facts.suspendBudgetBytes !== undefined) {
+      say(
+        facts.suspendBudgetBytes > 0
+          ? `   elastic       suspended shards' GPU memory may take ${formatSize(facts.suspendBudgetBytes)} of host RAM (GPUSHARDS_SUSPEND_BUDGET)`
+          : '   elastic       this host does not suspend shards (the log says why: "this host does not suspend shards")',
+      );
+    }
     if (simulated) {
       say('');
       say('   ┌ SIMULATED GPUs ────────────────────────────────────────────────────────');

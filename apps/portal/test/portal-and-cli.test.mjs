@@ -269,8 +269,11 @@ describe('the portal in Chromium', { timeout: 120_000 }, () => {
     ]);
     const csv = readFileSync(await download.path(), 'utf8');
     const today = new Date().toISOString().slice(0, 10);
-    assert.match(csv, /^team,day,reserved_gib_hours,used_gib_hours,peak_used_bytes\r\n/);
-    assert.match(csv, new RegExp(`\\r\\ndemo,${today},[0-9.e-]+,[0-9.e-]+,\\d+\\r\\n$`));
+    assert.match(
+      csv,
+      /^team,day,reserved_gib_hours,used_gib_hours,peak_used_bytes,suspended_gib_hours\r\n/,
+    );
+    assert.match(csv, new RegExp(`\\r\\ndemo,${today},[0-9.e-]+,[0-9.e-]+,\\d+,0\\r\\n$`));
 
     await page.goto(box.url + '/#/fleet');
     const refused = page.getByRole('alert');

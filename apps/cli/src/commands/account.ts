@@ -196,7 +196,7 @@ export function usageCommand(): Command {
   return examples(
     new Command('usage')
       .description(
-        "a team's reserved and used GiB-hours over [from, to), per shard (at most 31 days)",
+        "a team's reserved, used and suspended (elastic shards' memory in host RAM) GiB-hours over [from, to), per shard (at most 31 days)",
       )
       .requiredOption('--from <date>', 'start: 2026-11-01 (UTC day) or an ISO time with a zone')
       .option('--to <date>', 'end, excluded (default: now)')
@@ -246,7 +246,9 @@ export function usageCommand(): Command {
             return void process.stdout.write(`${lines.join('\n')}\n`);
           }
           if (globals(command).json) return printJson({ ...report, shards });
-          const gh = (n: number) => (Math.round(n * 100) / 100).toString();
+          // A few seconds of a small shard are some, not none.
+          const gh = (n: number) =>
+            n > 0 && n < 0.005 ? '< 0.01' : (Math.round(n * 100) / 100).toString();
           process.stdout.write(
             `${report.from} to ${report.measuredUntil}: ${gh(report.reservedGibHours)} GiB-hours reserved, ` +
               `${gh(report.usedGibHours)} used, peak ${report.peakUsed.human}, ${report.shardCount} shard(s)` +

@@ -41,6 +41,22 @@ export function memoryLabel(memory: Memory): string {
   }
 }
 
+/** Where a shard's GPU memory is, in a table's cell: "GPU", "host RAM", "→ host RAM", "→ GPU". */
+export function memoryPlace(memory: Memory): string {
+  switch (memory.where) {
+    case 'GPU':
+      return 'GPU';
+    case 'MOVING_OUT':
+      return '→ host RAM';
+    case 'HOST':
+      return 'host RAM';
+    case 'MOVING_IN':
+      return '→ GPU';
+    default:
+      return memory.where;
+  }
+}
+
 /**
  * With --wait: the move's progress on stderr as it goes, and a failed move (the shard back where
  * it was, with the host's reason) ends the wait with exit 9.
@@ -92,13 +108,12 @@ export function addElasticCommands(
           const id = await shardId(command, ref);
           let shard = (await apiFor(command).request(SuspendShardDocument, { id })).suspendShard;
           if (options.wait) {
-            shard = await waitFor(
-              command,
-              id,
-              ['SUSPENDED'],
-              Number(options.timeout),
-              follower('suspend'),
-            );
+            // The answer is the first state followed: a move that fails before the wait has
+            // read the shard is still told from one that never started.
+            const follow = follower('suspend');
+            const failed = follow(shard);
+            if (failed !== undefined) throw failed;
+            shard = await waitFor(command, id, ['SUSPENDED'], Number(options.timeout), follow);
           }
           report(command, shard);
         },
@@ -119,13 +134,12 @@ export function addElasticCommands(
           const id = await shardId(command, ref);
           let shard = (await apiFor(command).request(ResumeShardDocument, { id })).resumeShard;
           if (options.wait) {
-            shard = await waitFor(
-              command,
-              id,
-              ['RUNNING'],
-              Number(options.timeout),
-              follower('resume'),
-            );
+            // The answer is the first state followed: a move that fails before the wait has
+            // read the shard is still told from one that never started.
+            const follow = follower('resume');
+            const failed = follow(shard);
+            if (failed !== undefined) throw failed;
+            shard = await waitFor(command, id, ['RUNNING'], Number(options.timeout), follow);
           }
           report(command, shard);
         },

@@ -27,7 +27,7 @@ export function hostsCommand(): Command {
     withQuiet(hosts.command('ls', { isDefault: true }))
       .alias('list')
       .description(
-        "every host with its GPUs: memory, the compute shares guaranteed on each GPU, and the MPS partition a host keeps for isolated shards (ISOLATED; '-': none)",
+        "every host with its GPUs: memory, the compute shares guaranteed on each GPU, the MPS partition a host keeps for isolated shards (ISOLATED; '-': none), and each GPU's oversubscription ratio for elastic shards (OVERCOMMIT; '-': none, `hosts overcommit`)",
       )
       .action(async (_options: unknown, command: Command) => {
         const result = await apiFor(command).request(HostsDocument, { first: 100 });
@@ -56,7 +56,7 @@ export function hostsCommand(): Command {
               h.lastHeartbeatAt ? `${age(h.lastHeartbeatAt)} ago` : '-',
             ]),
           )}\n\n${table(
-            ['HOST', 'GPU', 'MODEL', 'TOTAL', 'RESERVED', 'USED', 'COMPUTE'],
+            ['HOST', 'GPU', 'MODEL', 'TOTAL', 'RESERVED', 'USED', 'COMPUTE', 'OVERCOMMIT'],
             rows.flatMap((h) =>
               h.gpus.map((g) => [
                 h.id,
@@ -66,6 +66,8 @@ export function hostsCommand(): Command {
                 g.reserved.human,
                 g.used.human,
                 gpuComputeLabel(g),
+                // Caps, resident and suspended, may add up to total × ratio (elastic shards).
+                g.overcommitRatio === 1 ? '-' : `×${g.overcommitRatio}`,
               ]),
             ),
           )}\n`,

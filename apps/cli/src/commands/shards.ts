@@ -4,7 +4,7 @@ import { apiFor, examples, globals, teamIdFor } from '../context.js';
 import { age, checkSize, printIds, printJson, table, until, withQuiet } from '../output.js';
 import { busyLabel, computeInput, idleLabel, shareLabel, withComputeOptions } from '../compute.js';
 import { addComputeCommands } from './compute.js';
-import { addElasticCommands, memoryLabel } from './elastic.js';
+import { addElasticCommands, memoryLabel, memoryPlace } from './elastic.js';
 import { addEventsCommand } from './events.js';
 import {
   CreateShardDocument,
@@ -44,6 +44,7 @@ export function shardRows(shards: readonly Shard[]): string {
       'BUSY',
       'IDLE',
       'AGE',
+      'MEMORY',
       'ID',
     ],
     shards.map((s) => {
@@ -63,6 +64,7 @@ export function shardRows(shards: readonly Shard[]): string {
         busyLabel(s.gpus),
         `${idleLabel(s)}${s.idleSince ? ' (reported)' : ''}`,
         age(s.createdAt),
+        `${memoryPlace(s.memory)}${s.elastic ? ' (elastic)' : ''}`,
         s.id,
       ];
     }),

@@ -259,7 +259,7 @@ export function teamsCommand(): Command {
     teams
       .command('set-idle-policy <team>')
       .description(
-        "report the team's running shards that launch no kernel for a time, and optionally stop them (admins); only hosts with a compute ledger report activity",
+        "report the team's running shards that launch no kernel for a time, and optionally stop them, or suspend the elastic ones to host RAM (admins); only hosts with a compute ledger report activity",
       )
       .option(
         '--after <duration>',

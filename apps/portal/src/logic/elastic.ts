@@ -25,20 +25,46 @@ export function moveProgress(memory: Memory): number | null {
   return Math.min(100, Math.round((Number(memory.moved.bytes) / total) * 100));
 }
 
+/** A shard as a move's progress concerns it: its state, version and memory. */
+interface Moving<M> {
+  readonly state: string;
+  readonly version: number;
+  readonly memory: M;
+}
+
+/** Whether the shard's memory is moving (a state whose progress the portal reads by polling). */
+export function isMoving(state: string): boolean {
+  return state === 'SUSPENDING' || state === 'RESUMING';
+}
+
+/**
+ * The row with the progress read for it: only for the same version in the same moving state (a
+ * newer version, or another state, is newer news than the read, which is then left out).
+ */
+export function withProgress<M, T extends Moving<M>>(row: T, read: Moving<M> | undefined): T {
+  if (read === undefined || !isMoving(row.state)) return row;
+  if (read.version !== row.version || read.state !== row.state) return row;
+  return { ...row, memory: read.memory };
+}
+
 /** One line under the state: where its memory is and why; null while it is on the GPU. */
 export function memoryNote(memory: Memory): string | null {
   const cause = memory.suspendCause === null ? '' : ` (${causeLabel(memory.suspendCause)})`;
+  const progress =
+    memory.moved !== null && memory.total !== null
+      ? `, ${memory.moved.human} of ${memory.total.human}`
+      : '';
   switch (memory.where) {
     case 'GPU':
       return null;
     case 'MOVING_OUT':
-      return `moving to host RAM${cause}`;
+      return `moving to host RAM${progress}${cause}`;
     case 'HOST':
       return `in host RAM${memory.moved === null ? '' : `, ${memory.moved.human}`}${cause}${
         memory.resumeWantedAt === null ? '' : '; resuming when its GPU has room'
       }`;
     case 'MOVING_IN':
-      return 'moving back to the GPU';
+      return `moving back to the GPU${progress}`;
     default:
       return memory.where;
   }

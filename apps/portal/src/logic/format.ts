@@ -49,6 +49,8 @@ export function percent(value: number): string {
 /** GiB-hours for people: "0", "0.25", "12.5", "1,234". */
 export function gibHours(value: number): string {
   if (value === 0) return '0';
+  // A few seconds of a small shard: some, not none.
+  if (value > 0 && value < 0.005) return '< 0.01';
   if (value >= 1000) return Math.round(value).toLocaleString('en-US');
   return String(Math.round(value * 100) / 100);
 }

@@ -44,6 +44,8 @@ describe('format', () => {
     expect(fraction(1, 0)).toBe(0);
     expect(gibHours(1.23456)).toBe('1.23');
     expect(gibHours(12345.6)).toBe('12,346');
+    expect(gibHours(0.0003)).toBe('< 0.01');
+    expect(gibHours(0)).toBe('0');
     expect(canStop('RUNNING')).toBe(true);
     expect(canStop('STOPPED')).toBe(false);
     expect(canSetCompute('PENDING')).toBe(true);
@@ -75,22 +77,41 @@ describe('usage', () => {
   });
   it('shapes chart series in day order', () => {
     const series = chartSeries([
-      { day: '2026-01-02', reservedGibHours: 2, usedGibHours: 1.00049, peakUsedBytes: 0 },
-      { day: '2026-01-01', reservedGibHours: 4, usedGibHours: 3, peakUsedBytes: 0 },
+      {
+        day: '2026-01-02',
+        reservedGibHours: 2,
+        usedGibHours: 1.00049,
+        suspendedGibHours: 0.5,
+        peakUsedBytes: 0,
+      },
+      {
+        day: '2026-01-01',
+        reservedGibHours: 4,
+        usedGibHours: 3,
+        suspendedGibHours: 0,
+        peakUsedBytes: 0,
+      },
     ]);
     expect(series).toEqual({
       labels: ['2026-01-01', '2026-01-02'],
       reserved: [4, 2],
       used: [3, 1],
+      suspended: [0, 0.5],
     });
   });
   it('writes RFC 4180 CSV with a header, quoting what needs it', () => {
     const csv = usageCsv('ml,"x"', [
-      { day: '2026-01-01', reservedGibHours: 4.5, usedGibHours: 1, peakUsedBytes: GiB },
+      {
+        day: '2026-01-01',
+        reservedGibHours: 4.5,
+        usedGibHours: 1,
+        suspendedGibHours: 0.25,
+        peakUsedBytes: GiB,
+      },
     ]);
     expect(csv).toBe(
-      'team,day,reserved_gib_hours,used_gib_hours,peak_used_bytes\r\n' +
-        '"ml,""x""",2026-01-01,4.5,1,1073741824\r\n',
+      'team,day,reserved_gib_hours,used_gib_hours,peak_used_bytes,suspended_gib_hours\r\n' +
+        '"ml,""x""",2026-01-01,4.5,1,1073741824,0.25\r\n',
     );
     expect(csvField('plain')).toBe('plain');
   });

@@ -45,20 +45,24 @@ export interface DayUsage {
   readonly day: string;
   readonly reservedGibHours: number;
   readonly usedGibHours: number;
+  /** Elastic shards' GPU memory held in host RAM, apart from reserved (docs/elastic.md). */
+  readonly suspendedGibHours: number;
   readonly peakUsedBytes: number;
 }
 
-/** Datasets for the chart: labels and the two series, in day order. */
+/** Datasets for the chart: labels and the three series, in day order. */
 export function chartSeries(rows: readonly DayUsage[]): {
   labels: string[];
   reserved: number[];
   used: number[];
+  suspended: number[];
 } {
   const sorted = [...rows].sort((a, b) => a.day.localeCompare(b.day));
   return {
     labels: sorted.map((r) => r.day),
     reserved: sorted.map((r) => round(r.reservedGibHours)),
     used: sorted.map((r) => round(r.usedGibHours)),
+    suspended: sorted.map((r) => round(r.suspendedGibHours)),
   };
 }
 
@@ -66,14 +70,23 @@ function round(value: number): number {
   return Math.round(value * 1000) / 1000;
 }
 
-/** RFC 4180 CSV, one line per day, with a header; numbers are not rounded for display. */
+/**
+ * RFC 4180 CSV, one line per day, with a header; numbers are not rounded for display. The
+ * suspended column comes last (as in `gpushards usage --csv`), so readers of the older five
+ * columns by position read them unchanged.
+ */
 export function usageCsv(team: string, rows: readonly DayUsage[]): string {
-  const lines = ['team,day,reserved_gib_hours,used_gib_hours,peak_used_bytes'];
+  const lines = ['team,day,reserved_gib_hours,used_gib_hours,peak_used_bytes,suspended_gib_hours'];
   for (const row of [...rows].sort((a, b) => a.day.localeCompare(b.day))) {
     lines.push(
-      [csvField(team), row.day, row.reservedGibHours, row.usedGibHours, row.peakUsedBytes].join(
-        ',',
-      ),
+      [
+        csvField(team),
+        row.day,
+        row.reservedGibHours,
+        row.usedGibHours,
+        row.peakUsedBytes,
+        row.suspendedGibHours,
+      ].join(','),
     );
   }
   return `${lines.join('\r\n')}\r\n`;

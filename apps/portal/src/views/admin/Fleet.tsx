@@ -12,6 +12,7 @@ import {
 } from '@gpushards/graphql-client';
 import { gpuComputeLabel } from '../../logic/compute.js';
 import { IdleShards } from './IdleShards.js';
+import { OvercommitForm, overcommitNote } from './Overcommit.js';
 import { bytesOf, humanBytes, LIVE_STATES } from '../../logic/format.js';
 import { gpuSegments, teamColor, type FleetShard } from '../../logic/fleet.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
@@ -24,7 +25,16 @@ export function Fleet() {
   const [hosts, refetchHosts] = useQuery({ query: HostsDocument, variables: { first: 100 } });
   const [shards, refetchShards] = useQuery({
     query: FleetShardsDocument,
-    variables: { first: 200, states: LIVE_STATES.filter((s) => s !== 'PENDING') as never },
+    // Suspended shards stay on their host (their memory in its RAM): listed, with no bar.
+    variables: {
+      first: 200,
+      states: [
+        ...LIVE_STATES.filter((s) => s !== 'PENDING'),
+        'SUSPENDING',
+        'SUSPENDED',
+        'RESUMING',
+      ] as never,
+    },
   });
   const [idle, refetchIdle] = useQuery({ query: IdleShardsDocument, variables: { first: 100 } });
   useSubscription({ query: ShardEventsDocument, variables: {} }, (n: number = 0) => {
@@ -148,6 +158,12 @@ function HostCard({
         {host.id} · {host.memory.reserved.human} reserved of {host.memory.total.human},{' '}
         {host.memory.free.human} free
       </p>
+      <OvercommitForm
+        hostId={host.id}
+        hostName={host.name}
+        // The host's ratio where its GPUs agree (set per host); else the largest, to edit from.
+        ratio={Math.max(1, ...host.gpus.map((g) => g.overcommitRatio))}
+      />
       <div className="gpus">
         {host.gpus.map((gpu) => {
           const segments = gpuSegments(
@@ -164,6 +180,9 @@ function HostCard({
                 GPU {gpu.index} · {gpu.model} · {gpu.reserved.human} reserved / {gpu.capacity.human}
                 , used {gpu.used.human} ·{' '}
                 <span data-testid="gpu-compute">{gpuComputeLabel(gpu)}</span>
+                {overcommitNote(gpu.overcommitRatio) !== null && (
+                  <span data-testid="gpu-overcommit"> · {overcommitNote(gpu.overcommitRatio)}</span>
+                )}
                 {gpu.missingSince && <span className="problem"> missing</span>}
               </div>
               <div

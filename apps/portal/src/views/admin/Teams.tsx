@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
-import { formatDuration, parseDuration } from '@gpushards/limits';
+import { formatDuration } from '@gpushards/limits';
 import {
   ArchiveTeamDocument,
   CreateTeamDocument,
@@ -8,12 +8,10 @@ import {
   RenameTeamDocument,
   UnarchiveTeamDocument,
   type TeamFieldsFragment,
-  SetIdlePolicyDocument,
-  SetQuotaDocument,
   TeamsDocument,
 } from '@gpushards/graphql-client';
-import { parseSizeInput } from '../../logic/format.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
+import { IdlePolicyForm, QuotaForm } from './TeamPolicies.js';
 
 export function Teams() {
   const [teams] = useQuery({ query: TeamsDocument, variables: { first: 100 } });
@@ -65,6 +63,9 @@ export function Teams() {
                 <th scope="col">priority</th>
                 <th scope="col">compute / shard</th>
                 <th scope="col">idle policy</th>
+                <th scope="col" title="its shards may be elastic (docs/elastic.md)">
+                  elastic
+                </th>
                 <th scope="col" />
               </tr>
             </thead>
@@ -95,9 +96,14 @@ export function Teams() {
                           node.idlePolicy.stopAfterSeconds === null
                             ? ''
                             : `, stop after ${formatDuration(node.idlePolicy.stopAfterSeconds)}`
+                        }${
+                          node.idlePolicy.suspendAfterSeconds === null
+                            ? ''
+                            : `, suspend elastic after ${formatDuration(node.idlePolicy.suspendAfterSeconds)}`
                         }`
                       : 'none'}
                   </td>
+                  <td>{!node.quotaPolicy ? '—' : node.quotaPolicy.allowElastic ? 'yes' : 'no'}</td>
                   <td className="actions">
                     <button
                       onClick={() => {
@@ -130,10 +136,21 @@ export function Teams() {
             onDone={() => setManaging(null)}
           />
         )}
-        {editing && <QuotaForm teamId={editing} onDone={() => setEditing(null)} />}
+        {editing && (
+          <QuotaForm
+            key={editing}
+            teamId={editing}
+            current={teams.data?.teams.edges.find((e) => e.node.id === editing)?.node.quotaPolicy}
+            onDone={() => setEditing(null)}
+          />
+        )}
         {editingIdle && (
           <IdlePolicyForm
+            key={editingIdle}
             teamId={editingIdle}
+            current={
+              teams.data?.teams.edges.find((e) => e.node.id === editingIdle)?.node.idlePolicy
+            }
             teamName={
               teams.data?.teams.edges.find((e) => e.node.id === editingIdle)?.node.name ?? ''
             }
@@ -142,138 +159,6 @@ export function Teams() {
         )}
       </Section>
     </div>
-  );
-}
-
-function QuotaForm({ teamId, onDone }: { teamId: string; onDone: () => void }) {
-  const [saved, save] = useMutation(SetQuotaDocument);
-  const [maxTotal, setMaxTotal] = useState('16g');
-  const [maxPerShard, setMaxPerShard] = useState('8g');
-  const [maxShards, setMaxShards] = useState(4);
-  const [priority, setPriority] = useState(0);
-  const [maxCompute, setMaxCompute] = useState('');
-  // Left untouched, the team keeps its setting (the form does not read the team's policy).
-  const [allowElastic, setAllowElastic] = useState<boolean | undefined>(undefined);
-  const sizeProblem = [maxTotal, maxPerShard].map((v) => parseSizeInput(v)).find((r) => !r.ok);
-  const computeBound = maxCompute.trim().replace(/%$/, '');
-  const computeProblem =
-    computeBound === '' || (/^\d+$/.test(computeBound) && Number(computeBound) <= 100)
-      ? null
-      : 'max compute share: a whole percent from 0 (no shares) to 100, or blank for up to 100';
-  const problem = sizeProblem && !sizeProblem.ok ? sizeProblem.message : computeProblem;
-  async function submit(event: FormEvent) {
-    event.preventDefault();
-    if (problem) return;
-    const result = await save({
-      teamId,
-      input: {
-        maxTotal,
-        maxPerShard,
-        maxShards,
-        priority,
-        ...(computeBound === '' ? {} : { maxComputeSharePercent: Number(computeBound) }),
-        ...(allowElastic === undefined ? {} : { allowElastic }),
-      },
-    });
-    if (result.data) onDone();
-  }
-  return (
-    <form className="row" aria-label="Quota policy" onSubmit={submit}>
-      <label>
-        Max total <input value={maxTotal} onChange={(e) => setMaxTotal(e.target.value)} />
-      </label>
-      <label>
-        Max per shard <input value={maxPerShard} onChange={(e) => setMaxPerShard(e.target.value)} />
-      </label>
-      <label>
-        Max shards{' '}
-        <input
-          type="number"
-          min={0}
-          value={maxShards}
-          onChange={(e) => setMaxShards(Number(e.target.value))}
-        />
-      </label>
-      <label>
-        Priority{' '}
-        <input
-          type="number"
-          value={priority}
-          onChange={(e) => setPriority(Number(e.target.value))}
-        />
-      </label>
-      <label>
-        Max compute share %{' '}
-        <input
-          value={maxCompute}
-          placeholder="100"
-          inputMode="numeric"
-          onChange={(e) => setMaxCompute(e.target.value)}
-        />
-      </label>
-      <label title="its shards may be elastic: suspended to host RAM while idle (docs/elastic.md)">
-        <input
-          type="checkbox"
-          checked={allowElastic ?? false}
-          onChange={(e) => setAllowElastic(e.target.checked)}
-        />{' '}
-        Elastic shards
-      </label>
-      <button type="submit" disabled={saved.fetching || problem !== null}>
-        Save quota
-      </button>
-      {problem && <span className="problem">{problem}</span>}
-      <ErrorBox error={saved.error} />
-    </form>
-  );
-}
-
-/** setTeamIdlePolicy: report a shard with no kernel after a time, and optionally stop it. */
-function IdlePolicyForm(props: { teamId: string; teamName: string; onDone: () => void }) {
-  const [saved, save] = useMutation(SetIdlePolicyDocument);
-  const [after, setAfter] = useState('30m');
-  const [stopAfter, setStopAfter] = useState('');
-  const reportAt = after.trim() === '' ? null : parseDuration(after);
-  const stopAt = stopAfter.trim() === '' ? null : parseDuration(stopAfter);
-  const problem =
-    reportAt && !reportAt.ok
-      ? reportAt.message
-      : stopAt && !stopAt.ok
-        ? stopAt.message
-        : reportAt === null && stopAt !== null
-          ? 'stopping needs a time to report first'
-          : null;
-  async function submit(event: FormEvent) {
-    event.preventDefault();
-    if (problem) return;
-    const result = await save({
-      teamId: props.teamId,
-      idleAfterSeconds: reportAt?.ok ? reportAt.seconds : null,
-      stopAfterSeconds: stopAt?.ok ? stopAt.seconds : null,
-    });
-    if (result.data) props.onDone();
-  }
-  return (
-    <form className="row" aria-label={`Idle policy of ${props.teamName}`} onSubmit={submit}>
-      <label>
-        Report idle after{' '}
-        <input value={after} placeholder="none" onChange={(e) => setAfter(e.target.value)} />
-      </label>
-      <label>
-        Stop after{' '}
-        <input
-          value={stopAfter}
-          placeholder="never"
-          onChange={(e) => setStopAfter(e.target.value)}
-        />
-      </label>
-      <span className="muted small">like 30m or 2h; blank report time: no policy</span>
-      <button type="submit" disabled={saved.fetching || problem !== null}>
-        Save idle policy
-      </button>
-      {problem && <span className="problem">{problem}</span>}
-      <ErrorBox error={saved.error} />
-    </form>
   );
 }
 

@@ -5,24 +5,46 @@ import { CreateShard } from './CreateShard.js';
 
 // The form's mutation and preview come from these stand-ins instead of urql (whose React is
 // another copy than the portal's under Vitest).
-const api = vi.hoisted(() => ({ creates: [] as ((name: string) => void)[] }));
+const api = vi.hoisted(() => ({
+  creates: [] as ((name: string) => void)[],
+  inputs: [] as Record<string, unknown>[],
+  allowElastic: false,
+}));
 vi.mock('urql', () => ({
-  useQuery: () => [{ fetching: false }],
+  // The team (asked by id) says whether its quota allows elastic shards; the preview has none.
+  useQuery: (args: { variables: { id?: string } }) => [
+    args.variables.id === undefined
+      ? { fetching: false }
+      : {
+          fetching: false,
+          data: { team: { quotaPolicy: { allowElastic: api.allowElastic } } },
+        },
+  ],
   useMutation: () => [
     { fetching: false },
     (variables: { input: { name: string } }) =>
-      new Promise((resolve) =>
+      new Promise((resolve) => {
+        api.inputs.push(variables.input);
         api.creates.push((hostId) =>
           resolve({
             data: { createShard: { name: variables.input.name, state: 'PLACED', hostId } },
           }),
-        ),
-      ),
+        );
+      }),
   ],
 }));
 
 let view: ReturnType<typeof mount>;
-afterEach(() => view.unmount());
+afterEach(() => {
+  view.unmount();
+  api.allowElastic = false;
+  api.inputs.length = 0;
+});
+
+const elasticBox = () =>
+  [...view.container.querySelectorAll('label')]
+    .find((l) => l.textContent?.startsWith('Elastic'))
+    ?.querySelector<HTMLInputElement>('input[type="checkbox"]') ?? null;
 
 const status = () => view.container.querySelector('[role="status"]')?.textContent ?? null;
 const nameInput = () => view.container.querySelector<HTMLInputElement>('form input')!;
@@ -71,5 +93,23 @@ describe('CreateShard', () => {
       /isolated needs a share/,
     );
     expect(button(view.container, 'Create').disabled).toBe(true);
+  });
+
+  it("offers Elastic only where the team's quota allows it, and sends it when ticked", async () => {
+    view = mount(<CreateShard teamId="t1" />);
+    expect(elasticBox()).toBeNull();
+
+    // The quota now allows it (as the team's query answers once an admin sets it).
+    api.allowElastic = true;
+    view.rerender(<CreateShard teamId="t1" />);
+    const box = elasticBox()!;
+    expect(box.checked).toBe(false);
+    act(() => box.click());
+    await createNamed('notebook', 'host-a');
+    expect(api.inputs.at(-1)).toMatchObject({ name: 'notebook', elastic: true });
+    expect(elasticBox()!.checked).toBe(false);
+
+    await createNamed('plain', 'host-a');
+    expect(api.inputs.at(-1)).not.toHaveProperty('elastic');
   });
 });

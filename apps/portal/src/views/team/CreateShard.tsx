@@ -1,6 +1,6 @@
 import { useEffect, useState, type FormEvent } from 'react';
 import { useMutation, useQuery } from 'urql';
-import { CreateShardDocument, PreviewDocument } from '@gpushards/graphql-client';
+import { CreateShardDocument, PreviewDocument, TeamDocument } from '@gpushards/graphql-client';
 import { parseSizeInput } from '../../logic/format.js';
 import {
   COMPUTE_MODE_HINTS,
@@ -33,6 +33,10 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
   const [elastic, setElastic] = useState(false);
   const [created, create] = useMutation(CreateShardDocument);
   const [done, setDone] = useState<string | null>(null);
+  // The Elastic box only where the team's quota allows elastic shards (the Quota view above
+  // reads the same team, so this is one request).
+  const [team] = useQuery({ query: TeamDocument, variables: { id: adminTeamId ?? teamId } });
+  const elasticAllowed = team.data?.team?.quotaPolicy?.allowElastic === true;
 
   const size = parseSizeInput(memory);
   const nameProblem =
@@ -74,7 +78,7 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
         memoryPerGpu: memory.trim(),
         gpuCount,
         ...compute,
-        ...(elastic ? { elastic: true } : {}),
+        ...(elastic && elasticAllowed ? { elastic: true } : {}),
         ...(adminTeamId ? { teamId: adminTeamId } : {}),
       },
     });
@@ -167,19 +171,20 @@ export function CreateShard({ teamId, adminTeamId }: { teamId: string; adminTeam
             {COMPUTE_MODE_HINTS[mode]}
           </span>
         </label>
-        <label>
-          <input
-            type="checkbox"
-            checked={elastic}
-            onChange={(e) => setElastic(e.target.checked)}
-            aria-describedby="elastic-help"
-          />
-          Elastic
-          <span id="elastic-help" className="muted small">
-            while idle its GPU memory may wait in host RAM; it comes back when it computes (the
-            team's quota must allow it)
-          </span>
-        </label>
+        {elasticAllowed && (
+          <label>
+            <input
+              type="checkbox"
+              checked={elastic}
+              onChange={(e) => setElastic(e.target.checked)}
+              aria-describedby="elastic-help"
+            />
+            Elastic
+            <span id="elastic-help" className="muted small">
+              while idle its GPU memory may wait in host RAM; it comes back when it computes
+            </span>
+          </label>
+        )}
         <button
           type="submit"
           disabled={created.fetching || !size.ok || nameProblem !== null || shareProblem !== null}

@@ -75,11 +75,18 @@ export function Quota({ teamId }: { teamId: string }) {
               ? ', no compute shares (the default split only)'
               : `, compute share up to ${policy.maxComputeSharePercent ?? 100}% per GPU`}
             ; priority {policy.priority}.{' '}
+            {policy.allowElastic
+              ? 'Shards may be elastic (their GPU memory waits in host RAM while idle). '
+              : ''}
             {team.idlePolicy
               ? `Idle shards (no kernel) are reported after ${formatDuration(team.idlePolicy.idleAfterSeconds)}${
                   team.idlePolicy.stopAfterSeconds === null
                     ? ''
                     : ` and stopped after ${formatDuration(team.idlePolicy.stopAfterSeconds)}`
+                }${
+                  team.idlePolicy.suspendAfterSeconds === null
+                    ? ''
+                    : `; elastic ones are suspended to host RAM after ${formatDuration(team.idlePolicy.suspendAfterSeconds)}`
                 }.`
               : 'No idle policy.'}
           </p>

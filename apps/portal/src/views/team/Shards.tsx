@@ -27,7 +27,6 @@ import {
   MAX_NOTICES,
   mergeShards,
   NOTICE_KINDS,
-  queueNote,
   realBytes,
   shardNotices,
   usedBytes,
@@ -41,7 +40,9 @@ import {
   shareLabel,
   type ComputeModeName,
 } from '../../logic/compute.js';
-import { canResume, canSuspend, memoryNote, moveProgress } from '../../logic/elastic.js';
+import { canResume, canSuspend, withProgress } from '../../logic/elastic.js';
+import { useMoveProgress } from './useMoveProgress.js';
+import { ShardState } from './ShardState.js';
 import { Empty, ErrorBox, Loading, Section } from '../../ui.js';
 
 type Shard = ShardFieldsFragment;
@@ -73,10 +74,12 @@ export function Shards({ teamId, canWrite }: { teamId: string; canWrite: boolean
       };
     },
   );
-  const rows = mergeShards(
+  const merged = mergeShards(
     listed.data?.shards.edges.map((e) => e.node) ?? [],
     events.data?.shards ?? [],
   );
+  const progress = useMoveProgress(merged);
+  const rows = merged.map((row) => withProgress(row, progress.get(row.id)));
   const [stored] = useQuery({
     query: ShardNoticesDocument,
     variables: { teamId, first: MAX_NOTICES, kinds: [...NOTICE_KINDS] },
@@ -148,8 +151,6 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
   const [remove, doRemove] = useMutation(DeleteShardDocument);
   const [suspend, doSuspend] = useMutation(SuspendShardDocument);
   const [resume, doResume] = useMutation(ResumeShardDocument);
-  const memory = memoryNote(shard.memory);
-  const progress = moveProgress(shard.memory);
   const [resize, doResize] = useMutation(ResizeShardDocument);
   const [setCompute, doSetCompute] = useMutation(SetShardComputeDocument);
   const [resizing, setResizing] = useState(false);
@@ -162,7 +163,6 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
   const live = shard.gpus.filter((g) => g.releasedAt === null);
   const busy = busyRatio(shard.gpus);
   const quietSince = shard.state === 'RUNNING' ? idleSince(shard) : null;
-  const queue = queueNote(shard);
 
   async function submitCompute(event: FormEvent) {
     event.preventDefault();
@@ -205,33 +205,17 @@ function ShardRow(props: { shard: Shard; canWrite: boolean; onResized: () => voi
       >
         <td>
           <span title={shard.image}>{shard.name}</span>
+          {shard.elastic && (
+            <span
+              className="tag"
+              title="elastic: while idle its GPU memory may wait in host RAM (docs/elastic.md)"
+            >
+              elastic
+            </span>
+          )}
         </td>
         <td>
-          <span className={`state state-${shard.state}`}>{shard.state}</span>
-          {queue !== null && (
-            <div className="muted small" data-testid="queue-note" title={shard.queueReason ?? ''}>
-              {queue}
-            </div>
-          )}
-          {memory !== null && (
-            <div className="muted small" data-testid="memory-note">
-              {memory}
-            </div>
-          )}
-          {progress !== null && (
-            <progress
-              max={100}
-              value={progress}
-              aria-label={`${shard.name}: ${progress}% of its memory moved`}
-            />
-          )}
-          {shard.memory.lastError && (
-            <div className="muted small" title={shard.memory.lastError}>
-              last move failed: {shard.memory.lastError}
-            </div>
-          )}
-          {shard.failureReason && <div className="muted small">{shard.failureReason}</div>}
-          {shard.exitCode !== null && <div className="muted small">exit {shard.exitCode}</div>}
+          <ShardState shard={shard} />
         </td>
         <td>{shard.hostId ?? '—'}</td>
         <td>{live.length > 0 ? live.map((g) => g.index).join(', ') : `${shard.gpuCount} ×`}</td>

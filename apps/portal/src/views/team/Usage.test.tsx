@@ -18,7 +18,12 @@ function heldClient() {
           pending.push(() =>
             resolve({
               data: {
-                usage: { reservedGibHours: 1, usedGibHours: 0.5, peakUsed: { bytes: '1024' } },
+                usage: {
+                  reservedGibHours: 1,
+                  usedGibHours: 0.5,
+                  suspendedGibHours: 0.25,
+                  peakUsed: { bytes: '1024' },
+                },
               },
             }),
           );
@@ -54,7 +59,7 @@ describe('Usage', () => {
     await answerAll();
     expect(exportButton().disabled).toBe(false);
     const shown = summary();
-    expect(shown).toMatch(/^7 GiB-hours reserved/);
+    expect(shown).toMatch(/^7 GiB-hours reserved, 3.5 used, 1.75 suspended in host RAM, UTC days/);
 
     const from = view.container.querySelector<HTMLInputElement>('input[type="date"]')!;
     const earlier = new Date(Date.parse(`${from.value}T00:00:00Z`) - 86_400_000);

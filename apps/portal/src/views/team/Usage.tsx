@@ -86,6 +86,7 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
           day: windows[i]!.day,
           reservedGibHours: r.data?.usage.reservedGibHours ?? 0,
           usedGibHours: r.data?.usage.usedGibHours ?? 0,
+          suspendedGibHours: r.data?.usage.suspendedGibHours ?? 0,
           peakUsedBytes: bytesOf(r.data?.usage.peakUsed.bytes),
         })),
       });
@@ -107,6 +108,16 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
         datasets: [
           { label: 'reserved GiB-hours', data: series.reserved, backgroundColor: '#8aa4d6' },
           { label: 'used GiB-hours', data: series.used, backgroundColor: '#2f6f4f' },
+          // Elastic shards' memory in host RAM: not reserved on a GPU meanwhile.
+          ...(series.suspended.some((v) => v > 0)
+            ? [
+                {
+                  label: 'suspended GiB-hours',
+                  data: series.suspended,
+                  backgroundColor: '#c9a227',
+                },
+              ]
+            : []),
         ],
       },
       options: {
@@ -132,6 +143,7 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
 
   const total = rows?.reduce((n, r) => n + r.reservedGibHours, 0) ?? 0;
   const used = rows?.reduce((n, r) => n + r.usedGibHours, 0) ?? 0;
+  const suspended = rows?.reduce((n, r) => n + r.suspendedGibHours, 0) ?? 0;
   return (
     <Section
       title="Usage"
@@ -160,12 +172,17 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
       {loading && !error && <Loading what="usage" />}
       {report && (
         <p className="muted">
-          {gibHours(total)} GiB-hours reserved, {gibHours(used)} used, UTC days {report.first} to{' '}
-          {report.last}.
+          {gibHours(total)} GiB-hours reserved, {gibHours(used)} used
+          {suspended > 0 && `, ${gibHours(suspended)} suspended in host RAM`}, UTC days{' '}
+          {report.first} to {report.last}.
         </p>
       )}
       <div className="chart">
-        <canvas ref={canvas} role="img" aria-label="Reserved and used GiB-hours per day" />
+        <canvas
+          ref={canvas}
+          role="img"
+          aria-label="Reserved, used and suspended GiB-hours per day"
+        />
       </div>
     </Section>
   );
