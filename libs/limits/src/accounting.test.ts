@@ -13,6 +13,7 @@ import {
   type TeamAccount,
   teamId,
   type UsageSample,
+  utcDaysOf,
 } from './accounting.js';
 
 const HOUR = 3_600_000;
@@ -487,6 +488,77 @@ describe('suspendedGibHours', () => {
           const right =
             suspendedGibHours(intervals, { from: cut, to: 20_000_000 }).get(shardId('s')) ?? 0;
           return Math.abs(whole - (left + right)) <= 1e-9 * Math.max(1, whole);
+        },
+      ),
+    );
+  });
+});
+
+describe('UTC days of a window', () => {
+  test('a window from mid-day to mid-day: three days, the ends clipped', () => {
+    const days = utcDaysOf(hours(12, 60));
+    assert.deepEqual(
+      days.map((d) => [d.day, (d.window.from - T0) / HOUR, (d.window.to - T0) / HOUR]),
+      [
+        ['2026-01-01', 12, 24],
+        ['2026-01-02', 24, 48],
+        ['2026-01-03', 48, 60],
+      ],
+    );
+  });
+
+  test('a window of whole days has one day each; an empty window has none', () => {
+    assert.deepEqual(
+      utcDaysOf(hours(0, 48)).map((d) => d.day),
+      ['2026-01-01', '2026-01-02'],
+    );
+    assert.deepEqual(utcDaysOf(hours(5, 5)), []);
+  });
+
+  test('refuses a window that ends before it starts, or times that are not whole ms', () => {
+    assert.throws(() => utcDaysOf(hours(2, 1)), /ends .* before it starts/);
+    assert.throws(() => utcDaysOf({ from: 0.5, to: 10 }), /whole epoch milliseconds/);
+  });
+
+  test('the days cover the window without gaps, and per-day accounts add up to the window', () => {
+    fc.assert(
+      fc.property(
+        intervalsArb,
+        samplesArb,
+        fc.integer({ min: -50, max: 1050 }),
+        fc.integer({ min: -50, max: 1050 }),
+        (unitIntervals, unitSamples, a, b) => {
+          // The arbitraries' 0..1000 axis stretched over about ten days, so windows cross days.
+          const scale = 864_017;
+          const intervals = unitIntervals.map((i) => ({
+            ...i,
+            start: i.start * scale,
+            end: i.end === null ? null : i.end * scale,
+          }));
+          const samples = unitSamples.map((x) => ({ ...x, at: x.at * scale }));
+          const window = { from: Math.min(a, b) * scale, to: Math.max(a, b) * scale };
+          const days = utcDaysOf(window);
+          let cursor = window.from;
+          for (const { day, window: part } of days) {
+            assert.equal(part.from, cursor);
+            assert.ok(part.to > part.from);
+            assert.equal(new Date(part.from).toISOString().slice(0, 10), day);
+            assert.equal(new Date(part.to - 1).toISOString().slice(0, 10), day);
+            cursor = part.to;
+          }
+          assert.equal(cursor, days.length === 0 ? window.from : window.to);
+          const whole = account(intervals, samples, window);
+          const perDay = days.map((d) => account(intervals, samples, d.window));
+          const sum = (pick: (r: AccountingReport) => bigint[]) =>
+            perDay.flatMap(pick).reduce((n, x) => n + x, 0n);
+          assert.equal(
+            sum((r) => r.shards.map((s) => s.reservedByteMs)),
+            whole.shards.reduce((n, s) => n + s.reservedByteMs, 0n),
+          );
+          assert.equal(
+            sum((r) => r.shards.map((s) => s.usedByteMs)),
+            whole.shards.reduce((n, s) => n + s.usedByteMs, 0n),
+          );
         },
       ),
     );

@@ -356,3 +356,37 @@ export function suspendedGibHours(
   }
   return new Map([...byteMs].map(([id, ms]) => [id, gibHours(ms)]));
 }
+
+const DAY_MS = 86_400_000;
+
+/** One UTC calendar day of a window: "YYYY-MM-DD" and the part of the window inside that day. */
+export interface AccountingDay {
+  readonly day: string;
+  readonly window: AccountingWindow;
+}
+
+/**
+ * The UTC days a window [from, to) touches, in order, each clipped to the window: they cover
+ * it exactly, without gaps or overlaps, so per-day accounts add up to the window's. An empty
+ * window has no days.
+ */
+export function utcDaysOf(window: AccountingWindow): AccountingDay[] {
+  checkTime('window start', window.from);
+  checkTime('window end', window.to);
+  if (window.to < window.from) {
+    throw new RangeError(`window ends (${window.to}) before it starts (${window.from})`);
+  }
+  const days: AccountingDay[] = [];
+  if (window.to === window.from) return days;
+  for (
+    let dayStart = Math.floor(window.from / DAY_MS) * DAY_MS;
+    dayStart < window.to;
+    dayStart += DAY_MS
+  ) {
+    days.push({
+      day: new Date(dayStart).toISOString().slice(0, 10),
+      window: { from: Math.max(dayStart, window.from), to: Math.min(dayStart + DAY_MS, window.to) },
+    });
+  }
+  return days;
+}

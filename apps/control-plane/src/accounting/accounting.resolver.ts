@@ -3,7 +3,7 @@ import type { Caller } from '../auth/caller.js';
 import { CurrentCaller } from '../auth/decorators.js';
 import { ConnectionArgs } from '../graphql/connection.js';
 import { AccountingService } from './accounting.service.js';
-import { ShardUsageReportConnection, UsageReport } from './usage.model.js';
+import { ShardUsageReportConnection, UsageDay, UsageReport } from './usage.model.js';
 import { MAX_USAGE_WINDOW_DAYS } from './usage-window.js';
 
 @Resolver(() => UsageReport)
@@ -28,5 +28,13 @@ export class AccountingResolver {
   })
   shards(@Parent() report: UsageReport, @Args() args: ConnectionArgs) {
     return this.accounting.shardPage(report, args);
+  }
+
+  @ResolveField(() => [UsageDay], {
+    description:
+      'The report per UTC day the window touches, in order (the first and last clipped to the window).',
+  })
+  days(@Parent() report: UsageReport) {
+    return this.accounting.days(report);
   }
 }

@@ -10,6 +10,7 @@ import {
   type GpuUsageSample,
   suspendedGibHours,
   type SuspensionInterval,
+  utcDaysOf,
 } from '@gpushards/limits';
 import type { Caller } from '../auth/caller.js';
 import { PrismaService } from '../database/index.js';
@@ -21,7 +22,7 @@ import {
 } from '../graphql/connection.js';
 import { sizeOf } from '../graphql/size.model.js';
 import { TeamsService } from '../teams/teams.service.js';
-import type { ShardUsageReport, UsageReport } from './usage.model.js';
+import type { ShardUsageReport, UsageDay, UsageReport } from './usage.model.js';
 import { parseUsageWindow, type UsageWindow } from './usage-window.js';
 
 /** One GPU's readings of one shard, as "epochMs usedBytes epochMs usedBytes ...". */
@@ -64,17 +65,15 @@ export class AccountingService {
       start: r.reservedAt.getTime(),
       end: r.releasedAt?.getTime() ?? Math.max(now, r.reservedAt.getTime()),
     }));
-    const samples = await this.samplesFor(reservations, window);
     const accountingWindow = { from: window.from.getTime(), to: window.to.getTime() };
-    const report = account(
-      shardIntervalsOf(gpuReservations),
-      shardSamplesOf(samples),
-      accountingWindow,
-    );
-    const suspended = suspendedGibHours(
-      await this.suspensionsOverlapping(team.id, window, now),
-      accountingWindow,
-    );
+    const inputs = {
+      window: accountingWindow,
+      intervals: shardIntervalsOf(gpuReservations),
+      samples: shardSamplesOf(await this.samplesFor(reservations, window)),
+      suspensions: await this.suspensionsOverlapping(team.id, window, now),
+    };
+    const report = account(inputs.intervals, inputs.samples, accountingWindow);
+    const suspended = suspendedGibHours(inputs.suspensions, accountingWindow);
     // A shard suspended for the whole window held no GPU in it: listed for its suspended time.
     const suspendedOnly = [...suspended.keys()].filter(
       (id) => !report.shards.some((s) => s.shardId === id),
@@ -113,7 +112,27 @@ export class AccountingService {
         suspendedGibHours: suspended.get(s.shardId) ?? 0,
         peakUsed: sizeOf(s.peakUsedBytes),
       })),
+      inputs,
     };
+  }
+
+  /**
+   * The report per UTC day of its window, from the inputs it was computed from: a chart of a
+   * month is one request and one read, not one per day.
+   */
+  days(report: UsageReport): UsageDay[] {
+    const { intervals, samples, suspensions } = report.inputs;
+    return utcDaysOf(report.inputs.window).map(({ day, window }) => {
+      const team = account(intervals, samples, window).teams[0];
+      const suspended = suspendedGibHours(suspensions, window);
+      return {
+        day,
+        reservedGibHours: team?.reservedGibHours ?? 0,
+        usedGibHours: team?.usedGibHours ?? 0,
+        suspendedGibHours: [...suspended.values()].reduce((sum, hours) => sum + hours, 0),
+        peakUsed: sizeOf(team?.peakUsedBytes ?? 0),
+      };
+    });
   }
 
   /** A page of the report's shards, keyed by shard id (the order `account` returns them in). */

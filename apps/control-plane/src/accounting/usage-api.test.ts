@@ -341,6 +341,46 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.deepEqual(none.shards.edges, []);
     });
 
+    it('days: the window per UTC day, clipped to it, adding up to the whole', async () => {
+      type Day = {
+        day: string;
+        reservedGibHours: number;
+        usedGibHours: number;
+        suspendedGibHours: number;
+        peakUsed: { bytes: string };
+      };
+      const DAYS = `query ($teamId: ID!, $from: String!, $to: String!) {
+        usage(teamId: $teamId, from: $from, to: $to) {
+          reservedGibHours usedGibHours
+          days { day reservedGibHours usedGibHours suspendedGibHours peakUsed { bytes } }
+        }
+      }`;
+      const daysOf = async (from: string, to: string) =>
+        ok(
+          await h.graphql<{
+            usage: { reservedGibHours: number; usedGibHours: number; days: Day[] };
+          }>(DAYS, { teamId: teamA, from, to }),
+        ).usage;
+      // From 1h before T0's midnight to 5h after it: the day before (nothing held) and T0's day.
+      const report = await daysOf(iso(-1), iso(5));
+      assert.deepEqual(
+        report.days.map((d) => d.day),
+        [at(-1).toISOString().slice(0, 10), at(0).toISOString().slice(0, 10)],
+      );
+      const [before, day] = report.days;
+      assert.deepEqual(
+        [before!.reservedGibHours, before!.usedGibHours, before!.peakUsed.bytes],
+        [0, 0, '0'],
+      );
+      const partOfDay = ok(await usage({ from: iso(0), to: iso(5) })).usage;
+      assert.deepEqual(
+        [day!.reservedGibHours, day!.usedGibHours, day!.peakUsed.bytes, day!.suspendedGibHours],
+        [partOfDay.reservedGibHours, partOfDay.usedGibHours, partOfDay.peakUsed.bytes, 0],
+      );
+      assert.ok(day!.reservedGibHours >= 64, 'the day holds [1h, 5h) at least');
+      assert.equal(before!.reservedGibHours + day!.reservedGibHours, report.reservedGibHours);
+    });
+
     it('a running shard counts up to the window end, and no further than now', async () => {
       const report = ok(await usage({ from: iso(4), to: iso(8) })).usage;
       // B: 8 GiB × 4h = 32 reserved; used 5 over 4h–6h and 7 over 6h–8h = 24. A ended at 3h.

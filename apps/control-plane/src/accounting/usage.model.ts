@@ -1,6 +1,12 @@
 import { Field, Float, ID, Int, ObjectType } from '@nestjs/graphql';
 import { Connection } from '../graphql/connection.js';
 import { Size } from '../graphql/size.model.js';
+import type {
+  AccountingWindow,
+  ReservationInterval,
+  SuspensionInterval,
+  UsageSample,
+} from '@gpushards/limits';
 import { Team } from '../teams/team.model.js';
 
 @ObjectType({ description: 'What one shard held and used over the window.' })
@@ -37,6 +43,34 @@ export class ShardUsageReport {
 
 @ObjectType()
 export class ShardUsageReportConnection extends Connection(ShardUsageReport) {}
+
+@ObjectType({
+  description: "One UTC day of a usage report's window (the part of it in the window).",
+})
+export class UsageDay {
+  @Field({ description: 'The UTC day, like "2026-11-29".' })
+  day!: string;
+
+  @Field(() => Float)
+  reservedGibHours!: number;
+
+  @Field(() => Float)
+  usedGibHours!: number;
+
+  @Field(() => Float)
+  suspendedGibHours!: number;
+
+  @Field(() => Size, { description: "The most the team's shards used at once that day." })
+  peakUsed!: Size;
+}
+
+/** What a report was computed from, kept for its per-day breakdown (not in the schema). */
+export interface UsageInputs {
+  readonly window: AccountingWindow;
+  readonly intervals: readonly ReservationInterval[];
+  readonly samples: readonly UsageSample[];
+  readonly suspensions: readonly SuspensionInterval[];
+}
 
 @ObjectType({
   description:
@@ -80,4 +114,6 @@ export class UsageReport {
 
   /** Every shard's report, ordered by shard id; `shards` pages through it. */
   shardReports!: readonly ShardUsageReport[];
+
+  inputs!: UsageInputs;
 }

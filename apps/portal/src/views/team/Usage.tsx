@@ -9,7 +9,7 @@ import {
   LinearScale,
   Tooltip,
 } from 'chart.js';
-import { UsageTotalsDocument } from '@gpushards/graphql-client';
+import { UsageByDayDocument } from '@gpushards/graphql-client';
 import { bytesOf, gibHours } from '../../logic/format.js';
 import { chartSeries, dayString, dayWindows, usageCsv, type DayUsage } from '../../logic/usage.js';
 import { ErrorBox, Loading, Section } from '../../ui.js';
@@ -24,14 +24,6 @@ interface UsageReport {
   readonly first: string;
   readonly last: string;
   readonly rows: DayUsage[];
-}
-
-async function inBatches<T, R>(items: readonly T[], size: number, run: (item: T) => Promise<R>) {
-  const results: R[] = [];
-  for (let i = 0; i < items.length; i += size) {
-    results.push(...(await Promise.all(items.slice(i, i + size).map(run))));
-  }
-  return results;
 }
 
 export function Usage({ teamId, teamName }: { teamId: string; teamName: string }) {
@@ -61,36 +53,33 @@ export function Usage({ teamId, teamName }: { teamId: string; teamName: string }
     }
     setError(null);
     setLoading(true);
-    // One small report per day (the API answers one window per request), four at a time so
-    // a 31-day window stays within the per-token concurrency limit.
-    const ask = (w: (typeof windows)[number]) =>
-      client
-        .query(
-          UsageTotalsDocument,
-          { teamId, from: w.from, to: w.to },
-          { requestPolicy: 'network-only' },
-        )
-        .toPromise();
-    void inBatches(windows, 4, ask).then((results) => {
-      if (cancelled) return;
-      setLoading(false);
-      const failed = results.find((r) => r.error);
-      if (failed?.error) {
-        setError(failed.error);
-        return;
-      }
-      setReport({
-        first,
-        last,
-        rows: results.map((r, i) => ({
-          day: windows[i]!.day,
-          reservedGibHours: r.data?.usage.reservedGibHours ?? 0,
-          usedGibHours: r.data?.usage.usedGibHours ?? 0,
-          suspendedGibHours: r.data?.usage.suspendedGibHours ?? 0,
-          peakUsedBytes: bytesOf(r.data?.usage.peakUsed.bytes),
-        })),
+    // One request for the whole window: the API answers each UTC day of it.
+    void client
+      .query(
+        UsageByDayDocument,
+        { teamId, from: windows[0]!.from, to: windows[windows.length - 1]!.to },
+        { requestPolicy: 'network-only' },
+      )
+      .toPromise()
+      .then((result) => {
+        if (cancelled) return;
+        setLoading(false);
+        if (result.error || !result.data) {
+          setError(result.error ?? { message: 'no usage report came back' });
+          return;
+        }
+        setReport({
+          first,
+          last,
+          rows: result.data.usage.days.map((d) => ({
+            day: d.day,
+            reservedGibHours: d.reservedGibHours,
+            usedGibHours: d.usedGibHours,
+            suspendedGibHours: d.suspendedGibHours,
+            peakUsedBytes: bytesOf(d.peakUsed.bytes),
+          })),
+        });
       });
-    });
     return () => {
       cancelled = true;
     };
