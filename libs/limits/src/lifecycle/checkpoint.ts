@@ -73,11 +73,14 @@ export interface MovePlan {
 /**
  * The steps that take every process from where it is to the direction's end.
  *
- * - suspend: lock every running process, then mark the limits file suspended, then checkpoint
+ * - suspend: mark the limits file suspended, then lock every running process, then checkpoint
  *   every locked one. All are locked before any is checkpointed, so no process of the
- *   container computes against a neighbour whose memory is gone; the mark comes before the
- *   first checkpoint, so a call that reaches libvgpu.so from then on (a process that starts
- *   meanwhile included) waits there and asks for a wake.
+ *   container computes against a neighbour whose memory is gone. The mark comes first, so a
+ *   call that reaches libvgpu.so from then on (a process that starts meanwhile included)
+ *   waits there and asks for a wake: after the locks, a call would wait inside the driver,
+ *   where it rings nothing, and a shard left suspended would keep it waiting until someone
+ *   else resumed it (a lock waits for a process's running work, so the locks can take long).
+ *   A suspend undone (a lock that timed out) ends with the resume plan's mark resident.
  * - resume: restore every checkpointed process, then unlock every locked one, then mark the
  *   file resident: no process goes on before all of the container's memory is back.
  *
@@ -94,8 +97,8 @@ export function movePlan(
   const steps: CheckpointStep[] =
     direction === 'suspend'
       ? [
-          ...pids('running').map((pid) => ({ op: 'lock' as const, pid })),
           { op: 'mark', memory: 'suspended' },
+          ...pids('running').map((pid) => ({ op: 'lock' as const, pid })),
           ...pids('running', 'locked').map((pid) => ({ op: 'checkpoint' as const, pid })),
         ]
       : [
