@@ -119,8 +119,8 @@ describe('checkpoint plans', () => {
     ]);
     assert.deepEqual(plan.failed, [11]);
     assert.deepEqual(plan.steps, [
-      { op: 'lock', pid: 10 },
       { op: 'mark', memory: 'suspended' },
+      { op: 'lock', pid: 10 },
       { op: 'checkpoint', pid: 10 },
     ]);
   });
