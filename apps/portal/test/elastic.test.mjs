@@ -154,6 +154,10 @@ describe('elastic shards on the one box', { timeout: 300_000 }, () => {
     assert.match(refused.stderr, /GPUSHARDS_SUSPEND_BUDGET/);
     const shown = await must(['shards', 'show', 'nb-2', '--json'], as(member));
     assert.equal(shown.json.state, 'RUNNING', 'left as it was');
+    // nb-1's cap (1 GiB and the context) in host RAM, of the 3 GiB budget.
+    const hosts = await must(['hosts'], admin());
+    assert.match(hosts.stdout, /\bFREE\s+SUSPENDED\s+ISOLATED\b/);
+    assert.match(hosts.stdout, / 1(\.\d+)? GiB \/ 3 GiB /, hosts.stdout);
     await must(['shards', 'delete', 'nb-2'], as(member));
     await must(['shards', 'resume', 'nb-1', '--wait'], as(member));
   });
@@ -237,6 +241,10 @@ describe('elastic shards on the one box', { timeout: 300_000 }, () => {
         .allInnerTexts()
         .then((t) => t.join('|')),
       ' · overcommit ×2| · overcommit ×2',
+    );
+    assert.match(
+      await page.getByTestId('host-suspend-budget').innerText(),
+      /^host RAM for suspended shards: .+ of 3 GiB$/,
     );
     const ratio = page.getByRole('form', { name: /^Overcommit of / });
     await ratio.getByLabel('Overcommit ratio').fill('0.5');

@@ -27,7 +27,7 @@ export function hostsCommand(): Command {
     withQuiet(hosts.command('ls', { isDefault: true }))
       .alias('list')
       .description(
-        "every host with its GPUs: memory, the compute shares guaranteed on each GPU, the MPS partition a host keeps for isolated shards (ISOLATED; '-': none), and each GPU's oversubscription ratio for elastic shards (OVERCOMMIT; '-': none, `hosts overcommit`)",
+        "every host with its GPUs: memory, host RAM taken by suspended elastic shards of the host's budget (SUSPENDED; '-': the host does not suspend), the compute shares guaranteed on each GPU, the MPS partition a host keeps for isolated shards (ISOLATED; '-': none), and each GPU's oversubscription ratio for elastic shards with the caps suspended from it (OVERCOMMIT; '-': none, `hosts overcommit`)",
       )
       .action(async (_options: unknown, command: Command) => {
         const result = await apiFor(command).request(HostsDocument, { first: 100 });
@@ -43,7 +43,17 @@ export function hostsCommand(): Command {
         if (rows.length === 0) return void process.stdout.write('no hosts\n');
         process.stdout.write(
           `${table(
-            ['HOST', 'STATE', 'CORDONED', 'GPUS', 'RESERVED', 'FREE', 'ISOLATED', 'HEARTBEAT'],
+            [
+              'HOST',
+              'STATE',
+              'CORDONED',
+              'GPUS',
+              'RESERVED',
+              'FREE',
+              'SUSPENDED',
+              'ISOLATED',
+              'HEARTBEAT',
+            ],
             rows.map((h) => [
               h.id,
               h.state,
@@ -51,6 +61,9 @@ export function hostsCommand(): Command {
               `${h.gpus.length}${h.simulated ? ' (simulated)' : ''}`,
               `${h.memory.reserved.human} / ${h.memory.total.human}`,
               h.memory.free.human,
+              Number(h.memory.suspendBudget.bytes) > 0
+                ? `${h.memory.suspended.human} / ${h.memory.suspendBudget.human}`
+                : '-',
               // The MPS partition its agent keeps for isolated shards.
               h.computeIsolatedPoolPercent > 0 ? `${h.computeIsolatedPoolPercent}%` : '-',
               h.lastHeartbeatAt ? `${age(h.lastHeartbeatAt)} ago` : '-',
@@ -67,7 +80,10 @@ export function hostsCommand(): Command {
                 g.used.human,
                 gpuComputeLabel(g),
                 // Caps, resident and suspended, may add up to total × ratio (elastic shards).
-                g.overcommitRatio === 1 ? '-' : `×${g.overcommitRatio}`,
+                g.overcommitRatio === 1
+                  ? '-'
+                  : `×${g.overcommitRatio}` +
+                    (Number(g.suspended.bytes) > 0 ? ` (${g.suspended.human} suspended)` : ''),
               ]),
             ),
           )}\n`,

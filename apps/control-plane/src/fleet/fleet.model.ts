@@ -1,4 +1,5 @@
 import { ArgsType, Field, Float, ID, Int, ObjectType, registerEnumType } from '@nestjs/graphql';
+import { bytes, freeBytes } from '@gpushards/limits';
 import { HostState, type Gpu as GpuRow, type Host as HostRow } from '../database/index.js';
 import { Connection, ConnectionArgs } from '../graphql/connection.js';
 import { Size, sizeOf } from '../graphql/size.model.js';
@@ -43,8 +44,17 @@ export class Gpu {
   })
   reserved!: Size;
 
-  @Field(() => Size, { description: 'capacity − reserved; 0 for a missing GPU.' })
+  @Field(() => Size, {
+    description:
+      "What placement may still give here: the smaller of total − unattributed − reserved (what is physically there) and capacity − reserved − suspended (the caps' promise); 0 for a missing GPU.",
+  })
   free!: Size;
+
+  @Field(() => Size, {
+    description:
+      'Caps of elastic shards suspended from this GPU to host RAM (docs/elastic.md): off the GPU, still promised within capacity, so a resume finds room.',
+  })
+  suspended!: Size;
 
   @Field(() => Size, { description: 'In use on the device at the last heartbeat (all processes).' })
   used!: Size;
@@ -102,6 +112,22 @@ export class HostMemory {
       "Held by processes of no shard that are not on the host's allow-list, over its GPUs (Gpu.unattributed).",
   })
   unattributed!: Size;
+
+  @Field(() => Size, { description: 'Caps suspended from its GPUs to host RAM (Gpu.suspended).' })
+  suspended!: Size;
+
+  @Field(() => Size, {
+    description:
+      'Host RAM its agent lets suspended elastic shards take (GPUSHARDS_SUSPEND_BUDGET, as last registered); 0: the host does not suspend (suspendUnavailableReason says why).',
+  })
+  suspendBudget!: Size;
+
+  @Field(() => String, {
+    nullable: true,
+    description:
+      "Why the host does not suspend elastic shards (its agent's words: no checkpoint API in the driver, a budget of 0), null when it does.",
+  })
+  suspendUnavailableReason!: string | null;
 }
 
 @ObjectType({ description: 'A GPU box run by an agent.' })
@@ -190,7 +216,16 @@ function capacityOf(gpu: GpuRow): number {
 
 export function gpuView(gpu: GpuRow): Gpu {
   const capacity = capacityOf(gpu);
-  const free = gpu.missingSince === null ? Math.max(0, capacity - Number(gpu.reservedBytes)) : 0;
+  const free =
+    gpu.missingSince === null
+      ? freeBytes({
+          totalBytes: bytes(Number(gpu.totalBytes)),
+          reservedBytes: bytes(Number(gpu.reservedBytes)),
+          suspendedBytes: bytes(Number(gpu.suspendedBytes)),
+          unownedBytes: bytes(Number(gpu.unattributedBytes)),
+          overcommitRatio: gpu.overcommitRatio,
+        })
+      : 0;
   return {
     uuid: gpu.uuid,
     hostId: gpu.hostId,
@@ -202,6 +237,7 @@ export function gpuView(gpu: GpuRow): Gpu {
     free: sizeOf(free),
     used: sizeOf(gpu.usedBytes),
     unattributed: sizeOf(gpu.unattributedBytes),
+    suspended: sizeOf(gpu.suspendedBytes),
     overcommitRatio: gpu.overcommitRatio,
     computeGuaranteedPercent: gpu.guaranteedComputePermille / 10,
     computeIsolatedPoolPercent: gpu.isolatedPoolPermille / 10,
@@ -238,6 +274,9 @@ export function hostView(host: HostRow & { gpus: GpuRow[] }): Host {
       reserved: sizeOf(reserved),
       free: sizeOf(sum(gpus.map((gpu) => gpu.free.bytes))),
       unattributed: sizeOf(sum(gpus.map((gpu) => gpu.unattributed.bytes))),
+      suspended: sizeOf(sum(gpus.map((gpu) => gpu.suspended.bytes))),
+      suspendBudget: sizeOf(host.suspendBudgetBytes),
+      suspendUnavailableReason: host.suspendUnavailableReason,
     },
   };
 }

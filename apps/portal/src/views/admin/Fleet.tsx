@@ -156,7 +156,12 @@ function HostCard({
       <ErrorBox error={cordon.error ?? uncordon.error ?? drain.error ?? removed.error} />
       <p className="muted small">
         {host.id} · {host.memory.reserved.human} reserved of {host.memory.total.human},{' '}
-        {host.memory.free.human} free
+        {host.memory.free.human} free ·{' '}
+        <span data-testid="host-suspend-budget">
+          {Number(host.memory.suspendBudget.bytes) > 0
+            ? `host RAM for suspended shards: ${host.memory.suspended.human} of ${host.memory.suspendBudget.human}`
+            : `suspends no shards${host.memory.suspendUnavailableReason ? ` (${host.memory.suspendUnavailableReason})` : ''}`}
+        </span>
       </p>
       <OvercommitForm
         hostId={host.id}
@@ -181,7 +186,11 @@ function HostCard({
                 , used {gpu.used.human} ·{' '}
                 <span data-testid="gpu-compute">{gpuComputeLabel(gpu)}</span>
                 {overcommitNote(gpu.overcommitRatio) !== null && (
-                  <span data-testid="gpu-overcommit"> · {overcommitNote(gpu.overcommitRatio)}</span>
+                  <span data-testid="gpu-overcommit">
+                    {' '}
+                    · {overcommitNote(gpu.overcommitRatio)}
+                    {Number(gpu.suspended.bytes) > 0 && `, ${gpu.suspended.human} suspended`}
+                  </span>
                 )}
                 {gpu.missingSince && <span className="problem"> missing</span>}
               </div>
