@@ -28,14 +28,14 @@ function contextOf(
 }
 
 describe('moving a container’s memory (executor order and undo)', () => {
-  it('suspend: locks every process, marks the file, then checkpoints each; progress by the bytes each held', async () => {
+  it('suspend: marks the file, locks every process, then checkpoints each; progress by the bytes each held', async () => {
     const driver = new StandInDriver({ 11: 'running', 12: 'running' });
     const context = contextOf(driver, { 11: 100, 12: 200 });
     const outcome = await executeMove('suspend', context);
     assert.deepEqual(driver.calls, [
+      'mark suspended',
       'lock 11',
       'lock 12',
-      'mark suspended',
       'checkpoint 11',
       'checkpoint 12',
     ]);
@@ -70,9 +70,9 @@ describe('moving a container’s memory (executor order and undo)', () => {
     assert.equal(outcome.ok, false);
     assert.ok(!outcome.ok && !outcome.stuck);
     assert.deepEqual(driver.calls, [
+      'mark suspended',
       'lock 11',
       'lock 12',
-      'mark suspended',
       'checkpoint 11',
       'restore 11',
       'unlock 11',
@@ -86,14 +86,14 @@ describe('moving a container’s memory (executor order and undo)', () => {
     );
   });
 
-  it('a lock that times out leaves its process running; the ones locked are unlocked and the file never marked', async () => {
+  it('a lock that times out leaves its process running; the ones locked are unlocked and the file marked resident again', async () => {
     const driver = new StandInDriver({ 11: 'running', 12: 'running', 13: 'running' });
     driver.fail('lock', 12, 'CUDA_ERROR_NOT_READY');
     const context = contextOf(driver);
     const outcome = await executeMove('suspend', context);
     assert.ok(!outcome.ok);
-    assert.deepEqual(driver.calls, ['lock 11', 'unlock 11', 'mark resident']);
-    assert.deepEqual(context.marks, ['resident']);
+    assert.deepEqual(driver.calls, ['mark suspended', 'lock 11', 'unlock 11', 'mark resident']);
+    assert.deepEqual(context.marks, ['suspended', 'resident']);
     assert.match(outcome.reason, /CUDA_ERROR_NOT_READY .*did not let go of the GPU in time/);
   });
 
@@ -130,11 +130,11 @@ describe('moving a container’s memory (executor order and undo)', () => {
     assert.equal(outcome.processes, 2);
     assert.equal(outcome.bytes, 3);
     assert.deepEqual(driver.calls, [
+      'mark suspended',
       'lock 11',
-      'mark suspended',
       'checkpoint 11',
-      'lock 12',
       'mark suspended',
+      'lock 12',
       'checkpoint 12',
     ]);
   });
@@ -143,7 +143,7 @@ describe('moving a container’s memory (executor order and undo)', () => {
     const driver = new StandInDriver({ 11: 'locked', 12: 'checkpointed', 13: 'running' });
     const outcome = await executeMove('suspend', contextOf(driver));
     assert.ok(outcome.ok);
-    assert.deepEqual(driver.calls, ['lock 13', 'mark suspended', 'checkpoint 11', 'checkpoint 13']);
+    assert.deepEqual(driver.calls, ['mark suspended', 'lock 13', 'checkpoint 11', 'checkpoint 13']);
   });
 
   it('a process the driver failed stops the move; the others are brought back', async () => {
