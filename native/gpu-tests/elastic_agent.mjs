@@ -13,6 +13,10 @@
 //
 //   node elastic_agent.mjs --lib libvgpu.so [--offer-gib 32] [--shards 12] [--cap-gib 8]
 //       [--ratio 3] [--bursts 3] [--idle-s 8] [--burst-s 1] [--raw-gib 20] [--out FILE]
+//       [--turns cpu|gpu] [--compute-share PERCENT]
+// --compute-share gives every tenant a CAPPED share (a ledger of the run's own), so that tenants
+// computing at once take turns: with --turns gpu each process then registers its gate page with
+// the driver (cuMemHostRegister) and is checkpointed with it; --raw-gib 0 leaves out part 2.
 // Prints one JSON line per check, and a table last.
 import { spawn } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
@@ -40,6 +44,8 @@ const { values } = parseArgs({
     'idle-s': { type: 'string', default: '8' },
     'burst-s': { type: 'string', default: '1' },
     'raw-gib': { type: 'string', default: '20' },
+    turns: { type: 'string', default: 'cpu' },
+    'compute-share': { type: 'string' },
   },
 });
 const GiB = 2 ** 30;
@@ -81,7 +87,7 @@ const config = {
   hostId: 'elastic-bench',
   stateDir: join(work, 'state'),
   regionRoot: join(work, 'regions'),
-  computeTurns: 'cpu',
+  computeTurns: values.turns,
   // The fence's period: the limits file's pressure wait is derived from it (issue #31).
   enforcement: { intervalMs: 50 },
 };
@@ -197,10 +203,19 @@ async function holdOutside(bytes) {
   return child;
 }
 
+const computeShare =
+  values['compute-share'] === undefined
+    ? undefined
+    : { sharePermille: Number(values['compute-share']) * 10, mode: 'CAPPED' };
+const ledger = join(work, 'ledger');
+mkdirSync(ledger, { recursive: true });
 const shardEnv = (id) => ({
   LD_PRELOAD: lib,
   GPUSHARDS_LIMITS_PATH: limits.file(id),
   GPUSHARDS_REGION_PATH: join(config.regionRoot, id, 'region'),
+  ...(computeShare === undefined
+    ? {}
+    : { GPUSHARDS_LEDGER_DIR: ledger, GPUSHARDS_SHARD_ID: id, GPUSHARDS_COMPUTE_STATS: '1' }),
 });
 
 // ---------------------------------------------------------------------------------------
@@ -216,7 +231,7 @@ for (let i = 0; i < shardCount; i++) {
   const id = `e${i}`;
   // Half the tenants hold a quarter of their cap, half three quarters: wake latency by size.
   const dataMiB = Math.floor(((i % 2 === 0 ? 0.25 : 0.7) * capBytes) / MiB);
-  await limits.prepare(id, [{ uuid: gpu.uuid, limitBytes: capBytes }], contextBytes, 'report');
+  await limits.prepare(id, [{ uuid: gpu.uuid, limitBytes: capBytes }], contextBytes, 'report', computeShare);
   // The region's folder before the watch, as the agent's RegionsService.prepare does: a watch
   // on a folder that is not there yet hears a ring only at its periodic read (1 s later).
   mkdirSync(join(config.regionRoot, id), { recursive: true });
@@ -493,63 +508,66 @@ filler.stdin.end();
 // 2. The raw API against the agent's move, twin processes of --raw-gib, alternating.
 
 const rawBytes = Number(values['raw-gib']) * GiB;
-const twin = async (id) => {
-  await limits.prepare(id, [{ uuid: gpu.uuid, limitBytes: rawBytes + 2 * GiB }], contextBytes, 'report');
-  const child = python([join(here, 'elastic_worker.py'), join(cgroupOf(id), 'cgroup.procs'), String(rawBytes / MiB), '1', '3600', '0', '7'], shardEnv(id));
-  const lines = createInterface({ input: child.stdout });
-  let pid;
-  for await (const line of lines) {
-    const [word, a] = line.split(' ');
-    if (word === 'joined') {
-      pid = Number(a);
-      child.stdin.write('go\n');
+async function sideBySide() {
+  const twin = async (id) => {
+    await limits.prepare(id, [{ uuid: gpu.uuid, limitBytes: rawBytes + 2 * GiB }], contextBytes, 'report');
+    const child = python([join(here, 'elastic_worker.py'), join(cgroupOf(id), 'cgroup.procs'), String(rawBytes / MiB), '1', '3600', '0', '7'], shardEnv(id));
+    const lines = createInterface({ input: child.stdout });
+    let pid;
+    for await (const line of lines) {
+      const [word, a] = line.split(' ');
+      if (word === 'joined') {
+        pid = Number(a);
+        child.stdin.write('go\n');
+      }
+      if (word === 'ready') break;
     }
-    if (word === 'ready') break;
-  }
-  return { id, child, pid };
-};
-const rawRun = (pid, op) =>
-  new Promise((done) => {
-    const child = python([join(here, 'checkpoint_raw.py'), String(pid), op]);
-    let text = '';
-    child.stdout.on('data', (d) => (text += d));
-    child.on('exit', () => {
-      const [, , first, second, result] = text.trim().split(' ');
-      done({ ms: Number(first) + Number(second), result });
+    return { id, child, pid };
+  };
+  const rawRun = (pid, op) =>
+    new Promise((done) => {
+      const child = python([join(here, 'checkpoint_raw.py'), String(pid), op]);
+      let text = '';
+      child.stdout.on('data', (d) => (text += d));
+      child.on('exit', () => {
+        const [, , first, second, result] = text.trim().split(' ');
+        done({ ms: Number(first) + Number(second), result });
+      });
     });
+  const raw = await twin('raw');
+  const agent = await twin('agent');
+  const side = { raw: { out: [], back: [] }, agent: { out: [], back: [], overhead: [] }, failures: [] };
+  for (let r = 0; r < 2; r++) {
+    const out = await rawRun(raw.pid, 'suspend');
+    const back = await rawRun(raw.pid, 'resume');
+    for (const x of [out, back]) if (x.result !== 'CUDA_SUCCESS') side.failures.push(`raw: ${x.result}`);
+    side.raw.out.push(out.ms);
+    side.raw.back.push(back.ms);
+    const t0 = performance.now();
+    const s = await move(agent.id, 'suspend');
+    const t1 = performance.now();
+    const b = await move(agent.id, 'resume', s.bytes);
+    const t2 = performance.now();
+    for (const x of [s, b]) if (!x.outcome.ok) side.failures.push(`agent: ${x.outcome.reason}`);
+    side.agent.out.push(t1 - t0);
+    side.agent.back.push(t2 - t1);
+    side.agent.overhead.push(t1 - t0 - s.driverMs, t2 - t1 - b.driverMs);
+  }
+  const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  emit({
+    check: 'raw API vs agent',
+    gib: Number(values['raw-gib']),
+    rawOutMs: side.raw.out.map(round),
+    agentOutMs: side.agent.out.map(round),
+    rawBackMs: side.raw.back.map(round),
+    agentBackMs: side.agent.back.map(round),
+    outRatio: round(mean(side.agent.out) / mean(side.raw.out), 3),
+    backRatio: round(mean(side.agent.back) / mean(side.raw.back), 3),
+    agentOverheadMs: side.agent.overhead.map(round),
+    failures: side.failures,
   });
-const raw = await twin('raw');
-const agent = await twin('agent');
-const side = { raw: { out: [], back: [] }, agent: { out: [], back: [], overhead: [] }, failures: [] };
-for (let r = 0; r < 2; r++) {
-  const out = await rawRun(raw.pid, 'suspend');
-  const back = await rawRun(raw.pid, 'resume');
-  for (const x of [out, back]) if (x.result !== 'CUDA_SUCCESS') side.failures.push(`raw: ${x.result}`);
-  side.raw.out.push(out.ms);
-  side.raw.back.push(back.ms);
-  const t0 = performance.now();
-  const s = await move(agent.id, 'suspend');
-  const t1 = performance.now();
-  const b = await move(agent.id, 'resume', s.bytes);
-  const t2 = performance.now();
-  for (const x of [s, b]) if (!x.outcome.ok) side.failures.push(`agent: ${x.outcome.reason}`);
-  side.agent.out.push(t1 - t0);
-  side.agent.back.push(t2 - t1);
-  side.agent.overhead.push(t1 - t0 - s.driverMs, t2 - t1 - b.driverMs);
 }
-const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
-emit({
-  check: 'raw API vs agent',
-  gib: Number(values['raw-gib']),
-  rawOutMs: side.raw.out.map(round),
-  agentOutMs: side.agent.out.map(round),
-  rawBackMs: side.raw.back.map(round),
-  agentBackMs: side.agent.back.map(round),
-  outRatio: round(mean(side.agent.out) / mean(side.raw.out), 3),
-  backRatio: round(mean(side.agent.back) / mean(side.raw.back), 3),
-  agentOverheadMs: side.agent.overhead.map(round),
-  failures: side.failures,
-});
+if (rawBytes > 0) await sideBySide();
 killAll();
 await regionWatch.onModuleDestroy?.();
 await limits.onModuleDestroy();
