@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The driver's checkpoint API on one process, timed, with nothing of GPU Shards in between.
 
-  python3 checkpoint_raw.py PID suspend|resume|state
+  python3 checkpoint_raw.py PID suspend|resume|unlock|state
 
 suspend: cuCheckpointProcessLock then cuCheckpointProcessCheckpoint; resume:
-cuCheckpointProcessRestore then cuCheckpointProcessUnlock; state: cuCheckpointProcessGetState.
+cuCheckpointProcessRestore then cuCheckpointProcessUnlock; unlock: cuCheckpointProcessUnlock alone
+(a lock whose checkpoint was refused); state: cuCheckpointProcessGetState.
 Prints one line: "<op> <pid> <ms of the first call> <ms of the second> <result name>", so
 elastic_agent.mjs can hold the agent's orchestration against the raw API in one run.
 """
@@ -72,5 +73,8 @@ elif op == "resume":
     if code == 0:
         second, code = timed(cuda.cuCheckpointProcessUnlock, pid, ctypes.byref(Reserved8()))
     print(f"resume {pid} {first:.3f} {second:.3f} {error_name(code) if code else 'CUDA_SUCCESS'}")
+elif op == "unlock":
+    first, code = timed(cuda.cuCheckpointProcessUnlock, pid, ctypes.byref(Reserved8()))
+    print(f"unlock {pid} {first:.3f} 0 {error_name(code) if code else 'CUDA_SUCCESS'}")
 else:
-    sys.exit(f"unknown op {op}: suspend, resume or state")
+    sys.exit(f"unknown op {op}: suspend, resume, unlock or state")

@@ -11,6 +11,7 @@ import { REPO_ROOT } from '../testing/paths.js';
 import {
   CheckpointCallError,
   CheckpointUnavailableError,
+  meaningOf,
   openCheckpointApi,
 } from './checkpoint-driver.js';
 import { suspendCapability } from './suspend-capability.js';
@@ -36,6 +37,14 @@ function stub(withCheckpoint: boolean): string {
 const config = (overrides: Partial<AgentConfig>) =>
   ({ suspendBudgetBytes: 1024, ...overrides }) as AgentConfig;
 
+describe("what a driver's refusal means", () => {
+  it('a restore answered CUDA_ERROR_INVALID_VALUE names CUDA IPC (what an H200 does), other calls an unknown process', () => {
+    assert.match(meaningOf('restore', 'CUDA_ERROR_INVALID_VALUE'), /CUDA IPC .*only restarting/);
+    assert.match(meaningOf('checkpoint', 'CUDA_ERROR_INVALID_VALUE'), /does not know this process/);
+    assert.match(meaningOf('restore', 'CUDA_ERROR_NOT_FOUND'), /does not know this process/);
+  });
+});
+
 describe('the checkpoint API through koffi', () => {
   it('reads states, passes the lock timeout in CUcheckpointLockArgs, and names what the driver refused', async () => {
     const api = openCheckpointApi(stub(true));
@@ -58,7 +67,7 @@ describe('the checkpoint API through koffi', () => {
       return true;
     });
     await api.checkpoint(101);
-    await assert.rejects(api.checkpoint(99), /CUDA_ERROR_NOT_SUPPORTED .*CUDA IPC/);
+    await assert.rejects(api.checkpoint(99), /CUDA_ERROR_NOT_SUPPORTED .*does not support/);
     await api.restore(101);
     await api.unlock(101);
   });

@@ -64,10 +64,15 @@ export function meaningOf(call: CheckpointCall, errorName: string): string {
     case 'CUDA_ERROR_TIMEOUT':
       return 'the process did not let go of the GPU in time (a CUDA call or kernel that did not return); it runs on as it was';
     case 'CUDA_ERROR_NOT_SUPPORTED':
-      return 'the driver cannot checkpoint this process (it uses something the checkpoint API does not support, such as memory shared with another process over CUDA IPC, or the driver is too old)';
+      return 'the driver cannot checkpoint this process (it uses something the checkpoint API does not support, or the driver is too old)';
     case 'CUDA_ERROR_ILLEGAL_STATE':
       return `the process was not in the state ${call} needs (something else locked, checkpointed or restored it meanwhile)`;
     case 'CUDA_ERROR_INVALID_VALUE':
+      // Measured on an H200, driver 580 (native/gpu-tests/RESULTS.md, 2026-11-29): a process that
+      // opened another's memory over CUDA IPC checkpoints, then every restore answers this.
+      return call === 'restore'
+        ? "the driver cannot restore this process: one that opened another process's GPU memory over CUDA IPC (cuIpcOpenMemHandle: PyTorch tensors shared between processes, NCCL within a host) is checkpointed but never restored, and its CUDA calls wait for good; only restarting the shard helps"
+        : 'the driver does not know this process (it exited, or never used CUDA)';
     case 'CUDA_ERROR_NOT_FOUND':
       return 'the driver does not know this process (it exited, or never used CUDA)';
     case 'CUDA_ERROR_OUT_OF_MEMORY':
