@@ -4,18 +4,22 @@ import { PrismaService } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 
 /** How a sign-in through the provider ended (docs/metrics.md). */
-export type SignInOutcome =
-  | 'success'
-  | 'no_access' // the groups give no team: 403
-  | 'expired_flow' // the callback without its flow cookie (too late, or started elsewhere)
-  | 'refused' // the provider's answer failed a check, or the provider refused the code
-  | 'provider_unreachable'; // the provider could not be reached to start
+const SIGN_IN_OUTCOMES = [
+  'success',
+  'no_access', // the groups give no team: 403
+  'expired_flow', // the callback without its flow cookie (too late, or started elsewhere)
+  'refused', // the provider's answer failed a check, or the provider refused the code
+  'provider_unreachable', // the provider could not be reached to start
+] as const;
+export type SignInOutcome = (typeof SIGN_IN_OUTCOMES)[number];
 
 /** Why a session ended (its audit's reason says more). */
-export type SessionEndKind = 'signed_out' | 'refresh_refused' | 'provider_logout';
+const SESSION_END_KINDS = ['signed_out', 'refresh_refused', 'provider_logout'] as const;
+export type SessionEndKind = (typeof SESSION_END_KINDS)[number];
 
 /** A back-channel logout request's outcome. */
-export type BackChannelOutcome = 'ended' | 'no_session' | 'invalid' | 'failed';
+const BACK_CHANNEL_OUTCOMES = ['ended', 'no_session', 'invalid', 'failed'] as const;
+export type BackChannelOutcome = (typeof BACK_CHANNEL_OUTCOMES)[number];
 
 /**
  * Sign-in metrics: gpushards_sign_ins_total{outcome}, gpushards_sessions_ended_total{reason},
@@ -47,6 +51,11 @@ export class IdentityMetrics {
       labelNames: ['outcome'],
       registers: [registry],
     });
+    // Every series at 0 from the first scrape: the dashboard's panels and alerts find them on a
+    // control plane nobody signed in to yet, and a rate() sees the first sign-in.
+    for (const outcome of SIGN_IN_OUTCOMES) this.signIns.inc({ outcome }, 0);
+    for (const reason of SESSION_END_KINDS) this.ended.inc({ reason }, 0);
+    for (const outcome of BACK_CHANNEL_OUTCOMES) this.backChannel.inc({ outcome }, 0);
     const log = logger.child({ module: 'metrics' });
     new Gauge({
       name: 'gpushards_active_sessions',
