@@ -77,8 +77,10 @@ export class ReconcileService {
     mark: number,
     memory?: ReadonlyMap<string, ObservedMemory>,
   ): Promise<void> {
-    const skip = this.shards.commandedSince(mark);
     const seen = memory ?? (await this.memory.observeAll());
+    // Read together, after the wait: a launch that arrived while the memory was read is in the
+    // list and must be in the skip set too, or the reply (older than it) would remove it.
+    const skip = this.shards.commandedSince(mark);
     const known = this.shards.list().map((shard) => {
       const where = seen?.get(shard.shardId);
       return where === undefined ? shard : { ...shard, memory: where };
