@@ -63,7 +63,18 @@ export const resizeCommandSchema = z.object({
  * back (restore all, then unlock all, then mark it resident). Answered once taken on; the end
  * arrives as a SUSPENDED / SUSPEND_FAILED or RESUMED / RESUME_FAILED state event. Idempotent:
  * a repeat while the move runs joins it; one for memory already there answers at once.
+ *
+ * Ordered by `shardVersion`: a command the control plane retried while the agent was away can
+ * arrive after a later move of the same shard was taken on (a suspend retried past the resume
+ * that a wake asked for), and would undo it; the agent refuses a move older than the newest it
+ * took on for that shard (STALE_COMMAND).
  */
+/**
+ * The shard's version in the control plane's database once it decided the move (it grows with
+ * every state change). Absent from an older control plane: such a move is not ordered.
+ */
+const shardVersionSchema = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+
 export const SUSPEND_CAUSE_VALUES = [
   'suspend-requested',
   'idle-suspend',
@@ -76,11 +87,13 @@ export const suspendCommandSchema = z.object({
   shardId: shardIdSchema,
   /** Who asked (libs/limits SUSPEND_CAUSES): for the agent's metrics and logs. */
   cause: z.enum(SUSPEND_CAUSE_VALUES),
+  shardVersion: shardVersionSchema.optional(),
 });
 export const resumeCommandSchema = z.object({
   ...commandHeader,
   type: z.literal('resume'),
   shardId: shardIdSchema,
+  shardVersion: shardVersionSchema.optional(),
 });
 
 /**
@@ -176,6 +189,8 @@ export const COMMAND_ERROR_CODES = {
    * off, the host RAM budget for suspended shards exhausted, or the container not running.
    */
   NOT_SUSPENDABLE: 'NOT_SUSPENDABLE',
+  /** A suspend or resume older (by shardVersion) than one the agent already took on. */
+  STALE_COMMAND: 'STALE_COMMAND',
   INTERNAL: 'INTERNAL',
 } as const;
 

@@ -141,6 +141,29 @@ describe('every message round-trips through encode and decode', () => {
     assert.equal(odd.ok, false, 'memory is resident, suspended or partial');
   });
 
+  test('elastic memory: moves carry the shard version they were decided at, a whole number', () => {
+    const { commandId, hostId, protocolVersion } = examples.commands[0]!;
+    const header = { protocolVersion, hostId, commandId };
+    const suspend = { ...header, type: 'suspend' as const, shardId: 'shard_01HZX3' };
+    roundTrip(commandSchema, { ...suspend, cause: 'idle-suspend', shardVersion: 7 });
+    roundTrip(commandSchema, { ...suspend, cause: 'idle-suspend' });
+    roundTrip(commandSchema, {
+      ...header,
+      type: 'resume',
+      shardId: 'shard_01HZX3',
+      shardVersion: 8,
+    });
+    for (const shardVersion of [-1, 1.5, '7']) {
+      const decoded = decodeMessage(
+        commandSchema,
+        JSON.stringify({ ...suspend, cause: 'idle-suspend', shardVersion }),
+      );
+      assert.equal(decoded.ok, false, `shardVersion ${JSON.stringify(shardVersion)} refused`);
+      assert.ok(!decoded.ok);
+      assert.match(decoded.error.message, /shardVersion/);
+    }
+  });
+
   test('a launch spec without the optional command and overhead', () => {
     const { command: _command, contextOverheadBytes: _overhead, ...bare } = examples.launchSpec;
     roundTrip(commandSchema, { ...examples.commands[0]!, type: 'launch', shard: bare });

@@ -262,6 +262,45 @@ describe('elastic memory: suspend and resume in the real Docker engine', () => {
     assert.match(await agent.metrics(), /^gpushards_agent_wake_messages_total [1-9]/m);
   });
 
+  it('a suspend older than a resume it took on (a retry from before the agent came back) is STALE_COMMAND and moves nothing', async () => {
+    const before = controlPlane.states.length;
+    const suspended = await controlPlane.command(HOST, {
+      type: 'suspend',
+      shardId: 'm-notebook',
+      cause: 'make-room',
+      shardVersion: 5,
+    });
+    assert.ok(suspended.ok, JSON.stringify(suspended));
+    await move('m-notebook', before, 'SUSPENDED');
+    const resumeAt = controlPlane.states.length;
+    const resumed = await controlPlane.command(HOST, {
+      type: 'resume',
+      shardId: 'm-notebook',
+      shardVersion: 7,
+    });
+    assert.ok(resumed.ok, JSON.stringify(resumed));
+    await move('m-notebook', resumeAt, 'RESUMED');
+
+    const lateAt = controlPlane.states.length;
+    const late = await controlPlane.command(HOST, {
+      type: 'suspend',
+      shardId: 'm-notebook',
+      cause: 'make-room',
+      shardVersion: 5,
+    });
+    assert.equal(late.ok, false);
+    assert.equal(!late.ok && late.error.code, 'STALE_COMMAND');
+    assert.match(
+      !late.ok ? late.error.message : '',
+      /decided at its version 5, before .* version 7/,
+    );
+    assert.equal(await reconciledMemory('m-notebook'), 'resident');
+    assert.deepEqual(
+      controlPlane.statesOf('m-notebook').filter((e) => controlPlane.states.indexOf(e) >= lateAt),
+      [],
+    );
+  });
+
   it('a container that exits while suspended is EXITED: its memory went with its processes, and the card has none of it', async () => {
     const before = controlPlane.states.length;
     const suspended = await controlPlane.command(HOST, {

@@ -13,8 +13,9 @@ import { createLogger } from '../logging/logger.js';
 import { AgentMetrics } from '../metrics/agent-metrics.js';
 import { MemoryCommands } from '../shards/memory-commands.js';
 import { NotSuspendableError, type ShardRecord } from '../shards/shard-record.js';
+import { ShardRegistry } from '../shards/shard-registry.js';
 import type { ShardsService } from '../shards/shards.service.js';
-import type { StateDetails } from '../shards/state-reporter.js';
+import type { StateDetails, StateReporter } from '../shards/state-reporter.js';
 import { StandInDriver } from '../testing/checkpoint-stand-in.js';
 import { MemoryService } from './memory.service.js';
 
@@ -79,7 +80,7 @@ async function setUp(
     limits,
     gpus,
     metrics,
-    new MemoryCommands(),
+    new MemoryCommands(new ShardRegistry({} as StateReporter)),
     logger,
   );
   const ended = (direction: MoveDirection) =>

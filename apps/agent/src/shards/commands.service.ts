@@ -14,7 +14,12 @@ import { BelowUsageError } from '../regions/regions.service.js';
 import { CommandJournal } from './command-journal.js';
 import { MemoryCommands } from './memory-commands.js';
 import { ReconcileRequests } from './reconcile-requests.js';
-import { NotSuspendableError, UnknownGpuError, UnknownShardError } from './shard-record.js';
+import {
+  NotSuspendableError,
+  StaleCommandError,
+  UnknownGpuError,
+  UnknownShardError,
+} from './shard-record.js';
 import { ShardsService } from './shards.service.js';
 
 /**
@@ -101,10 +106,13 @@ export class CommandsService {
       case 'suspend':
         return {
           type: 'suspend',
-          memory: await this.memory.suspend(command.shardId, command.cause),
+          memory: await this.memory.suspend(command.shardId, command.cause, command.shardVersion),
         };
       case 'resume':
-        return { type: 'resume', memory: await this.memory.resume(command.shardId) };
+        return {
+          type: 'resume',
+          memory: await this.memory.resume(command.shardId, command.shardVersion),
+        };
     }
   }
 
@@ -129,5 +137,6 @@ function errorCode(error: unknown): string {
   if (error instanceof BelowUsageError) return 'BELOW_USAGE';
   if (error instanceof RuntimeError) return 'RUNTIME_ERROR';
   if (error instanceof NotSuspendableError) return 'NOT_SUSPENDABLE';
+  if (error instanceof StaleCommandError) return 'STALE_COMMAND';
   return 'INTERNAL';
 }

@@ -37,6 +37,15 @@ export class NotSuspendableError extends Error {
   override name = 'NotSuspendableError';
 }
 
+/**
+ * A suspend or resume older than one the agent already took on for the shard (by the shard
+ * version the control plane decided each at): STALE_COMMAND. A retry of a command sent while
+ * this agent was away arrives after a newer move and would undo it.
+ */
+export class StaleCommandError extends Error {
+  override name = 'StaleCommandError';
+}
+
 /** The state events of a move of a running shard's GPU memory (docs/elastic.md). */
 export type MemoryReport = Extract<
   ShardState,

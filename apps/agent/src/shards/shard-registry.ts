@@ -18,6 +18,8 @@ export class ShardRegistry {
   /** Counts commands received and state changes; see commandMark(). */
   private commandCount = 0;
   private readonly lastCommand = new Map<string, number>();
+  /** The newest shard version a move (suspend, resume) of each shard was decided at. */
+  private readonly newestMove = new Map<string, number>();
 
   constructor(private readonly reporter: StateReporter) {}
 
@@ -42,6 +44,26 @@ export class ShardRegistry {
   forget(shardId: string): void {
     this.records.delete(shardId);
     this.lastCommand.delete(shardId);
+    this.newestMove.delete(shardId);
+  }
+
+  /**
+   * Takes on a move of the shard's memory that the control plane decided at `shardVersion`,
+   * unless one decided later was taken on already: false then. A move without a version (from
+   * an older control plane) is not ordered. The same version again is a resend of the same
+   * decision (the stuck-shard sweeper's), taken on.
+   */
+  takeMoveOn(shardId: string, shardVersion: number | undefined): boolean {
+    if (shardVersion === undefined) return true;
+    const newest = this.newestMove.get(shardId);
+    if (newest !== undefined && shardVersion < newest) return false;
+    this.newestMove.set(shardId, shardVersion);
+    return true;
+  }
+
+  /** The newest shard version a move of the shard was taken on at, if any. */
+  newestMoveOf(shardId: string): number | undefined {
+    return this.newestMove.get(shardId);
   }
 
   /** Runs `task` once no other operation on this shard runs or waits before it. */

@@ -104,12 +104,17 @@ export class AgentCommandClient implements ShardCommands {
     });
   }
 
-  async suspend(hostId: string, shardId: string, cause: SuspendCause): Promise<void> {
-    await this.send(hostId, { type: 'suspend', shardId, cause });
+  async suspend(
+    hostId: string,
+    shardId: string,
+    cause: SuspendCause,
+    shardVersion: number,
+  ): Promise<void> {
+    await this.send(hostId, { type: 'suspend', shardId, cause, shardVersion });
   }
 
-  async resume(hostId: string, shardId: string): Promise<void> {
-    await this.send(hostId, { type: 'resume', shardId });
+  async resume(hostId: string, shardId: string, shardVersion: number): Promise<void> {
+    await this.send(hostId, { type: 'resume', shardId, shardVersion });
   }
 
   async reconcile(hostId: string): Promise<void> {

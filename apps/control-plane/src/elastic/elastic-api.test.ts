@@ -168,10 +168,16 @@ for (const kind of TEST_DATABASE_KINDS) {
         'SUSPENDING',
       );
       const sent = commands.forShard(id).at(-1)!;
-      assert.deepEqual(
-        { type: sent.type, cause: sent.type === 'suspend' ? sent.cause : undefined },
-        { type: 'suspend', cause: 'suspend-requested' },
-      );
+      const versionOf = async () =>
+        (await h.prisma.shard.findUniqueOrThrow({ where: { id } })).version;
+      // The move carries the version it was decided at: the agent refuses an older one.
+      assert.deepEqual(sent, {
+        type: 'suspend',
+        hostId: host,
+        shardId: id,
+        cause: 'suspend-requested',
+        shardVersion: await versionOf(),
+      });
       // A second ask is answered as it stands; nothing else is sent.
       assertOk(await h.graphql(SUSPEND, { id }, team.member));
       assert.equal(commands.forShard(id).filter((c) => c.type === 'suspend').length, 1);
@@ -249,7 +255,17 @@ for (const kind of TEST_DATABASE_KINDS) {
       await fleet.applyShardStateEvent(host, stateEvent(host, blocked.id, 'STOPPED', tick()));
       await queue.admitNow();
       assert.equal((await shard(id)).state, 'RESUMING');
-      assert.equal(commands.forShard(id).at(-1)!.type, 'resume');
+      const resume = commands.forShard(id).at(-1)!;
+      assert.deepEqual(resume, {
+        type: 'resume',
+        hostId: host,
+        shardId: id,
+        shardVersion: await versionOf(),
+      });
+      assert.ok(
+        resume.shardVersion > (sent.type === 'suspend' ? sent.shardVersion : Infinity),
+        'the resume is newer than the suspend',
+      );
       const gpuBack = await gpuRow(host);
       assert.equal(Number(gpuBack.reservedBytes), cap);
       assert.equal(Number(gpuBack.suspendedBytes), 0);

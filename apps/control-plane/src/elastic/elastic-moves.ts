@@ -66,8 +66,10 @@ export class ElasticMoves {
       { suspendCause: cause },
       effects,
     );
-    effects.command({ shardId: shard.id, hostId, command: 'suspend', cause }, (commands) =>
-      commands.suspend(hostId, shard.id, cause),
+    const shardVersion = updated.version;
+    effects.command(
+      { shardId: shard.id, hostId, command: 'suspend', cause, shardVersion },
+      (commands) => commands.suspend(hostId, shard.id, cause, shardVersion),
     );
     return updated;
   }
@@ -79,9 +81,16 @@ export class ElasticMoves {
   async resume(tx: RawSql, shard: ShardRecord, effects: CommitEffects): Promise<boolean> {
     const hostId = shard.hostId;
     if (hostId === null || !(await this.lifecycle.takeResume(tx, shard, effects))) return false;
-    await this.lifecycle.moveTo(tx, shard, 'RESUMING', 'resume-placed', {}, effects);
-    effects.command({ shardId: shard.id, hostId, command: 'resume' }, (commands) =>
-      commands.resume(hostId, shard.id),
+    const { version: shardVersion } = await this.lifecycle.moveTo(
+      tx,
+      shard,
+      'RESUMING',
+      'resume-placed',
+      {},
+      effects,
+    );
+    effects.command({ shardId: shard.id, hostId, command: 'resume', shardVersion }, (commands) =>
+      commands.resume(hostId, shard.id, shardVersion),
     );
     return true;
   }

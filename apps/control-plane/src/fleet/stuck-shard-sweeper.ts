@@ -262,9 +262,9 @@ export class StuckShardSweeper implements OnApplicationBootstrap, OnModuleDestro
       sent = this.commands.stop(hostId, shard.id, DEFAULT_STOP_GRACE_SECONDS);
     } else if (action === 'resend-suspend') {
       const cause = (shard.suspendCause ?? 'suspend-requested') as SuspendCause;
-      sent = this.commands.suspend(hostId, shard.id, cause);
+      sent = this.commands.suspend(hostId, shard.id, cause, shard.version);
     } else if (action === 'resend-resume') {
-      sent = this.commands.resume(hostId, shard.id);
+      sent = this.commands.resume(hostId, shard.id, shard.version);
     }
     sent?.catch((error: unknown) =>
       this.logger.warn(

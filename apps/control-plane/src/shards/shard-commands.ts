@@ -36,9 +36,16 @@ export interface ShardCommands {
   /**
    * Elastic memory (docs/elastic.md): move the shard's GPU memory to host RAM (`cause`: who
    * asked), or back. The end arrives as a state event (SUSPENDED, RESUMED or a failure).
+   * `shardVersion` is the shard's version once the move was decided: the agent refuses a move
+   * older than one it already took on (a retried suspend arriving after a wake's resume).
    */
-  suspend(hostId: string, shardId: string, cause: SuspendCause): Promise<void>;
-  resume(hostId: string, shardId: string): Promise<void>;
+  suspend(
+    hostId: string,
+    shardId: string,
+    cause: SuspendCause,
+    shardVersion: number,
+  ): Promise<void>;
+  resume(hostId: string, shardId: string, shardVersion: number): Promise<void>;
   /**
    * Reconcile now rather than at the next period (a control plane that starts asks every host
    * that is not OFFLINE: state events sent while none listened went to no one).
@@ -126,8 +133,9 @@ function withCapPolicies(commands: ShardCommands, policies: CapPolicies): ShardC
     stop: (hostId, shardId, graceSeconds) => commands.stop(hostId, shardId, graceSeconds),
     delete: (hostId, shardId) => commands.delete(hostId, shardId),
     resize: (hostId, shardId, gpus, compute) => commands.resize(hostId, shardId, gpus, compute),
-    suspend: (hostId, shardId, cause) => commands.suspend(hostId, shardId, cause),
-    resume: (hostId, shardId) => commands.resume(hostId, shardId),
+    suspend: (hostId, shardId, cause, shardVersion) =>
+      commands.suspend(hostId, shardId, cause, shardVersion),
+    resume: (hostId, shardId, shardVersion) => commands.resume(hostId, shardId, shardVersion),
     reconcile: (hostId) => commands.reconcile(hostId),
   };
 }

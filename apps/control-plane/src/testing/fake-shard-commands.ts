@@ -22,8 +22,14 @@ export type RecordedShardCommand =
       readonly hostId: string;
       readonly shardId: string;
       readonly cause: SuspendCause;
+      readonly shardVersion: number;
     }
-  | { readonly type: 'resume'; readonly hostId: string; readonly shardId: string }
+  | {
+      readonly type: 'resume';
+      readonly hostId: string;
+      readonly shardId: string;
+      readonly shardVersion: number;
+    }
   | { readonly type: 'reconcile'; readonly hostId: string };
 
 /** The newest commands a FakeShardCommands keeps; older ones are dropped. */
@@ -65,12 +71,17 @@ export class FakeShardCommands implements ShardCommands {
     });
   }
 
-  suspend(hostId: string, shardId: string, cause: SuspendCause): Promise<void> {
-    return this.record({ type: 'suspend', hostId, shardId, cause });
+  suspend(
+    hostId: string,
+    shardId: string,
+    cause: SuspendCause,
+    shardVersion: number,
+  ): Promise<void> {
+    return this.record({ type: 'suspend', hostId, shardId, cause, shardVersion });
   }
 
-  resume(hostId: string, shardId: string): Promise<void> {
-    return this.record({ type: 'resume', hostId, shardId });
+  resume(hostId: string, shardId: string, shardVersion: number): Promise<void> {
+    return this.record({ type: 'resume', hostId, shardId, shardVersion });
   }
 
   reconcile(hostId: string): Promise<void> {
