@@ -1,5 +1,5 @@
 import { ArgsType, Field, Float, ID, Int, ObjectType, registerEnumType } from '@nestjs/graphql';
-import { bytes, freeBytes } from '@gpushards/limits';
+import { bytes, freeBytes, promiseBytes, type GpuCapacity } from '@gpushards/limits';
 import { HostState, type Gpu as GpuRow, type Host as HostRow } from '../database/index.js';
 import { Connection, ConnectionArgs } from '../graphql/connection.js';
 import { Size, sizeOf } from '../graphql/size.model.js';
@@ -209,23 +209,25 @@ export class GpusArgs extends ConnectionArgs {
   model?: string | null;
 }
 
-/** floor(total × ratio), as PostgreSQL computes it (both IEEE doubles). */
+/** The row as libs/limits' capacity rule reads a GPU. */
+function capacityOfRow(gpu: GpuRow): GpuCapacity {
+  return {
+    totalBytes: bytes(Number(gpu.totalBytes)),
+    reservedBytes: bytes(Number(gpu.reservedBytes)),
+    suspendedBytes: bytes(Number(gpu.suspendedBytes)),
+    unownedBytes: bytes(Number(gpu.unattributedBytes)),
+    overcommitRatio: gpu.overcommitRatio,
+  };
+}
+
+/** floor(total × ratio), as PostgreSQL computes it (both IEEE doubles): what its caps may add up to. */
 function capacityOf(gpu: GpuRow): number {
-  return Math.floor(Number(gpu.totalBytes) * gpu.overcommitRatio);
+  return promiseBytes(capacityOfRow(gpu));
 }
 
 export function gpuView(gpu: GpuRow): Gpu {
   const capacity = capacityOf(gpu);
-  const free =
-    gpu.missingSince === null
-      ? freeBytes({
-          totalBytes: bytes(Number(gpu.totalBytes)),
-          reservedBytes: bytes(Number(gpu.reservedBytes)),
-          suspendedBytes: bytes(Number(gpu.suspendedBytes)),
-          unownedBytes: bytes(Number(gpu.unattributedBytes)),
-          overcommitRatio: gpu.overcommitRatio,
-        })
-      : 0;
+  const free = gpu.missingSince === null ? freeBytes(capacityOfRow(gpu)) : 0;
   return {
     uuid: gpu.uuid,
     hostId: gpu.hostId,
