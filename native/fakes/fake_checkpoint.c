@@ -16,6 +16,10 @@
  *     since the fake's device memory is host memory of the process;
  *   - restore: the card's capacity is taken back, all of it or nothing
  *     (CUDA_ERROR_OUT_OF_MEMORY, still CHECKPOINTED, when it lacks room);
+ *     a process holding a CUDA IPC import (fake_ipc.c) is refused with
+ *     CUDA_ERROR_INVALID_VALUE and stays CHECKPOINTED, its calls waiting for
+ *     good, as driver 580 does on an H200 (lock and checkpoint succeed;
+ *     native/gpu-tests/RESULTS.md, 2026-11-29);
  *   - a process that dies gives its entry back like any dead process (what
  *     a checkpoint moved out is its host memory: gone with it).
  * A pid that holds no entry (no CUDA in it, or gone) is refused with
@@ -241,6 +245,10 @@ API CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
     CUresult r = target(pid, &p, &gen);
     if (r != CUDA_SUCCESS) return r;
     if ((r = move(p, FAKE_CKPT_CHECKPOINTED, FAKE_CKPT_RESTORING)) != CUDA_SUCCESS) return r;
+    if (__atomic_load_n(&p->ipc_imports, __ATOMIC_ACQUIRE) != 0) {
+        settle(p, FAKE_CKPT_CHECKPOINTED);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     int g = 0;
     for (; g < FAKE_MAX_GPUS; g++) {
         uint64_t v = __atomic_load_n(&p->moved[g], __ATOMIC_ACQUIRE);

@@ -273,6 +273,7 @@ static struct fake_proc *claim(void)
             p->start_time = start_time_of("/proc/self");
             memset(p->busy, 0, sizeof p->busy); /* the kernel time of the entry's last owner */
             memset(p->moved, 0, sizeof p->moved);
+            __atomic_store_n(&p->ipc_imports, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&p->inflight, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&p->ckpt, FAKE_CKPT_RUNNING, __ATOMIC_RELAXED);
             __atomic_store_n(&p->ns_inode, my_ns_inode(), __ATOMIC_RELEASE);
@@ -410,6 +411,7 @@ static void reap(struct fake_proc *p, struct seen s)
     /* What a checkpoint moved out is host memory of the dead process: gone
      * with it, never taken back. */
     memset(p->moved, 0, sizeof p->moved);
+    __atomic_store_n(&p->ipc_imports, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&p->ckpt, FAKE_CKPT_RUNNING, __ATOMIC_RELEASE);
     __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
 }
@@ -517,6 +519,16 @@ struct fake_proc *fake_proc_named(int pid, uint32_t *gen)
         return p;
     }
     return NULL;
+}
+
+int fake_proc_index(const struct fake_proc *p)
+{
+    return (int)(p - state->procs);
+}
+
+struct fake_proc *fake_proc_at(int index)
+{
+    return state != NULL && index >= 0 && index < FAKE_MAX_PROCS ? &state->procs[index] : NULL;
 }
 
 int fake_proc_still(const struct fake_proc *p, uint32_t gen)

@@ -42,8 +42,12 @@ struct fake_proc {
     uint32_t ckpt;
     uint32_t inflight;
     uint64_t moved[FAKE_MAX_GPUS];
+    /* CUDA IPC imports the process holds (fake_ipc.c): a restore refuses a
+     * process with any, as the real driver does. */
+    uint32_t ipc_imports;
+    uint32_t reserved;
 };
-#define FAKE_STATE_MAGIC 0x3454534b414647ULL /* "GFAKST4" */
+#define FAKE_STATE_MAGIC 0x3554534b414647ULL /* "GFAKST5" */
 
 /* fake_proc.ckpt: CUprocessState's four states, and the moves between them
  * while one is under way (reported as the state they start from). */
@@ -103,6 +107,9 @@ FAKE_HIDDEN struct fake_proc *fake_proc_mine(void);
  * fake_procs_on reports it), after the dead are reaped; NULL when no process
  * of that pid uses the driver.  *gen: the claim it stands for. */
 FAKE_HIDDEN struct fake_proc *fake_proc_named(int pid, uint32_t *gen);
+/* An entry's place in the table, and the entry at a place (NULL past it). */
+FAKE_HIDDEN int fake_proc_index(const struct fake_proc *p);
+FAKE_HIDDEN struct fake_proc *fake_proc_at(int index);
 /* 1 while the entry still stands for the claim gen. */
 FAKE_HIDDEN int fake_proc_still(const struct fake_proc *p, uint32_t gen);
 /* The processes holding memory on GPU g, with pids translated into the

@@ -212,6 +212,10 @@ static const struct entry table[] = {
     E("cuCheckpointProcessCheckpoint", 12080, cuCheckpointProcessCheckpoint),
     E("cuCheckpointProcessRestore", 12080, cuCheckpointProcessRestore),
     E("cuCheckpointProcessUnlock", 12080, cuCheckpointProcessUnlock),
+    E("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
+    E("cuIpcOpenMemHandle", 4010, cuIpcOpenMemHandle),
+    E("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
+    E("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
     E("cuGetProcAddress", 11030, cuGetProcAddress),
     E("cuGetProcAddress", 12000, cuGetProcAddress_v2),
 };

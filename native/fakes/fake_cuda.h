@@ -6,7 +6,7 @@
  * fake_graph.c (stream capture, graphs and graph memory), fake_launch.c
  * (kernels and events, with simulated kernel time), fake_copy.c (copies and
  * sets), fake_checkpoint.c (the checkpoint API, and the wait of a locked
- * process's calls) and fake_cuda.c
+ * process's calls), fake_ipc.c (memory shared between processes) and fake_cuda.c
  * (cuGetProcAddress's table, version, error strings).  The simulated GPUs,
  * their physical memory and per-process usage are fake_common.h's, shared
  * with the fake NVML. */
@@ -38,6 +38,7 @@
 #undef cuDevicePrimaryCtxReset
 #undef cuDeviceGetUuid
 #undef cuGetProcAddress
+#undef cuIpcOpenMemHandle
 
 #define API __attribute__((visibility("default")))
 
@@ -92,7 +93,9 @@ FAKE_HIDDEN int fake_current_phys(void);
 
 /* ---- fake_memory.c ---- */
 struct fpool;
-enum { K_PLAIN = 1, K_ASYNC };
+/* K_IPC: another process's allocation opened here (fake_ipc.c), charged to
+ * nobody here: its bytes are the exporter's. */
+enum { K_PLAIN = 1, K_ASYNC, K_IPC };
 /* One live allocation with a device address, in an open-addressed table
  * keyed by address (key 0: never used, 1: freed). */
 struct rec {
@@ -121,6 +124,10 @@ FAKE_HIDDEN void fake_mem_drop_ctx(struct fctx *c);
 FAKE_HIDDEN void fake_rec_drop(struct rec *r);
 /* Under fake_mu: the allocation holding [addr, addr + bytes), NULL for none. */
 FAKE_HIDDEN struct rec *fake_rec_containing(uint64_t addr, uint64_t bytes);
+
+/* ---- fake_ipc.c ---- */
+/* Under fake_mu: a context's teardown closes the imports it opened. */
+FAKE_HIDDEN void fake_ipc_drop(struct rec *r);
 
 /* ---- fake_pool.c ---- */
 /* At cuInit, under fake_mu: every GPU's default pool is its current one. */
@@ -177,6 +184,7 @@ API CUresult cuStreamBeginCapture(CUstream s);
 API CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s);
 API CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s);
 API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags);
+API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags);
 API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n);
 API CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n);

@@ -112,6 +112,8 @@ void fake_mem_drop_ctx(struct fctx *c)
         if (r->key > FREED_KEY && r->kind == K_PLAIN && r->owner.ctx == c) {
             fake_phys_give(r->phys, r->size);
             fake_rec_drop(r);
+        } else if (r->key > FREED_KEY && r->kind == K_IPC && r->owner.ctx == c) {
+            fake_ipc_drop(r);
         }
     }
 }
@@ -201,7 +203,7 @@ CUresult fake_mem_free(CUdeviceptr dptr)
     if (dptr == 0) return CUDA_SUCCESS;
     fake_lock();
     struct rec *r = rec_find(dptr);
-    if (r == NULL) {
+    if (r == NULL || r->kind == K_IPC) { /* an import is closed, not freed */
         fake_unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }

@@ -25,6 +25,7 @@
 #include "client_nvml.h"
 #include "client_compute.h"
 #include "client_elastic.h"
+#include "client_ipc.h"
 #include "gpushards_region.h"
 
 #define MiB (1ull << 20)
@@ -1119,6 +1120,8 @@ int main(int argc, char **argv)
     if (compute >= 0) return compute;
     int elastic = elastic_scenario(s, argc, argv);
     if (elastic >= 0) return elastic;
+    int ipc = ipc_scenario(s, argc, argv);
+    if (ipc >= 0) return ipc;
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;
 }

@@ -708,6 +708,7 @@ static int t_track_race(const void *arg)
 #include "runner_fake.c"
 #include "runner_subset.c"
 #include "runner_elastic.c"
+#include "runner_ipc.c"
 
 int main(int argc, char **argv)
 {
@@ -888,6 +889,7 @@ int main(int argc, char **argv)
     add_fake_tests(tests, &n);
     add_subset_tests(tests, &n);
     add_elastic_tests(tests, &n);
+    add_ipc_tests(tests, &n);
 
     for (int i = 0; i < n; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;

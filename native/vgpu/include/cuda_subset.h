@@ -186,6 +186,8 @@ typedef CUDA_MEMCPY3D_BATCH_OP_v1 CUDA_MEMCPY3D_BATCH_OP;
 #define CU_MEMHOSTREGISTER_IOMEMORY     0x04
 #define CU_MEMHOSTREGISTER_READ_ONLY    0x08
 
+#define CU_IPC_HANDLE_SIZE 64
+
 #define CUDA_ARRAY3D_LAYERED        0x01
 #define CUDA_ARRAY3D_2DARRAY        0x01
 #define CUDA_ARRAY3D_SURFACE_LDST   0x02
@@ -277,6 +279,11 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                        CUmemAllocationGranularity_flags option);
+
+/* Memory shared between processes (legacy CUDA IPC) */
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
 
 /* Arrays */
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);

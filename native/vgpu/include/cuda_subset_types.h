@@ -289,6 +289,15 @@ typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
 
+typedef struct CUipcMemHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle_v1;
+typedef CUipcMemHandle_v1 CUipcMemHandle;
+
+typedef enum CUipcMem_flags_enum {
+    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+} CUipcMem_flags;
+
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {
     size_t Width;
     size_t Height;

@@ -17,8 +17,9 @@
  *     a temporary file and publishes it with link(2), so no process ever sees
  *     a half-initialised region;
  *   - the library adds device entries (uuid, then state = ACTIVE) and keeps
- *     used_bytes, peak_bytes and the slots current, and rings the bell
- *     (wake_requests, a device's pressure_count; slow paths only);
+ *     used_bytes, peak_bytes and the slots current, rings the bell
+ *     (wake_requests, a device's pressure_count; slow paths only), and names
+ *     the processes that hold CUDA IPC imports (ipc_importers);
  *   - the agent may overwrite limit_bytes, context_bytes and
  *     pool_growth_bytes of an ACTIVE device at any time (8-byte aligned
  *     writes); the library reads the limit on every allocation.
@@ -33,6 +34,8 @@
 #define GPUSHARDS_REGION_VERSION 1u
 #define GPUSHARDS_MAX_DEVICES 16u
 #define GPUSHARDS_MAX_SLOTS 1024u
+/* Slots that ipc_importers has a bit for (the first 256 of 1024). */
+#define GPUSHARDS_IPC_IMPORTER_SLOTS 256u
 
 /* gpushards_device.state */
 #define GPUSHARDS_DEVICE_FREE 0u
@@ -97,7 +100,13 @@ struct gpushards_region_header {
     uint64_t slots_offset;   /* offset of slots[0] */
     uint64_t checksum;       /* FNV-1a 64 of bytes [0, 56): the fields above */
     uint32_t device_count;   /* entries of devices[] in use; only grows */
-    uint32_t reserved0;
+    /* Nonzero: a process whose slot is past ipc_importers' bits (slot 256 or
+     * later: 256 processes of the container were alive at once) opened a
+     * CUDA IPC import.  Nothing can say when that import ends, so the agent
+     * refuses every suspend of the shard while this region lasts: refusing
+     * too often is safe, a suspend that leaves a process unrestorable is
+     * not.  From reserved0 without a version bump: zero = never. */
+    uint32_t ipc_importers_unlisted;
     /* The wake bell (docs/elastic.md): a process of a suspended shard that
      * wants the GPU adds 1 to wake_requests, stamps wake_requested_ns
      * (CLOCK_MONOTONIC) and then pwrite(2)s 8 zero bytes over `bell`: a
@@ -107,7 +116,22 @@ struct gpushards_region_header {
     uint64_t wake_requests;
     uint64_t wake_requested_ns;
     uint64_t bell;
-    uint8_t reserved1[32];
+    /* CUDA IPC imports (docs/elastic.md, "What cannot be suspended"): the
+     * driver's checkpoint API locks and checkpoints a process that opened
+     * another process's GPU memory (cuIpcOpenMemHandle) but never restores
+     * it (CUDA_ERROR_INVALID_VALUE, the process left CHECKPOINTED with its
+     * CUDA calls hanging; native/gpu-tests/RESULTS.md, 2026-11-29).  Bit s
+     * (word s / 64, bit s % 64) is set while the process in slot s holds at
+     * least one import; it is set before the driver opens one (a process
+     * locked in the middle of an open is named already) and cleared when its
+     * last import is closed (or the open failed), at a clean exit, and when the slot
+     * of a dead process is reclaimed, before the slot is freed.  A bit alone
+     * proves nothing: a process killed with SIGKILL leaves its bit set until
+     * some process of the container reclaims its slot.  So the agent counts
+     * a bit only when the slot's pid and start_time are those of a process
+     * alive in the container now; a dead importer never makes a shard
+     * unsuspendable.  From reserved1 without a version bump: zero = none. */
+    uint64_t ipc_importers[GPUSHARDS_IPC_IMPORTER_SLOTS / 64];
     uint8_t lock[64];        /* pthread_mutex_t, robust + process-shared; C only */
     uint8_t reserved2[64];
 };
@@ -160,6 +184,10 @@ _Static_assert(offsetof(struct gpushards_region_header, device_count) == 64, "la
 _Static_assert(offsetof(struct gpushards_region_header, wake_requests) == 72, "layout");
 _Static_assert(offsetof(struct gpushards_region_header, wake_requested_ns) == 80, "layout");
 _Static_assert(offsetof(struct gpushards_region_header, bell) == 88, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, ipc_importers_unlisted) == 68, "layout");
+_Static_assert(offsetof(struct gpushards_region_header, ipc_importers) == 96, "layout");
+_Static_assert(sizeof(((struct gpushards_region_header *)0)->ipc_importers) == 32, "layout");
+_Static_assert(GPUSHARDS_IPC_IMPORTER_SLOTS <= GPUSHARDS_MAX_SLOTS, "layout");
 _Static_assert(offsetof(struct gpushards_region_header, lock) == 128, "layout");
 _Static_assert(sizeof(struct gpushards_region_header) == 256, "layout");
 

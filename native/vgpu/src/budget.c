@@ -188,6 +188,13 @@ uint64_t gs_pool_growth_bytes(int dev)
     return v != 0 ? v : GS_DEFAULT_POOL_GROWTH;
 }
 
+int gs_budget_mark_ipc_importer(int holds)
+{
+    if (gs_mode != GS_MODE_COUNTING) return -1;
+    int s = holds ? slot() : my_slot;
+    return s < 0 ? -1 : gs_region_mark_ipc_importer(s, holds);
+}
+
 void gs_release_process(void)
 {
     if (gs_mode == GS_MODE_COUNTING) gs_region_release_slot(my_slot);

@@ -12,6 +12,7 @@
  *   hooks_graph.c   graph memory (instantiate, upload, launch, trim, destroy)
  *   hooks_info.c    what the process is told (cuMemGetInfo, cuDeviceTotalMem)
  *   hooks_wake.c    calls hooked only for the wake gate (copies, sets, syncs, module loads)
+ *   hooks_ipc.c     CUDA IPC imports (cuIpcOpenMemHandle / cuIpcCloseMemHandle)
  *   capture.c       stream capture begun and ended (what may be called meanwhile) */
 #ifndef GPUSHARDS_HOOKS_H
 #define GPUSHARDS_HOOKS_H
@@ -39,6 +40,7 @@
 #undef cuGraphLaunch
 #undef cuGraphUpload
 #undef cuGraphInstantiateWithParams
+#undef cuIpcOpenMemHandle
 
 typedef unsigned int CUdeviceptr32; /* CUdeviceptr_v1 */
 typedef struct {
@@ -140,7 +142,10 @@ typedef struct {
     X(CUresult, cuGraphMemAllocNodeGetParams, (CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS *))                \
     X(CUresult, cuCtxSetLimit, (CUlimit, size_t))                                                        \
     X(CUresult, cuCtxGetLimit, (size_t *, CUlimit))                                                      \
-    X(CUresult, cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))
+    X(CUresult, cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                              \
+    X(CUresult, cuIpcOpenMemHandle, (CUdeviceptr *, CUipcMemHandle, unsigned int))                       \
+    X(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int))                    \
+    X(CUresult, cuIpcCloseMemHandle, (CUdeviceptr))
 
 #define GS_DECLARE_REAL(ret, name, args) extern ret(*gs_real_##name) args;
 GS_CUDA_REAL(GS_DECLARE_REAL)
@@ -186,6 +191,7 @@ void gs_drop_owned(struct gs_entry *e, void *ctx);
 void gs_ctx_reset_process(void);
 void gs_graph_reset_process(void);
 void gs_limit_reset_process(void);
+void gs_ipc_reset_process(void);
 
 /* The hooks with no prototype in cuda.h (legacy ABI), for the table. */
 CUresult cuMemAlloc(CUdeviceptr32 *dptr, unsigned int bytesize);
@@ -200,6 +206,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags);
 /* cuda.h declares these only under some macros. */
 CUresult cuStreamBeginCapture(CUstream s);
 CUresult cuStreamBeginCapture_ptsz(CUstream s);

@@ -13,6 +13,7 @@ void gs_hooks_reset_process(void)
     gs_graph_reset_process();
     gs_limit_reset_process();
     gs_untracked_reset();
+    gs_ipc_reset_process();
 }
 
 #define HOOK(name) {#name, (void *)name, (void **)&gs_real_##name}
@@ -104,5 +105,8 @@ const struct gs_hook gs_cuda_hooks[] = {
     CALLS(cuDeviceGetMemPool),
     CALLS(cuDeviceGetDefaultMemPool),
     CALLS(cuMemPoolGetAttribute),
+    HOOK(cuIpcOpenMemHandle),
+    HOOK(cuIpcOpenMemHandle_v2),
+    HOOK(cuIpcCloseMemHandle),
 };
 const size_t gs_cuda_hook_count = sizeof gs_cuda_hooks / sizeof gs_cuda_hooks[0];

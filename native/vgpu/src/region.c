@@ -331,6 +331,34 @@ static int slot_is_dead(const struct gpushards_slot *s)
     return now != 0 && now != st;
 }
 
+/* The slot's bit in the header's ipc_importers, NULL past the bitmap. */
+static uint64_t *importer_word(int slot, uint64_t *bit)
+{
+    if (slot < 0 || (unsigned)slot >= GPUSHARDS_IPC_IMPORTER_SLOTS) return NULL;
+    *bit = 1ull << ((unsigned)slot % 64u);
+    return &gs_region->header.ipc_importers[(unsigned)slot / 64u];
+}
+
+int gs_region_mark_ipc_importer(int slot, int holds)
+{
+    if (gs_region == NULL || slot < 0 || (unsigned)slot >= GPUSHARDS_MAX_SLOTS) return -1;
+    uint64_t bit;
+    uint64_t *word = importer_word(slot, &bit);
+    if (word == NULL) {
+        /* No bit to clear later: the agent refuses suspends of this shard
+         * from now on (gpushards_region.h says why that is the safe side). */
+        if (holds) {
+            __atomic_store_n(&gs_region->header.ipc_importers_unlisted, 1u, __ATOMIC_RELEASE);
+            gs_log(GS_LOG_WARN, "process slot %d is past the %u the region names CUDA IPC importers in: this shard "
+                   "cannot be suspended until it restarts", slot, GPUSHARDS_IPC_IMPORTER_SLOTS);
+        }
+        return -1;
+    }
+    if (holds) __atomic_fetch_or(word, bit, __ATOMIC_ACQ_REL);
+    else __atomic_fetch_and(word, ~bit, __ATOMIC_ACQ_REL);
+    return 0;
+}
+
 static void reclaim_slot(struct gpushards_slot *s)
 {
     for (unsigned d = 0; d < GPUSHARDS_MAX_DEVICES; d++) {
@@ -345,6 +373,11 @@ static void reclaim_slot(struct gpushards_slot *s)
             next = cur > held ? cur - held : 0;
         } while (!__atomic_compare_exchange_n(used, &cur, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
     }
+    /* Its imports went with it; cleared before the slot is free, so the
+     * next owner never inherits the bit. */
+    uint64_t bit;
+    uint64_t *word = importer_word((int)(s - gs_region->slots), &bit);
+    if (word != NULL) __atomic_fetch_and(word, ~bit, __ATOMIC_ACQ_REL);
     __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
 }
 

@@ -70,6 +70,9 @@ int gs_region_attach_device(const uint8_t uuid[16], uint64_t total_bytes, int ha
 int gs_region_claim_slot(void);
 void gs_region_reclaim_dead(void);
 void gs_region_release_slot(int slot);
+/* Sets (holds = 1) or clears the slot's bit in the header's ipc_importers;
+ * -1 when the slot has no bit (then holding sets ipc_importers_unlisted). */
+int gs_region_mark_ipc_importer(int slot, int holds);
 void gs_uuid_format(const uint8_t uuid[16], char out[41]);
 int gs_uuid_parse(const char *text, uint8_t uuid[16]);
 
@@ -151,6 +154,10 @@ uint64_t gs_context_bytes(int dev);
 void gs_budget_note_launch(uint64_t now_ns);
 uint64_t gs_pool_growth_bytes(int dev);
 void gs_release_process(void);
+/* Names this process in the region as holding CUDA IPC imports (holds = 1)
+ * or no longer (0); claims its slot if it has none.  0, or -1 when it could
+ * not be named (no region, no slot, or a slot past the bitmap). */
+int gs_budget_mark_ipc_importer(int holds);
 
 /* ---- track.c -------------------------------------------------------- */
 enum gs_kind {

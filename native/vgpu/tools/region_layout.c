@@ -20,6 +20,7 @@ int main(void)
     printf("  \"byteOrder\": \"little\",\n");
     printf("  \"maxDevices\": %u,\n", GPUSHARDS_MAX_DEVICES);
     printf("  \"maxSlots\": %u,\n", GPUSHARDS_MAX_SLOTS);
+    printf("  \"ipcImporterSlots\": %u,\n", GPUSHARDS_IPC_IMPORTER_SLOTS);
     printf("  \"checksum\": { \"algorithm\": \"fnv1a64\", \"coversBytes\": %u },\n", GPUSHARDS_CHECKSUM_BYTES);
     printf("  \"totalSize\": %zu,\n", sizeof(struct gpushards_region));
     printf("  \"structs\": {\n");
@@ -37,9 +38,11 @@ int main(void)
     FIELD(gpushards_region_header, slots_offset, 0);
     FIELD(gpushards_region_header, checksum, 0);
     FIELD(gpushards_region_header, device_count, 0);
+    FIELD(gpushards_region_header, ipc_importers_unlisted, 0);
     FIELD(gpushards_region_header, wake_requests, 0);
     FIELD(gpushards_region_header, wake_requested_ns, 0);
     FIELD(gpushards_region_header, bell, 0);
+    FIELD(gpushards_region_header, ipc_importers, 0);
     FIELD(gpushards_region_header, lock, 1);
     printf("      }\n    },\n");
     printf("    \"device\": {\n      \"size\": %zu,\n      \"offset\": %zu,\n      \"count\": %u,\n      \"fields\": {\n",

@@ -14,7 +14,13 @@ import {
   RegionError,
   writeRegionLimit,
 } from './region-file.js';
-import { DEVICES_OFFSET, DEVICE_FIELDS, HEADER_FIELDS, REGION_SIZE } from './region-layout.js';
+import {
+  DEVICES_OFFSET,
+  DEVICE_FIELDS,
+  HEADER_FIELDS,
+  REGION_SIZE,
+  SLOTS_OFFSET,
+} from './region-layout.js';
 
 const GPU_A = 'GPU-5d3b7a1e-0c4f-4c8e-9f0a-1b2c3d4e5f60';
 const GPU_B = 'GPU-8a9b0c1d-2e3f-4a5b-8c7d-9e0f1a2b3c4d';
@@ -98,6 +104,8 @@ describe('region file', () => {
       { pid: 17, startTime: 555n, lastLaunchSeconds: 1234 },
       { pid: 18, startTime: 0n, lastLaunchSeconds: 0 },
     ]);
+    assert.deepEqual(region.ipcImporters, []);
+    assert.equal(region.ipcImportersUnlisted, false);
     assert.deepEqual(
       region.devices.map((device) => device.uuid),
       [GPU_A],
@@ -105,6 +113,29 @@ describe('region file', () => {
     );
     const short = regionFile(buildRegion([{ uuid: GPU_A }]).subarray(0, 4096));
     await rejectsWith(short, 'TRUNCATED', /bytes/);
+  });
+
+  it('reads which slots hold CUDA IPC imports, past the first 64-bit word too, and the unlisted flag', async () => {
+    const processes = Array.from({ length: 70 }, (_, slot) => ({
+      pid: 100 + slot,
+      startTime: BigInt(slot),
+      ipcImports: slot === 1 || slot === 65,
+    }));
+    const region = await readRegionWithProcesses(
+      regionFile(
+        buildRegion([{ uuid: GPU_A }], undefined, processes, { ipcImportersUnlisted: true }),
+      ),
+    );
+    assert.equal(region.processes.length, 70);
+    assert.deepEqual(
+      region.ipcImporters.map((process) => process.pid),
+      [101, 165],
+    );
+    assert.equal(region.ipcImportersUnlisted, true);
+    // A bit whose slot is free names nobody.
+    const freed = buildRegion([{ uuid: GPU_A }], undefined, [{ pid: 5, ipcImports: true }]);
+    freed.writeInt32LE(0, SLOTS_OFFSET);
+    assert.deepEqual((await readRegionWithProcesses(regionFile(freed))).ipcImporters, []);
   });
 
   it('refuses truncated, foreign, corrupt and newer files, saying which', async () => {

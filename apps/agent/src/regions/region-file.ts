@@ -8,6 +8,7 @@ import {
   DEVICE_STATE_ACTIVE,
   HEADER_FIELDS,
   HEADER_SIZE,
+  IPC_IMPORTER_SLOTS,
   MAX_DEVICES,
   MAX_SLOTS,
   REGION_MAGIC,
@@ -91,6 +92,13 @@ export interface RegionProcess {
 /** A region read whole: its ACTIVE devices and the processes with a slot in use. */
 export interface RegionWithProcesses extends Region {
   readonly processes: readonly RegionProcess[];
+  /**
+   * The processes among them whose ipc_importers bit is set: they said they hold a CUDA IPC
+   * import. Alive or not: whether each still runs is the reader's to check.
+   */
+  readonly ipcImporters: readonly RegionProcess[];
+  /** A process past the bits opened one (ipc_importers_unlisted): no suspend is safe. */
+  readonly ipcImportersUnlisted: boolean;
 }
 
 /** The region with its process slots (the whole file, about 150 KiB); throws RegionError. */
@@ -105,17 +113,34 @@ export async function readRegionWithProcesses(path: string): Promise<RegionWithP
     );
   }
   const processes: RegionProcess[] = [];
+  const ipcImporters: RegionProcess[] = [];
   for (let slot = 0; slot < MAX_SLOTS; slot++) {
     const base = SLOTS_OFFSET + slot * SLOT_SIZE;
     const pid = buffer.readInt32LE(base + SLOT_FIELDS.pid.offset);
     if (pid <= 0) continue;
-    processes.push({
+    const process = {
       pid,
       startTime: buffer.readBigUInt64LE(base + SLOT_FIELDS.start_time.offset),
       lastLaunchSeconds: buffer.readUInt32LE(base + SLOT_FIELDS.last_launch_s.offset),
-    });
+    };
+    processes.push(process);
+    if (importerBit(buffer, slot)) ipcImporters.push(process);
   }
-  return { ...region, processes };
+  return {
+    ...region,
+    processes,
+    ipcImporters,
+    ipcImportersUnlisted: buffer.readUInt32LE(HEADER_FIELDS.ipc_importers_unlisted.offset) !== 0,
+  };
+}
+
+/** Slot `slot`'s bit in the header's ipc_importers (64-bit little-endian words). */
+function importerBit(buffer: Buffer, slot: number): boolean {
+  if (slot >= IPC_IMPORTER_SLOTS) return false;
+  const word = buffer.readBigUInt64LE(
+    HEADER_FIELDS.ipc_importers.offset + 8 * Math.floor(slot / 64),
+  );
+  return ((word >> BigInt(slot % 64)) & 1n) === 1n;
 }
 
 /** Parses the first READ_BYTES of a region file of `fileSize` bytes; throws RegionError. */

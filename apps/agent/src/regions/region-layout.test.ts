@@ -13,6 +13,7 @@ import {
   DEVICE_SIZE,
   HEADER_FIELDS,
   HEADER_SIZE,
+  IPC_IMPORTER_SLOTS,
   MAX_DEVICES,
   MAX_SLOTS,
   REGION_MAGIC,
@@ -36,6 +37,7 @@ interface Layout {
   byteOrder: string;
   maxDevices: number;
   maxSlots: number;
+  ipcImporterSlots: number;
   checksum: { algorithm: string; coversBytes: number };
   totalSize: number;
   structs: { header: StructLayout; device: StructLayout; slot: StructLayout };
@@ -69,6 +71,7 @@ describe('region layout', () => {
     assert.equal(layout.byteOrder, 'little');
     assert.equal(layout.maxDevices, MAX_DEVICES);
     assert.equal(layout.maxSlots, MAX_SLOTS);
+    assert.equal(layout.ipcImporterSlots, IPC_IMPORTER_SLOTS);
     assert.deepEqual(layout.checksum, { algorithm: 'fnv1a64', coversBytes: CHECKSUM_BYTES });
     assert.equal(layout.totalSize, REGION_SIZE);
     const { header, device, slot } = layout.structs;

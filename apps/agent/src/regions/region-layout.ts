@@ -12,6 +12,8 @@ export const REGION_MAGIC = 0x3144524853555047n; // the bytes "GPUSHRD1"
 export const REGION_VERSION = 1;
 export const MAX_DEVICES = 16;
 export const MAX_SLOTS = 1024;
+/** Slots that the header's ipc_importers has a bit for: the first 256. */
+export const IPC_IMPORTER_SLOTS = 256;
 export const DEVICE_STATE_ACTIVE = 1;
 /** The header checksum covers bytes [0, CHECKSUM_BYTES): the fields before it. */
 export const CHECKSUM_BYTES = 56;
@@ -30,6 +32,11 @@ export const HEADER_FIELDS = {
   checksum: { offset: 56, size: 8 },
   device_count: { offset: 64, size: 4 },
   /**
+   * Nonzero: a process whose slot is past ipc_importers' bits opened a CUDA IPC import;
+   * nothing says when it ends, so every suspend of the shard is refused while the region lasts.
+   */
+  ipc_importers_unlisted: { offset: 68, size: 4 },
+  /**
    * Elastic memory (docs/elastic.md): libvgpu.so counts a call that found the shard suspended
    * (wake_requests), stamps it (wake_requested_ns, CLOCK_MONOTONIC) and then pwrite(2)s zeros
    * over `bell`: a write through a mapping raises no inotify event, a pwrite does.
@@ -37,6 +44,14 @@ export const HEADER_FIELDS = {
   wake_requests: { offset: 72, size: 8 },
   wake_requested_ns: { offset: 80, size: 8 },
   bell: { offset: 88, size: 8 },
+  /**
+   * CUDA IPC imports (docs/elastic.md, "What cannot be suspended"): bit s (little-endian
+   * 64-bit word s / 64, bit s % 64) is set while the process in slot s holds memory another
+   * process shared with it (cuIpcOpenMemHandle), which the driver's checkpoint API cannot
+   * restore. A bit counts only while its slot's process is alive: a SIGKILLed importer's stays
+   * set until its slot is reclaimed.
+   */
+  ipc_importers: { offset: 96, size: IPC_IMPORTER_SLOTS / 8 },
 } as const satisfies Record<string, Field>;
 
 export const DEVICE_FIELDS = {

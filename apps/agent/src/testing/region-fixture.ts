@@ -37,12 +37,16 @@ export interface FixtureProcess {
   pid: number;
   startTime?: bigint;
   lastLaunchSeconds?: number;
+  /** Its ipc_importers bit: it holds a CUDA IPC import. */
+  ipcImports?: boolean;
 }
 
 /** The wake counters of the header (docs/elastic.md); default 0n. */
 export interface FixtureWake {
   wakeRequests?: bigint;
   wakeRequestedNs?: bigint;
+  /** ipc_importers_unlisted; default false. */
+  ipcImportersUnlisted?: boolean;
 }
 
 /** A region file as libvgpu.so writes it, for tests that run without the interposer. */
@@ -93,6 +97,14 @@ export function buildRegion(
     buffer.writeInt32LE(process.pid, base + SLOT_FIELDS.pid.offset);
     buffer.writeUInt32LE(process.lastLaunchSeconds ?? 0, base + SLOT_FIELDS.last_launch_s.offset);
     buffer.writeBigUInt64LE(process.startTime ?? 0n, base + SLOT_FIELDS.start_time.offset);
+    if (process.ipcImports === true) {
+      const at = HEADER_FIELDS.ipc_importers.offset + 8 * Math.floor(slot / 64);
+      buffer.writeBigUInt64LE(buffer.readBigUInt64LE(at) | (1n << BigInt(slot % 64)), at);
+    }
   });
+  buffer.writeUInt32LE(
+    wake.ipcImportersUnlisted === true ? 1 : 0,
+    HEADER_FIELDS.ipc_importers_unlisted.offset,
+  );
   return buffer;
 }

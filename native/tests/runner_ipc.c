@@ -1,0 +1,183 @@
+/* runner_ipc.c — CUDA IPC imports (issue #30): libvgpu.so names each process
+ * holding one in the region (gpushards_region.h, ipc_importers), so that the
+ * agent refuses to suspend its shard up front; the fake driver refuses the
+ * restore of such a process as the real one does.  Included by runner.c
+ * after runner_elastic.c (it shares its helpers); not compiled on its own. */
+
+/* The region's slot of pid, -1 for none. */
+static int slot_of_pid(const struct gpushards_region *r, pid_t pid)
+{
+    for (unsigned i = 0; i < GPUSHARDS_MAX_SLOTS; i++)
+        if (__atomic_load_n(&r->slots[i].pid, __ATOMIC_ACQUIRE) == (int32_t)pid) return (int)i;
+    return -1;
+}
+
+/* 1 when the region names pid as holding CUDA IPC imports, 0 when not, -1
+ * when pid has no slot (or there is no region). */
+static int importer_named(pid_t pid)
+{
+    struct gpushards_region *r = region_map();
+    if (r == NULL) return -1;
+    int s = slot_of_pid(r, pid), named = -1;
+    if (s >= 0 && (unsigned)s < GPUSHARDS_IPC_IMPORTER_SLOTS)
+        named = (__atomic_load_n(&r->header.ipc_importers[s / 64], __ATOMIC_ACQUIRE) >> (s % 64)) & 1;
+    region_unmap(r);
+    return named;
+}
+
+static uint64_t importer_words_or(void)
+{
+    struct gpushards_region *r = region_map();
+    if (r == NULL) return UINT64_MAX;
+    uint64_t any = r->header.ipc_importers_unlisted;
+    for (unsigned w = 0; w < GPUSHARDS_IPC_IMPORTER_SLOTS / 64; w++)
+        any |= __atomic_load_n(&r->header.ipc_importers[w], __ATOMIC_ACQUIRE);
+    region_unmap(r);
+    return any;
+}
+
+/* A CUipcMemHandle (64 bytes) as the exporter prints it. */
+#define IPC_HANDLE_HEX 128
+
+static const char *const ipc_env[] = {"CUDA_DEVICE_MEMORY_LIMIT=4g", NULL};
+
+/* The exporter, started and its handle read into hex. */
+static int start_exporter(struct proc *e, char hex[IPC_HANDLE_HEX + 1])
+{
+    if (spawn(e, ipc_env, "link", "ipc-export", NULL, NULL) != 0) return h_fail("fork");
+    if (await_text(e, "handle ") != 0 || await_text(e, "\n") != 0) {
+        kill_wait(e);
+        return h_fail("the exporter gave no handle: %s", err_text);
+    }
+    const char *at = strstr(out_text, "handle ");
+    if (at == NULL || sscanf(at, "handle %128s", hex) != 1 || strlen(hex) != IPC_HANDLE_HEX) {
+        kill_wait(e);
+        return h_fail("the exporter's handle: %s", out_text);
+    }
+    return 0;
+}
+
+/* Lets the importer go on to its next step and waits for it to say so. */
+static int next_step(struct proc *t, const char *said)
+{
+    kill(t->pid, SIGUSR1);
+    return await_text(t, said);
+}
+
+/* An import named from before the open returns until its close; a refused
+ * open leaves nothing named; the exporter is never named; and once closed,
+ * the importer's memory moves out and back like any process's. */
+static int marks(const char *way, struct proc *e, struct proc *t, const char *hex)
+{
+    if (spawn(t, ipc_env, "link", "ipc-import", hex, way) != 0) return h_fail("fork");
+    H_CHECK(await_text(t, "refused") == 0, "%s: the junk handle: %s", way, err_text);
+    H_CHECK(importer_named(t->pid) == 0, "%s: a refused open left the importer named (%d)", way,
+            importer_named(t->pid));
+    H_CHECK(next_step(t, "opened") == 0, "%s: the open failed: %s", way, err_text);
+    H_CHECK(importer_named(t->pid) == 1, "%s: the open import is not named (%d)", way, importer_named(t->pid));
+    H_CHECK(importer_named(e->pid) == 0, "%s: the exporter is named an importer (%d)", way, importer_named(e->pid));
+    H_CHECK(next_step(t, "closed") == 0, "%s: the close failed: %s", way, err_text);
+    H_CHECK(importer_named(t->pid) == 0, "%s: still named after its last close", way);
+    H_CHECK(importer_words_or() == 0, "%s: some bit is left: %#llx", way, (unsigned long long)importer_words_or());
+    CKPT_OK("lock", t->pid);
+    CKPT_OK("checkpoint", t->pid);
+    CKPT_OK("restore", t->pid);
+    CKPT_OK("unlock", t->pid);
+    H_CHECK(next_step(t, "opened again") == 0, "%s: the second open failed: %s", way, err_text);
+    H_CHECK(importer_named(t->pid) == 1, "%s: the second import is not named", way);
+    kill(t->pid, SIGUSR1);
+    int st = await(t, 30000);
+    t->pid = 0;
+    H_CHECK(st == 0, "%s: the importer exited %d: %s", way, st, err_text);
+    H_CHECK(importer_words_or() == 0, "%s: a clean exit left a bit: %#llx", way,
+            (unsigned long long)importer_words_or());
+    return 0;
+}
+
+static int t_ipc_marks(const void *arg)
+{
+    struct proc e, t = {0};
+    char hex[IPC_HANDLE_HEX + 1];
+    if (start_exporter(&e, hex)) return 1;
+    int r = marks(arg, &e, &t, hex);
+    if (t.pid > 0) kill_wait(&t);
+    kill_wait(&e);
+    return r;
+}
+
+/* An importer opened, then SIGKILLed: no destructor runs, its bit stays until
+ * the next process of the shard reclaims its slot, which clears it (the agent
+ * never counts it meanwhile: it checks the slot's process is alive). */
+static int killed(struct proc *e, struct proc *t, const char *hex)
+{
+    if (spawn(t, ipc_env, "link", "ipc-import", hex, "link") != 0) return h_fail("fork");
+    H_CHECK(await_text(t, "refused") == 0 && next_step(t, "opened") == 0, "the open failed: %s", err_text);
+    H_CHECK(importer_named(t->pid) == 1, "the open import is not named");
+    pid_t dead = t->pid;
+    kill_wait(t);
+    t->pid = 0;
+    H_CHECK(importer_named(dead) == 1, "nobody reclaimed the slot yet, but the bit is gone");
+    struct proc next;
+    H_CHECK(start_ready(&next, ipc_env, "hold", "1048576") == 0, "the next process: %s", err_text);
+    int slot_gone = importer_named(dead) == -1;
+    uint64_t left = importer_words_or();
+    kill_wait(&next);
+    H_CHECK(slot_gone, "the dead importer's slot was not reclaimed");
+    H_CHECK(left == 0, "its bit outlived its slot: %#llx", (unsigned long long)left);
+    return 0;
+}
+
+static int t_ipc_killed(const void *arg)
+{
+    struct proc e, t = {0};
+    char hex[IPC_HANDLE_HEX + 1];
+    if (start_exporter(&e, hex)) return 1;
+    int r = killed(&e, &t, hex);
+    if (t.pid > 0) kill_wait(&t);
+    kill_wait(&e);
+    return r;
+}
+
+/* What driver 580 does on an H200 (native/gpu-tests/RESULTS.md): the
+ * importer locks and checkpoints, its restore is INVALID_VALUE and it stays
+ * checkpointed; the exporter moves out and back. */
+static int restore_refused(struct proc *e, struct proc *t, const char *hex)
+{
+    if (spawn(t, ipc_env, "link", "ipc-import", hex, "link") != 0) return h_fail("fork");
+    H_CHECK(await_text(t, "refused") == 0 && next_step(t, "opened") == 0, "the open failed: %s", err_text);
+    CKPT_OK("lock", e->pid);
+    CKPT_OK("checkpoint", e->pid);
+    CKPT_OK("restore", e->pid);
+    CKPT_OK("unlock", e->pid);
+    CKPT_OK("lock", t->pid);
+    CKPT_OK("checkpoint", t->pid);
+    CKPT_REFUSED("restore", t->pid, "CUDA_ERROR_INVALID_VALUE");
+    CKPT_STATE(t->pid, "checkpointed");
+    CKPT_REFUSED("restore", t->pid, "CUDA_ERROR_INVALID_VALUE");
+    return 0;
+}
+
+static int t_ipc_restore_refused(const void *arg)
+{
+    struct proc e, t = {0};
+    char hex[IPC_HANDLE_HEX + 1];
+    if (start_exporter(&e, hex)) return 1;
+    int r = restore_refused(&e, &t, hex);
+    if (t.pid > 0) kill_wait(&t);
+    kill_wait(&e);
+    return r;
+}
+
+static void add_ipc_tests(struct t *tests, int *n)
+{
+#define ADDI(nm, f, a) tests[(*n)++] = (struct t){nm, f, a}
+    ADDI("CUDA IPC by symbol: the importer is named in the region from open to last close, the exporter never",
+         t_ipc_marks, "link");
+    ADDI("CUDA IPC by the pre-CUDA 11 symbol: the importer is named from open to last close", t_ipc_marks,
+         "legacy");
+    ADDI("CUDA IPC through cuGetProcAddress: the importer is named from open to last close", t_ipc_marks, "gpa");
+    ADDI("CUDA IPC: a SIGKILLed importer's bit goes when the next process reclaims its slot", t_ipc_killed, NULL);
+    ADDI("fake checkpoint API: an importer's restore is INVALID_VALUE and it stays checkpointed; the exporter moves",
+         t_ipc_restore_refused, NULL);
+#undef ADDI
+}
