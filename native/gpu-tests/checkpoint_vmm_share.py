@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""What the driver's checkpoint API does with GPU memory shared through a VMM shareable handle
+(issue #30, point 4), beside checkpoint_ipc.py's legacy CUDA IPC.
+
+  python3 checkpoint_vmm_share.py [MIB]
+
+NCCL (NCCL_CUMEM_ENABLE, the default since 2.19) and PyTorch's expandable segments share memory
+between the processes of a host with cuMemExportToShareableHandle (a POSIX file descriptor) and
+cuMemImportFromShareableHandle, not cuIpcOpenMemHandle. The exporter (this process) creates MIB
+(default 1024) with cuMemCreate, fills it with a pattern and passes the descriptor to an importer
+(SCM_RIGHTS over a socket pair), which maps it. Each is then moved with the bare API
+(checkpoint_raw.py: lock + checkpoint, then restore + unlock): the exporter alone, the importer
+alone, both (VMM_ATTEMPTS="importer alone,both" picks some; an importer left checkpointed ends the
+run). After each attempt both processes check the shared data. One JSON line per attempt.
+"""
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+cuda = ctypes.CDLL("libcuda.so.1")
+
+
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class AllocationProp(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int),
+                ("location", Location), ("win32HandleMetaData", ctypes.c_void_p),
+                ("allocFlags", AllocFlags)]
+
+
+class AccessDesc(ctypes.Structure):
+    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+
+PINNED, POSIX_FD, DEVICE, READWRITE = 1, 1, 1, 3
+PATTERN = 0x5A17C0DE
+
+
+def check(name, *args):
+    code = getattr(cuda, name)(*args)
+    if code != 0:
+        text = ctypes.c_char_p()
+        cuda.cuGetErrorName(code, ctypes.byref(text))
+        raise RuntimeError(f"{name}: {text.value.decode() if text.value else code}")
+
+
+def context():
+    check("cuInit", 0)
+    device, ctx = ctypes.c_int(), ctypes.c_void_p()
+    check("cuDeviceGet", ctypes.byref(device), 0)
+    check("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), device)
+    check("cuCtxSetCurrent", ctx)
+
+
+def prop():
+    return AllocationProp(type=PINNED, requestedHandleTypes=POSIX_FD, location=Location(DEVICE, 0))
+
+
+def map_handle(handle, size):
+    ptr = ctypes.c_uint64()
+    check("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_uint64(0))
+    check("cuMemMap", ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), handle, ctypes.c_uint64(0))
+    desc = AccessDesc(location=Location(DEVICE, 0), flags=READWRITE)
+    check("cuMemSetAccess", ptr, ctypes.c_size_t(size), ctypes.byref(desc), ctypes.c_size_t(1))
+    return ptr
+
+
+def intact(ptr, size):
+    """Every 4-byte word is the pattern (read back in 64 MiB pieces)."""
+    piece = 64 * 2**20
+    buffer = (ctypes.c_uint32 * (piece // 4))()
+    expected = bytes(ctypes.c_uint32(PATTERN)) * (piece // 4)
+    for offset in range(0, size, piece):
+        check("cuMemcpyDtoH_v2", buffer, ctypes.c_uint64(ptr.value + offset), ctypes.c_size_t(piece))
+        if bytes(buffer) != expected:
+            return False
+    return True
+
+
+def importer(sock_fd, size):
+    """Maps the exporter's memory and answers 'check' with whether it is intact."""
+    sock = socket.socket(fileno=sock_fd)
+    context()
+    _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    handle = ctypes.c_uint64()
+    check("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(fds[0]), POSIX_FD)
+    ptr = map_handle(handle, size)
+    sock.sendall(f"pid {os.getpid()}\n".encode())
+    for line in sock.makefile():
+        if line.strip() == "stop":
+            break
+        try:
+            sock.sendall(f"{'intact' if intact(ptr, size) else 'changed'}\n".encode())
+        except RuntimeError as error:
+            sock.sendall(f"error {error}\n".encode())
+
+
+def raw(pid, op):
+    """The driver's answer, or TIMEOUT: a call that did not return within 20 s (killed)."""
+    try:
+        out = subprocess.run([sys.executable, os.path.join(HERE, "checkpoint_raw.py"), str(pid), op],
+                             capture_output=True, text=True, check=False, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "TIMEOUT"
+    words = out.stdout.split()
+    return words[-1] if words else (out.stderr.strip().splitlines() or ["no answer"])[-1][:200]
+
+
+def main():
+    mib = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
+    context()
+    granularity = ctypes.c_size_t()
+    p = prop()
+    check("cuMemGetAllocationGranularity", ctypes.byref(granularity), ctypes.byref(p), 0)
+    size = -(-mib * 2**20 // granularity.value) * granularity.value
+    handle = ctypes.c_uint64()
+    check("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(p), ctypes.c_uint64(0))
+    ptr = map_handle(handle, size)
+    check("cuMemsetD32_v2", ptr, ctypes.c_uint(PATTERN), ctypes.c_size_t(size // 4))
+    check("cuCtxSynchronize")
+    fd = ctypes.c_int()
+    check("cuMemExportToShareableHandle", ctypes.byref(fd), handle, POSIX_FD, ctypes.c_uint64(0))
+
+    mine, theirs = socket.socketpair()
+    child = subprocess.Popen([sys.executable, __file__, "--importer", str(theirs.fileno()), str(size)],
+                             pass_fds=[theirs.fileno()])
+    theirs.close()
+    socket.send_fds(mine, [b"fd"], [fd.value])
+    replies = mine.makefile()
+    pids = {"exporter": os.getpid(), "importer": int(replies.readline().split()[1])}
+
+    def both_intact():
+        mine.sendall(b"check\n")
+        return {"exporter": intact(ptr, size), "importer": replies.readline().strip()}
+
+    print(json.dumps({"check": "vmm shared", "mib": size // 2**20, "pids": pids, "intact": both_intact()}), flush=True)
+    attempts = [("exporter alone", ["exporter"]), ("importer alone", ["importer"]),
+                ("both", ["importer", "exporter"])]
+    only = os.environ.get("VMM_ATTEMPTS")
+    for name, who in [a for a in attempts if only is None or a[0] in only.split(",")]:
+        # The exporter cannot check while it is itself suspended, and the API refuses to
+        # checkpoint the calling process: every move of it goes through checkpoint_raw.py.
+        suspend = {w: raw(pids[w], "suspend") for w in who}
+        states = {w: raw(pids[w], "state") for w in who}
+        resume = {w: raw(pids[w], "resume" if states[w] == "CHECKPOINTED" else "unlock")
+                  for w in reversed(who) if states[w] in ("CHECKPOINTED", "LOCKED")}
+        after = {w: raw(pids[w], "state") for w in who}
+        stuck = [w for w in who if after[w] != "RUNNING"]
+        print(json.dumps({"check": "vmm checkpoint", "attempt": name, "suspend": suspend,
+                          "suspendedStates": states, "resume": resume, "statesAfter": after,
+                          "intact": both_intact() if not stuck else f"not checked: {stuck} not running"}),
+              flush=True)
+        if stuck:
+            break
+    mine.sendall(b"stop\n")
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--importer":
+        importer(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()
