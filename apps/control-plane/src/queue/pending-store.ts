@@ -1,6 +1,8 @@
 /**
  * The admitter's copy of the PENDING shards, so that a pass after one freeing event costs a
- * decision over memory and one conditional commit, not a read of the whole queue.
+ * decision over memory and one conditional commit, not a read of the whole queue. The copy is a
+ * libs/limits AdmissionQueue: the shards in queue order, kept between passes, so that the pass
+ * neither sorts nor describes again the thousands that only wait for capacity.
  *
  * Read whole when this replica becomes the admitter and every WHOLE_READ_INTERVAL_MS after (the
  * backstop for a follower's message that never came); between, only the shards named by a
@@ -10,7 +12,7 @@
  * commit checks each shard is still PENDING (applyPlacements), so a stale entry costs a
  * placement that is not written, never a shard placed twice.
  */
-import type { PendingShard, PriorityClasses } from '@gpushards/limits';
+import { AdmissionQueue, type PriorityClasses } from '@gpushards/limits';
 import type { RawSql } from '../database/index.js';
 import { readPending } from './queue-reads.js';
 
@@ -20,7 +22,7 @@ type Reader = Pick<RawSql, '$queryRaw'>;
 export const WHOLE_READ_INTERVAL_MS = 30_000;
 
 export class PendingStore {
-  private readonly shards = new Map<string, PendingShard>();
+  private readonly queue = new AdmissionQueue();
   private dirty = new Set<string>();
   private loadedAt: number | undefined;
   /** Raised by invalidate: a whole read under way when it was called does not count. */
@@ -30,7 +32,7 @@ export class PendingStore {
   invalidate(): void {
     this.loadedAt = undefined;
     this.generation++;
-    this.shards.clear();
+    this.queue.reset([]);
     this.dirty.clear();
   }
 
@@ -41,40 +43,40 @@ export class PendingStore {
 
   /** Shards that left the queue, by a commit elsewhere: dropped now, read again at the next sync. */
   left(ids: readonly string[]): void {
-    for (const id of ids) {
-      this.shards.delete(id);
-      this.dirty.add(id);
-    }
+    this.queue.remove(ids);
+    for (const id of ids) this.dirty.add(id);
   }
 
   /** Shards this process's committed pass placed or expired: their state is known. */
   settled(ids: readonly string[]): void {
-    for (const id of ids) {
-      this.shards.delete(id);
-      this.dirty.delete(id);
-    }
+    this.queue.remove(ids);
+    for (const id of ids) this.dirty.delete(id);
   }
 
-  /** Brings the copy up to date (whole or by id) and returns it. */
-  async sync(reader: Reader, classes: PriorityClasses): Promise<PendingShard[]> {
+  /**
+   * Brings the copy up to date (whole or by id) and returns it; a whole read that an invalidate
+   * overtook is returned on its own, not kept.
+   */
+  async sync(reader: Reader, classes: PriorityClasses): Promise<AdmissionQueue> {
     const now = performance.now();
     if (this.loadedAt === undefined || now - this.loadedAt >= WHOLE_READ_INTERVAL_MS) {
       // Ids named from here on stay dirty: the read may or may not see their commit.
       this.dirty = new Set();
       const generation = this.generation;
       const all = await readPending(reader, classes);
-      if (generation !== this.generation) return all;
-      this.shards.clear();
-      for (const shard of all) this.shards.set(shard.id, shard);
+      if (generation !== this.generation) {
+        const overtaken = new AdmissionQueue();
+        overtaken.reset(all);
+        return overtaken;
+      }
+      this.queue.reset(all);
       this.loadedAt = now;
     } else if (this.dirty.size > 0) {
       const ids = [...this.dirty];
       this.dirty = new Set();
-      for (const id of ids) this.shards.delete(id);
-      for (const shard of await readPending(reader, classes, ids)) {
-        this.shards.set(shard.id, shard);
-      }
+      this.queue.remove(ids);
+      this.queue.put(await readPending(reader, classes, ids));
     }
-    return [...this.shards.values()];
+    return this.queue;
   }
 }

@@ -24,12 +24,12 @@ export function queueEntries(
 ): Map<string, QueueEntry> {
   const entries = new Map<string, QueueEntry>();
   const teamOf = new Map(pending.map((shard) => [shard.id, shard.teamId]));
-  for (const wait of waiting) {
+  waiting.forEach((wait, index) => {
     const start = starts.get(wait.shardId);
     entries.set(wait.shardId, {
       shardId: wait.shardId,
       teamId: teamOf.get(wait.shardId) ?? '',
-      position: wait.position,
+      position: index + 1,
       reason: describeWait(wait.reason),
       reasonKind: wait.reason.kind,
       behind:
@@ -39,7 +39,7 @@ export function queueEntries(
       spotHostId: wait.spot?.hostId ?? null,
       estimatedStart: start === undefined ? null : new Date(start),
     });
-  }
+  });
   return entries;
 }
 

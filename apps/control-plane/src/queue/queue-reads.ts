@@ -115,22 +115,6 @@ export async function readPending(
   );
 }
 
-/**
- * The shards that borrowed shards are stopping for (victims still STOPPING), each with when its
- * victims were told to stop (ms since the epoch): their updated_at, which the move to STOPPING
- * stamps and nothing writes again before their next state (the stuck-shard sweeper reads it so
- * too).
- */
-export async function readReclaimsInFlight(reader: Reader): Promise<Map<string, number[]>> {
-  const rows = await reader.$queryRaw<{ id: string; stops: number[] }[]>`
-    SELECT reclaim_for::text AS id,
-           array_agg(floor(extract(epoch FROM updated_at) * 1000)::float8) AS stops
-      FROM shard
-     WHERE reclaim_for IS NOT NULL AND state = 'STOPPING'
-     GROUP BY reclaim_for`;
-  return new Map(rows.map((row) => [row.id, row.stops]));
-}
-
 /** The pending shards with their reclaims in flight marked. */
 export function withReclaimsInFlight(
   pending: readonly PendingShard[],
@@ -245,22 +229,63 @@ interface SuspendedRow {
 }
 
 /**
+ * What a pass reads before it decides, besides the queue, in one statement: whether anything
+ * is elastic (then readElastic follows), the reclaims in flight, the teams.
+ */
+export interface PassState {
+  /** Some shard is elastic and running, or suspended or moving. */
+  readonly elasticActive: boolean;
+  /**
+   * The shards that borrowed shards are stopping for (victims still STOPPING), each with when
+   * its victims were told to stop (ms since the epoch): their updated_at, which the move to
+   * STOPPING stamps and nothing writes again before their next state (the stuck-shard sweeper
+   * reads it so too).
+   */
+  readonly victimStops: Map<string, number[]>;
+  readonly teams: TeamRecord[];
+}
+
+export async function readPassState(
+  reader: Reader,
+  halfLifeMs: number,
+  now: Date,
+): Promise<PassState> {
+  // Agents suspend by default (half their RAM): most fleets have budgets everywhere and no
+  // elastic shard. Nothing can be suspended or resumed then, and the pass stays as cheap as
+  // before elastic memory (no held shards read for make-room).
+  const [row] = await reader.$queryRaw<
+    {
+      active: boolean;
+      reclaims: Record<string, number[]> | null;
+      teams: TeamRow[] | null;
+    }[]
+  >`
+    SELECT EXISTS (SELECT 1 FROM shard
+                    WHERE state IN ('SUSPENDING', 'SUSPENDED', 'RESUMING')
+                       OR (state = 'RUNNING' AND elastic)) AS active,
+           (SELECT json_object_agg(reclaim.id, reclaim.stops) FROM (
+              SELECT reclaim_for::text AS id,
+                     array_agg(floor(extract(epoch FROM updated_at) * 1000)::float8) AS stops
+                FROM shard
+               WHERE reclaim_for IS NOT NULL AND state = 'STOPPING'
+               GROUP BY reclaim_for) reclaim) AS reclaims,
+           (SELECT json_agg(team) FROM (${teamsQuery(halfLifeMs, now)}) team) AS teams`;
+  return {
+    elasticActive: row?.active === true,
+    victimStops: new Map(Object.entries(row?.reclaims ?? {})),
+    teams: (row?.teams ?? []).map(teamRecordOf),
+  };
+}
+
+/**
  * The hosts that suspend and the SUSPENDED shards, each pinned to the GPUs of its latest
- * reservation; undefined when no shard is elastic and running and none is suspended or moving
- * (the pass is as before elastic memory).
+ * reservation; undefined when no host suspends (the pass is as before elastic memory). Read
+ * when readPassState finds something elastic.
  */
 export async function readElastic(
   reader: Reader,
   classes: PriorityClasses,
 ): Promise<ElasticInput | undefined> {
-  // Agents suspend by default (half their RAM): most fleets have budgets everywhere and no
-  // elastic shard. Nothing can be suspended or resumed then, and the pass stays as cheap as
-  // before elastic memory (no held shards read for make-room).
-  const [{ active } = { active: false }] = await reader.$queryRaw<{ active: boolean }[]>`
-    SELECT EXISTS (SELECT 1 FROM shard
-                    WHERE state IN ('SUSPENDING', 'SUSPENDED', 'RESUMING')
-                       OR (state = 'RUNNING' AND elastic)) AS active`;
-  if (!active) return undefined;
   const hostRows = await reader.$queryRaw<{ id: string; budget: number; taken: number }[]>`
     SELECT host.id, host.suspend_budget_bytes::float8 AS budget,
            coalesce(sum(shard.limit_bytes_per_gpu * shard.gpu_count), 0)::float8 AS taken
@@ -331,13 +356,14 @@ export function withSuspendRoom(fleet: readonly Host[], elastic: ElasticInput): 
   });
 }
 
+/** A team as teamsQuery gives it: bigint columns as bigint, or as numbers inside JSON. */
 interface TeamRow {
   id: string;
   name: string;
   hasPolicy: boolean;
-  maxTotalBytes: bigint | null;
+  maxTotalBytes: bigint | number | null;
   maxShards: number | null;
-  guaranteeBytes: bigint | null;
+  guaranteeBytes: bigint | number | null;
   guaranteeGpus: number | null;
   guaranteeGpuModel: string | null;
   decayed: number | null;
@@ -356,7 +382,12 @@ export async function readTeams(
   halfLifeMs: number,
   now: Date,
 ): Promise<TeamRecord[]> {
-  const rows = await reader.$queryRaw<TeamRow[]>`
+  const rows = await reader.$queryRaw<TeamRow[]>(teamsQuery(halfLifeMs, now));
+  return rows.map(teamRecordOf);
+}
+
+function teamsQuery(halfLifeMs: number, now: Date): Prisma.Sql {
+  return Prisma.sql`
     SELECT team.id::text AS id, team.name, quota.team_id IS NOT NULL AS "hasPolicy",
            quota.max_total_bytes AS "maxTotalBytes", quota.max_shards AS "maxShards",
            quota.guarantee_bytes AS "guaranteeBytes", quota.guarantee_gpus AS "guaranteeGpus",
@@ -370,19 +401,22 @@ export async function readTeams(
                AND rollup.hour > ${now}::timestamptz - make_interval(secs => ${(halfLifeMs * 8) / 1000}::float8)
            ) AS decayed
       FROM team LEFT JOIN quota_policy quota ON quota.team_id = team.id`;
-  return rows.map((row) => ({
+}
+
+function teamRecordOf(row: TeamRow): TeamRecord {
+  return {
     id: row.id,
     name: row.name,
     guarantee: {
-      bytes: bytes(Number(row.guaranteeBytes ?? 0n)),
+      bytes: bytes(Number(row.guaranteeBytes ?? 0)),
       ...(row.guaranteeGpus === null ? {} : { gpus: row.guaranteeGpus }),
       ...(row.guaranteeGpuModel === null ? {} : { gpuModel: row.guaranteeGpuModel }),
     },
     ...(row.hasPolicy
-      ? { maxTotalBytes: bytes(Number(row.maxTotalBytes ?? 0n)), maxShards: row.maxShards ?? 0 }
+      ? { maxTotalBytes: bytes(Number(row.maxTotalBytes ?? 0)), maxShards: row.maxShards ?? 0 }
       : { maxTotalBytes: bytes(0), maxShards: 0 }),
     decayedGiBHours: Number(row.decayed ?? 0),
-  }));
+  };
 }
 
 /** Every GPU's reserved bytes as the reader sees them now. */

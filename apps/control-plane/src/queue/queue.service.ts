@@ -6,6 +6,7 @@ import {
 } from '@nestjs/common';
 import {
   admit,
+  AdmissionQueue,
   borrowedBytesOf,
   fairShareOf,
   priorityClasses,
@@ -34,8 +35,8 @@ import {
   countPlacedAmong,
   readElastic,
   readHeld,
+  readPassState,
   readPending,
-  readReclaimsInFlight,
   readReservedBytes,
   readTeams,
   withReclaimsInFlight,
@@ -279,20 +280,29 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     return { placed: 0, expired: 0, preempted: 0, waiting: decided.plan.waiting.length };
   }
 
-  /** Reads what the decision needs besides the queue, and decides. */
+  /**
+   * Reads what the decision needs besides the queue, and decides: over the admitter's kept
+   * queue (AdmissionQueue) or a list read whole.
+   */
   private async decide(
     reader: Pick<RawSql, '$queryRaw'>,
-    waiting: readonly PendingShard[],
+    waiting: AdmissionQueue | readonly PendingShard[],
     now: Date,
   ): Promise<{ plan: AdmissionPlan; input: PassInput }> {
-    let queued = waiting;
+    const t0 = performance.now();
+    // One statement: whether anything is elastic, the reclaims in flight, the teams.
+    const state = await readPassState(reader, this.options.halfLifeMs, now);
     // Elastic memory (docs/elastic.md): hosts that suspend, suspended shards and the resumes
-    // wanted; nothing is read beyond one query when no host suspends.
-    const elastic = await readElastic(reader, this.classes);
-    if (elastic !== undefined && elastic.resumes.length > 0) {
-      queued = [...queued, ...elastic.resumes];
-    }
-    if (queued.length === 0) {
+    // wanted; nothing more is read when nothing is elastic.
+    const elastic = state.elasticActive ? await readElastic(reader, this.classes) : undefined;
+    const { victimStops, teams } = state;
+    const t1 = performance.now();
+    const resumes = elastic?.resumes ?? [];
+    const kept = waiting instanceof AdmissionQueue ? waiting : undefined;
+    const listed =
+      waiting instanceof AdmissionQueue ? [] : withReclaimsInFlight(waiting, victimStops);
+    this.teams = teams;
+    if ((kept?.size ?? listed.length) + resumes.length === 0) {
       return {
         plan: {
           placements: [],
@@ -302,42 +312,34 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
           expired: [],
           waiting: [],
         },
-        input: {
-          pending: queued,
-          held: [],
-          teams: this.teams,
-          fleet: this.cache.hosts(),
-          victimStops: new Map(),
-        },
+        input: { pending: [], held: [], teams, fleet: this.cache.hosts(), victimStops },
       };
     }
-    const victimStops = await readReclaimsInFlight(reader);
-    const pending = withReclaimsInFlight(queued, victimStops);
-    const t0 = performance.now();
-    const teams = await readTeams(reader, this.options.halfLifeMs, now);
-    const t1 = performance.now();
     // The shards that hold capacity matter only for reclaim, i.e. when a waiting shard's team
     // has a guarantee. Otherwise they are not read (8,000 rows on a full 1,000-host fleet) and
     // the teams' limits are left to createShard, which counted the pending shards against them.
     const guaranteed = new Set(teams.filter((t) => t.guarantee.bytes > 0).map((t) => t.id));
     const reclaimPossible =
-      guaranteed.size > 0 && pending.some((shard) => guaranteed.has(shard.teamId));
+      [...guaranteed].some((teamId) => kept?.hasShardOf(teamId) === true) ||
+      [...listed, ...resumes].some((shard) => guaranteed.has(shard.teamId));
     // Make-room needs the held shards too (the idle elastic ones), where a host suspends.
     const makeRoomPossible = elastic !== undefined;
     const held = reclaimPossible || makeRoomPossible ? await readHeld(reader, this.classes) : [];
     const t2 = performance.now();
-    this.teams = teams;
     let fleet: readonly Host[] =
       elastic === undefined ? this.cache.hosts() : withSuspendRoom(this.cache.hosts(), elastic);
-    const decide = () =>
-      admit({
+    const decide = () => {
+      const common = {
         fleet,
         held,
-        pending,
         ...(elastic === undefined ? {} : { suspended: elastic.suspended }),
         teams: reclaimPossible ? teams : teams.map(withoutLimits),
         now: now.getTime(),
-      });
+      };
+      return kept === undefined
+        ? admit({ ...common, pending: [...listed, ...resumes] })
+        : kept.admit({ ...common, reclaimsInFlight: victimStops, resumes });
+    };
     let plan = decide();
     if (plan.preemptions.length > 0) {
       // A stop is not undone by a conditional update that misses: decide it on the GPUs as
@@ -347,9 +349,10 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
       fleet = withReservedBytes(fleet, await readReservedBytes(reader));
       plan = decide();
     }
+    const pending = (kept === undefined ? listed : kept.shards()).concat(resumes);
     this.logger.debug(
       {
-        teamsMs: t1 - t0,
+        stateMs: t1 - t0,
         heldMs: t2 - t1,
         decideMs: performance.now() - t2,
         pending: pending.length,

@@ -6,9 +6,8 @@ import { StartEstimates } from './start-estimates.js';
 /** `n` shards waiting for capacity, ids `${prefix}0`… in queue order. */
 function queueOf(prefix: string, n: number): { pending: { id: string }[]; waiting: Waiting[] } {
   const pending = Array.from({ length: n }, (_, i) => ({ id: `${prefix}${i}` }));
-  const waiting = pending.map((shard, i): Waiting => ({
+  const waiting = pending.map((shard): Waiting => ({
     shardId: shard.id,
-    position: i + 1,
     reason: { kind: 'capacity' },
   }));
   return { pending, waiting };
@@ -29,11 +28,10 @@ describe("a follower's start estimates", () => {
 
     // Two seconds later s0-s7 are gone: s0-s5 placed, s6 and s7 deleted.
     const second = { pending: first.pending.slice(8), waiting: first.waiting.slice(8) };
-    const renumbered = second.waiting.map((w, i) => ({ ...w, position: i + 1 }));
-    await estimates.viewed(second.pending, renumbered, placedAmong, 2_000);
+    await estimates.viewed(second.pending, second.waiting, placedAmong, 2_000);
     assert.deepEqual(asked, [['s0', 's1', 's2', 's3', 's4', 's5', 's6', 's7']]);
 
-    const at = estimates.of(renumbered, 2_000);
+    const at = estimates.of(second.waiting, 2_000);
     // 6 placed in 2 s: 3 per second; the head is the next placement, a third of a second away.
     assert.equal(at.get('s8'), 2_000 + 1_000 / 3);
     assert.equal(at.get('s9'), 2_000 + 2_000 / 3);

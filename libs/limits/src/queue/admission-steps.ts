@@ -30,27 +30,77 @@ export function partitionExpired(
   return { expired, live };
 }
 
-/**
- * Per queue position, the smallest per-GPU need (overhead included) from there to the end.
- * Past the point where it is above every GPU's free bytes, nothing more can be placed, so
- * spots no longer matter: the rest only wait (or reclaim). In-pass placements only lower free
- * bytes, so the bound holds for the rest of the pass once it holds. Keeps a pass over a deep
- * queue behind a full fleet linear in the queue, not queue × hosts.
- */
-export function smallestNeedsFrom(
-  queue: readonly PendingShard[],
-  fleet: readonly Host[],
-  options: PlacementOptions,
-): number[] {
-  const minOverhead = Math.min(
-    options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES,
-    ...fleet.map((host) => host.contextOverheadBytes ?? Infinity),
-  );
-  const smallestFrom = new Array<number>(queue.length + 1).fill(Infinity);
-  for (let i = queue.length - 1; i >= 0; i--) {
-    smallestFrom[i] = Math.min(queue[i]!.request.bytesPerGpu + minOverhead, smallestFrom[i + 1]!);
+/** The smallest context overhead any GPU of the fleet adds to a shard's bytes. */
+export function smallestOverheadOf(fleet: readonly Host[], options: PlacementOptions): number {
+  let overhead = options.defaultOverheadBytes ?? DEFAULT_CONTEXT_OVERHEAD_BYTES;
+  for (const host of fleet) {
+    if (host.contextOverheadBytes !== undefined && host.contextOverheadBytes < overhead) {
+      overhead = host.contextOverheadBytes;
+    }
   }
-  return smallestFrom;
+  return overhead;
+}
+
+/**
+ * The per-GPU needs (overhead included) of the shards a pass has not decided yet, as a count
+ * per distinct size (a queue has few). Once the smallest is above every GPU's free bytes,
+ * nothing more can be placed, so spots no longer matter: the rest only wait (or reclaim).
+ * In-pass placements only lower free bytes, so the bound holds for the rest of the pass once
+ * it holds. Keeps a pass over a deep queue behind a full fleet linear in the queue, not
+ * queue × hosts.
+ */
+export class NeedsLeft {
+  private overhead = 0;
+  private first = 0;
+  private readonly indexOf = new Map<number, number>();
+
+  private constructor(
+    /** Distinct bytesPerGpu, ascending. */
+    private readonly sizes: number[],
+    private readonly counts: number[],
+  ) {
+    sizes.forEach((size, i) => this.indexOf.set(size, i));
+  }
+
+  /** The needs of these shards. */
+  static of(shards: readonly PendingShard[]): NeedsLeft {
+    const counts = new Map<number, number>();
+    for (const shard of shards) {
+      const size = shard.request.bytesPerGpu;
+      counts.set(size, (counts.get(size) ?? 0) + 1);
+    }
+    return NeedsLeft.fromCounts(counts);
+  }
+
+  /** From a count of shards per bytesPerGpu (not kept). */
+  static fromCounts(counts: ReadonlyMap<number, number>): NeedsLeft {
+    const sizes = [...counts.keys()].filter((size) => counts.get(size)! > 0).sort((a, b) => a - b);
+    return new NeedsLeft(
+      sizes,
+      sizes.map((size) => counts.get(size)!),
+    );
+  }
+
+  /** What every need adds: the smallest overhead of the fleet (smallestOverheadOf). */
+  setOverhead(bytes: number): void {
+    this.overhead = bytes;
+  }
+
+  /** The smallest need left; Infinity when none is. */
+  smallest(): number {
+    return this.first < this.sizes.length ? this.sizes[this.first]! + this.overhead : Infinity;
+  }
+
+  /** A shard of this bytesPerGpu is being decided: its need is no longer left. */
+  take(bytesPerGpu: number): void {
+    const { sizes, counts } = this;
+    const i = this.indexOf.get(bytesPerGpu);
+    if (i === undefined || counts[i]! <= 0) {
+      throw new RangeError(`no shard of ${bytesPerGpu} bytes per GPU is left to decide`);
+    }
+    counts[i] = counts[i]! - 1;
+    while (this.first < sizes.length && counts[this.first] === 0) this.first++;
+  }
 }
 
 /**
@@ -67,6 +117,28 @@ export function reclaimersWaitingIn(queue: readonly PendingShard[]): Set<string>
     for (const shard of queue) if (targets.has(shard.id)) waiting.add(shard.id);
   }
   return waiting;
+}
+
+/**
+ * A shard that, once nothing fits anywhere and no idle shard can be suspended, can do nothing
+ * but wait for capacity: preemptible (no guarantee wait), neither resuming, requeued for another
+ * shard nor reclaiming, of a team that only waits too (teamOnlyWaits).
+ */
+export function shardOnlyWaits(shard: PendingShard): boolean {
+  return (
+    shard.preemptible &&
+    shard.resume === undefined &&
+    shard.reclaimedFor === undefined &&
+    shard.reclaimInFlight !== true
+  );
+}
+
+/** A team with no limit (no quota wait) and no guarantee (no reclaim); undefined: unknown. */
+export function teamOnlyWaits(team: QueueTeam | undefined): boolean {
+  return (
+    team === undefined ||
+    (team.guarantee.bytes <= 0 && team.maxShards === undefined && team.maxTotalBytes === undefined)
+  );
 }
 
 /** Why the team's limit (maxShards, then maxTotalBytes) keeps the shard waiting, if it does. */

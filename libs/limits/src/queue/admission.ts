@@ -65,7 +65,10 @@ import {
   quotaWait,
   reclaimersWaitingIn,
   requestToPlace,
-  smallestNeedsFrom,
+  NeedsLeft,
+  shardOnlyWaits,
+  smallestOverheadOf,
+  teamOnlyWaits,
 } from './admission-steps.js';
 import { guaranteeCovers, NO_GUARANTEE, type Guarantee } from './guarantees.js';
 import {
@@ -143,10 +146,13 @@ export interface Resume {
   readonly placed: Placed;
 }
 
+/**
+ * A shard that still waits. Its position is its place in the plan's `waiting` (index + 1): not
+ * stored, so that a shard that only waits for capacity keeps one entry from pass to pass
+ * (AdmissionQueue) while the shards ahead of it are placed.
+ */
 export interface Waiting {
   readonly shardId: string;
-  /** 1-based, among the shards still waiting, in queue order. */
-  readonly position: number;
   readonly reason: WaitReason;
   /** Where it is expected to go (its spot), when it keeps one. */
   readonly spot?: Placed;
@@ -162,7 +168,7 @@ export interface AdmissionPlan {
   readonly resumes: readonly Resume[];
   /** maxWait passed: these end as EXPIRED. Sorted by id. */
   readonly expired: readonly string[];
-  /** In queue order. */
+  /** In queue order: the i-th waits at position i + 1 among the shards still waiting. */
   readonly waiting: readonly Waiting[];
 }
 
@@ -188,9 +194,73 @@ function runPass(input: AdmissionInput, whole: boolean): AdmissionPlan {
   const teams = teamsById(input.teams);
   const { expired, live } = partitionExpired(input.pending, input.now);
   const queue = live.sort((a, b) => compareQueued(a, b, teams));
+  return decideInOrder(
+    input,
+    teams,
+    {
+      shards: queue,
+      needs: NeedsLeft.of(queue),
+      reclaimersWaiting: reclaimersWaitingIn(queue),
+      resumeHosts: resumeHostsOf(queue),
+    },
+    expired,
+    whole,
+  );
+}
+
+/**
+ * A queue in queue order, expired shards left out, with what a pass needs to know of all of it
+ * before it starts (admit() works it out from the list; AdmissionQueue keeps it between passes).
+ */
+export interface OrderedQueue {
+  readonly shards: readonly PendingShard[];
+  /** The per-GPU needs of `shards` (NeedsLeft.of(shards)); the pass uses it up. */
+  readonly needs: NeedsLeft;
+  /** reclaimersWaitingIn(shards). */
+  readonly reclaimersWaiting: Set<string>;
+  /** The hosts of the shards that want to resume. */
+  readonly resumeHosts: ReadonlySet<string>;
+  /**
+   * Per shard of `shards`, its entry in `waiting` when it waits for capacity; given only when
+   * no shard of `shards` does more than wait once nothing fits (see onlyWaitsForCapacity): then
+   * the end of the queue is this list's end, copied, not decided shard by shard.
+   */
+  readonly capacityWaits?: readonly Waiting[];
+}
+
+/**
+ * The pass over a queue already in order (runPass, AdmissionQueue.admit): each shard decided in
+ * turn against what the shards ahead of it left (decideOne), until nothing fits and no idle
+ * shard can be suspended; from there on, a shard that can only wait for capacity waits with
+ * no decision (and with `capacityWaits`, all of them at once).
+ */
+export function decideInOrder(
+  input: Omit<AdmissionInput, 'pending'>,
+  teams: ReadonlyMap<string, QueueTeam>,
+  queue: OrderedQueue,
+  expired: string[],
+  whole: boolean,
+): AdmissionPlan {
   const pass = openPass(input, teams, queue, whole);
-  for (let position = 0; position < queue.length; position++) {
-    decideOne(pass, queue[position]!, position);
+  const { shards } = queue;
+  let position = 0;
+  for (; position < shards.length; position++) {
+    const shard = shards[position]!;
+    if (!pass.full && pass.needs.smallest() > pass.room.largestFreeNow()) pass.full = true;
+    if (!whole && pass.full && pass.suspendable.size === 0) break;
+    pass.needs.take(shard.request.bytesPerGpu);
+    decideOne(pass, shard);
+  }
+  // Nothing fits any more and nothing can be suspended: both stay so for the rest of the pass.
+  let waiting: readonly Waiting[] = pass.waiting;
+  if (position < shards.length && queue.capacityWaits !== undefined) {
+    waiting = pass.waiting.concat(queue.capacityWaits.slice(position));
+  } else {
+    for (; position < shards.length; position++) {
+      const shard = shards[position]!;
+      if (onlyWaitsForCapacity(pass, shard)) wait(pass, shard, CAPACITY);
+      else decideOne(pass, shard);
+    }
   }
   return {
     placements: pass.placements,
@@ -198,7 +268,7 @@ function runPass(input: AdmissionInput, whole: boolean): AdmissionPlan {
     suspensions: pass.suspensions,
     resumes: pass.resumes,
     expired,
-    waiting: pass.waiting,
+    waiting,
   };
 }
 
@@ -211,8 +281,8 @@ interface Pass {
   readonly held: readonly HeldShard[];
   readonly options: PlacementOptions;
   readonly room: AdmissionRoom;
-  /** Per queue position, the smallest per-GPU need from there to the end (smallestNeedsFrom). */
-  readonly smallestNeedFrom: readonly number[];
+  /** The per-GPU needs of the shards not decided yet: the smallest says when nothing fits. */
+  readonly needs: NeedsLeft;
   /** Once true, no shard left fits anywhere now: the rest only wait (or reclaim). */
   full: boolean;
   /** Per team: what it holds, with this pass's placements. */
@@ -238,30 +308,31 @@ interface Pass {
 }
 
 function openPass(
-  input: AdmissionInput,
+  input: Omit<AdmissionInput, 'pending'>,
   teams: ReadonlyMap<string, QueueTeam>,
-  queue: readonly PendingShard[],
+  queue: OrderedQueue,
   whole: boolean,
 ): Pass {
   const { fleet, held, options = {} } = input;
   const holdings = holdingsOf(held, teams, input.suspended);
   const covered = new Map<string, number>();
   for (const [teamId, holding] of holdings) covered.set(teamId, holding.guaranteedModelBytes);
-  const smallestNeedFrom = smallestNeedsFrom(queue, fleet, options);
+  const needs = queue.needs;
+  needs.setOverhead(smallestOverheadOf(fleet, options));
   const stayingHeld = held.filter((s) => !s.leaving);
   return {
     whole,
     teams,
     held,
     options,
-    room: new AdmissionRoom(fleet, smallestNeedFrom[0]!, options, resumeHostsOf(queue)),
-    smallestNeedFrom,
+    room: new AdmissionRoom(fleet, needs.smallest(), options, queue.resumeHosts),
+    needs,
     full: false,
     holdings,
     covered,
     stayingHeld,
     suspendable: suspendableByHost(stayingHeld),
-    reclaimersWaiting: reclaimersWaitingIn(queue),
+    reclaimersWaiting: queue.reclaimersWaiting,
     placements: [],
     preemptions: [],
     suspensions: [],
@@ -283,17 +354,7 @@ function resumeHostsOf(queue: readonly PendingShard[]): Set<string> {
  * fits beside the room kept ahead of it; else, within its guarantee, it reclaims; else, with a
  * reclaim in flight, it waits on the room promised to it; else it waits, keeping a spot.
  */
-function decideOne(pass: Pass, shard: PendingShard, position: number): void {
-  if (!pass.full && pass.smallestNeedFrom[position]! > pass.room.largestFreeNow()) pass.full = true;
-  if (
-    !pass.whole &&
-    pass.full &&
-    pass.suspendable.size === 0 &&
-    onlyWaitsForCapacity(pass, shard)
-  ) {
-    wait(pass, shard, CAPACITY);
-    return;
-  }
+function decideOne(pass: Pass, shard: PendingShard): void {
   if (shard.resume !== undefined) {
     decideResume(pass, shard, shard.resume);
     return;
@@ -368,13 +429,7 @@ function decideOne(pass: Pass, shard: PendingShard, position: number): void {
  * finds it with one lookup, so a pass over 10,000 of them costs little more than its list.
  */
 function onlyWaitsForCapacity(pass: Pass, shard: PendingShard): boolean {
-  if (!shard.preemptible || shard.resume !== undefined) return false;
-  if (shard.reclaimedFor !== undefined || shard.reclaimInFlight) return false;
-  const team = pass.teams.get(shard.teamId);
-  return (
-    team === undefined ||
-    (team.guarantee.bytes <= 0 && team.maxShards === undefined && team.maxTotalBytes === undefined)
-  );
+  return shardOnlyWaits(shard) && teamOnlyWaits(pass.teams.get(shard.teamId));
 }
 
 /**
@@ -599,10 +654,7 @@ function waitForRoom(pass: Pass, shard: PendingShard, request: PlacementRequest)
 
 /** The shard waits, next in the waiting list. */
 function wait(pass: Pass, shard: PendingShard, reason: WaitReason, spot?: Placed): void {
-  const position = pass.waiting.length + 1;
   pass.waiting.push(
-    spot === undefined
-      ? { shardId: shard.id, position, reason }
-      : { shardId: shard.id, position, reason, spot },
+    spot === undefined ? { shardId: shard.id, reason } : { shardId: shard.id, reason, spot },
   );
 }

@@ -29,7 +29,7 @@
 import type { WaitReason, Waiting } from './admission.js';
 
 export interface StartEstimateInput {
-  /** The admission plan's waiting shards (any order: `position` gives the queue order). */
+  /** The admission plan's waiting shards, in queue order (as the plan lists them). */
   readonly waiting: readonly Waiting[];
   /** Milliseconds since the epoch. */
   readonly now: number;
@@ -68,7 +68,7 @@ export function estimateStarts(input: StartEstimateInput): Map<string, number> {
     );
   }
   const graceMs = reclaimGraceSeconds * 1000;
-  const ordered = [...input.waiting].sort((a, b) => a.position - b.position);
+  const ordered = input.waiting;
   const estimates = new Map<string, number>();
   /** A reclaimed shard's turn by throughput, kept until the shard it waits for is estimated. */
   const turns = new Map<string, number | undefined>();

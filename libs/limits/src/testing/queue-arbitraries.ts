@@ -22,7 +22,7 @@ export interface Scenario {
   readonly now: number;
 }
 
-const TEAM_IDS = ['team-a', 'team-b', 'team-c'];
+export const TEAM_IDS = ['team-a', 'team-b', 'team-c'];
 
 const teamArb = fc.record({
   guaranteeGiB: fc.constantFrom(0, 20, 40, 80, 160, 320),
