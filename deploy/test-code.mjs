@@ -2,7 +2,7 @@
 // bundle's, relative to the repository root): by name, and by what a module imports. Used by
 // image-contents.test.mjs (the files the Dockerfile copies), control-plane-image.test.mjs (the
 // files a built image holds, by name) and agent-bundle.test.mjs (the agent's installable build).
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import { dirname, join, posix } from 'node:path';
 
@@ -37,6 +37,21 @@ export function importsOf(text) {
     /\bimport\(\s*(['"])([^'"\n]+)\1\s*\)/g,
   ];
   return [...new Set(patterns.flatMap((pattern) => [...text.matchAll(pattern)].map((m) => m[2])))];
+}
+
+/**
+ * A bundle (apps/control-plane/dist/main.js) beside its manifest (main.bundle.json, written by
+ * the bundler): what it holds and what it still imports, for a file whose text no longer shows
+ * its modules' imports. Undefined for a module as tsc writes it.
+ * @param {string} root @param {string} path
+ * @returns {{ modules: string[], imports: string[] } | undefined} repository paths, specifiers
+ */
+export function bundleManifest(root, path) {
+  if (!path.endsWith('.js')) return undefined;
+  const manifestPath = join(root, path.replace(/\.js$/, '.bundle.json'));
+  if (!existsSync(manifestPath)) return undefined;
+  const { modules, imports } = JSON.parse(readFileSync(manifestPath, 'utf8'));
+  return { modules, imports };
 }
 
 /** The package a bare specifier names: "zod", "@nestjs/core" (not "@nestjs/core/x"). */
@@ -85,12 +100,15 @@ export function testCodeAmong(root, files) {
   for (const path of files) {
     if (isTestCode(path)) why.set(path, 'named as test code');
     if (!path.endsWith('.js')) continue;
-    const imports = importsOf(readFileSync(join(root, path), 'utf8'));
+    const bundle = bundleManifest(root, path);
+    // A bundle holds its modules: any of them that is test code makes it test code.
+    const imports = bundle?.imports ?? importsOf(readFileSync(join(root, path), 'utf8'));
     relativeImports.set(
       path,
-      imports
-        .filter((specifier) => specifier.startsWith('.'))
-        .map((specifier) => posix.join(posix.dirname(path), specifier)),
+      bundle?.modules ??
+        imports
+          .filter((specifier) => specifier.startsWith('.'))
+          .map((specifier) => posix.join(posix.dirname(path), specifier)),
     );
     const testOnly = imports.find(
       (specifier) =>
@@ -108,8 +126,10 @@ export function testCodeAmong(root, files) {
     changed = false;
     for (const [path, targets] of relativeImports) {
       if (why.has(path)) continue;
-      const target = targets.find((target) => why.has(target) || !shipped.has(target));
-      if (target === undefined || (!why.has(target) && !isTestCode(target))) continue;
+      const target = targets.find(
+        (target) => why.has(target) || (!shipped.has(target) && isTestCode(target)),
+      );
+      if (target === undefined) continue;
       why.set(path, `imports ${target}, test code`);
       changed = true;
     }
@@ -125,7 +145,8 @@ export function missingImports(root, files) {
   const shipped = new Set(files);
   const missing = [];
   for (const path of files) {
-    if (!path.endsWith('.js')) continue;
+    // A bundle's modules are inside it; it imports only packages.
+    if (!path.endsWith('.js') || bundleManifest(root, path) !== undefined) continue;
     for (const specifier of importsOf(readFileSync(join(root, path), 'utf8'))) {
       if (!specifier.startsWith('.')) continue;
       if (!shipped.has(posix.join(posix.dirname(path), specifier))) {

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 
-import { importsOf, isTestCode, testCodeAmong } from './test-code.mjs';
+import { importsOf, isTestCode, missingImports, testCodeAmong } from './test-code.mjs';
 
 test('importsOf: static, re-exported, bare and dynamic imports as tsc writes them; not strings', () => {
   const text = [
@@ -67,4 +67,37 @@ test('by what it imports: node:test, a package its package.json does not depend 
     'pkg/dist/uses-generators.js: imports pkg/dist/generators.js, test code',
     'pkg/dist/uses-testing.js: imports pkg/dist/testing/docker.js, test code',
   ]);
+});
+
+test('a bundle is read through its manifest: the modules it holds and the packages it imports', (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'gpushards-test-code-'));
+  t.after(() => rmSync(root, { recursive: true, force: true }));
+  const manifest = (modules, imports) => JSON.stringify({ modules, imports });
+  const files = {
+    'pkg/package.json': JSON.stringify({ dependencies: { zod: '4' } }),
+    'pkg/dist/plan.js': "import { z } from 'zod';\n",
+    // The bundles' text shows none of this: a bundler's output, with strings that look like imports.
+    'pkg/dist/main.js': 'const s = "import(\'kafkajs\')";\n',
+    'pkg/dist/main.bundle.json': manifest(
+      ['pkg/dist/main.js', 'pkg/dist/plan.js'],
+      ['zod', 'node:fs'],
+    ),
+    'pkg/dist/with-testing.js': '',
+    'pkg/dist/with-testing.bundle.json': manifest(
+      ['pkg/dist/plan.js', 'pkg/dist/testing/pg.js'],
+      [],
+    ),
+    'pkg/dist/with-fast-check.js': '',
+    'pkg/dist/with-fast-check.bundle.json': manifest(['pkg/dist/plan.js'], ['fast-check']),
+  };
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(dirname(join(root, path)), { recursive: true });
+    writeFileSync(join(root, path), text);
+  }
+  const shipped = Object.keys(files).filter((path) => path.endsWith('.js'));
+  assert.deepEqual(testCodeAmong(root, shipped), [
+    'pkg/dist/with-fast-check.js: imports fast-check, which its package does not depend on',
+    'pkg/dist/with-testing.js: imports pkg/dist/testing/pg.js, test code',
+  ]);
+  assert.deepEqual(missingImports(root, shipped), []);
 });
