@@ -1,7 +1,8 @@
 /**
  * Applies an admission pass's placements in a fixed number of statements, whatever their
- * number: the GPUs locked in UUID order, the shards locked, every GPU's reservation raised by
- * one conditional update, the reservation rows opened, the shards moved PENDING → PLACED. A
+ * number: the GPUs locked in UUID order and then the shards (one statement), every GPU's
+ * reservation raised by one conditional update that also sets the shards' host (one), the
+ * reservation rows opened, the shards moved PENDING → PLACED. A
  * GPU without room (another control plane or a createShard took it since the fleet was read)
  * or a host no longer ONLINE fails the whole pass with StalePlan, naming the hosts to read again.
  * Returns the placements' shards that were no longer PENDING (cancelled since the pass read the
@@ -27,10 +28,15 @@ export async function applyPlacements(
 ): Promise<string[]> {
   if (placements.length === 0) return [];
   const all = [...new Set(placements.flatMap((p) => p.placed.gpuUuids))].sort();
-  await tx.$queryRaw`SELECT uuid FROM gpu WHERE uuid = ANY(${all}::text[]) ORDER BY uuid FOR UPDATE`;
   const ids = placements.map((p) => p.shardId);
+  // The GPUs first, in UUID order, then the shards in id order, as every batch locks them (so
+  // two cannot wait on each other): the uncorrelated count is evaluated once, before the first
+  // shard row is locked, and counts (so locks) every GPU row.
   const locked = await tx.$queryRaw<ShardRecord[]>`
-    SELECT ${SHARD_COLUMNS} FROM shard WHERE id = ANY(${ids}::uuid[])
+    SELECT ${SHARD_COLUMNS} FROM shard
+     WHERE id = ANY(${ids}::uuid[])
+       AND (SELECT count(*) FROM (SELECT uuid FROM gpu WHERE uuid = ANY(${all}::text[])
+                                   ORDER BY uuid FOR UPDATE) gpus) >= 0
      ORDER BY id FOR NO KEY UPDATE`;
   const byId = new Map(locked.map((shard) => [shard.id, shard]));
   // Only shards still PENDING (a delete may have cancelled one since the pass read the queue).
@@ -62,7 +68,17 @@ export async function applyPlacements(
   const uuids = [...perGpu.keys()];
   const rows = [...perGpu.values()];
   const hostIds = [...new Set(rows.map((row) => row.hostId))];
+  // The shards' host is set in the same statement: a GPU that no longer has the room throws
+  // StalePlan below and rolls the whole transaction back, that update with it.
   const taken = await tx.$queryRaw<{ uuid: string }[]>`
+    WITH hosted AS (
+      UPDATE shard SET host_id = placed.host_id, limit_bytes_per_gpu = placed.size,
+                       failure_reason = NULL
+        FROM unnest(${live.map((l) => l.shard.id)}::uuid[],
+                    ${live.map((l) => l.placement.placed.hostId)}::text[],
+                    ${live.map((l) => BigInt(l.placement.placed.reservedBytesPerGpu))}::bigint[])
+             AS placed(id, host_id, size)
+       WHERE shard.id = placed.id)
     UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + added.bytes,
                    guaranteed_compute_permille = gpu.guaranteed_compute_permille + added.permille,
                    isolated_compute_permille = gpu.isolated_compute_permille + added.isolated
@@ -101,14 +117,6 @@ export async function applyPlacements(
       size: BigInt(placement.placed.reservedBytesPerGpu),
     })),
   );
-  await tx.$executeRaw`
-    UPDATE shard SET host_id = placed.host_id, limit_bytes_per_gpu = placed.size,
-                     failure_reason = NULL
-      FROM unnest(${live.map((l) => l.shard.id)}::uuid[],
-                  ${live.map((l) => l.placement.placed.hostId)}::text[],
-                  ${live.map((l) => BigInt(l.placement.placed.reservedBytesPerGpu))}::bigint[])
-           AS placed(id, host_id, size)
-     WHERE shard.id = placed.id`;
   const moves: ShardMove[] = live.map(({ placement, shard }) => ({
     shard: {
       ...shard,
