@@ -15,6 +15,7 @@ import { CommitEffects, ShardLifecycle } from '../shards/shard-lifecycle.js';
 import { DEFAULT_STOP_GRACE_SECONDS } from '../shards/shard-mutations.service.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 import { ElasticMoves } from '../elastic/elastic-moves.js';
+import { SUSPEND_RETRY_SECONDS } from '../elastic/suspend-retry.js';
 import { IdleActionKind } from './idle.model.js';
 
 /** How often the idle policies are applied (a policy's shortest time is 60 s). */
@@ -104,7 +105,11 @@ export class IdleSweeper implements OnApplicationBootstrap, OnModuleDestroy {
              team.idle_stop_after_seconds AS "stopAfterSeconds",
              team.idle_suspend_after_seconds AS "suspendAfterSeconds",
              shard.elastic AND coalesce((SELECT allow_elastic FROM quota_policy
-                                          WHERE team_id = team.id), false) AS elastic,
+                                          WHERE team_id = team.id), false)
+               -- Not elastic for SUSPEND_RETRY_SECONDS after a suspend that failed.
+               AND NOT (shard.memory_move_error IS NOT NULL
+                        AND shard.last_event_at > now() - make_interval(secs => ${SUSPEND_RETRY_SECONDS}))
+               AS elastic,
              shard.started_at AS "startedAt", shard.updated_at AS "updatedAt",
              activity.last_kernel AS "lastKernelAt", activity.observed,
              shard.idle_since AS "idleSince"

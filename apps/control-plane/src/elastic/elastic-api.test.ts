@@ -19,6 +19,7 @@ import {
 } from '../testing/fleet-fixtures.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
 import { IdleSweeper } from '../compute/idle-sweeper.js';
+import { SUSPEND_RETRY_SECONDS } from './suspend-retry.js';
 import { ElasticService } from './elastic.service.js';
 
 /**
@@ -472,6 +473,74 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.equal((await shard(waiting.id)).state, 'PLACED');
       // The idle shard stays suspended (nobody asked for it back).
       assert.equal((await shard(idle)).state, 'SUSPENDED');
+    });
+
+    it('a suspend its agent refused is not tried again for SUSPEND_RETRY_SECONDS: make-room and the idle policy pass over it, then try once more', async () => {
+      const host = 'elastic-refused';
+      await registerSuspending(host, 40 * GiB);
+      assertOk(await h.graphql(OVERCOMMIT, { hostId: host, ratio: 2 }));
+      const pool = { hostSelector: [{ key: 'pool', value: host }] };
+      const idle = await running(host, 'nb-ipc', '30g', { elastic: true });
+      const tenMinutesAgo = new Date(Date.now() - 600_000);
+      await h.prisma.shard.update({ where: { id: idle }, data: { startedAt: tenMinutesAgo } });
+      await h.prisma.shardGpu.updateMany({
+        where: { shardId: idle, releasedAt: null },
+        data: { busyRatio: 0, lastKernelAt: tenMinutesAgo },
+      });
+      const waiting = assertOk(
+        await createShard(h, team.member, {
+          name: 'late-2',
+          memoryPerGpu: '20g',
+          queue: true,
+          ...pool,
+        }),
+      ).createShard;
+      await queue.admitNow();
+      assert.equal((await shard(idle)).state, 'SUSPENDING');
+      // Its agent refuses (a process holds a CUDA IPC import) and says so as SUSPEND_FAILED.
+      const reason =
+        'suspend refused: shard nb-ipc cannot be suspended: process 4001 (pid 7 in its container) holds CUDA IPC imports';
+      await fleet.applyShardStateEvent(
+        host,
+        stateEvent(host, idle, 'SUSPEND_FAILED', tick(), { reason }),
+      );
+      const refused = await shard(idle);
+      assert.equal(refused.state, 'RUNNING');
+      assert.equal(refused.memory.lastError, reason);
+      const sent = commands.forShard(idle).length;
+      await queue.admitNow();
+      await queue.admitNow();
+      assert.equal((await shard(idle)).state, 'RUNNING', 'make-room passed over it');
+      assert.equal(commands.forShard(idle).length, sent, 'no suspend sent again');
+      assert.equal((await shard(waiting.id)).state, 'PENDING');
+      // Nor does the idle policy suspend it (it reports it idle).
+      assertOk(
+        await h.graphql(
+          `mutation ($teamId: ID!) { setTeamIdlePolicy(teamId: $teamId, idleAfterSeconds: 60,
+             suspendAfterSeconds: 120) { id } }`,
+          { teamId: team.id },
+        ),
+      );
+      const sweeper = h.controlPlane.app.get(IdleSweeper);
+      const actions = async () =>
+        (await sweeper.sweep(Date.now())).filter((a) => a.shardId === idle).map((a) => a.kind);
+      assert.deepEqual(await actions(), ['report']);
+      assert.deepEqual(await actions(), []);
+      assert.equal((await shard(idle)).state, 'RUNNING');
+      assertOk(
+        await h.graphql(
+          `mutation ($teamId: ID!) { setTeamIdlePolicy(teamId: $teamId, idleAfterSeconds: null) { id } }`,
+          { teamId: team.id },
+        ),
+      );
+      // Once the time is past, one more try: the cause may have gone.
+      await h.prisma.shard.update({
+        where: { id: idle },
+        data: { lastEventAt: new Date(Date.now() - (SUSPEND_RETRY_SECONDS + 1) * 1000) },
+      });
+      await queue.admitNow();
+      assert.equal((await shard(idle)).state, 'SUSPENDING');
+      assert.equal(commands.forShard(idle).length, sent + 1);
     });
   });
 }

@@ -17,6 +17,7 @@ import {
   MIN_IDLE_SECONDS,
 } from '@gpushards/limits';
 import { Prisma, type RawSql } from '../database/index.js';
+import { SUSPEND_RETRY_SECONDS } from '../elastic/suspend-retry.js';
 import { stringRecord } from '../shards/shard-record.js';
 
 type Reader = Pick<RawSql, '$queryRaw'>;
@@ -160,7 +161,11 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
            shard.reclaim_for::text AS "reclaimFor",
            array_agg(held.gpu_uuid ORDER BY held.gpu_uuid) AS "gpuUuids",
            max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model,
-           shard.elastic AND coalesce(bool_and(quota.allow_elastic), false) AS elastic,
+           -- Not elastic for SUSPEND_RETRY_SECONDS after a suspend that failed (elastic-moves.ts).
+           shard.elastic AND coalesce(bool_and(quota.allow_elastic), false)
+             AND NOT (shard.memory_move_error IS NOT NULL AND shard.state = 'RUNNING'
+                      AND shard.last_event_at > now() - make_interval(secs => ${SUSPEND_RETRY_SECONDS}))
+             AS elastic,
            -- Idle (make-room may suspend it): no kernel on any GPU for MAKE_ROOM_IDLE_SECONDS
            -- on a host that reports compute activity, counted from its last kernel (its start
            -- if none) or its last resume, whichever is later (a shard resumed because a process asked for
