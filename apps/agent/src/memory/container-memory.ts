@@ -3,9 +3,11 @@ import { join } from 'node:path';
 
 import { observedMemoryOf, type CheckpointProcess, type ObservedMemory } from '@gpushards/limits';
 
+import { namespacedProcess } from '../compute/process-launches.js';
 import { containerIdFromCgroup } from '../enforcement/process-owners.js';
 import type { MemoryMark } from '../limits/limits-file.js';
 import type { CheckpointApi } from './checkpoint-driver.js';
+import type { ContainerProcess } from './ipc-imports.js';
 
 /**
  * Every process of each of these containers, by host PID: one pass over /proc reading each
@@ -37,6 +39,18 @@ export function containerPids(
   return found;
 }
 
+/**
+ * A zombie (or a process being reaped): it has exited and the driver let go of its GPU state,
+ * though its PID stays until its parent reaps it (a container's PID 1 that never does).
+ */
+function exited(procRoot: string, hostPid: number): boolean {
+  try {
+    return /^State:\s*[ZX]/m.test(readFileSync(join(procRoot, String(hostPid), 'status'), 'utf8'));
+  } catch {
+    return true; // gone
+  }
+}
+
 /** The processes among `pids` the driver knows (its GetState answers), with their states. */
 export async function cudaProcesses(
   api: CheckpointApi,
@@ -65,6 +79,19 @@ export class ContainerMemory {
     private readonly api: CheckpointApi,
     private readonly marked: (shardId: string) => Promise<MemoryMark>,
   ) {}
+
+  /**
+   * Every live process of one container (CUDA or not) with its PID in the container's namespace
+   * and its start time: what a region's slots are matched against.
+   */
+  namespaced(containerId: string): ContainerProcess[] {
+    const pids = containerPids(this.procRoot, new Set([containerId])).get(containerId) ?? [];
+    return pids.flatMap((hostPid) => {
+      const process = namespacedProcess(this.procRoot, hostPid);
+      if (process === undefined || exited(this.procRoot, hostPid)) return [];
+      return [{ hostPid, ...process }];
+    });
+  }
 
   /** The CUDA processes of one container as they are now. */
   async processes(containerId: string): Promise<CheckpointProcess[]> {

@@ -13,6 +13,7 @@ import { startDockerAgent, type DockerAgentStack } from '../testing/docker-agent
 import { docker } from '../testing/docker.js';
 import { fakeLibraries, nativeArtifacts } from '../testing/native.js';
 import { waitFor } from '../testing/processes.js';
+import { namespacedProcess } from '../compute/process-launches.js';
 import { containerPids } from './container-memory.js';
 
 const MiB = 1024 ** 2;
@@ -156,6 +157,73 @@ describe('elastic memory: moves the driver refuses (Docker)', () => {
       /^gpushards_agent_memory_moves_total\{direction="suspend",cause="suspend-requested",outcome="failed"\} 1$/m,
     );
     docker('rm', '-f', shard);
+  });
+
+  it('a suspend of a shard whose process holds a CUDA IPC import is refused before anything moves, saying why; once that process is gone it suspends and resumes', async () => {
+    const shard: ShardLaunchSpec = {
+      shardId: 'f-ipc',
+      teamId: 'team-failures',
+      name: 'f-ipc',
+      image: IMAGE,
+      env: {},
+      gpus: [{ uuid: gpu0, limitBytes: 2 * GiB }],
+      capPolicy: 'kill',
+      command: ['/cuda-probe', 'share', String(KEPT)],
+    };
+    const launched = await controlPlane.command(HOST, { type: 'launch', shard });
+    assert.ok(launched.ok && launched.result.type === 'launch', JSON.stringify(launched));
+    const containerId = launched.result.containerId!;
+    await lines(containerId, 'exported', KEPT, 1);
+    const [imported] = await lines(containerId, 'imported', 1, 1);
+    assert.equal(imported!.result, 0);
+    const importer = await waitFor('the importer by its host pid', () =>
+      containerPids('/proc', new Set([containerId]))
+        .get(containerId)
+        ?.find((pid) => namespacedProcess('/proc', pid)?.nsPid === imported!.pid),
+    );
+
+    const before = controlPlane.states.length;
+    const refused = await controlPlane.command(HOST, {
+      type: 'suspend',
+      shardId: 'f-ipc',
+      cause: 'make-room',
+    });
+    assert.ok(!refused.ok, JSON.stringify(refused));
+    assert.equal(refused.error.code, 'NOT_SUSPENDABLE');
+    assert.match(
+      refused.error.message,
+      new RegExp(
+        `shard f-ipc cannot be suspended: process ${importer} \\(pid ${imported!.pid} in its container\\) holds CUDA IPC imports`,
+      ),
+    );
+    const failed = await controlPlane.waitForState('f-ipc', 'SUSPEND_FAILED', WAIT_MS, before);
+    assert.match(failed.reason ?? '', /^suspend refused: .*CUDA IPC/);
+    // Nothing was locked or moved: both processes run on, their memory on the GPU.
+    assert.equal(await reconciledMemory('f-ipc'), 'resident');
+    assert.match(
+      await agent.metrics(),
+      /^gpushards_agent_memory_moves_total\{direction="suspend",cause="make-room",outcome="refused"\} 1$/m,
+    );
+
+    // SIGKILLed: no destructor runs, its mark stays in the region, and names nobody alive.
+    process.kill(importer, 'SIGKILL');
+    await waitFor('the importer gone', () =>
+      containerPids('/proc', new Set([containerId]))
+        .get(containerId)
+        ?.includes(importer) === false
+        ? true
+        : undefined,
+    );
+    const again = controlPlane.states.length;
+    assert.ok(
+      (await controlPlane.command(HOST, { type: 'suspend', shardId: 'f-ipc', cause: 'make-room' }))
+        .ok,
+    );
+    await controlPlane.waitForState('f-ipc', 'SUSPENDED', WAIT_MS, again);
+    const back = controlPlane.states.length;
+    assert.ok((await controlPlane.command(HOST, { type: 'resume', shardId: 'f-ipc' })).ok);
+    await controlPlane.waitForState('f-ipc', 'RESUMED', WAIT_MS, back);
+    docker('rm', '-f', containerId);
   });
 
   it('a resume onto a card without room for every process ends RESUME_FAILED: the one restored goes back to host RAM; once there is room it resumes intact', async () => {

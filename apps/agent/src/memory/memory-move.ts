@@ -27,6 +27,11 @@ export interface MoveContext {
   progress(completedBytes: number, totalBytes: number): void;
   /** How long a lock may wait for a process's CUDA calls to let go. */
   readonly lockTimeoutMs: number;
+  /**
+   * Called before a round's first checkpoint, once its processes are locked (they start no
+   * CUDA call then): a throw stops the move, undone, with its message as the reason.
+   */
+  beforeCheckpoint?(): Promise<void>;
 }
 
 export type MoveOutcome =
@@ -103,8 +108,13 @@ export async function executeMove(
       total += bytes;
     }
     if (round === 0) context.progress(0, total);
+    let checked = false;
     for (const step of plan.steps) {
       try {
+        if (step.op === 'checkpoint' && !checked) {
+          checked = true;
+          await context.beforeCheckpoint?.();
+        }
         await run(step, context);
       } catch (error) {
         return undo(direction, context, errorMessage(error), seconds);

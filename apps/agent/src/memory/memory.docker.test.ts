@@ -345,7 +345,7 @@ describe('elastic memory: suspend and resume in the real Docker engine', () => {
     assert.match(!again.ok ? again.error.message : '', /container is not running \(exited\)/);
   });
 
-  it("a suspend past the host's budget is NOT_SUSPENDABLE, naming the budget, and moves nothing", async () => {
+  it("a suspend past the host's budget is NOT_SUSPENDABLE, naming the budget, says SUSPEND_FAILED why, and moves nothing", async () => {
     const big = await launch(spec('m-big', 4 * GiB, ['/cuda-probe', 'keep', String(KEPT)]));
     await eachProcess(big, 'kept', KEPT, 1);
     const before = controlPlane.states.length;
@@ -363,9 +363,19 @@ describe('elastic memory: suspend and resume in the real Docker engine', () => {
     docker('kill', '--signal', 'USR1', big);
     const [poke] = await eachProcess(big, 'poke', 1, 1);
     assert.deepEqual({ intact: poke!.intact, result: poke!.result }, { intact: 1, result: 0 });
+    // Nothing moved; the one event says why, so that the control plane, which moved the shard
+    // to SUSPENDING when it decided, moves it back to RUNNING.
     assert.deepEqual(
-      controlPlane.statesOf('m-big').filter((e) => controlPlane.states.indexOf(e) >= before),
-      [],
+      controlPlane
+        .statesOf('m-big')
+        .filter((e) => controlPlane.states.indexOf(e) >= before)
+        .map((e) => [e.state, e.reason]),
+      [
+        [
+          'SUSPEND_FAILED',
+          "suspend refused: this host's budget for suspended shards (3 GiB) has 3 GiB left; shard m-big's caps are 4 GiB",
+        ],
+      ],
     );
     assert.equal(await reconciledMemory('m-big'), 'resident');
   });

@@ -11,12 +11,15 @@ import type { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { createLogger } from '../logging/logger.js';
 import { AgentMetrics } from '../metrics/agent-metrics.js';
+import type { RegionWatchService } from '../regions/region-watch.service.js';
+import { RegionsService } from '../regions/regions.service.js';
 import { MemoryCommands } from '../shards/memory-commands.js';
 import { NotSuspendableError, type ShardRecord } from '../shards/shard-record.js';
 import { ShardRegistry } from '../shards/shard-registry.js';
 import type { ShardsService } from '../shards/shards.service.js';
 import type { StateDetails, StateReporter } from '../shards/state-reporter.js';
 import { StandInDriver } from '../testing/checkpoint-stand-in.js';
+import { buildRegion, type FixtureProcess } from '../testing/region-fixture.js';
 import { MemoryService } from './memory.service.js';
 
 const GiB = 1024 ** 3;
@@ -35,6 +38,7 @@ async function setUp(
 ) {
   const root = join(work, name);
   const procRoot = join(root, 'proc');
+  const regionRoot = join(root, 'regions');
   const containerId = name.padEnd(64, '0').replace(/[^0-9a-f]/g, 'a');
   for (const pid of [...Object.keys(states), '999']) {
     mkdirSync(join(procRoot, pid), { recursive: true });
@@ -46,6 +50,7 @@ async function setUp(
     stateDir: root,
     computeTurns: 'gpu',
     enforcement: { intervalMs: 50, procRoot },
+    regionRoot,
   } as unknown as AgentConfig;
   const logger = createLogger('silent', 'box-1');
   const driver = new StandInDriver(states);
@@ -79,17 +84,38 @@ async function setUp(
     shards,
     limits,
     gpus,
+    new RegionsService(config, {} as RegionWatchService, logger),
     metrics,
     new MemoryCommands(new ShardRegistry({} as StateReporter)),
     logger,
   );
+  /** The shard's region file, as libvgpu.so in its container would have written it. */
+  const region = (processes: FixtureProcess[]) => {
+    mkdirSync(join(regionRoot, 's'), { recursive: true });
+    writeFileSync(
+      join(regionRoot, 's', 'region'),
+      buildRegion([{ uuid: GPU }], undefined, processes),
+    );
+  };
+  /** What /proc says of a host pid: its pid in the container and its start time. */
+  const inContainer = (hostPid: number, nsPid: number, startTime: number) => {
+    writeFileSync(
+      join(procRoot, String(hostPid), 'status'),
+      `Name:\tpython\nNSpid:\t${hostPid}\t${nsPid}\n`,
+    );
+    const fields = Array.from({ length: 20 }, (_, i) => (i === 19 ? String(startTime) : '0'));
+    writeFileSync(
+      join(procRoot, String(hostPid), 'stat'),
+      `${hostPid} (python) ${fields.join(' ')}\n`,
+    );
+  };
   const ended = (direction: MoveDirection) =>
     new Promise<boolean>((resolve) =>
       memory.onMoveEnd((_shardId, moved, ok) => {
         if (moved === direction) resolve(ok);
       }),
     );
-  return { memory, driver, limits, record, events, metrics, ended };
+  return { memory, driver, limits, record, events, metrics, ended, region, inContainer, procRoot };
 }
 
 describe('MemoryService', () => {
@@ -184,6 +210,92 @@ describe('MemoryService', () => {
     assert.deepEqual(failed.driver.calls, [], 'nothing moved');
     assert.equal(await failed.limits.memory('s'), 'resident');
     await failed.limits.onModuleDestroy();
+  });
+
+  it('refuses, before any lock, a suspend of a shard whose live process holds a CUDA IPC import, and says SUSPEND_FAILED why', async () => {
+    const { memory, driver, limits, events, metrics, ended, region, inContainer, procRoot } =
+      await setUp('ipc', { 51: 'running', 52: 'running' });
+    inContainer(51, 7, 777);
+    inContainer(52, 8, 888);
+    region([
+      { pid: 7, startTime: 777n, ipcImports: true },
+      { pid: 8, startTime: 888n },
+    ]);
+    await assert.rejects(
+      memory.suspend('s', 'make-room'),
+      (error: unknown) =>
+        error instanceof NotSuspendableError &&
+        /^shard s cannot be suspended: process 51 \(pid 7 in its container\) holds CUDA IPC imports/.test(
+          error.message,
+        ) &&
+        /would hang for good/.test(error.message) &&
+        /keeps running on its GPU\. To make it suspendable, close those imports/.test(
+          error.message,
+        ),
+    );
+    assert.deepEqual(driver.calls, [], 'nothing locked');
+    assert.equal(await limits.memory('s'), 'resident');
+    assert.deepEqual(
+      events.map((e) => e.state),
+      ['SUSPEND_FAILED'],
+    );
+    assert.match(
+      events[0]!.details.reason!,
+      /^suspend refused: shard s cannot be suspended: .*CUDA IPC/,
+    );
+    assert.match(
+      await metrics.text(),
+      /gpushards_agent_memory_moves_total\{direction="suspend",cause="make-room",outcome="refused"\} 1/,
+    );
+    // A marked slot whose process has exited (a zombie its parent has not reaped) or that no
+    // process of the container has (SIGKILLed, its slot not reclaimed yet) is nobody.
+    writeFileSync(
+      join(procRoot, '51', 'status'),
+      'Name:\tpython\nState:\tZ (zombie)\nNSpid:\t51\t7\n',
+    );
+    region([
+      { pid: 7, startTime: 777n, ipcImports: true },
+      { pid: 8, startTime: 888n },
+      { pid: 9, startTime: 999n, ipcImports: true },
+    ]);
+    const done = ended('suspend');
+    assert.equal(await memory.suspend('s', 'make-room'), 'resident');
+    assert.equal(await done, true);
+    assert.equal(await limits.memory('s'), 'suspended');
+    await limits.onModuleDestroy();
+  });
+
+  it('an import opened between the check and the locks stops the suspend before any checkpoint, undone', async () => {
+    const { memory, driver, limits, events, ended, region, inContainer } = await setUp('ipc-late', {
+      61: 'running',
+      62: 'running',
+    });
+    inContainer(61, 3, 333);
+    inContainer(62, 4, 444);
+    region([
+      { pid: 3, startTime: 333n },
+      { pid: 4, startTime: 444n },
+    ]);
+    driver.after = (call) => {
+      if (call === 'lock 61')
+        region([
+          { pid: 3, startTime: 333n, ipcImports: true },
+          { pid: 4, startTime: 444n },
+        ]);
+    };
+    const done = ended('suspend');
+    assert.equal(await memory.suspend('s', 'reclaim'), 'resident');
+    assert.equal(await done, false);
+    assert.ok(!driver.calls.some((call) => call.startsWith('checkpoint')), driver.calls.join(', '));
+    assert.deepEqual([...driver.states.values()], ['running', 'running'], 'unlocked again');
+    assert.equal(await limits.memory('s'), 'resident');
+    const failed = events.at(-1)!;
+    assert.equal(failed.state, 'SUSPEND_FAILED');
+    assert.match(
+      failed.details.reason!,
+      /^suspend failed: shard s cannot be suspended: process 61 \(pid 3/,
+    );
+    await limits.onModuleDestroy();
   });
 
   it('reads where memory is from the driver and the file: a suspend the agent did not finish is partial', async () => {

@@ -16,6 +16,7 @@ import { GpusService } from '../gpus/gpus.service.js';
 import { LimitsService } from '../limits/limits.service.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { AgentMetrics } from '../metrics/agent-metrics.js';
+import { RegionsService } from '../regions/regions.service.js';
 import { MemoryCommands, type MemoryMover } from '../shards/memory-commands.js';
 import {
   NotSuspendableError,
@@ -25,6 +26,7 @@ import {
 import { ShardsService } from '../shards/shards.service.js';
 import type { CheckpointApi } from './checkpoint-driver.js';
 import { ContainerMemory } from './container-memory.js';
+import { refuseIpcImporters } from './ipc-imports.js';
 import { MemoryBook, sumOf, type ShardMemory } from './memory-book.js';
 import { executeMove, type MoveOutcome } from './memory-move.js';
 import { SUSPEND_CAPABILITY, type SuspendCapability } from './suspend-capability.js';
@@ -61,6 +63,7 @@ export class MemoryService implements MemoryMover {
     private readonly shards: ShardsService,
     private readonly limits: LimitsService,
     private readonly gpus: GpusService,
+    private readonly regions: RegionsService,
     private readonly metrics: AgentMetrics,
     commands: MemoryCommands,
     @Inject(LOGGER) logger: Logger,
@@ -176,9 +179,36 @@ export class MemoryService implements MemoryMover {
     } catch (error) {
       if (error instanceof NotSuspendableError) {
         this.metrics.moves.inc({ direction, cause, outcome: 'refused' });
+        if (direction === 'suspend') await this.reportRefused(shardId, error);
       }
       throw error;
     }
+  }
+
+  /**
+   * A refused suspend of a running shard ends as SUSPEND_FAILED with the reason, as one the
+   * driver refused does: the control plane, which moved the shard to SUSPENDING when it decided,
+   * moves it back to RUNNING (else it would wait in SUSPENDING for a move that never comes, the
+   * reconcile and the stuck-shard sweeper asking again and again) and keeps the reason for the
+   * user (Shard.memory.lastError).
+   */
+  private async reportRefused(shardId: string, error: NotSuspendableError): Promise<void> {
+    const record = this.shards.get(shardId);
+    if (record === undefined || !isRunning(record)) return;
+    await this.shards
+      .reportMemory(shardId, 'SUSPEND_FAILED', { reason: `suspend refused: ${error.message}` })
+      .catch((failure: unknown) =>
+        this.logger.warn({ err: failure, shardId }, 'could not report a refused suspend'),
+      );
+  }
+
+  /** Refused before anything is locked, and again before the first checkpoint (ipc-imports.ts). */
+  private refuseIpcImporters(
+    containers: ContainerMemory,
+    shardId: string,
+    containerId: string,
+  ): Promise<void> {
+    return refuseIpcImporters(this.regions, containers, this.logger, shardId, containerId);
   }
 
   private async takeOn(
@@ -215,6 +245,9 @@ export class MemoryService implements MemoryMover {
       throw new NotSuspendableError(
         `the driver failed process ${failed.join(', ')} of shard ${shardId} (CU_PROCESS_STATE_FAILED: an uncorrectable error in an earlier checkpoint or restore): its memory cannot be moved; only restarting it helps`,
       );
+    }
+    if (direction === 'suspend' && memory !== 'suspended') {
+      await this.refuseIpcImporters(containers, shardId, record.containerId!);
     }
     if (known.move === undefined && memory === targetOf(direction)) {
       // Already there: told again (the event that said so may have gone to no one).
@@ -299,6 +332,9 @@ export class MemoryService implements MemoryMover {
         );
       },
       lockTimeoutMs: LOCK_TIMEOUT_MS,
+      ...(direction === 'suspend'
+        ? { beforeCheckpoint: () => this.refuseIpcImporters(containers, shardId, containerId) }
+        : {}),
     });
     await Promise.all(reports);
     this.metrics.moveSeconds.observe(

@@ -6,6 +6,7 @@ import type { GpuLimit } from '@gpushards/protocol';
 
 import { AGENT_CONFIG, type AgentConfig } from '../config/agent-options.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
+import type { IpcImports } from '../memory/ipc-imports.js';
 import { RegionWatchService } from './region-watch.service.js';
 import {
   readRegion,
@@ -84,6 +85,22 @@ export class RegionsService {
     } catch (error) {
       if (error instanceof RegionError && error.code === 'MISSING') {
         return { devices: [], processes: [] };
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * The processes the shard's region marks as holding CUDA IPC imports (alive or not), and
+   * whether one past the marked slots opened any; none when no CUDA process has run yet.
+   */
+  async ipcImports(shardId: string): Promise<IpcImports> {
+    try {
+      const region = await readRegionWithProcesses(this.file(shardId));
+      return { importers: region.ipcImporters, unlisted: region.ipcImportersUnlisted };
+    } catch (error) {
+      if (error instanceof RegionError && error.code === 'MISSING') {
+        return { importers: [], unlisted: false };
       }
       throw error;
     }

@@ -12,6 +12,12 @@
  *                                       needs the GPU: in a suspended shard it waits in
  *                                       libvgpu.so) and prints
  *                                       {"poke":i,"process":k,"intact":0|1,"result":N}
+ *   cuda-probe share <bytes>            CUDA IPC: this process allocates <bytes> on GPU 0 and
+ *                                       exports them (cuIpcGetMemHandle), prints
+ *                                       {"exported":<bytes>,"result":N}; a child forked before
+ *                                       any CUDA call opens them (cuIpcOpenMemHandle) and prints
+ *                                       {"imported":1,"pid":<its pid>,"result":N}; both wait for
+ *                                       SIGTERM (the child is reaped as soon as it dies)
  *   cuda-probe launch <n> [hold]        launches n kernels on GPU 0 (the compute share's
  *                                       admission decides when each runs), prints
  *                                       {"launched":n,"result":N}; with hold, waits for SIGTERM
@@ -171,6 +177,56 @@ static int keep(size_t bytes, int processes)
                    (int)read);
         }
     }
+}
+
+/* The primary context of GPU 0, current. */
+static CUresult gpu0(void)
+{
+    CUdevice device;
+    CUcontext context;
+    CUresult r = cuInit(0);
+    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
+    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
+    return r;
+}
+
+static int share(size_t bytes)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGCHLD, SIG_IGN);
+    int handoff[2];
+    if (pipe(handoff) != 0) {
+        printf("{\"error\":\"pipe: %s\"}\n", strerror(errno));
+        return 2;
+    }
+    pid_t child = fork();
+    if (child < 0) {
+        printf("{\"error\":\"fork: %s\"}\n", strerror(errno));
+        return 2;
+    }
+    CUipcMemHandle handle;
+    CUdeviceptr pointer = 0;
+    if (child == 0) {
+        close(handoff[1]);
+        size_t got = 0;
+        while (got < sizeof handle) {
+            ssize_t n = read(handoff[0], (char *)&handle + got, sizeof handle - got);
+            if (n <= 0) return 2;
+            got += (size_t)n;
+        }
+        CUresult r = gpu0();
+        if (r == CUDA_SUCCESS) r = cuIpcOpenMemHandle_v2(&pointer, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        printf("{\"imported\":1,\"pid\":%d,\"result\":%d}\n", (int)getpid(), (int)r);
+        for (;;) pause();
+    }
+    close(handoff[0]);
+    CUresult r = gpu0();
+    if (r == CUDA_SUCCESS) r = cuMemAlloc(&pointer, bytes);
+    if (r == CUDA_SUCCESS) r = cuIpcGetMemHandle(&handle, pointer);
+    if (r == CUDA_SUCCESS && write(handoff[1], &handle, sizeof handle) != (ssize_t)sizeof handle) r = CUDA_ERROR_UNKNOWN;
+    printf("{\"exported\":%zu,\"result\":%d}\n", r == CUDA_SUCCESS ? bytes : 0, (int)r);
+    for (;;) pause();
 }
 
 static int tamper(const char *path)
@@ -358,12 +414,16 @@ int main(int argc, char **argv)
         signal(SIGTERM, on_term);
         return keep(strtoull(argv[2], NULL, 10), argc == 4 ? atoi(argv[3]) : 1);
     }
+    if (argc == 3 && strcmp(argv[1], "share") == 0) {
+        signal(SIGTERM, on_term);
+        return share(strtoull(argv[2], NULL, 10));
+    }
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "launch") == 0) {
         signal(SIGTERM, on_term);
         return launch(strtol(argv[2], NULL, 10), argc == 4 && strcmp(argv[3], "hold") == 0);
     }
     if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | keep <bytes> [processes] | stuck | launch <n> [hold] | busy|bypass <seconds> | tamper <path> | mps <dir>\n");
+        fprintf(stderr, "usage: cuda-probe hold|alloc <bytes> [ordinal] | keep <bytes> [processes] | share <bytes> | stuck | launch <n> [hold] | busy|bypass <seconds> | tamper <path> | mps <dir>\n");
         return 2;
     }
     signal(SIGTERM, on_term);
