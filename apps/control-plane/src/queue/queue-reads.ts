@@ -161,7 +161,7 @@ export async function readHeld(reader: Reader, classes: PriorityClasses): Promis
            shard.reclaim_for::text AS "reclaimFor",
            array_agg(held.gpu_uuid ORDER BY held.gpu_uuid) AS "gpuUuids",
            max(held.reserved_bytes) AS "perGpu", min(gpu.model) AS model,
-           -- Not elastic for SUSPEND_RETRY_SECONDS after a suspend that failed (elastic-moves.ts).
+           -- Not elastic for SUSPEND_RETRY_SECONDS after a suspend that failed (suspend-retry.ts).
            shard.elastic AND coalesce(bool_and(quota.allow_elastic), false)
              AND NOT (shard.memory_move_error IS NOT NULL AND shard.state = 'RUNNING'
                       AND shard.last_event_at > now() - make_interval(secs => ${SUSPEND_RETRY_SECONDS}))
