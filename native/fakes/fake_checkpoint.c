@@ -17,9 +17,10 @@
  *   - restore: the card's capacity is taken back, all of it or nothing
  *     (CUDA_ERROR_OUT_OF_MEMORY, still CHECKPOINTED, when it lacks room);
  *     a process holding a CUDA IPC import (fake_ipc.c) is refused with
- *     CUDA_ERROR_INVALID_VALUE and stays CHECKPOINTED, its calls waiting for
- *     good, as driver 580 does on an H200 (lock and checkpoint succeed;
- *     native/gpu-tests/RESULTS.md, 2026-11-29);
+ *     CUDA_ERROR_INVALID_VALUE, one holding a VMM import (fake_vmm.c)
+ *     with CUDA_ERROR_NOT_SUPPORTED, and it stays CHECKPOINTED, its calls
+ *     waiting for good, as driver 580 does on an H200 (lock and checkpoint
+ *     succeed; native/gpu-tests/RESULTS.md, 2026-11-29);
  *   - a process that dies gives its entry back like any dead process (what
  *     a checkpoint moved out is its host memory: gone with it).
  * A pid that holds no entry (no CUDA in it, or gone) is refused with
@@ -248,6 +249,10 @@ API CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
     if (__atomic_load_n(&p->ipc_imports, __ATOMIC_ACQUIRE) != 0) {
         settle(p, FAKE_CKPT_CHECKPOINTED);
         return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (__atomic_load_n(&p->vmm_imports, __ATOMIC_ACQUIRE) != 0) {
+        settle(p, FAKE_CKPT_CHECKPOINTED);
+        return CUDA_ERROR_NOT_SUPPORTED;
     }
     int g = 0;
     for (; g < FAKE_MAX_GPUS; g++) {

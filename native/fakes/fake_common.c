@@ -274,6 +274,7 @@ static struct fake_proc *claim(void)
             memset(p->busy, 0, sizeof p->busy); /* the kernel time of the entry's last owner */
             memset(p->moved, 0, sizeof p->moved);
             __atomic_store_n(&p->ipc_imports, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&p->vmm_imports, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&p->inflight, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&p->ckpt, FAKE_CKPT_RUNNING, __ATOMIC_RELAXED);
             __atomic_store_n(&p->ns_inode, my_ns_inode(), __ATOMIC_RELEASE);
@@ -412,6 +413,7 @@ static void reap(struct fake_proc *p, struct seen s)
      * with it, never taken back. */
     memset(p->moved, 0, sizeof p->moved);
     __atomic_store_n(&p->ipc_imports, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->vmm_imports, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&p->ckpt, FAKE_CKPT_RUNNING, __ATOMIC_RELEASE);
     __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
 }

@@ -45,9 +45,11 @@ struct fake_proc {
     /* CUDA IPC imports the process holds (fake_ipc.c): a restore refuses a
      * process with any, as the real driver does. */
     uint32_t ipc_imports;
-    uint32_t reserved;
+    /* VMM imports it holds (fake_vmm.c, cuMemImportFromShareableHandle):
+     * likewise, with the real driver's other error. */
+    uint32_t vmm_imports;
 };
-#define FAKE_STATE_MAGIC 0x3554534b414647ULL /* "GFAKST5" */
+#define FAKE_STATE_MAGIC 0x3654534b414647ULL /* "GFAKST6" */
 
 /* fake_proc.ckpt: CUprocessState's four states, and the moves between them
  * while one is under way (reported as the state they start from). */

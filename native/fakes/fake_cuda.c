@@ -180,6 +180,8 @@ static const struct entry table[] = {
     E("cuMemUnmap", 10020, cuMemUnmap),
     E("cuMemSetAccess", 10020, cuMemSetAccess),
     E("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle),
+    E("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle),
+    E("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle),
     E("cuArrayCreate", 3020, cuArrayCreate_v2),
     E("cuArray3DCreate", 3020, cuArray3DCreate_v2),
     E("cuArrayDestroy", 2000, cuArrayDestroy),

@@ -2,7 +2,8 @@
  * fake_device.c (cuInit, CUDA_VISIBLE_DEVICES, device queries),
  * fake_context.c (contexts and their limits), fake_memory.c (linear memory,
  * arrays, the allocation records), fake_pool.c (stream-ordered pools),
- * fake_vmm.c (virtual memory management), fake_stream.c (streams),
+ * fake_vmm.c (virtual memory management, and its memory shared between
+ * processes), fake_stream.c (streams),
  * fake_graph.c (stream capture, graphs and graph memory), fake_launch.c
  * (kernels and events, with simulated kernel time), fake_copy.c (copies and
  * sets), fake_checkpoint.c (the checkpoint API, and the wait of a locked
