@@ -12,7 +12,9 @@
  *   hooks_graph.c   graph memory (instantiate, upload, launch, trim, destroy)
  *   hooks_info.c    what the process is told (cuMemGetInfo, cuDeviceTotalMem)
  *   hooks_wake.c    calls hooked only for the wake gate (copies, sets, syncs, module loads)
- *   hooks_ipc.c     CUDA IPC imports (cuIpcOpenMemHandle / cuIpcCloseMemHandle)
+ *   hooks_ipc.c     CUDA IPC imports (cuIpcOpenMemHandle / cuIpcCloseMemHandle), and the
+ *                   count of imports that names this process in the region
+ *   hooks_vmm_import.c  VMM imports (cuMemImportFromShareableHandle), held until released and unmapped
  *   capture.c       stream capture begun and ended (what may be called meanwhile) */
 #ifndef GPUSHARDS_HOOKS_H
 #define GPUSHARDS_HOOKS_H
@@ -145,7 +147,8 @@ typedef struct {
     X(CUresult, cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                              \
     X(CUresult, cuIpcOpenMemHandle, (CUdeviceptr *, CUipcMemHandle, unsigned int))                       \
     X(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int))                    \
-    X(CUresult, cuIpcCloseMemHandle, (CUdeviceptr))
+    X(CUresult, cuIpcCloseMemHandle, (CUdeviceptr))                                                      \
+    X(CUresult, cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))
 
 #define GS_DECLARE_REAL(ret, name, args) extern ret(*gs_real_##name) args;
 GS_CUDA_REAL(GS_DECLARE_REAL)
@@ -192,6 +195,17 @@ void gs_ctx_reset_process(void);
 void gs_graph_reset_process(void);
 void gs_limit_reset_process(void);
 void gs_ipc_reset_process(void);
+void gs_vmm_import_reset_process(void);
+/* hooks_ipc.c: one more import held by this process (opened = 1, counted
+ * before the driver is asked) or one fewer (0); the region names the process
+ * while the count is above zero. */
+void gs_imports_change(int opened);
+/* hooks_vmm_import.c: what hooks_vmm.c saw succeed, for handles imported
+ * from another process (each returns at once while none is held). */
+void gs_vmm_import_retained(CUmemGenericAllocationHandle handle);
+void gs_vmm_import_released(CUmemGenericAllocationHandle handle);
+void gs_vmm_import_mapped(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle handle);
+void gs_vmm_import_unmapped(CUdeviceptr ptr, size_t size);
 
 /* The hooks with no prototype in cuda.h (legacy ABI), for the table. */
 CUresult cuMemAlloc(CUdeviceptr32 *dptr, unsigned int bytesize);

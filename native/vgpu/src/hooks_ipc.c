@@ -1,5 +1,6 @@
 /* hooks_ipc.c — CUDA IPC imports: cuIpcOpenMemHandle (both symbols) and
- * cuIpcCloseMemHandle.
+ * cuIpcCloseMemHandle; and the count of every import this process holds,
+ * those of hooks_vmm_import.c (VMM shareable handles) too.
  *
  * The driver's checkpoint API locks and checkpoints a process that opened
  * another process's GPU memory but never restores it (gpushards_region.h,
@@ -23,12 +24,12 @@
 static pthread_mutex_t imports_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t imports_open; /* opened (or being opened) and not yet closed */
 
-static void imports_change(int opened)
+void gs_imports_change(int opened)
 {
     int e = pthread_mutex_lock(&imports_mu);
     if (e != 0) {
         /* A default mutex fails only on a corrupt one; the count cannot be kept. */
-        GS_ERROR("cannot take the CUDA IPC import lock: %s", strerror(e));
+        GS_ERROR("cannot take the import lock: %s", strerror(e));
         return;
     }
     uint64_t before = imports_open;
@@ -36,9 +37,9 @@ static void imports_change(int opened)
     else if (imports_open > 0) imports_open--;
     if ((before == 0) != (imports_open == 0) && gs_budget_mark_ipc_importer(imports_open != 0) != 0 && opened &&
         gs_mode == GS_MODE_COUNTING)
-        GS_WARN("this process opened a CUDA IPC import that the region cannot name");
+        GS_WARN("this process imported memory of another process that the region cannot name");
     e = pthread_mutex_unlock(&imports_mu);
-    if (e != 0) GS_ERROR("cannot release the CUDA IPC import lock: %s", strerror(e));
+    if (e != 0) GS_ERROR("cannot release the import lock: %s", strerror(e));
 }
 
 /* A fork child holds no import (CUDA does not survive fork), and another
@@ -53,9 +54,9 @@ void gs_ipc_reset_process(void)
 static CUresult open_import(CUresult (*real)(CUdeviceptr *, CUipcMemHandle, unsigned int), CUdeviceptr *pdptr,
                             CUipcMemHandle handle, unsigned int flags)
 {
-    imports_change(1);
+    gs_imports_change(1);
     CUresult r = real(pdptr, handle, flags);
-    if (r != CUDA_SUCCESS) imports_change(0);
+    if (r != CUDA_SUCCESS) gs_imports_change(0);
     return r;
 }
 
@@ -76,6 +77,6 @@ GS_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     ENTER(gs_real_cuIpcCloseMemHandle);
     CUresult r = gs_real_cuIpcCloseMemHandle(dptr);
-    if (r == CUDA_SUCCESS) imports_change(0);
+    if (r == CUDA_SUCCESS) gs_imports_change(0);
     return r;
 }

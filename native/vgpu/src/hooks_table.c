@@ -14,6 +14,7 @@ void gs_hooks_reset_process(void)
     gs_limit_reset_process();
     gs_untracked_reset();
     gs_ipc_reset_process();
+    gs_vmm_import_reset_process();
 }
 
 #define HOOK(name) {#name, (void *)name, (void **)&gs_real_##name}
@@ -108,5 +109,6 @@ const struct gs_hook gs_cuda_hooks[] = {
     HOOK(cuIpcOpenMemHandle),
     HOOK(cuIpcOpenMemHandle_v2),
     HOOK(cuIpcCloseMemHandle),
+    HOOK(cuMemImportFromShareableHandle),
 };
 const size_t gs_cuda_hook_count = sizeof gs_cuda_hooks / sizeof gs_cuda_hooks[0];

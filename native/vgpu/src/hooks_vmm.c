@@ -1,5 +1,7 @@
 /* hooks_vmm.c — virtual memory management: cuMemCreate, cuMemMap,
- * cuMemUnmap, cuMemRelease, cuMemRetainAllocationHandle. */
+ * cuMemUnmap, cuMemRelease, cuMemRetainAllocationHandle.  Handles imported
+ * from another process are not charged; what happens to them is told to
+ * hooks_vmm_import.c. */
 #include "hooks.h"
 
 /* Pages the driver backs VMM mappings with: every mapping starts on a
@@ -66,7 +68,11 @@ GS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     ENTER(gs_real_cuMemRelease);
     struct gs_entry e;
-    if (!gs_track_update(&gs_allocs, handle, GS_T_VMM, 0, &e)) return gs_real_cuMemRelease(handle);
+    if (!gs_track_update(&gs_allocs, handle, GS_T_VMM, 0, &e)) {
+        CUresult r = gs_real_cuMemRelease(handle);
+        if (r == CUDA_SUCCESS) gs_vmm_import_released(handle);
+        return r;
+    }
     /* The last reference with nothing mapped: take the entry out before the
      * driver frees it, or a racing cuMemCreate could reuse the handle value
      * while our entry still names it. */
@@ -88,6 +94,7 @@ GS_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *han
 {
     ENTER(gs_real_cuMemRetainAllocationHandle);
     CUresult r = gs_real_cuMemRetainAllocationHandle(handle, addr);
+    if (r == CUDA_SUCCESS) gs_vmm_import_retained(*handle);
     if (r == CUDA_SUCCESS && gs_counting()) {
         /* The driver hands back the same handle value with one more
          * reference, which the caller will cuMemRelease. */
@@ -102,6 +109,7 @@ GS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
 {
     ENTER(gs_real_cuMemMap);
     CUresult r = gs_real_cuMemMap(ptr, size, offset, handle, flags);
+    if (r == CUDA_SUCCESS) gs_vmm_import_mapped(ptr, size, handle);
     if (r != CUDA_SUCCESS || !gs_counting()) return r;
     /* The mapping is counted first, so a racing release of the handle
      * cannot give the memory back while it is mapped; if the mapping cannot
@@ -118,6 +126,7 @@ GS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     ENTER(gs_real_cuMemUnmap);
     CUresult r = gs_real_cuMemUnmap(ptr, size);
+    if (r == CUDA_SUCCESS) gs_vmm_import_unmapped(ptr, size);
     if (r != CUDA_SUCCESS || !gs_counting()) return r;
     /* A successful unmap covered whole mappings back to back; walk them. */
     for (CUdeviceptr a = ptr; a < ptr + size;) {
