@@ -76,20 +76,20 @@ export const REVOCATION_FILE = 'control-plane-revocation.json';
  * key, to push the account again with removed hosts' users revoked. The operator's own seed
  * (credentials/operator.nk) is needed only to re-issue everything: keep it offline.
  */
-export function buildJwtConfig(out, hostIds) {
+export async function buildJwtConfig(out, hostIds) {
   const entries = userEntries(hostIds);
   const seed = (pair) => new TextDecoder().decode(pair.getSeed());
   const operator = nkeys.createOperator();
   const signingKey = nkeys.createOperator();
   const system = nkeys.createAccount();
   const account = nkeys.createAccount();
-  const systemJwt = accountJwt(system.getPublicKey(), 'SYS', signingKey);
-  const issuedAccount = accountJwt(account.getPublicKey(), 'gpushards', signingKey);
+  const systemJwt = await accountJwt(system.getPublicKey(), 'SYS', signingKey);
+  const issuedAccount = await accountJwt(account.getPublicKey(), 'gpushards', signingKey);
   const secrets = [];
   const agentUsers = {};
   for (const { user, permissions, hostId } of entries) {
     const pair = nkeys.createUser();
-    const jwt = userJwt(pair.getPublicKey(), user, account, permissionsBlock(permissions));
+    const jwt = await userJwt(pair.getPublicKey(), user, account, permissionsBlock(permissions));
     secrets.push({ user, creds: formatCreds(jwt, seed(pair)) });
     if (hostId !== undefined) agentUsers[hostId] = pair.getPublicKey();
   }
@@ -98,14 +98,14 @@ export function buildJwtConfig(out, hostIds) {
     account: issuedAccount,
     signingKeySeed: seed(signingKey),
     systemCreds: formatCreds(
-      userJwt(systemUser.getPublicKey(), `${CONTROL_PLANE_USER}-system`, system),
+      await userJwt(systemUser.getPublicKey(), `${CONTROL_PLANE_USER}-system`, system),
       seed(systemUser),
     ),
     agentUsers,
   };
   const text =
     '# Written by deploy/nats/generate-config.mjs --auth jwt; do not edit, re-run it.\n' +
-    `operator: ${JSON.stringify(operatorJwt(operator, signingKey, system.getPublicKey()))}\n` +
+    `operator: ${JSON.stringify(await operatorJwt(operator, signingKey, system.getPublicKey()))}\n` +
     `system_account: ${JSON.stringify(system.getPublicKey())}\n` +
     '# Keeps the newest account JWT pushed to it ($SYS.REQ.CLAIMS.UPDATE): a revocation\n' +
     '# outlives a restart.\n' +
@@ -147,8 +147,8 @@ export function buildUsers(hostIds, auth = 'nkey') {
   return { text, secrets };
 }
 
-/** Writes <out>/users.conf, <out>/nats-server.conf and <out>/credentials/*; returns the paths. */
-export function writeConfig(out, hostIds, auth = 'nkey') {
+/** Writes <out>/users.conf, <out>/nats-server.conf and <out>/credentials/*; resolves to the paths. */
+export async function writeConfig(out, hostIds, auth = 'nkey') {
   if (auth === 'jwt') return writeJwtConfig(out, hostIds);
   const { text, secrets } = buildUsers(hostIds, auth);
   const credentialsDir = join(out, 'credentials');
@@ -175,8 +175,8 @@ export function writeConfig(out, hostIds, auth = 'nkey') {
   return { serverConfig, usersFile, credentials };
 }
 
-function writeJwtConfig(out, hostIds) {
-  const { text, secrets, revocation, operatorSeed } = buildJwtConfig(out, hostIds);
+async function writeJwtConfig(out, hostIds) {
+  const { text, secrets, revocation, operatorSeed } = await buildJwtConfig(out, hostIds);
   const credentialsDir = join(out, 'credentials');
   mkdirSync(credentialsDir, { recursive: true, mode: 0o700 });
   const secret = (file, content) => {
@@ -279,7 +279,7 @@ export function writeClusterConfig(out, servers, auth = 'nkey') {
   return files;
 }
 
-function main() {
+async function main() {
   const { values, positionals } = parseArgs({
     options: {
       out: { type: 'string' },
@@ -294,7 +294,7 @@ function main() {
     );
   }
   const cluster = values.cluster === undefined ? undefined : parseCluster(values.cluster);
-  const written = writeConfig(resolve(values.out), positionals, values.auth);
+  const written = await writeConfig(resolve(values.out), positionals, values.auth);
   console.log(`wrote ${written.serverConfig} and ${written.usersFile}`);
   if (cluster !== undefined) {
     const files = writeClusterConfig(resolve(values.out), cluster, values.auth);
@@ -307,7 +307,7 @@ function main() {
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   try {
-    main();
+    await main();
   } catch (error) {
     console.error(`generate-config: ${error.message}`);
     process.exit(1);

@@ -1,89 +1,34 @@
-import { createHash } from 'node:crypto';
-
+import {
+  decode,
+  encodeAccount,
+  encodeOperator,
+  encodeUser,
+  fmtCreds,
+  type Account,
+  type ClaimsData,
+  type User,
+} from '@nats-io/jwt';
 import { nkeys } from '@nats-io/transport-node';
 
 /**
  * NATS decentralised authentication (operator → account → user JWTs, signed with nkeys), as
- * much of it as GPU Shards uses: deploy/nats/generate-config.mjs --auth jwt writes an operator,
- * a system account, the gpushards account and one user per agent host; the control plane
- * re-signs the gpushards account with revocations when a host is removed (removeHost) and
- * pushes it to the servers' resolver. The encoding is nats-io/jwt v2's: header
- * {"typ":"JWT","alg":"ed25519-nkey"}, claims with `jti` (base32 of the claims' SHA-512/256),
- * `iat`, `iss`, `sub`, `name` and a `nats` object; the signature is the issuer's nkey over
- * "header.claims", all base64url. Nothing here is trusted by the server unless the chain of
- * signatures from its configured operator holds.
+ * much of it as GPU Shards uses, through nats-io's own @nats-io/jwt:
+ * deploy/nats/generate-config.mjs --auth jwt writes an operator, a system account, the
+ * gpushards account and one user per agent host; the control plane re-signs the gpushards
+ * account with revocations when a host is removed (removeHost) and pushes it to the servers'
+ * resolver. Nothing here is trusted by the server unless the chain of signatures from its
+ * configured operator holds.
  */
 
 export type NatsKeyPair = ReturnType<typeof nkeys.createUser>;
+export type NatsAccountClaims = ClaimsData<Account>;
 
-const HEADER = { typ: 'JWT', alg: 'ed25519-nkey' } as const;
 /** nats-io/jwt's NoLimit. */
 const NO_LIMIT = -1;
 
-export interface NatsJwtClaims {
-  readonly jti: string;
-  readonly iat: number;
-  readonly iss: string;
-  readonly sub: string;
-  readonly name: string;
-  readonly nats: Record<string, unknown> & { readonly type: string; readonly version: 2 };
-}
-
-const base64url = (data: Uint8Array | string) => Buffer.from(data).toString('base64url');
-
-const BASE32 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
-function base32(data: Uint8Array): string {
-  let bits = 0;
-  let value = 0;
-  let out = '';
-  for (const byte of data) {
-    value = (value << 8) | byte;
-    bits += 8;
-    while (bits >= 5) {
-      out += BASE32[(value >>> (bits - 5)) & 31];
-      bits -= 5;
-    }
-  }
-  if (bits > 0) out += BASE32[(value << (5 - bits)) & 31];
-  return out;
-}
-
-/** Signs `claims` (jti and iss filled in here) with `signer`; `iat` in seconds, default now. */
-export function encodeNatsJwt(
-  claims: Omit<NatsJwtClaims, 'jti' | 'iss' | 'iat'> & { readonly iat?: number },
-  signer: NatsKeyPair,
-): string {
-  const body = {
-    iat: claims.iat ?? Math.floor(Date.now() / 1000),
-    iss: signer.getPublicKey(),
-    name: claims.name,
-    sub: claims.sub,
-    nats: claims.nats,
-  };
-  const jti = base32(createHash('sha512-256').update(JSON.stringify(body)).digest());
-  const signed = `${base64url(JSON.stringify(HEADER))}.${base64url(JSON.stringify({ jti, ...body }))}`;
-  const signature = signer.sign(new TextEncoder().encode(signed));
-  return `${signed}.${base64url(signature)}`;
-}
-
 /** The claims of a NATS JWT whose signature its issuer made; throws otherwise. */
-export function decodeNatsJwt(jwt: string): NatsJwtClaims {
-  const parts = jwt.trim().split('.');
-  if (parts.length !== 3) throw new Error('not a JWT: expected three dot-separated parts');
-  const [header, payload, signature] = parts as [string, string, string];
-  const head = JSON.parse(Buffer.from(header, 'base64url').toString('utf8')) as { alg?: string };
-  if (head.alg !== HEADER.alg) throw new Error(`not a NATS JWT: alg ${String(head.alg)}`);
-  const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as NatsJwtClaims;
-  const issuer = nkeys.fromPublic(claims.iss);
-  if (
-    !issuer.verify(
-      new TextEncoder().encode(`${header}.${payload}`),
-      Buffer.from(signature, 'base64url'),
-    )
-  ) {
-    throw new Error(`the JWT of ${claims.sub} is not signed by its issuer ${claims.iss}`);
-  }
-  return claims;
+export function decodeNatsJwt<T = unknown>(jwt: string): ClaimsData<T> {
+  return decode<T>(jwt.trim());
 }
 
 /** The operator: the root of trust nats-server is configured with; its signing key signs accounts. */
@@ -91,52 +36,52 @@ export function operatorJwt(
   operator: NatsKeyPair,
   signingKey: NatsKeyPair,
   systemAccount: string,
-): string {
-  return encodeNatsJwt(
-    {
-      name: 'gpushards',
-      sub: operator.getPublicKey(),
-      nats: {
-        signing_keys: [signingKey.getPublicKey()],
-        system_account: systemAccount,
-        type: 'operator',
-        version: 2,
-      },
-    },
-    operator,
-  );
+): Promise<string> {
+  return encodeOperator('gpushards', operator, {
+    signing_keys: [signingKey.getPublicKey()],
+    system_account: systemAccount,
+  });
 }
 
-/** An account without limits (a zero limit would refuse every connection); `revocations` maps a user's public key to the time before which its JWTs are refused. */
+/**
+ * An account without limits (a zero limit would refuse every connection), signed by `signer`
+ * (an operator signing key); `revocations` maps a user's public key to the second before
+ * which its JWTs are refused.
+ */
 export function accountJwt(
   account: string,
   name: string,
   signer: NatsKeyPair,
   revocations: Readonly<Record<string, number>> = {},
-): string {
-  return encodeNatsJwt(
-    {
-      name,
-      sub: account,
-      nats: {
-        limits: {
-          subs: NO_LIMIT,
-          data: NO_LIMIT,
-          payload: NO_LIMIT,
-          imports: NO_LIMIT,
-          exports: NO_LIMIT,
-          wildcards: true,
-          conn: NO_LIMIT,
-          leaf: NO_LIMIT,
-        },
-        default_permissions: { pub: {}, sub: {} },
-        ...(Object.keys(revocations).length > 0 ? { revocations: { ...revocations } } : {}),
-        type: 'account',
-        version: 2,
-      },
-    },
+): Promise<string> {
+  return encodeAccount(name, account, withRevocations(unlimitedAccount(), revocations), {
     signer,
-  );
+  });
+}
+
+function unlimitedAccount(): Partial<Account> {
+  return {
+    limits: {
+      subs: NO_LIMIT,
+      data: NO_LIMIT,
+      payload: NO_LIMIT,
+      imports: NO_LIMIT,
+      exports: NO_LIMIT,
+      wildcards: true,
+      conn: NO_LIMIT,
+      leaf: NO_LIMIT,
+    },
+    default_permissions: { pub: {}, sub: {} },
+  };
+}
+
+function withRevocations(
+  account: Partial<Account>,
+  revocations: Readonly<Record<string, number>>,
+): Partial<Account> {
+  return Object.keys(revocations).length > 0
+    ? { ...account, revocations: { ...revocations } }
+    : account;
 }
 
 export interface NatsUserPermissions {
@@ -151,64 +96,35 @@ export function userJwt(
   name: string,
   account: NatsKeyPair,
   permissions?: NatsUserPermissions,
-): string {
-  return encodeNatsJwt(
-    {
-      name,
-      sub: user,
-      nats: {
-        ...(permissions?.publish?.allow ? { pub: { allow: [...permissions.publish.allow] } } : {}),
-        ...(permissions?.subscribe?.allow
-          ? { sub: { allow: [...permissions.subscribe.allow] } }
-          : {}),
-        // One reply per request, the server's default time to answer.
-        ...(permissions?.allow_responses ? { resp: { max: 1, ttl: 0 } } : {}),
-        subs: NO_LIMIT,
-        data: NO_LIMIT,
-        payload: NO_LIMIT,
-        type: 'user',
-        version: 2,
-      },
-    },
-    account,
-  );
+): Promise<string> {
+  const claims: Partial<User> = {
+    ...(permissions?.publish?.allow ? { pub: { allow: [...permissions.publish.allow] } } : {}),
+    ...(permissions?.subscribe?.allow ? { sub: { allow: [...permissions.subscribe.allow] } } : {}),
+    // One reply per request, the server's default time to answer.
+    ...(permissions?.allow_responses ? { resp: { max: 1, ttl: 0 } } : {}),
+  };
+  return encodeUser(name, user, account, claims);
 }
 
 /** A .creds file (what nats.js credsAuthenticator and the nats CLI read). */
 export function formatCreds(jwt: string, seed: string): string {
-  return (
-    '-----BEGIN NATS USER JWT-----\n' +
-    `${jwt}\n` +
-    '------END NATS USER JWT------\n\n' +
-    '************************* IMPORTANT *************************\n' +
-    'NKEY Seed printed below can be used to sign and prove identity.\n' +
-    'NKEYs are sensitive and should be treated as secrets.\n\n' +
-    '-----BEGIN USER NKEY SEED-----\n' +
-    `${seed}\n` +
-    '------END USER NKEY SEED------\n\n' +
-    '*************************************************************\n'
-  );
+  return new TextDecoder().decode(fmtCreds(jwt, nkeys.fromSeed(new TextEncoder().encode(seed))));
 }
 
 /**
  * The gpushards account as first issued, re-signed with `signer` (an operator signing key)
  * and the revocations given, newer than any earlier issue (iat now: the servers' resolver keeps
- * only a newer JWT; two in one second differ by jti).
+ * only a newer JWT; two in one second with other revocations differ by jti, a hash of the claims).
  */
 export function revokedAccountJwt(
   issued: string,
   signer: NatsKeyPair,
   revocations: Readonly<Record<string, number>>,
-): string {
-  const claims = decodeNatsJwt(issued);
+): Promise<string> {
+  const claims = decodeNatsJwt<Account>(issued);
   if (claims.nats.type !== 'account') throw new Error(`${claims.sub} is not an account JWT`);
-  const { revocations: _earlier, ...nats } = claims.nats;
-  return encodeNatsJwt(
-    {
-      name: claims.name,
-      sub: claims.sub,
-      nats: { ...nats, ...(Object.keys(revocations).length > 0 ? { revocations } : {}) },
-    },
+  const { revocations: _earlier, type: _type, version: _version, ...account } = claims.nats;
+  return encodeAccount(claims.name, claims.sub, withRevocations(account, revocations), {
     signer,
-  );
+  });
 }

@@ -174,7 +174,11 @@ for (const kind of ['postgres', 'pglite'] as const) {
 }
 
 interface ClusterGenerator {
-  writeConfig(out: string, hostIds: string[], auth: 'jwt'): { credentials: Record<string, string> };
+  writeConfig(
+    out: string,
+    hostIds: string[],
+    auth: 'jwt',
+  ): Promise<{ credentials: Record<string, string> }>;
   writeClusterConfig(
     out: string,
     servers: { name: string; host: string; port: number; routePort: number }[],
@@ -220,7 +224,7 @@ describe("a removed host's NATS credentials stop working on every server of a cl
         routePort: await freePort(),
       });
     }
-    const config = generator.writeConfig(dir, [GONE, STAYS], 'jwt');
+    const config = await generator.writeConfig(dir, [GONE, STAYS], 'jwt');
     const files = generator.writeClusterConfig(dir, servers, 'jwt');
     env = (user) =>
       Object.fromEntries(

@@ -16,7 +16,7 @@ interface GeneratedConfig {
 export type TestNatsAuth = 'nkey' | 'password' | 'jwt';
 
 interface Generator {
-  writeConfig(out: string, hostIds: string[], auth?: TestNatsAuth): GeneratedConfig;
+  writeConfig(out: string, hostIds: string[], auth?: TestNatsAuth): Promise<GeneratedConfig>;
   agentUser(hostId: string): string;
   CONTROL_PLANE_USER: string;
 }
@@ -47,7 +47,7 @@ export async function startNatsServer(
     pathToFileURL(join(REPO_ROOT, 'deploy/nats/generate-config.mjs')).href
   )) as Generator;
   const dir = mkdtempSync(join(tmpdir(), 'gpushards-nats-'));
-  const config = generator.writeConfig(dir, hostIds, auth);
+  const config = await generator.writeConfig(dir, hostIds, auth);
   const port = await freePort();
   const args = ['-c', config.serverConfig, '-a', '127.0.0.1', '-p', String(port)];
   let server = await startBackground('nats-server', args, /Server is ready/);

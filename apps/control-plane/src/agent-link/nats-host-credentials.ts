@@ -98,7 +98,7 @@ export class NatsHostCredentials implements HostCredentials {
       revocations[user] = Math.ceil(removedAt.getTime() / 1000);
     }
     const signer = nkeys.fromSeed(new TextEncoder().encode(this.settings.signingKeySeed));
-    const jwt = revokedAccountJwt(this.settings.account, signer, revocations);
+    const jwt = await revokedAccountJwt(this.settings.account, signer, revocations);
     const reply = await this.system.request(CLAIMS_UPDATE, new TextEncoder().encode(jwt), {
       timeout: UPDATE_TIMEOUT_MS,
     });
