@@ -82,6 +82,16 @@ function postmaster() {
   return undefined;
 }
 
+/**
+ * With BENCH_NODE_ARGS='--import bench/profile-window.mjs' and PROFILE_WINDOW_DIR set, starts
+ * or writes a CPU profile of this process (profile-window.mjs's SIGUSR2); else nothing.
+ */
+async function profileWindow() {
+  if (!process.env.PROFILE_WINDOW_DIR) return;
+  process.kill(process.pid, 'SIGUSR2');
+  await new Promise((resolveSoon) => setTimeout(resolveSoon, 200));
+}
+
 const nodeCpu = () => {
   const usage = process.cpuUsage();
   return (usage.user + usage.system) / 1e6;
@@ -224,6 +234,7 @@ async function runOnce(dist, database, pgPid) {
     const ms = [];
     const fromFreedMs = [];
     if (options.statements) await sql.query('SELECT pg_stat_statements_reset()');
+    await profileWindow(); // starts one, with PROFILE_WINDOW_DIR (bench/profile-window.mjs)
     const cpu0 = { node: nodeCpu(), pg: postgresCpu(pgPid) };
     const pass0 = { ...passCpu };
     for (let i = 0; i < EVENTS; i++) {
@@ -239,6 +250,7 @@ async function runOnce(dist, database, pgPid) {
       fromFreedMs.push(t1 - freedAt);
     }
     const cpu1 = { node: nodeCpu(), pg: postgresCpu(pgPid) };
+    await profileWindow(); // writes it: the latency case alone
     Object.assign(result, {
       p50: quantile(ms, 0.5),
       p99: quantile(ms, 0.99),

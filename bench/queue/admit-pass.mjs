@@ -2,7 +2,8 @@
 // 79.5 GiB reservation) and --pending shards of 40 GiB waiting behind it; one GPU is freed per
 // pass (as a freeing event does) and the pass decided, --passes times. Reports the CPU per pass
 // of admit() (the decision only: no database), for the builds given (--dists: libs/limits dist
-// folders), side by side in one process run each.
+// folders), side by side in one process run each. A build with AdmissionQueue decides through
+// it (the queue kept between passes, told what each pass placed), as the control plane does.
 //   node bench/queue/admit-pass.mjs [--dists libs/limits/dist,/tmp/before/libs/limits/dist]
 //        [--labels after,before] [--pending 10000] [--passes 300]
 import { spawnSync } from 'node:child_process';
@@ -24,7 +25,10 @@ const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 
 async function runOnce(dist) {
-  const { admit } = await import(`${dist}/index.js`);
+  const { admit, AdmissionQueue } = await import(`${dist}/index.js`);
+  // Builds with AdmissionQueue keep the queue between passes, as the control plane does: told
+  // once, then of what each pass placed.
+  const kept = AdmissionQueue === undefined ? undefined : new AdmissionQueue();
   const hosts = [];
   for (let h = 0; h < 1000; h++) {
     const id = `host-${String(h).padStart(4, '0')}`;
@@ -59,6 +63,7 @@ async function runOnce(dist) {
   const teams = [{ id: 'team', name: 'bench', guarantee: { bytes: 0 }, decayedGiBHours: 0 }];
   let fleet = hosts;
   let queue = pending;
+  kept?.reset(pending);
   const passes = Number(options.passes);
   let placed = 0;
   const cpu0 = process.cpuUsage();
@@ -74,7 +79,10 @@ async function runOnce(dist) {
             gpus: host.gpus.map((gpu, k) => (k !== g ? gpu : { ...gpu, reservedBytes: 0 })),
           },
     );
-    const plan = admit({ fleet, held: [], pending: queue, teams, now: 2_000_000 });
+    const plan =
+      kept === undefined
+        ? admit({ fleet, held: [], pending: queue, teams, now: 2_000_000 })
+        : kept.admit({ fleet, held: [], teams, now: 2_000_000 });
     placed += plan.placements.length;
     const ids = new Set(plan.placements.map((p) => p.shardId));
     // What the placement leaves: the GPU reserved again, the shard out of the queue.
@@ -92,7 +100,8 @@ async function runOnce(dist) {
             },
       );
     }
-    queue = queue.filter((s) => !ids.has(s.id));
+    if (kept === undefined) queue = queue.filter((s) => !ids.has(s.id));
+    else kept.remove(ids);
   }
   const used = process.cpuUsage(cpu0);
   return { cpuMsPerPass: (used.user + used.system) / 1000 / passes, placed, passes };
