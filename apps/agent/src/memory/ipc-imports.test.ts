@@ -30,9 +30,10 @@ describe('CUDA IPC imports in a region', () => {
     const two = ipcRefusal('s', none, live.slice(0, 2))!;
     assert.match(
       two,
-      /^shard s cannot be suspended: processes 4001 \(pid 7 in its container\), 4002 \(pid 8 in its container\) hold CUDA IPC imports/,
+      /^shard s cannot be suspended: processes 4001 \(pid 7 in its container\), 4002 \(pid 8 in its container\) hold GPU memory another process shared with it/,
     );
     assert.match(two, /cuIpcOpenMemHandle/);
+    assert.match(two, /cuMemImportFromShareableHandle/);
     assert.match(two, /To make it suspendable, close those imports/);
     const unlisted = ipcRefusal('s', { importers: [], unlisted: true }, [])!;
     assert.match(unlisted, /more than 256 of its processes used CUDA/);

@@ -1,8 +1,9 @@
 /**
- * CUDA IPC imports (docs/elastic.md, "What cannot be suspended"): the driver's checkpoint API
- * locks and checkpoints a process that opened another process's GPU memory
- * (cuIpcOpenMemHandle) and then refuses every restore of it (CUDA_ERROR_INVALID_VALUE): the
- * process would be left CHECKPOINTED with its CUDA calls hanging. libvgpu.so names each process
+ * Imported GPU memory (docs/elastic.md, "What cannot be suspended"): the driver's checkpoint API
+ * locks and checkpoints a process that opened another process's GPU memory (CUDA IPC,
+ * cuIpcOpenMemHandle; or a VMM shareable handle, cuMemImportFromShareableHandle) and then
+ * refuses every restore of it (CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_SUPPORTED): the process
+ * would be left CHECKPOINTED with its CUDA calls hanging. libvgpu.so names each process
  * that holds such an import in the shard's region (gpushards_region.h, ipc_importers); a
  * suspend of a shard with one alive is refused before anything is locked.
  */
@@ -58,24 +59,28 @@ export function ipcRefusal(
 ): string | undefined {
   const cure =
     'The shard keeps running on its GPU. To make it suspendable, close those imports ' +
-    '(cuIpcCloseMemHandle; in PyTorch, let go of the CUDA tensors other processes shared) or ' +
-    'end the processes that hold them (docs/elastic.md, "What cannot be suspended").';
+    '(cuIpcCloseMemHandle, or cuMemUnmap and cuMemRelease; in PyTorch, let go of the CUDA ' +
+    'tensors other processes shared) or end the processes that hold them (docs/elastic.md, ' +
+    '"What cannot be suspended").';
   const why =
-    'the driver cannot restore a process that holds GPU memory another process shared with it ' +
-    'over CUDA IPC (cuIpcOpenMemHandle: CUDA tensors passed between processes, NCCL between ' +
-    'ranks of one host): once checkpointed it would hang for good, so nothing was moved.';
+    'the driver cannot restore such a process once it is checkpointed: it would hang for good, ' +
+    'so nothing was moved.';
+  const what =
+    'GPU memory another process shared with it (CUDA IPC: cuIpcOpenMemHandle, CUDA tensors ' +
+    'passed between processes; or a VMM shareable handle: cuMemImportFromShareableHandle, NCCL ' +
+    'between the ranks of one host)';
   if (holding.length > 0) {
     const named = holding
       .map((process) => `${process.hostPid} (pid ${process.nsPid} in its container)`)
       .join(', ');
     const s = holding.length === 1 ? '' : 'es';
-    return `shard ${shardId} cannot be suspended: process${s} ${named} hold${holding.length === 1 ? 's' : ''} CUDA IPC imports, and ${why} ${cure}`;
+    return `shard ${shardId} cannot be suspended: process${s} ${named} hold${holding.length === 1 ? 's' : ''} ${what}, and ${why} ${cure}`;
   }
   if (imports.unlisted) {
     return (
-      `shard ${shardId} cannot be suspended: a process of its container opened a CUDA IPC ` +
-      'import while more than 256 of its processes used CUDA, past what its region can name, ' +
-      `so nothing says when that import ends until the shard restarts; ${why} ${cure}`
+      `shard ${shardId} cannot be suspended: a process of its container imported ${what} ` +
+      'while more than 256 of its processes used CUDA, past what its region can name, so ' +
+      `nothing says when that import ends until the shard restarts; ${why} ${cure}`
     );
   }
   return undefined;

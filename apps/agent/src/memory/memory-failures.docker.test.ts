@@ -193,7 +193,7 @@ describe('elastic memory: moves the driver refuses (Docker)', () => {
     assert.match(
       refused.error.message,
       new RegExp(
-        `shard f-ipc cannot be suspended: process ${importer} \\(pid ${imported!.pid} in its container\\) holds CUDA IPC imports`,
+        `shard f-ipc cannot be suspended: process ${importer} \\(pid ${imported!.pid} in its container\\) holds GPU memory another process shared with it`,
       ),
     );
     const failed = await controlPlane.waitForState('f-ipc', 'SUSPEND_FAILED', WAIT_MS, before);

@@ -225,7 +225,7 @@ describe('MemoryService', () => {
       memory.suspend('s', 'make-room'),
       (error: unknown) =>
         error instanceof NotSuspendableError &&
-        /^shard s cannot be suspended: process 51 \(pid 7 in its container\) holds CUDA IPC imports/.test(
+        /^shard s cannot be suspended: process 51 \(pid 7 in its container\) holds GPU memory another process shared with it \(CUDA IPC/.test(
           error.message,
         ) &&
         /would hang for good/.test(error.message) &&

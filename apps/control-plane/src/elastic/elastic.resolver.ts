@@ -11,7 +11,7 @@ export class ElasticResolver {
 
   @Mutation(() => Shard, {
     description:
-      "Moves a RUNNING shard's GPU memory to its host's RAM (SUSPENDING, then SUSPENDED: its GPUs are given back to placement and the queue; its processes keep running on the CPU and wait at their next GPU call). Any shard of your team, elastic or not. NOT_SUSPENDABLE when its host does not suspend or its host-RAM budget is taken. A suspend its host's agent refuses (a process of the shard holds GPU memory another process shared with it over CUDA IPC, which the driver cannot restore) or its driver fails ends as SUSPEND_FAILED: the shard RUNNING again on its GPU, the reason in memory.lastError. Already suspending or suspended: unchanged.",
+      "Moves a RUNNING shard's GPU memory to its host's RAM (SUSPENDING, then SUSPENDED: its GPUs are given back to placement and the queue; its processes keep running on the CPU and wait at their next GPU call). Any shard of your team, elastic or not. NOT_SUSPENDABLE when its host does not suspend or its host-RAM budget is taken. A suspend its host's agent refuses (a process of the shard holds GPU memory another process shared with it, over CUDA IPC or a VMM shareable handle, which the driver cannot restore) or its driver fails ends as SUSPEND_FAILED: the shard RUNNING again on its GPU, the reason in memory.lastError. Already suspending or suspended: unchanged.",
   })
   async suspendShard(@CurrentCaller() caller: Caller, @Args('id', { type: () => ID }) id: string) {
     return shardView(await this.elastic.suspend(caller, id));
