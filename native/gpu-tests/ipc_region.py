@@ -11,11 +11,14 @@ cuIpcOpenMemHandle through cuGetProcAddress). The exporter reads the region file
 and prints one JSON line per step: whether the importer's slot has its ipc_importers bit
 (gpushards_region.h), and whether the exporter's has. Expected: the importer named once it holds
 the tensor, not after it let go of it (PyTorch closes the handle once the last storage that uses
-it is freed), the exporter never. Last line: {"check": "ipc region", "ok": true|false}.
+it is freed), the exporter never. Last line: {"check": "ipc region", "ok": true|false}. With IPC_REGION_HOOK (ipc_agent.mjs sets it,
+running the exporter in a container's cgroup), each step also runs the hook and holds the agent's
+answer to it: the suspend refused exactly while the importer holds the tensor.
 """
 import gc
 import json
 import os
+import shlex
 import struct
 import subprocess
 import sys
@@ -78,6 +81,14 @@ def exporter(mib):
                 "importerNamed": view["named"][pid], "exporterNamed": view["named"][os.getpid()],
                 "unlisted": view["unlisted"], "want": want_importer}
         line["ok"] = line["importerNamed"] is want_importer and line["exporterNamed"] is False
+        hook = os.environ.get("IPC_REGION_HOOK")
+        if hook:
+            # The agent's own answer (ipc_agent.mjs): refused exactly while the importer holds it.
+            answer = subprocess.run(shlex.split(hook), capture_output=True, text=True, check=False, timeout=60)
+            verdict = json.loads(answer.stdout.strip().splitlines()[-1]) if answer.stdout.strip() else {
+                "agent": "error", "reason": answer.stderr.strip()[-300:]}
+            line.update(verdict)
+            line["ok"] = line["ok"] and (verdict["agent"] == "refused") is want_importer
         steps.append(line["ok"])
         print(json.dumps(line), flush=True)
 
