@@ -34,10 +34,13 @@ export function idempotencyKeyOf(teamId: string, key: string): string {
   return `${teamId}/${key}`;
 }
 
-/** What the batch statement did: the GPUs it took, and the shards it wrote by id. */
+/**
+ * What the batch statement did: the GPUs it took, and the shards it wrote by id, each with the
+ * id of its stored PLACED event (shard_event).
+ */
 export interface BatchWritten {
   readonly takenUuids: ReadonlySet<string>;
-  readonly shards: ReadonlyMap<string, ShardRecord>;
+  readonly shards: ReadonlyMap<string, { readonly shard: ShardRecord; readonly eventId: string }>;
 }
 
 /**
@@ -51,7 +54,9 @@ export interface BatchWritten {
  *    (`gpu_compute_fits`, the rule of libs/limits computeShareFits). The GPU rows are locked in UUID order first, the order every writer of GPU
  *    rows uses, so concurrent batches and heartbeats queue instead of deadlocking.
  * 2. Only the shards all of whose GPUs were taken are written: the shard (PLACED), its
- *    reservations and its audit event "shard.create".
+ *    reservations, its audit event "shard.create" and its stored shard event (what
+ *    recordShardEvents would write for the PLACED change, here to save the batch a statement;
+ *    ids increase in the batch's order, as recordShardEvents hands them out).
  *
  * A GPU that lacked room for the batch's sum takes nothing, so every shard on it is left out;
  * what those shards' other GPUs took must be given back (`giveBack`) before the transaction
@@ -67,7 +72,9 @@ export async function writeBatch(
   // GPUs and hosts are named by arrays of their keys, not by joins with the batch's rows: the
   // planner sizes a parameter array exactly and probes the primary keys, where it guesses
   // 100 rows for jsonb_to_recordset and then reads all 8,000 GPUs.
-  const rows = await tx.$queryRaw<(ShardRecord & { takenUuids: string[] | null })[]>`
+  const rows = await tx.$queryRaw<
+    (ShardRecord & { takenUuids: string[] | null; eventId: bigint | null })[]
+  >`
     /* prepared:write_batch */
     WITH batch AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(planned.map(batchRowOf))}::jsonb) AS b(
@@ -78,7 +85,7 @@ export async function writeBatch(
         audit_id uuid,
         actor_token_id uuid, actor_role token_role, details jsonb, priority_class text,
         requeue boolean, compute_share_permille int, compute_mode compute_mode,
-        elastic boolean)
+        elastic boolean, ord int)
     ), wanted AS (
       SELECT * FROM unnest(${uuids}::text[], ${wanted.map((gpu) => gpu.hostId)}::text[],
                            ${wanted.map((gpu) => String(gpu.bytes))}::bigint[],
@@ -130,6 +137,13 @@ export async function writeBatch(
       SELECT complete.id, chosen.uuid, complete.limit_bytes, complete.compute_share_permille,
              now()
         FROM complete CROSS JOIN LATERAL unnest(complete.gpu_uuids) AS chosen(uuid)
+    ), events AS (
+      INSERT INTO shard_event (at, shard_id, team_id, kind, previous_state, state, details)
+      SELECT inserted.created_at, inserted.id, inserted.team_id, 'STATE', NULL, 'PLACED',
+             '{}'::jsonb
+        FROM inserted JOIN complete ON complete.id = inserted.id
+       ORDER BY complete.ord
+      RETURNING id, shard_id
     ), audit AS (
       INSERT INTO audit_event (id, actor_token_id, actor_role, team_id, action, target_type,
                                target_id, details)
@@ -137,11 +151,13 @@ export async function writeBatch(
              details
         FROM complete
     )
-    SELECT (SELECT array_agg(uuid) FROM taken) AS "takenUuids", ${SHARD_COLUMNS}
-      FROM (SELECT 1) AS one LEFT JOIN inserted AS shard ON true`;
-  const shards = new Map<string, ShardRecord>();
-  for (const { takenUuids: _taken, ...shard } of rows) {
-    if (shard.id !== null) shards.set(shard.id, shard);
+    SELECT (SELECT array_agg(uuid) FROM taken) AS "takenUuids", events.id AS "eventId",
+           ${SHARD_COLUMNS}
+      FROM (SELECT 1) AS one LEFT JOIN inserted AS shard ON true
+      LEFT JOIN events ON events.shard_id = shard.id`;
+  const shards = new Map<string, { shard: ShardRecord; eventId: string }>();
+  for (const { takenUuids: _taken, eventId, ...shard } of rows) {
+    if (shard.id !== null) shards.set(shard.id, { shard, eventId: String(eventId) });
   }
   return { takenUuids: new Set(rows[0]?.takenUuids ?? []), shards };
 }
@@ -199,10 +215,17 @@ export async function giveBack(tx: RawSql, taken: ReadonlyMap<string, GpuTake>):
      WHERE gpu.uuid = back.uuid`;
 }
 
-/** A planned shard as a row of the batch's JSON (sizes as strings: they may pass 2^31). */
-function batchRowOf({ shardId, auditId, caller, teamId, request, placed }: PlannedShard) {
+/**
+ * A planned shard as a row of the batch's JSON (sizes as strings: they may pass 2^31); `ord`,
+ * its place in the batch, orders the shard events.
+ */
+function batchRowOf(
+  { shardId, auditId, caller, teamId, request, placed }: PlannedShard,
+  ord: number,
+) {
   const limit = String(placed.reservedBytesPerGpu);
   return {
+    ord,
     id: shardId,
     team_id: teamId,
     name: request.name,

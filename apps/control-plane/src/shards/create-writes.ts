@@ -52,8 +52,8 @@ export async function writePlanned(
     for (const pending of toWrite) {
       const { placed, shardId } = plans.get(pending)!.shard;
       const { permille, isolated } = computeAddedBy(pending.request);
-      const shard = written.shards.get(shardId);
-      if (shard === undefined) {
+      const write = written.shards.get(shardId);
+      if (write === undefined) {
         losers.push(pending);
         for (const uuid of placed.gpuUuids) {
           if (!written.takenUuids.has(uuid)) continue;
@@ -65,6 +65,7 @@ export async function writePlanned(
         }
         continue;
       }
+      const { shard, eventId } = write;
       verdicts.set(pending, { kind: 'placed', shard });
       for (const uuid of placed.gpuUuids) {
         const sum = added.get(uuid) ?? { bytes: 0, permille: 0, isolated: 0 };
@@ -73,7 +74,13 @@ export async function writePlanned(
         sum.isolated += isolated;
         added.set(uuid, sum);
       }
-      effects.changes.push({ shard, previousState: null, state: 'PLACED', at: shard.createdAt });
+      effects.changes.push({
+        shard,
+        previousState: null,
+        state: 'PLACED',
+        at: shard.createdAt,
+        eventId,
+      });
       const spec = launchSpecOf(shard, placed.gpuUuids);
       effects.command({ shardId, hostId: placed.hostId, command: 'launch' }, (commands) =>
         commands.launch(placed.hostId, spec),
