@@ -12,3 +12,56 @@ export async function insertHosts(sql, count, overheadBytes) {
     [String(overheadBytes), count],
   );
 }
+
+const GiB = 2 ** 30;
+const MiB = 2 ** 20;
+
+/**
+ * The queue benches' fleet: `hosts` hosts of `gpusPerHost` 80 GiB GPUs, each GPU full with one
+ * RUNNING 79 GiB shard (79.5 GiB reserved with the overhead) written as createShard writes them
+ * (shard, its reservation, the GPU's reserved bytes), and `pending` PENDING shards of 40 GiB
+ * behind them (40.5 reserved: one fits where a full shard ended), all of one team with a quota
+ * that holds them all. Resolves to the team's id.
+ */
+export async function insertFullFleetWithQueue(sql, { hosts, gpusPerHost, pending }) {
+  await insertHosts(sql, hosts, 512 * MiB);
+  await sql.query(
+    `INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes, updated_at)
+     SELECT 'GPU-' || host.id || '-' || i, host.id, i, 'NVIDIA H100 80GB HBM3', $1, 0, now()
+       FROM host, generate_series(0, $2 - 1) AS i`,
+    [String(80 * GiB), gpusPerHost],
+  );
+  const {
+    rows: [team],
+  } = await sql.query(
+    `INSERT INTO team (id, name) VALUES (gen_random_uuid(), 'bench') RETURNING id`,
+  );
+  await sql.query(
+    `INSERT INTO quota_policy (team_id, max_total_bytes, max_shards, max_bytes_per_shard, updated_at)
+     VALUES ($1, $2, 1000000, $3, now())`,
+    [team.id, String(2 ** 52), String(2 ** 45)],
+  );
+  const limit = 79 * GiB + 512 * MiB;
+  await sql.query(
+    `WITH gpus AS (SELECT uuid, host_id, row_number() OVER (ORDER BY uuid) AS n FROM gpu),
+          shards AS (
+            INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count,
+                               limit_bytes_per_gpu, state, host_id, updated_at, started_at)
+            SELECT gen_random_uuid(), $1, 'full-' || n, 'bench/worker:1', $2, 1, $3, 'RUNNING',
+                   host_id, now(), now() - (n || ' seconds')::interval
+              FROM gpus RETURNING id, name)
+     INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
+     SELECT shards.id, gpus.uuid, $3, now() FROM shards JOIN gpus ON shards.name = 'full-' || gpus.n`,
+    [team.id, String(79 * GiB), String(limit)],
+  );
+  await sql.query(`UPDATE gpu SET reserved_bytes = $1`, [String(limit)]);
+  await sql.query(
+    `INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count, limit_bytes_per_gpu,
+                        state, updated_at, queued_at)
+     SELECT gen_random_uuid(), $1, 'pending-' || n, 'bench/worker:1', $2, 1, $2, 'PENDING', now(),
+            now() + (n || ' milliseconds')::interval
+       FROM generate_series(1, $3) AS n`,
+    [team.id, String(40 * GiB), pending],
+  );
+  return team.id;
+}

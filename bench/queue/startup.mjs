@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { insertHosts } from '../fleet-rows.mjs';
+import { insertFullFleetWithQueue } from '../fleet-rows.mjs';
 import { cpuOf } from '../proc-cpu.mjs';
 
 const { values: options } = parseArgs({
@@ -29,8 +29,6 @@ const { values: options } = parseArgs({
     'profile-dir': { type: 'string' },
   },
 });
-const GiB = 2 ** 30;
-const MiB = 2 ** 20;
 const dists = options.dists.split(',').map((dist) => resolve(dist));
 const labels = options.labels?.split(',') ?? dists;
 const { startPostgres, createTestDatabase } = await import(`${dists[0]}/testing/index.js`);
@@ -39,40 +37,11 @@ async function writeFleet(url) {
   const sql = new pg.Client({ connectionString: url });
   await sql.connect();
   try {
-    await insertHosts(sql, 1000, 512 * MiB);
-    await sql.query(
-      `INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes, updated_at)
-       SELECT 'GPU-' || host.id || '-' || i, host.id, i, 'NVIDIA H100 80GB HBM3', $1, 0, now()
-         FROM host, generate_series(0, 7) AS i`,
-      [String(80 * GiB)],
-    );
-    const {
-      rows: [team],
-    } = await sql.query(
-      `INSERT INTO team (id, name) VALUES (gen_random_uuid(), 'bench') RETURNING id`,
-    );
-    const limit = 79 * GiB + 512 * MiB;
-    await sql.query(
-      `WITH gpus AS (SELECT uuid, host_id, row_number() OVER (ORDER BY uuid) AS n FROM gpu),
-            shards AS (
-              INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count,
-                                 limit_bytes_per_gpu, state, host_id, updated_at, started_at)
-              SELECT gen_random_uuid(), $1, 'full-' || n, 'bench/worker:1', $2, 1, $3, 'RUNNING',
-                     host_id, now(), now() - (n || ' seconds')::interval
-                FROM gpus RETURNING id, name)
-       INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, reserved_at)
-       SELECT shards.id, gpus.uuid, $3, now() FROM shards JOIN gpus ON shards.name = 'full-' || gpus.n`,
-      [team.id, String(79 * GiB), String(limit)],
-    );
-    await sql.query(`UPDATE gpu SET reserved_bytes = $1`, [String(limit)]);
-    await sql.query(
-      `INSERT INTO shard (id, team_id, name, image, bytes_per_gpu, gpu_count, limit_bytes_per_gpu,
-                          state, updated_at, queued_at)
-       SELECT gen_random_uuid(), $1, 'pending-' || n, 'bench/worker:1', $2, 1, $2, 'PENDING', now(),
-              now() + (n || ' milliseconds')::interval
-         FROM generate_series(1, $3) AS n`,
-      [team.id, String(40 * GiB), Number(options.pending)],
-    );
+    await insertFullFleetWithQueue(sql, {
+      hosts: 1000,
+      gpusPerHost: 8,
+      pending: Number(options.pending),
+    });
     await sql.query('ANALYZE');
   } finally {
     await sql.end();
