@@ -169,21 +169,43 @@ class SimulatedAgent {
     const shards = [];
     for (const [shardId, c] of this.containers) {
       if (!c.running) continue;
+      const usedOf = (gpu) => Math.floor(gpu.limitBytes * c.usedFraction);
       shards.push({
         shardId,
-        usedBytesPerGpu: c.spec.gpus.map((gpu) => ({
-          gpuUuid: gpu.uuid,
-          usedBytes: Math.floor(gpu.limitBytes * c.usedFraction),
-        })),
+        usedBytesPerGpu: c.spec.gpus.map((gpu) => ({ gpuUuid: gpu.uuid, usedBytes: usedOf(gpu) })),
+        // What an agent running the interposer (real bytes, NVML) and the compute ledger
+        // (busy ratio, last kernel) adds for each shard: the host fence's part of a heartbeat.
+        ...(this.options.fenceFields
+          ? {
+              realBytesPerGpu: c.spec.gpus.map((gpu) => ({
+                gpuUuid: gpu.uuid,
+                realBytes: usedOf(gpu) + (this.sequence % 2) * 2 ** 20,
+              })),
+              activityPerGpu: c.spec.gpus.map((gpu) => ({
+                gpuUuid: gpu.uuid,
+                busyRatio: c.usedFraction,
+                lastKernelSeconds: 0.5,
+              })),
+            }
+          : {}),
       });
     }
+    const gpus = this.gpuUsage();
     const message = {
       protocolVersion: PROTOCOL_VERSION,
       hostId: this.hostId,
       sentAt: new Date().toISOString(),
       sequence: this.sequence++,
-      gpus: this.gpuUsage().map(({ uuid, usedBytes }) => ({ uuid, usedBytes })),
+      gpus: gpus.map(({ uuid, usedBytes }) => ({ uuid, usedBytes })),
       shards,
+      ...(this.options.fenceFields
+        ? {
+            unattributedBytesPerGpu: gpus.map(({ uuid }) => ({
+              gpuUuid: uuid,
+              bytes: (this.sequence % 2) * 2 ** 20,
+            })),
+          }
+        : {}),
     };
     stats.heartbeats++;
     await this.faults.publish(this, 'heartbeat', message, (m) => this.link.heartbeat(m));

@@ -12,8 +12,14 @@
 //     [--create-seconds 10] [--create-rates 200] [--create-teams 1] [--lose 100]
 //     [--offline-seconds 30] [--no-fsync]
 //     [--dist apps/control-plane/dist]  (another build of the control plane, to compare)
-//     [--profile DIR]  (each control plane writes a V8 CPU profile of each create case into DIR)
-import { fork, spawn } from 'node:child_process';
+//     [--profile DIR]  (each control plane writes a V8 CPU profile of the ingest window and of
+//                       each create case into DIR)
+//     [--fence-fields]  (heartbeats carry what an agent with the interposer and the compute
+//                       ledger adds: real bytes and activity per shard and GPU, unattributed bytes
+//                       per GPU, changing every beat)
+//     [--pin-control-planes 0 --pin-others 1]  (CPU lists for taskset: the control planes on
+//                       some cores, the simulator processes, nats-server and PostgreSQL on others)
+import { fork, spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -24,7 +30,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import pg from 'pg';
-import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
+import { childrenOf, cpuOf, postgresCpu } from '../proc-cpu.mjs';
 import { quantile } from '../quantile.mjs';
 import { graphql, teamToken } from '../graphql.mjs';
 
@@ -51,6 +57,9 @@ const { values: options } = parseArgs({
     pool: { type: 'string', default: '10' },
     'no-fsync': { type: 'boolean', default: false },
     profile: { type: 'string' },
+    'pin-control-planes': { type: 'string' },
+    'pin-others': { type: 'string' },
+    'fence-fields': { type: 'boolean', default: false },
     dist: { type: 'string', default: 'apps/control-plane/dist' },
     help: { type: 'boolean', default: false },
   },
@@ -130,6 +139,24 @@ function natsPid() {
   return undefined;
 }
 
+/**
+ * Pins a running process, every thread of it, to a CPU list (--pin-*): `taskset -a -p`.
+ * Threads it starts later inherit the mask.
+ */
+function pin(pid, cpus) {
+  if (cpus === undefined || pid === undefined) return;
+  const run = spawnSync('taskset', ['-a', '-c', '-p', cpus, String(pid)], { encoding: 'utf8' });
+  if (run.status !== 0) throw new Error(`taskset -p ${cpus} ${pid}: ${run.stderr}`);
+}
+/** PostgreSQL's postmaster and its backends, nats-server: the processes beside the simulator. */
+function pinOthers() {
+  const cpus = options['pin-others'];
+  if (cpus === undefined) return;
+  pin(natsPid(), cpus);
+  pin(pm, cpus);
+  for (const pid of childrenOf(pm)) pin(pid, cpus);
+}
+
 // ---------- GraphQL ----------
 
 // ---------- processes ----------
@@ -174,6 +201,7 @@ async function startControlPlane(index) {
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  pin(child.pid, options['pin-control-planes']);
   const lines = createInterface({ input: child.stdout });
   let stderr = '';
   child.stderr.on('data', (chunk) => {
@@ -212,6 +240,7 @@ function startWorkers(hostIds) {
     const child = fork(fileURLToPath(new URL('./agents.mjs', import.meta.url)), [], {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
+    pin(child.pid, options['pin-others']);
     const worker = { child, hostIds: slice };
     child.once('exit', (code) => {
       if (code !== 0 && cleaning === undefined) {
@@ -313,6 +342,8 @@ for (const signal of ['SIGTERM', 'SIGINT']) {
 }
 try {
   for (let i = 0; i < CONTROL_PLANES; i++) controlPlanes.push(await startControlPlane(i));
+  // PostgreSQL's backends started from now on inherit the postmaster's CPU list.
+  pinOthers();
   const admin = (await readFile(join(dataDirs[0], 'admin-token'), 'utf8')).trim();
   const url = controlPlanes[0].graphqlUrl;
   /** A team with room for the whole run, and a MEMBER token of it. */
@@ -340,6 +371,7 @@ try {
           reconcileSeconds: Number(options.reconcile),
           lifeSeconds: life,
           faults: { rates: faultRates },
+          fenceFields: options['fence-fields'],
           process: p,
         },
         'started',
@@ -479,16 +511,37 @@ async function ingest() {
     nats: cpuOf(natsPid()),
     simulator: workers.reduce((s, w) => s + cpuOf(w.child.pid), 0),
   });
+  pinOthers();
   const before = { cpu: cpu(), pg: await pgCounters(), at: performance.now() };
   const heartbeatsBefore = await messageCounts();
+  toggleProfiles();
   await sleep(SECONDS * 1000);
+  toggleProfiles();
   const after = { cpu: cpu(), pg: await pgCounters(), at: performance.now() };
   const heartbeatsAfter = await messageCounts();
   const seconds = (after.at - before.at) / 1000;
   const pct = (a, b) => `${(((a - b) / seconds) * 100).toFixed(1)}%`;
+  const heartbeats = heartbeatsAfter.total - heartbeatsBefore.total;
+  /** CPU ms per heartbeat: a control plane's over the heartbeats it handled, the others' over all. */
+  const perBeat = (a, b, n) => ((a - b) * 1000) / Math.max(1, n);
   results.ingest = {
     seconds: Math.round(seconds),
-    heartbeatsPerSecond: ((heartbeatsAfter - heartbeatsBefore) / seconds).toFixed(1),
+    heartbeatsPerSecond: (heartbeats / seconds).toFixed(1),
+    heartbeatsPerSecondByControlPlane: heartbeatsAfter.byControlPlane.map((n, i) =>
+      ((n - heartbeatsBefore.byControlPlane[i]) / seconds).toFixed(1),
+    ),
+    cpuMsPerHeartbeat: {
+      controlPlanes: after.cpu.controlPlanes.map((c, i) =>
+        perBeat(
+          c,
+          before.cpu.controlPlanes[i],
+          heartbeatsAfter.byControlPlane[i] - heartbeatsBefore.byControlPlane[i],
+        ).toFixed(3),
+      ),
+      postgres: perBeat(after.cpu.postgres, before.cpu.postgres, heartbeats).toFixed(3),
+      nats: perBeat(after.cpu.nats, before.cpu.nats, heartbeats).toFixed(3),
+      simulator: perBeat(after.cpu.simulator, before.cpu.simulator, heartbeats).toFixed(3),
+    },
     controlPlaneCpu: after.cpu.controlPlanes.map((c, i) => pct(c, before.cpu.controlPlanes[i])),
     postgresCpu: pct(after.cpu.postgres, before.cpu.postgres),
     natsCpu: pct(after.cpu.nats, before.cpu.nats),
@@ -504,18 +557,20 @@ async function ingest() {
   log('heartbeat ingest', results.ingest);
 }
 
-/** Heartbeats handled by the control planes so far, from their /metrics. */
+/** Heartbeats handled by the control planes so far, from their /metrics: each one's, and all. */
 async function messageCounts() {
-  let total = 0;
+  const byControlPlane = [];
   for (const cp of controlPlanes) {
     const text = await (await fetch(cp.graphqlUrl.replace('/graphql', '/metrics'))).text();
+    let handled = 0;
     for (const m of text.matchAll(
       /gpushards_agent_messages_total\{kind="heartbeat",outcome="handled"\} (\d+)/g,
     )) {
-      total += Number(m[1]);
+      handled += Number(m[1]);
     }
+    byControlPlane.push(handled);
   }
-  return total;
+  return { byControlPlane, total: byControlPlane.reduce((sum, n) => sum + n, 0) };
 }
 
 /**

@@ -19,6 +19,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
  * become VIOLATION shard events (shardEvents) and count in gpushards_cap_violations_total; and
  * the compute fence's findings (GPU work no compute-ledger turn governed), which become
  * UNGOVERNED_COMPUTE shard events and count in gpushards_compute_fence_findings_total.
+ * A heartbeat's writes run on DirectSql (no Prisma interpreter): up to three per heartbeat.
  */
 @Injectable()
 export class FenceService {
@@ -71,7 +72,7 @@ export class FenceService {
       }
     }
     if (shardIds.length === 0) return;
-    await this.prisma.$executeRaw`
+    await this.prisma.direct.$executeRaw`
       UPDATE shard_gpu SET busy_ratio = coalesce(reported.busy, shard_gpu.busy_ratio),
                            last_kernel_at = coalesce(reported.last_kernel, shard_gpu.last_kernel_at)
         FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[], ${busy}::float8[],
@@ -96,7 +97,7 @@ export class FenceService {
       }
     }
     if (shardIds.length > 0) {
-      await this.prisma.$executeRaw`
+      await this.prisma.direct.$executeRaw`
         UPDATE shard_gpu SET real_bytes = reported.real
           FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[], ${real}::bigint[])
                AS reported(shard_id, gpu_uuid, real),
@@ -110,7 +111,7 @@ export class FenceService {
     if (heartbeat.unattributedBytesPerGpu !== undefined) {
       const byGpu = new Map(heartbeat.unattributedBytesPerGpu.map((g) => [g.gpuUuid, g.bytes]));
       const uuids = heartbeat.gpus.map((gpu) => gpu.uuid);
-      await this.prisma.$executeRaw`
+      await this.prisma.direct.$executeRaw`
         UPDATE gpu SET unattributed_bytes = reported.bytes
           FROM unnest(${uuids}::text[], ${uuids.map((uuid) => BigInt(byGpu.get(uuid) ?? 0))}::bigint[])
                AS reported(uuid, bytes)
