@@ -867,6 +867,35 @@ for (const kind of TEST_DATABASE_KINDS) {
       );
     });
 
+    it('a host the sweep cannot mark leaves it and marks the hosts after it; the next sweep marks it', async () => {
+      await fleet.registerHost(registerRequest('refuses-1', { gpus: 1 }));
+      await fleet.registerHost(registerRequest('refuses-2', { gpus: 1 }));
+      // The first of the two (the sweep goes in id order) cannot be marked: its update fails.
+      await h.prisma.$executeRawUnsafe(
+        `CREATE FUNCTION refuse_offline() RETURNS trigger LANGUAGE plpgsql
+           AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`,
+      );
+      await h.prisma.$executeRawUnsafe(
+        `CREATE TRIGGER refuse_offline BEFORE UPDATE ON host FOR EACH ROW
+           WHEN (NEW.id = 'refuses-1' AND NEW.state = 'OFFLINE') EXECUTE FUNCTION refuse_offline()`,
+      );
+      try {
+        const others = (
+          await h.prisma.host.findMany({
+            where: { id: { notIn: ['refuses-1', 'refuses-2'] }, state: { not: 'OFFLINE' } },
+          })
+        ).map((x) => x.id);
+        assert.deepEqual(await letTimePass(others), ['refuses-2']);
+        assert.equal((await host('refuses-1')).state, 'ONLINE');
+        const logged = warnings.split('\n').find((line) => line.includes('silent host OFFLINE'));
+        assert.match(logged ?? '', /"hostId":"refuses-1"/);
+      } finally {
+        await h.prisma.$executeRawUnsafe('DROP TRIGGER refuse_offline ON host');
+        await h.prisma.$executeRawUnsafe('DROP FUNCTION refuse_offline()');
+      }
+      assert.deepEqual(await sweeper.sweep(), ['refuses-1']);
+    });
+
     it('a host that comes back without its shard fails it; stopping a shard on an OFFLINE host stops it at once', async () => {
       await fleet.registerHost(registerRequest('gone-1', { gpus: 2, labels: { pool: 'gone' } }));
       const vanished = assertOk(await place('gone', '10g')).createShard;
