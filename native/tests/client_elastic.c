@@ -16,6 +16,7 @@
 
 #include "client_check.h"
 #include "client_elastic.h"
+#include "client_process.h"
 #include "cuda_subset.h"
 #include "gpushards_region.h"
 
@@ -27,37 +28,6 @@ CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
 
 static CUcontext ctx;
 
-static int begin(void)
-{
-    OK(cuInit(0));
-    CUdevice d;
-    OK(cuDeviceGet(&d, 0));
-    OK(cuDevicePrimaryCtxRetain(&ctx, d));
-    OK(cuCtxSetCurrent(ctx));
-    return 0;
-}
-
-/* Says "ready" and waits for the runner's SIGUSR1 (blocked before, so an
- * early one is kept). */
-static void ready_then_wait(const char *what)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    printf("%s\n", what);
-    fflush(stdout);
-    int sig;
-    sigwait(&set, &sig);
-}
-
-static void block_usr1(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &set, NULL);
-}
-
 static void pattern(unsigned char *b, size_t n, unsigned seed)
 {
     for (size_t i = 0; i < n; i++) b[i] = (unsigned char)((i * 2654435761u + seed) >> 7);
@@ -68,8 +38,8 @@ static void pattern(unsigned char *b, size_t n, unsigned seed)
  * call that waits while the process is locked). */
 static int s_ckpt_target(const char *bytes_text)
 {
-    block_usr1();
-    if (begin()) return 1;
+    client_block_usr1();
+    if (client_begin(&ctx)) return 1;
     size_t n = strtoull(bytes_text, NULL, 10) * MiB;
     CUdeviceptr p;
     OK(cuMemAlloc_v2(&p, n));
@@ -79,7 +49,7 @@ static int s_ckpt_target(const char *bytes_text)
     pattern(in, probe, (unsigned)getpid());
     OK(cuMemcpyHtoD_v2(p, in, probe));
     OK(cuMemcpyHtoD_v2(p + n - probe, in, probe));
-    ready_then_wait("ready");
+    client_say_then_wait("ready");
     printf("calling\n");
     fflush(stdout);
     OK(cuMemcpyDtoH_v2(out, p + n - probe, probe));
@@ -95,7 +65,7 @@ static int s_ckpt_target(const char *bytes_text)
  * on work that runs GPUSHARDS_FAKE_KERNEL_US (set long by the runner). */
 static int s_busy_sync(void)
 {
-    if (begin()) return 1;
+    if (client_begin(&ctx)) return 1;
     CUevent e;
     OK(cuEventCreate(&e, 0));
     OK(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
@@ -154,11 +124,11 @@ static CUresult wake_call(struct wake_rig *w, const char *call)
 /* Ready, then at SIGUSR1 one call ("calling" first, "done R" after). */
 static int s_wake_call(const char *call)
 {
-    block_usr1();
-    if (begin()) return 1;
+    client_block_usr1();
+    if (client_begin(&ctx)) return 1;
     struct wake_rig w;
     if (rig_up(&w)) return 1;
-    ready_then_wait("ready");
+    client_say_then_wait("ready");
     printf("calling\n");
     fflush(stdout);
     CUresult r = wake_call(&w, call);
@@ -169,7 +139,7 @@ static int s_wake_call(const char *call)
 /* Every call of wake_call once, no waiting: a resident shard's run. */
 static int s_wake_all(void)
 {
-    if (begin()) return 1;
+    if (client_begin(&ctx)) return 1;
     struct wake_rig w;
     if (rig_up(&w)) return 1;
     static const char *const calls[] = {"alloc",    "launch",      "htod",       "dtoh-async",  "memset",
@@ -285,11 +255,11 @@ static uint64_t elapsed_ms(const struct timespec *t0)
  * sooner than that, the charge rolled back. */
 static int s_pressure(const char *path, const char *expect)
 {
-    block_usr1();
-    if (begin()) return 1;
+    client_block_usr1();
+    if (client_begin(&ctx)) return 1;
     struct pressure_rig g;
     if (pressure_rig_up(path, &g)) return 1;
-    ready_then_wait("ready");
+    client_say_then_wait("ready");
     uint64_t base = region_used0();
     CHECK(base != UINT64_MAX, "no region entry for GPU 0");
     printf("calling\n");

@@ -15,6 +15,7 @@
 
 #include "client_check.h"
 #include "client_ipc.h"
+#include "client_process.h"
 #include "cuda_subset.h"
 
 /* The symbol before CUDA 11's rename, by its own name. */
@@ -24,43 +25,11 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
 typedef CUresult (*open_fn)(CUdeviceptr *, CUipcMemHandle, unsigned int);
 typedef CUresult (*close_fn)(CUdeviceptr);
 
-static int begin(void)
-{
-    CUcontext ctx;
-    CUdevice d;
-    OK(cuInit(0));
-    OK(cuDeviceGet(&d, 0));
-    OK(cuDevicePrimaryCtxRetain(&ctx, d));
-    OK(cuCtxSetCurrent(ctx));
-    return 0;
-}
-
-/* Prints what, then waits for the runner's SIGUSR1 (blocked from the start,
- * so an early one is kept). */
-static void say_then_wait(const char *what)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    printf("%s\n", what);
-    fflush(stdout);
-    int sig;
-    sigwait(&set, &sig);
-}
-
-static void block_usr1(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &set, NULL);
-}
-
 /* 64 MiB shared: "handle HEX" on stdout, then held until killed.  Its own
  * handle is refused to it, as the driver refuses it. */
 static int s_export(void)
 {
-    if (begin()) return 1;
+    if (client_begin(NULL)) return 1;
     CUdeviceptr p, self;
     OK(cuMemAlloc_v2(&p, 64u << 20));
     CUipcMemHandle h;
@@ -89,10 +58,10 @@ static int parse_handle(const char *hex, CUipcMemHandle *h)
  * "gpa" (both calls found through cuGetProcAddress_v2). */
 static int s_import(const char *hex, const char *way)
 {
-    block_usr1();
+    client_block_usr1();
     CUipcMemHandle h;
     CHECK(parse_handle(hex, &h) == 0, "not a handle: %s", hex);
-    if (begin()) return 1;
+    if (client_begin(NULL)) return 1;
     open_fn open = cuIpcOpenMemHandle_v2;
     close_fn close = cuIpcCloseMemHandle;
     if (!strcmp(way, "legacy")) open = cuIpcOpenMemHandle;
@@ -110,15 +79,15 @@ static int s_import(const char *hex, const char *way)
     CUipcMemHandle junk;
     memset(&junk, 0x5a, sizeof junk);
     CHECK(open(&bad, junk, 0) != CUDA_SUCCESS, "a junk handle was opened");
-    say_then_wait("refused");
+    client_say_then_wait("refused");
     OK(open(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     CHECK(cuMemFree_v2(p) != CUDA_SUCCESS, "an import was freed like an allocation");
-    say_then_wait("opened");
+    client_say_then_wait("opened");
     OK(close(p));
     CHECK(close(p) != CUDA_SUCCESS, "an import was closed twice");
-    say_then_wait("closed");
+    client_say_then_wait("closed");
     OK(open(&p, h, 0));
-    say_then_wait("opened again");
+    client_say_then_wait("opened again");
     return 0;
 }
 
@@ -143,7 +112,7 @@ static CUmemAllocationProp shareable(CUmemAllocationHandleType types)
  * killed.  A handle created without the type is refused export. */
 static int s_vmm_export(void)
 {
-    if (begin()) return 1;
+    if (client_begin(NULL)) return 1;
     CUmemAllocationProp plain = shareable(CU_MEM_HANDLE_TYPE_NONE), prop = shareable(POSIX_FD);
     CUmemGenericAllocationHandle h;
     int fd;
@@ -175,8 +144,8 @@ static int map_import(CUmemGenericAllocationHandle h, CUdeviceptr *va)
  * is said, then waits for the runner, which reads the region meanwhile. */
 static int s_vmm_import(const char *path, const char *way)
 {
-    block_usr1();
-    if (begin()) return 1;
+    client_block_usr1();
+    if (client_begin(NULL)) return 1;
     import_fn import = cuMemImportFromShareableHandle;
     release_fn release = cuMemRelease;
     if (!strcmp(way, "gpa")) {
@@ -193,28 +162,28 @@ static int s_vmm_import(const char *path, const char *way)
     CUmemGenericAllocationHandle h, again;
     CUdeviceptr va;
     CHECK(import(&h, (void *)(intptr_t)junk, POSIX_FD) != CUDA_SUCCESS, "a descriptor of nothing was imported");
-    say_then_wait("1 refused");
+    client_say_then_wait("1 refused");
     /* Mapped and retained (as NCCL retains before it frees): two references. */
     OK(import(&h, (void *)(intptr_t)fd, POSIX_FD));
     if (map_import(h, &va)) return 1;
     OK(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)va));
     CHECK(again == h, "the retain named another handle");
-    say_then_wait("2 imported, mapped, retained");
+    client_say_then_wait("2 imported, mapped, retained");
     OK(cuMemUnmap(va, SHARED_BYTES));
-    say_then_wait("3 unmapped, two references");
+    client_say_then_wait("3 unmapped, two references");
     OK(release(again));
-    say_then_wait("4 the retain released");
+    client_say_then_wait("4 the retain released");
     OK(release(h));
-    say_then_wait("5 the import released");
+    client_say_then_wait("5 the import released");
     /* The usual idiom: mapped and released at once, held until unmapped. */
     OK(import(&h, (void *)(intptr_t)fd, POSIX_FD));
     if (map_import(h, &va)) return 1;
     OK(release(h));
-    say_then_wait("6 mapped, then released");
+    client_say_then_wait("6 mapped, then released");
     OK(cuMemUnmap(va, SHARED_BYTES));
-    say_then_wait("7 unmapped");
+    client_say_then_wait("7 unmapped");
     OK(import(&h, (void *)(intptr_t)fd, POSIX_FD));
-    say_then_wait("8 held");
+    client_say_then_wait("8 held");
     return 0; /* a clean exit with the import held */
 }
 
@@ -222,15 +191,15 @@ static int s_vmm_import(const char *path, const char *way)
  * IMPORTED_HANDLES, 128), all released: "released all". */
 static int s_vmm_import_many(const char *path)
 {
-    block_usr1();
-    if (begin()) return 1;
+    client_block_usr1();
+    if (client_begin(NULL)) return 1;
     int fd = open(path, O_RDONLY);
     CHECK(fd >= 0, "cannot open %s", path);
     enum { MANY = 200 };
     static CUmemGenericAllocationHandle h[MANY];
     for (int i = 0; i < MANY; i++) OK(cuMemImportFromShareableHandle(&h[i], (void *)(intptr_t)fd, POSIX_FD));
     for (int i = 0; i < MANY; i++) OK(cuMemRelease(h[i]));
-    say_then_wait("released all");
+    client_say_then_wait("released all");
     return 0;
 }
 
