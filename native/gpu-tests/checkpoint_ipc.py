@@ -12,25 +12,12 @@ attempt: the driver's answers, the processes' states after, and whether the data
 """
 import json
 import os
-import subprocess
 import sys
 
 import torch
 import torch.multiprocessing as mp
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def raw(pid, op):
-    """The driver's answer, or TIMEOUT: a call that did not return within 20 s (killed)."""
-    print(json.dumps({"step": op, "pid": pid}), flush=True)
-    try:
-        out = subprocess.run([sys.executable, os.path.join(HERE, "checkpoint_raw.py"), str(pid), op],
-                             capture_output=True, text=True, check=False, timeout=20)
-    except subprocess.TimeoutExpired:
-        return "TIMEOUT"
-    words = out.stdout.split()
-    return words[-1] if words else (out.stderr.strip().splitlines() or ["no answer"])[-1][:200]
+from checkpoint_moves import attempts, round_trip
 
 
 def importer(tensors, sums, commands):
@@ -65,19 +52,9 @@ def main():
                 "importer": value == expected if kind == "sum" else value}
 
     print(json.dumps({"check": "ipc shared", "mib": mib, "pids": pids, "intact": intact()}), flush=True)
-    attempts = [("exporter alone", ["exporter"]), ("importer alone", ["importer"]),
-                ("both", ["importer", "exporter"])]
-    only = os.environ.get("IPC_ATTEMPTS")
-    for name, who in [a for a in attempts if only is None or a[0] in only.split(",")]:
-        suspend = {w: raw(pids[w], "suspend") for w in who}
-        states = {w: raw(pids[w], "state") for w in who}
-        # Back to running whatever the suspend left: restore + unlock, or unlock alone.
-        resume = {w: raw(pids[w], "resume" if states[w] == "CHECKPOINTED" else "unlock")
-                  for w in reversed(who) if states[w] in ("CHECKPOINTED", "LOCKED")}
-        after = {w: raw(pids[w], "state") for w in who}
-        print(json.dumps({"check": "ipc checkpoint", "attempt": name, "suspend": suspend,
-                          "suspendedStates": states, "resume": resume, "statesAfter": after,
-                          "intact": intact()}), flush=True)
+    for name, who in attempts("IPC_ATTEMPTS"):
+        moved = round_trip(pids, who)
+        print(json.dumps({"check": "ipc checkpoint", "attempt": name, **moved, "intact": intact()}), flush=True)
     commands.put("stop")
     child.join(timeout=30)
     if child.is_alive():

@@ -32,7 +32,8 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from checkpoint_moves import attempts, round_trip
+
 cuda = ctypes.CDLL("libcuda.so.1")
 
 
@@ -206,21 +207,27 @@ def region_importer(sock_fd, size):
         sock.sendall((json.dumps(seen) + "\n").encode())
 
 
+def share_with_importer(mib, mode):
+    """Creates MIB with a pattern, exports it and passes the descriptor to a child started in
+    `mode`; the mapping, its size, the socket to the child, its replies and the child."""
+    handle, ptr, size = create_shared(mib)
+    fd = ctypes.c_int()
+    check("cuMemExportToShareableHandle", ctypes.byref(fd), handle, POSIX_FD, ctypes.c_uint64(0))
+    mine, theirs = socket.socketpair()
+    child = subprocess.Popen([sys.executable, __file__, mode, str(theirs.fileno()), str(size)],
+                             pass_fds=[theirs.fileno()])
+    theirs.close()
+    socket.send_fds(mine, [b"fd"], [fd.value])
+    return ptr, size, mine, mine.makefile(), child
+
+
 def region_run(mib):
     """The exporter under libvgpu.so: shares MIB, walks the importer through REGION_STEPS."""
     from ipc_region import region_view
 
     region = os.environ["GPUSHARDS_REGION_PATH"]
     context()
-    handle, ptr, size = create_shared(mib)
-    fd = ctypes.c_int()
-    check("cuMemExportToShareableHandle", ctypes.byref(fd), handle, POSIX_FD, ctypes.c_uint64(0))
-    mine, theirs = socket.socketpair()
-    child = subprocess.Popen([sys.executable, __file__, "--region-importer", str(theirs.fileno()), str(size)],
-                             pass_fds=[theirs.fileno()])
-    theirs.close()
-    socket.send_fds(mine, [b"fd"], [fd.value])
-    replies = mine.makefile()
+    ptr, size, mine, replies, child = share_with_importer(mib, "--region-importer")
     importer_pid = int(replies.readline().split()[1])
     oks = []
     for name, want in REGION_STEPS:
@@ -254,30 +261,10 @@ def region_main(library, mib):
                               check=False, timeout=300).returncode
 
 
-def raw(pid, op):
-    """The driver's answer, or TIMEOUT: a call that did not return within 20 s (killed)."""
-    try:
-        out = subprocess.run([sys.executable, os.path.join(HERE, "checkpoint_raw.py"), str(pid), op],
-                             capture_output=True, text=True, check=False, timeout=20)
-    except subprocess.TimeoutExpired:
-        return "TIMEOUT"
-    words = out.stdout.split()
-    return words[-1] if words else (out.stderr.strip().splitlines() or ["no answer"])[-1][:200]
-
-
 def main():
     mib = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
     context()
-    handle, ptr, size = create_shared(mib)
-    fd = ctypes.c_int()
-    check("cuMemExportToShareableHandle", ctypes.byref(fd), handle, POSIX_FD, ctypes.c_uint64(0))
-
-    mine, theirs = socket.socketpair()
-    child = subprocess.Popen([sys.executable, __file__, "--importer", str(theirs.fileno()), str(size)],
-                             pass_fds=[theirs.fileno()])
-    theirs.close()
-    socket.send_fds(mine, [b"fd"], [fd.value])
-    replies = mine.makefile()
+    ptr, size, mine, replies, child = share_with_importer(mib, "--importer")
     pids = {"exporter": os.getpid(), "importer": int(replies.readline().split()[1])}
 
     def both_intact():
@@ -285,20 +272,10 @@ def main():
         return {"exporter": intact(ptr, size), "importer": replies.readline().strip()}
 
     print(json.dumps({"check": "vmm shared", "mib": size // 2**20, "pids": pids, "intact": both_intact()}), flush=True)
-    attempts = [("exporter alone", ["exporter"]), ("importer alone", ["importer"]),
-                ("both", ["importer", "exporter"])]
-    only = os.environ.get("VMM_ATTEMPTS")
-    for name, who in [a for a in attempts if only is None or a[0] in only.split(",")]:
-        # The exporter cannot check while it is itself suspended, and the API refuses to
-        # checkpoint the calling process: every move of it goes through checkpoint_raw.py.
-        suspend = {w: raw(pids[w], "suspend") for w in who}
-        states = {w: raw(pids[w], "state") for w in who}
-        resume = {w: raw(pids[w], "resume" if states[w] == "CHECKPOINTED" else "unlock")
-                  for w in reversed(who) if states[w] in ("CHECKPOINTED", "LOCKED")}
-        after = {w: raw(pids[w], "state") for w in who}
-        stuck = [w for w in who if after[w] != "RUNNING"]
-        print(json.dumps({"check": "vmm checkpoint", "attempt": name, "suspend": suspend,
-                          "suspendedStates": states, "resume": resume, "statesAfter": after,
+    for name, who in attempts("VMM_ATTEMPTS"):
+        moved = round_trip(pids, who)
+        stuck = [w for w in who if moved["statesAfter"][w] != "RUNNING"]
+        print(json.dumps({"check": "vmm checkpoint", "attempt": name, **moved,
                           "intact": both_intact() if not stuck else f"not checked: {stuck} not running"}),
               flush=True)
         if stuck:
