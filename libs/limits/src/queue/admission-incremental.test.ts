@@ -2,10 +2,10 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { bytes, GiB } from '../sizes.js';
-import type { Host } from '../inventory.js';
 import {
   elasticScenarioArb,
   scenarioArb,
+  withShards,
   type ElasticScenario,
 } from '../testing/queue-arbitraries.js';
 import { admit, admitWholePass, type AdmissionInput } from './admission.js';
@@ -25,29 +25,6 @@ function inputOf(
     now: s.now,
     options: s.options,
   };
-}
-
-/** The GPUs' reserved bytes with `shards` added (sign 1) or taken away (sign −1). */
-function withShards(
-  fleet: readonly Host[],
-  shards: readonly { gpuUuids: readonly string[]; reservedBytesPerGpu: number }[],
-  sign: 1 | -1,
-): Host[] {
-  const change = new Map<string, number>();
-  for (const s of shards) {
-    for (const uuid of s.gpuUuids) {
-      change.set(uuid, (change.get(uuid) ?? 0) + sign * s.reservedBytesPerGpu);
-    }
-  }
-  return fleet.map((host) => ({
-    ...host,
-    gpus: host.gpus.map((gpu) => {
-      const delta = change.get(gpu.uuid) ?? 0;
-      return delta === 0
-        ? gpu
-        : { ...gpu, reservedBytes: bytes(Math.max(0, gpu.reservedBytes + delta)) };
-    }),
-  }));
 }
 
 /**

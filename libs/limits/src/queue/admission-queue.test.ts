@@ -5,7 +5,9 @@ import { bytes, GiB } from '../sizes.js';
 import { gpuUuid, hostId, type Host } from '../inventory.js';
 import {
   elasticScenarioArb,
+  heldFrom,
   TEAM_IDS,
+  withShards,
   type ElasticScenario,
 } from '../testing/queue-arbitraries.js';
 import { admitWholePass, type AdmissionPlan } from './admission.js';
@@ -105,29 +107,6 @@ interface World {
   now: number;
 }
 
-/** The GPUs' reserved bytes with `shards` added (sign 1) or taken away (sign −1). */
-function withShards(
-  fleet: readonly Host[],
-  shards: readonly { gpuUuids: readonly string[]; reservedBytesPerGpu: number }[],
-  sign: 1 | -1,
-): Host[] {
-  const change = new Map<string, number>();
-  for (const s of shards) {
-    for (const uuid of s.gpuUuids) {
-      change.set(uuid, (change.get(uuid) ?? 0) + sign * s.reservedBytesPerGpu);
-    }
-  }
-  return fleet.map((host) => ({
-    ...host,
-    gpus: host.gpus.map((gpu) => {
-      const delta = change.get(gpu.uuid) ?? 0;
-      return delta === 0
-        ? gpu
-        : { ...gpu, reservedBytes: bytes(Math.max(0, gpu.reservedBytes + delta)) };
-    }),
-  }));
-}
-
 /** Hosts whose every GPU is (nearly) full: the queue meets a full fleet. */
 function filledFleet(fleet: readonly Host[]): Host[] {
   return fleet.map((host) => ({
@@ -187,25 +166,16 @@ function bothPasses(queue: AdmissionQueue, world: World): AdmissionPlan {
 /** The plan applied as the control plane's commit applies it; the queue told what left. */
 function applied(queue: AdmissionQueue, world: World, plan: AdmissionPlan): World {
   const all = [...world.pending, ...world.resumes];
-  const newlyHeld: HeldShard[] = plan.placements.map((p, i) => {
-    const shard = all.find((s) => s.id === p.shardId)!;
-    return {
-      id: shard.id,
-      teamId: shard.teamId,
-      hostId: p.placed.hostId,
-      gpuUuids: p.placed.gpuUuids,
-      reservedBytesPerGpu: p.placed.reservedBytesPerGpu,
-      quotaBytes: bytes(shard.request.bytesPerGpu * shard.request.gpuCount),
-      gpuModel:
-        world.fleet
-          .find((h) => h.id === p.placed.hostId)
-          ?.gpus.find((g) => g.uuid === p.placed.gpuUuids[0])?.model ?? '',
-      priorityRank: shard.priorityRank,
-      preemptible: shard.preemptible,
-      placedAt: world.now + i,
-      leaving: false,
-    };
-  });
+  const newlyHeld: HeldShard[] = plan.placements.map((p, i) =>
+    heldFrom(
+      all.find((s) => s.id === p.shardId)!,
+      p.placed,
+      world.fleet
+        .find((h) => h.id === p.placed.hostId)
+        ?.gpus.find((g) => g.uuid === p.placed.gpuUuids[0])?.model ?? '',
+      world.now + i,
+    ),
+  );
   const gone = new Set([...plan.placements.map((p) => p.shardId), ...plan.expired]);
   queue.remove(gone);
   const resumed = new Set(plan.resumes.map((r) => r.shardId));

@@ -5,7 +5,7 @@ import { bytes, GiB } from '../sizes.js';
 import { type Gpu, gpuUuid, type Host, hostId } from '../inventory.js';
 import { capacityBytes, place, type Placed, type PlacementRequest } from '../placement.js';
 import { admit, type AdmissionPlan } from './admission.js';
-import { A100, H100, scenarioArb, type Scenario } from '../testing/queue-arbitraries.js';
+import { A100, H100, heldFrom, scenarioArb, type Scenario } from '../testing/queue-arbitraries.js';
 import { guaranteeCovers, withinGuaranteeRequest } from './guarantees.js';
 import {
   compareQueued,
@@ -331,19 +331,7 @@ describe('admission properties', () => {
           for (const p of plan.placements) {
             const shard = pending.find((q) => q.id === p.shardId)!;
             const gpu = fleet.flatMap((h) => h.gpus).find((g) => g.uuid === p.placed.gpuUuids[0])!;
-            held.push({
-              id: shard.id,
-              teamId: shard.teamId,
-              hostId: p.placed.hostId,
-              gpuUuids: p.placed.gpuUuids,
-              reservedBytesPerGpu: p.placed.reservedBytesPerGpu,
-              quotaBytes: bytes(shard.request.bytesPerGpu * shard.request.gpuCount),
-              gpuModel: gpu.model,
-              priorityRank: shard.priorityRank,
-              preemptible: shard.preemptible,
-              placedAt: now,
-              leaving: false,
-            });
+            held.push(heldFrom(shard, p.placed, gpu.model, now));
           }
           const gone = new Set([...plan.expired, ...plan.placements.map((p) => p.shardId)]);
           pending = pending

@@ -6,7 +6,7 @@
 import fc from 'fast-check';
 import { bytes, GiB, MiB } from '../sizes.js';
 import { type Gpu, gpuUuid, type Host, hostId, type HostState } from '../inventory.js';
-import { place, type PlacementOptions, type PlacementRequest } from '../placement.js';
+import { place, type Placed, type PlacementOptions, type PlacementRequest } from '../placement.js';
 import type { HeldShard, PendingShard, QueueTeam, SuspendedShard } from '../queue/model.js';
 import { DEFAULT_PRIORITY_CLASSES } from '../queue/priority.js';
 
@@ -252,3 +252,48 @@ export const elasticScenarioArb: fc.Arbitrary<ElasticScenario> = fc
     });
     return { ...s, fleet, held, suspended, pending: [...s.pending, ...resumes] };
   });
+
+/** The GPUs' reserved bytes with `shards` added (sign 1) or taken away (sign −1). */
+export function withShards(
+  fleet: readonly Host[],
+  shards: readonly { gpuUuids: readonly string[]; reservedBytesPerGpu: number }[],
+  sign: 1 | -1,
+): Host[] {
+  const change = new Map<string, number>();
+  for (const s of shards) {
+    for (const uuid of s.gpuUuids) {
+      change.set(uuid, (change.get(uuid) ?? 0) + sign * s.reservedBytesPerGpu);
+    }
+  }
+  return fleet.map((host) => ({
+    ...host,
+    gpus: host.gpus.map((gpu) => {
+      const delta = change.get(gpu.uuid) ?? 0;
+      return delta === 0
+        ? gpu
+        : { ...gpu, reservedBytes: bytes(Math.max(0, gpu.reservedBytes + delta)) };
+    }),
+  }));
+}
+
+/** The shard `placement` placed, held as the control plane's commit writes it. */
+export function heldFrom(
+  shard: PendingShard,
+  placed: Placed,
+  gpuModel: string,
+  placedAt: number,
+): HeldShard {
+  return {
+    id: shard.id,
+    teamId: shard.teamId,
+    hostId: placed.hostId,
+    gpuUuids: placed.gpuUuids,
+    reservedBytesPerGpu: placed.reservedBytesPerGpu,
+    quotaBytes: bytes(shard.request.bytesPerGpu * shard.request.gpuCount),
+    gpuModel,
+    priorityRank: shard.priorityRank,
+    preemptible: shard.preemptible,
+    placedAt,
+    leaving: false,
+  };
+}
