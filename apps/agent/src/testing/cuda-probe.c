@@ -70,15 +70,22 @@ static void on_term(int signo)
     _exit(0);
 }
 
-static CUresult allocate(size_t bytes, int ordinal)
+/* The primary context of the GPU at `ordinal`, made current. */
+static CUresult current_context(int ordinal)
 {
     CUdevice device;
     CUcontext context;
-    CUdeviceptr pointer;
     CUresult r = cuInit(0);
     if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, ordinal);
     if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
     if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
+    return r;
+}
+
+static CUresult allocate(size_t bytes, int ordinal)
+{
+    CUdeviceptr pointer;
+    CUresult r = current_context(ordinal);
     if (r == CUDA_SUCCESS) r = cuMemAlloc(&pointer, bytes);
     return r;
 }
@@ -154,14 +161,9 @@ static int keep(size_t bytes, int processes)
         }
         children[k] = pid;
     }
-    CUdevice device;
-    CUcontext context;
     CUdeviceptr base = 0;
     size_t words = bytes / sizeof(uint32_t);
-    CUresult r = cuInit(0);
-    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
-    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
-    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
+    CUresult r = current_context(0);
     if (r == CUDA_SUCCESS) r = cuMemAlloc(&base, bytes);
     if (r == CUDA_SUCCESS) r = keep_write(base, words, process);
     printf("{\"kept\":%zu,\"process\":%d,\"result\":%d}\n", r == CUDA_SUCCESS ? bytes : 0, process, (int)r);
@@ -177,18 +179,6 @@ static int keep(size_t bytes, int processes)
                    (int)read);
         }
     }
-}
-
-/* The primary context of GPU 0, current. */
-static CUresult gpu0(void)
-{
-    CUdevice device;
-    CUcontext context;
-    CUresult r = cuInit(0);
-    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
-    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
-    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
-    return r;
 }
 
 static int share(size_t bytes)
@@ -215,13 +205,13 @@ static int share(size_t bytes)
             if (n <= 0) return 2;
             got += (size_t)n;
         }
-        CUresult r = gpu0();
+        CUresult r = current_context(0);
         if (r == CUDA_SUCCESS) r = cuIpcOpenMemHandle_v2(&pointer, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
         printf("{\"imported\":1,\"pid\":%d,\"result\":%d}\n", (int)getpid(), (int)r);
         for (;;) pause();
     }
     close(handoff[0]);
-    CUresult r = gpu0();
+    CUresult r = current_context(0);
     if (r == CUDA_SUCCESS) r = cuMemAlloc(&pointer, bytes);
     if (r == CUDA_SUCCESS) r = cuIpcGetMemHandle(&handle, pointer);
     if (r == CUDA_SUCCESS && write(handoff[1], &handle, sizeof handle) != (ssize_t)sizeof handle) r = CUDA_ERROR_UNKNOWN;
@@ -284,13 +274,8 @@ static int mps(const char *dir)
 
 static int launch(long n, int hold)
 {
-    CUdevice device;
-    CUcontext context;
     long done = 0;
-    CUresult r = cuInit(0);
-    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
-    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
-    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
+    CUresult r = current_context(0);
     for (; r == CUDA_SUCCESS && done < n; done++)
         r = cuLaunchKernel((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
     if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
@@ -303,12 +288,7 @@ static int launch(long n, int hold)
 
 static int stuck(void)
 {
-    CUdevice device;
-    CUcontext context;
-    CUresult r = cuInit(0);
-    if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
-    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
-    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(context);
+    CUresult r = current_context(0);
     CUevent done;
     if (r == CUDA_SUCCESS) r = cuEventCreate(&done, 0);
     if (r == CUDA_SUCCESS) r = cuLaunchKernel((CUfunction)0x1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
