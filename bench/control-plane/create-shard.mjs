@@ -29,7 +29,6 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { batchWrites } from '../batch-writes.mjs';
 import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
 
 const { values: options } = parseArgs({
@@ -185,16 +184,12 @@ async function measure(servers, db, job, label = '') {
     server: serverCpu(),
     postgres: postgresCpu(postmaster),
     statements: await statementCount(stats),
-    batch: await batchWrites(stats),
   };
   const answer = new Promise((resolveAnswer) => load.once('message', resolveAnswer));
   load.send({ urls: servers.map((s) => s.graphqlUrl), tokens, ...job });
   const result = await answer;
   if (STATEMENTS) await printStatements(stats, job, result.ms.length, label);
-  const batch = await batchWrites(stats);
   return {
-    batches: batch.batches - before.batch.batches,
-    batchWrites: batch.writes - before.batch.writes,
     ...result,
     shards,
     serverCpuMs: (serverCpu() - before.server) * 1000,
@@ -226,9 +221,6 @@ function summary(name, result) {
     'pg cpu': perRequest(result.postgresCpuMs),
     'client cpu': perRequest(result.cpuMs),
     'sql/req': result.statements / Math.max(1, result.ms.length),
-    // Batch statements per createShard batch: above 1, calls that lost their GPUs to another
-    // control plane and were written again.
-    'writes/batch': result.batchWrites / Math.max(1, result.batches),
   };
 }
 
@@ -241,7 +233,6 @@ const DIGITS = {
   'pg cpu': 2,
   'client cpu': 2,
   'sql/req': 2,
-  'writes/batch': 2,
 };
 function format(row) {
   return Object.fromEntries(

@@ -31,7 +31,6 @@ import { parseArgs } from 'node:util';
 
 import pg from 'pg';
 import { childrenOf, cpuOf, postgresCpu } from '../proc-cpu.mjs';
-import { batchWrites } from '../batch-writes.mjs';
 import { quantile } from '../quantile.mjs';
 import { graphql, teamToken } from '../graphql.mjs';
 
@@ -617,7 +616,6 @@ async function createUnderHeartbeats(tokens) {
         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
         ORDER BY total_exec_time DESC LIMIT 12`,
     );
-    const { batches, writes } = await batchWrites(stats);
     const ok = result.ms.filter((m) => m >= 0);
     const n = Math.max(1, result.ms.length);
     const perRequest = (key) => (((after.cpu[key] - before.cpu[key]) * 1000) / n).toFixed(2);
@@ -628,8 +626,7 @@ async function createUnderHeartbeats(tokens) {
       `p99 ${ms(quantile(ok, 0.99))}, max ${ms(quantile(ok, 1))}, failures ${JSON.stringify(failures)}; ` +
       `CPU ms per request: control planes ${perRequest('controlPlanes')}, PostgreSQL ${perRequest('postgres')}, ` +
       `nats-server ${perRequest('nats')}, simulator ${perRequest('simulator')}, load generator ${(result.cpuMs / n).toFixed(2)}; ` +
-      `SQL statements per request ${((after.statements - before.statements - 1) / n).toFixed(2)}; ` +
-      `batches ${batches}, batch statements ${writes} (${(writes / Math.max(1, batches)).toFixed(2)} per batch)`;
+      `SQL statements per request ${((after.statements - before.statements - 1) / n).toFixed(2)}`;
     log(line);
     console.table(
       top.map((row) => ({

@@ -11,13 +11,6 @@
  * The contract: the hosts and GPUs given to `reset` may be changed in place (reserved bytes,
  * state), but every change must be reported with `changed(hostId)` before the next `place`;
  * adding or removing hosts, or replacing a host object, takes a new `reset`.
- *
- * Spread among near-best hosts (`PlacementSpread`, createShard's path only): several control
- * planes binpacking one fleet all pick the same fullest host and lose their conditional writes
- * to each other (bench/README.md, issue #34). With a spread, the host is chosen among those
- * whose score is within `bandBytes` of the best (binpack; the spread policy's exact ties
- * only), by a hash of the host id mixed with the decider's own seed: one decider keeps filling the host its seed favours while it stays near
- * the best, and two deciders with different seeds mostly favour different hosts.
  */
 import type { Host } from './inventory.js';
 import {
@@ -28,17 +21,6 @@ import {
   type PlacementResult,
 } from './placement.js';
 import { beats, placedOn, planOf, scoreOn, type Picks, type Plan } from './placement-rules.js';
-
-/** How one decider breaks near-ties between hosts; see the file's comment. */
-export interface PlacementSpread {
-  /** The decider's own, stable for its life (32 bits are used). */
-  readonly seed: number;
-  /**
-   * Binpack: a host is a candidate when its score is within this many bytes of the best
-   * host's. The spread policy: only hosts scoring the same as the best.
-   */
-  readonly bandBytes: number;
-}
 
 /** Request shapes remembered at once; the least recently used one is forgotten first. */
 export const PLACEMENT_INDEX_SHAPES = 64;
@@ -59,9 +41,6 @@ export class PlacementIndex {
   private generations = new Uint32Array(0);
   private readonly shapes = new Map<string, Shape>();
   private readonly picks: Picks = { gpus: [], free: [], count: 0 };
-  /** Each host id's hash under `hashedSeed`, filled when a spread first asks after a reset. */
-  private seededHashes = new Uint32Array(0);
-  private hashedSeed: number | undefined;
 
   constructor(private readonly options: PlacementOptions = {}) {}
 
@@ -73,7 +52,6 @@ export class PlacementIndex {
     if (this.positions.size !== fleet.length) throw new RangeError('host ids must be unique');
     this.generations = new Uint32Array(fleet.length).fill(1);
     this.shapes.clear();
-    this.hashedSeed = undefined;
   }
 
   /** The host changed in place (reserved bytes, state, ...); unknown ids are ignored. */
@@ -84,16 +62,13 @@ export class PlacementIndex {
     this.generations[position] = (this.generations[position]! + 1) >>> 0 || 1;
   }
 
-  /**
-   * What place(request, fleet, options) answers for the fleet as it is now; with a spread, a
-   * host within its band of place()'s host (see the file's comment).
-   */
-  place(request: PlacementRequest, spread?: PlacementSpread): PlacementResult {
-    return this.tryPlace(request, spread) ?? place(request, this.hosts, this.options);
+  /** What place(request, fleet, options) answers for the fleet as it is now. */
+  place(request: PlacementRequest): PlacementResult {
+    return this.tryPlace(request) ?? place(request, this.hosts, this.options);
   }
 
   /** place() when a host can take the request; undefined, without explaining why, when none can. */
-  tryPlace(request: PlacementRequest, spread?: PlacementSpread): Placed | undefined {
+  tryPlace(request: PlacementRequest): Placed | undefined {
     const shape = this.shapeOf(request);
     const { plan, scores, scoredAt } = shape;
     const { hosts, generations } = this;
@@ -110,44 +85,7 @@ export class PlacementIndex {
       }
     }
     if (best === undefined) return undefined;
-    if (spread === undefined) return placedOn(best.host, plan, this.picks);
-    return placedOn(hosts[this.spreadPick(plan, scores, best.score, spread)]!, plan, this.picks);
-  }
-
-  /** The position of the host, among those within the band of `bestScore`, the seed favours. */
-  private spreadPick(
-    plan: Plan,
-    scores: Float64Array,
-    bestScore: number,
-    spread: PlacementSpread,
-  ): number {
-    const hashes = this.hashesFor(spread.seed);
-    // The spread policy takes the emptiest host: a band there would keep one decider filling
-    // the host its seed favours, the opposite of what was asked. Only its exact ties move.
-    const band = plan.order === 1 ? spread.bandBytes : 0;
-    let chosen = -1;
-    for (let position = 0; position < scores.length; position++) {
-      const score = scores[position]!;
-      // NaN (cannot take the shape) fails the comparison.
-      if (!(plan.order * (score - bestScore) <= band)) continue;
-      if (
-        chosen < 0 ||
-        hashes[position]! < hashes[chosen]! ||
-        (hashes[position] === hashes[chosen] && this.hosts[position]!.id < this.hosts[chosen]!.id)
-      ) {
-        chosen = position;
-      }
-    }
-    return chosen;
-  }
-
-  private hashesFor(seed: number): Uint32Array {
-    const wanted = seed >>> 0;
-    if (this.hashedSeed !== wanted) {
-      this.seededHashes = Uint32Array.from(this.hosts, (host) => seededHash(wanted, host.id));
-      this.hashedSeed = wanted;
-    }
-    return this.seededHashes;
+    return placedOn(best.host, plan, this.picks);
   }
 
   private shapeOf(request: PlacementRequest): Shape {
@@ -180,16 +118,4 @@ export class PlacementIndex {
     this.shapes.set(key, shape);
     return shape;
   }
-}
-
-/** FNV-1a over the text's code units from a seeded basis, then murmur3's finaliser. */
-function seededHash(seed: number, text: string): number {
-  let h = (0x811c9dc5 ^ seed) >>> 0;
-  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
 }

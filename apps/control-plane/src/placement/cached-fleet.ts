@@ -9,7 +9,6 @@ import {
   type HostId,
   type HostState,
   type PlacementRequest,
-  type PlacementSpread,
   type PlacementResult,
 } from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
@@ -78,8 +77,8 @@ export class CachedFleet {
   }
 
   /** place(request, hosts()), through the index: only hosts changed since are scored again. */
-  place(request: PlacementRequest, spread?: PlacementSpread): PlacementResult {
-    return this.index.place(request, spread);
+  place(request: PlacementRequest): PlacementResult {
+    return this.index.place(request);
   }
 
   /** The most GPUs any host has (whatever its state), 0 for an empty fleet. */

@@ -9,7 +9,6 @@ import type {
   Host,
   HostState,
   PlacementRequest,
-  PlacementSpread,
   PlacementResult,
 } from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
@@ -123,8 +122,8 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   /** place(request, hosts()), through the index: only hosts changed since are scored again. */
-  place(request: PlacementRequest, spread?: PlacementSpread): PlacementResult {
-    return this.fleet.place(request, spread);
+  place(request: PlacementRequest): PlacementResult {
+    return this.fleet.place(request);
   }
 
   /** The most GPUs any host has (whatever its state), 0 for an empty fleet. */

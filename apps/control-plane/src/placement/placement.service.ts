@@ -4,7 +4,6 @@ import {
   type NoFit,
   type Placed,
   type PlacementRequest,
-  type PlacementSpread,
 } from '@gpushards/limits';
 import { NoCapacityError, type HostRejection } from '../errors/domain-errors.js';
 import type { GpuCounts } from './cached-gpu.js';
@@ -59,11 +58,10 @@ export class PlacementService {
   /**
    * Where the request would go on the cached fleet (this process's held picks counted as
    * taken), or why no host can take it. Reserves nothing: a guess until the caller's
-   * conditional update makes it true. With a spread, a host near the best that the spread's
-   * seed favours (PlacementIndex).
+   * conditional update makes it true.
    */
-  place(request: PlacementRequest, spread?: PlacementSpread): Placed | NoFit {
-    return this.cache.place(request, spread);
+  place(request: PlacementRequest): Placed | NoFit {
+    return this.cache.place(request);
   }
 }
 

@@ -5,15 +5,8 @@
  * ask it (the write again for calls whose GPUs another control plane took first), and because
  * `couldEverFit` is asked by placementPreview too.
  */
-import {
-  bytes,
-  GiB,
-  place,
-  type Host,
-  type PlacementRequest,
-  type PlacementSpread,
-} from '@gpushards/limits';
-import { randomInt, randomUUID } from 'node:crypto';
+import { bytes, place, type Host, type PlacementRequest } from '@gpushards/limits';
+import { randomUUID } from 'node:crypto';
 import type { RawSql } from '../database/index.js';
 import type { GpuCounts } from '../placement/cached-gpu.js';
 import { FleetCache } from '../placement/fleet-cache.js';
@@ -22,21 +15,7 @@ import { QueueSignal } from '../placement/queue-signal.js';
 import type { Pending, Plan, Verdict } from './create-call.js';
 import { computeAddedBy } from './create-statements.js';
 
-/**
- * How far from the best host a create may land: about one call's size, so a control plane
- * keeps filling the host its seed favours while that host stays near the fullest, and two
- * control planes binpacking one fleet mostly fill different hosts instead of losing their
- * batches' conditional writes to each other (bench/README.md, issue #34).
- */
-export const CREATE_SPREAD_BAND_BYTES = 16 * GiB;
-
 export class CachedFleetPlacer {
-  /** This process's own, for its life. */
-  private readonly spread: PlacementSpread = {
-    seed: randomInt(2 ** 32),
-    bandBytes: CREATE_SPREAD_BAND_BYTES,
-  };
-
   constructor(
     private readonly placement: PlacementService,
     private readonly cache: FleetCache,
@@ -45,7 +24,7 @@ export class CachedFleetPlacer {
 
   /** Places the call on the cached fleet and holds its GPUs there, or says why it cannot. */
   plan(pending: Pending, placementRequest: PlacementRequest): Plan | Verdict {
-    const placed = this.placement.place(placementRequest, this.spread);
+    const placed = this.placement.place(placementRequest);
     if (placed.kind === 'no-fit') {
       if (!pending.fresh) return { kind: 'needs-fresh-fleet' };
       if (pending.request.queue && couldEverFit(placementRequest, this.cache.hosts())) {
