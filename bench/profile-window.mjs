@@ -2,13 +2,16 @@
 // starts a V8 CPU profile or, if one is running, writes it to $PROFILE_WINDOW_DIR as
 // <pid>-<n>.cpuprofile. A bench can so profile one case of a run instead of the whole run
 // (--cpu-prof covers start-up and every phase, which hides what a case costs).
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
 import { join } from 'node:path';
 
 const dir = process.env.PROFILE_WINDOW_DIR;
 if (!dir)
   throw new Error('profile-window.mjs: set PROFILE_WINDOW_DIR to the folder for the profiles');
+// Made here, not at the first write: a missing folder would throw inside the signal handler and
+// take the measured process down with the run's data.
+mkdirSync(dir, { recursive: true });
 
 const session = new Session();
 session.connect();
