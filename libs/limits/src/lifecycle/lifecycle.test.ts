@@ -20,6 +20,8 @@ import {
   startableStates,
   startDecision,
   INITIAL_STATES,
+  HOST_LOSS_STATES,
+  nextOnHostLoss,
   nextOnReport,
   reservationChange,
   SUSPEND_CAUSES,
@@ -201,6 +203,24 @@ describe('shard lifecycle', () => {
       if (holdsReservation(s)) assert.ok(countsAgainstQuota(s), s);
       if (isFinal(s)) assert.ok(!holdsReservation(s) && !countsAgainstQuota(s) && !shouldRun(s), s);
     }
+  });
+
+  test('a lost host: its placed, starting and running shards LOST, stopping ones STOPPED, each releasing its reservation; the others untouched', () => {
+    for (const from of SHARD_STATES) {
+      const next = nextOnHostLoss(from);
+      assert.equal(next !== undefined, (HOST_LOSS_STATES as readonly ShardState[]).includes(from));
+      if (next === undefined) continue;
+      assert.equal(next.cause, 'host-offline');
+      assert.equal(next.state, from === 'STOPPING' ? 'STOPPED' : 'LOST');
+      const check = checkTransition(from, next.state, next.cause);
+      assert.ok(check.ok, `${from} → ${next.state}`);
+      assert.equal(check.reservation, 'release', from);
+    }
+    assert.deepEqual(
+      HOST_LOSS_STATES,
+      SHARD_STATES.filter((s) => (HOST_LOSS_STATES as readonly ShardState[]).includes(s)),
+      'in lifecycle order',
+    );
   });
 
   test("an agent's report leads only to an allowed transition", () => {

@@ -288,6 +288,37 @@ export function stoppedStateOf(intent: StopIntent): NextState {
 }
 
 /**
+ * The states whose shards change when their host goes OFFLINE (nextOnHostLoss), in the order
+ * of SHARD_STATES.
+ */
+export const HOST_LOSS_STATES = [
+  'PLACED',
+  'STARTING',
+  'RUNNING',
+  'STOPPING',
+] as const satisfies readonly ShardState[];
+
+/**
+ * What a shard becomes when its host goes OFFLINE: a placed, starting or running one LOST (its
+ * container may come back with its host, which the convergence table settles then), a STOPPING
+ * one STOPPED (its stop can no longer be told; the control plane ends a reclaimed one as its
+ * stop intent says). Both release the reservation. Undefined for every other state: the shard
+ * stays as it is.
+ */
+export function nextOnHostLoss(state: ShardState): NextState | undefined {
+  switch (state) {
+    case 'PLACED':
+    case 'STARTING':
+    case 'RUNNING':
+      return { state: 'LOST', cause: 'host-offline' };
+    case 'STOPPING':
+      return { state: 'STOPPED', cause: 'host-offline' };
+    default:
+      return undefined;
+  }
+}
+
+/**
  * The state change an agent's report leads to, or undefined when it does not apply (a final
  * or queued shard, a start report for a shard already running or stopping). A STOPPING shard
  * ends as its stop intent says however its container ended. A memory report settles only the
