@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { Caller } from '../auth/caller.js';
-import type { Prisma } from '../database/index.js';
+import type { Prisma, RawSql } from '../database/index.js';
 
 export interface AuditEntry {
   /** "<target>.<verb>", e.g. "team.create", "token.revoke". */
@@ -42,5 +42,25 @@ export class AuditService {
         details: entry.details ?? {},
       },
     });
+  }
+
+  /**
+   * The control plane's own actions (no actor, as `record` with a null actor), any number in
+   * one statement: a sweep that marks a hundred hosts and their shards at once.
+   */
+  async recordOwn(tx: RawSql, entries: readonly AuditEntry[]): Promise<void> {
+    if (entries.length === 0) return;
+    const rows = entries.map((entry) => ({
+      teamId: entry.teamId,
+      action: entry.action,
+      targetType: entry.targetType,
+      targetId: entry.targetId,
+      details: entry.details ?? {},
+    }));
+    await tx.$executeRaw`
+      INSERT INTO audit_event (id, team_id, action, target_type, target_id, details)
+      SELECT gen_random_uuid(), (e->>'teamId')::uuid, e->>'action', e->>'targetType',
+             e->>'targetId', e->'details'
+        FROM jsonb_array_elements(${JSON.stringify(rows)}::jsonb) AS e`;
   }
 }

@@ -331,31 +331,6 @@ export async function newestShardIds(
   return rows.map((row) => row.id);
 }
 
-/** Hosts not OFFLINE whose last heartbeat is older than `deadline` (or never came). */
-export async function silentHostIds(sql: RawSql, deadline: Date): Promise<string[]> {
-  const rows = await sql.$queryRaw<{ id: string }[]>`
-    SELECT id FROM host
-     WHERE state <> 'OFFLINE' AND (last_heartbeat_at IS NULL OR last_heartbeat_at < ${deadline})
-     ORDER BY id`;
-  return rows.map((row) => row.id);
-}
-
-/** OFFLINE, if still silent past `deadline`; undefined when it is not (any more). */
-export async function markHostOffline(
-  tx: RawSql,
-  hostId: string,
-  deadline: Date,
-): Promise<{ previous: HostState; lastHeartbeatAt: Date | null } | undefined> {
-  const rows = await tx.$queryRaw<{ previous: HostState; lastHeartbeatAt: Date | null }[]>`
-    WITH previous AS (SELECT state FROM host WHERE id = ${hostId} FOR UPDATE)
-    UPDATE host SET state = 'OFFLINE', updated_at = now()
-     WHERE id = ${hostId} AND state <> 'OFFLINE'
-       AND (last_heartbeat_at IS NULL OR last_heartbeat_at < ${deadline})
-    RETURNING (SELECT state::text FROM previous) AS previous,
-              last_heartbeat_at AS "lastHeartbeatAt"`;
-  return rows[0];
-}
-
 /** An OFFLINE host back ONLINE (CORDONED if cordoned); undefined when it was not OFFLINE. */
 export async function reviveHost(
   tx: RawSql,

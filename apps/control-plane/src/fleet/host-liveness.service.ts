@@ -1,11 +1,25 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { converge } from '@gpushards/limits';
+import { converge, nextOnHostLoss } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
 import { PrismaService, type Prisma } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { CommitEffects, ShardLifecycle, type TransitionFields } from '../shards/shard-lifecycle.js';
+import {
+  CommitEffects,
+  ShardLifecycle,
+  type ShardMove,
+  type TransitionFields,
+} from '../shards/shard-lifecycle.js';
 import { InjectClock, type Clock } from './clock.js';
-import { lockHostShards, markHostOffline, reviveHost, silentHostIds } from './fleet-statements.js';
+import { lockHostShards, reviveHost } from './fleet-statements.js';
+import { lockShardsOfLostHosts, markHostsOffline, silentHostIds } from './host-loss-statements.js';
+
+/**
+ * How many silent hosts one transaction of the offline sweep marks: each host's row and its
+ * shards' stay locked until the commit, and a failed transaction is retried host by host.
+ */
+export const HOSTS_PER_OFFLINE_TRANSACTION = 100;
+/** A marking transaction on a saturated database may take longer than the usual 5 s. */
+const OFFLINE_TRANSACTION_TIMEOUT_MS = 30_000;
 
 /**
  * Hosts that stop and start speaking: a silent host goes OFFLINE and its shards are LOST
@@ -29,71 +43,102 @@ export class HostLivenessService {
 
   /**
    * Hosts whose last heartbeat is older than `deadline` become OFFLINE: their PLACED, STARTING
-   * and RUNNING shards LOST, STOPPING ones STOPPED, reservations released. Nothing is
-   * rescheduled elsewhere. Returns the hosts it marked.
+   * and RUNNING shards LOST, STOPPING ones STOPPED (libs/limits nextOnHostLoss), reservations
+   * released. Nothing is rescheduled elsewhere. Returns the hosts it marked.
+   *
+   * Up to HOSTS_PER_OFFLINE_TRANSACTION hosts per transaction, each a fixed handful of
+   * statements whatever the number of hosts: one host per transaction took 227 s to mark 200
+   * lost hosts of 10,000 on a busy database (bench/README.md, fleet-sim). A transaction that
+   * fails is retried host by host, so that one host that cannot be marked does not hold back
+   * the others; such a host is logged and left for the next sweep.
    */
   async markSilentHostsOffline(deadline: Date): Promise<string[]> {
+    const silent = await silentHostIds(this.prisma.direct, deadline);
     const marked: string[] = [];
-    for (const id of await silentHostIds(this.prisma, deadline)) {
-      // One host that cannot be marked (its transaction timed out on a busy database) must not
-      // leave every host after it for the next sweep: with 200 of 10,000 hosts lost at once,
-      // each such failure held back the rest by a sweep period (bench/README.md, fleet-sim).
+    for (let i = 0; i < silent.length; i += HOSTS_PER_OFFLINE_TRANSACTION) {
+      const chunk = silent.slice(i, i + HOSTS_PER_OFFLINE_TRANSACTION);
       try {
-        if (await this.markOffline(id, deadline)) marked.push(id);
+        marked.push(...(await this.markOffline(chunk, deadline)));
+        continue;
       } catch (error) {
-        this.logger.error(
-          { err: error, hostId: id },
-          'could not mark a silent host OFFLINE; the next sweep tries again',
-        );
+        if (chunk.length === 1) {
+          this.couldNotMark(chunk[0]!, error);
+          continue;
+        }
+      }
+      for (const hostId of chunk) {
+        try {
+          marked.push(...(await this.markOffline([hostId], deadline)));
+        } catch (error) {
+          this.couldNotMark(hostId, error);
+        }
       }
     }
     return marked;
   }
 
-  private async markOffline(hostId: string, deadline: Date): Promise<boolean> {
+  private couldNotMark(hostId: string, error: unknown): void {
+    this.logger.error(
+      { err: error, hostId },
+      'could not mark a silent host OFFLINE; the next sweep tries again',
+    );
+  }
+
+  /** The hosts still silent past `deadline` OFFLINE, in one transaction; returns them. */
+  private async markOffline(hostIds: readonly string[], deadline: Date): Promise<string[]> {
     const now = this.clock.now();
     const effects = new CommitEffects();
-    const marked = await this.prisma.$transaction(async (tx) => {
-      const row = await markHostOffline(tx, hostId, deadline);
-      if (row === undefined) return false;
-      const shards = await lockHostShards(tx, hostId, [
-        'PLACED',
-        'STARTING',
-        'RUNNING',
-        'STOPPING',
-      ]);
-      for (const shard of shards) {
-        const next = shard.state === 'STOPPING' ? 'STOPPED' : 'LOST';
-        await this.lifecycle.moveTo(tx, shard, next, 'host-offline', {}, effects, now);
-        await this.audit.record(tx, null, {
-          action: next === 'LOST' ? 'shard.lost' : 'shard.stop',
-          targetType: 'Shard',
-          targetId: shard.id,
-          teamId: shard.teamId,
-          details: { from: shard.state, to: next, hostId, reason: 'host offline' },
+    const lost = await this.prisma.direct.transaction(
+      async (tx) => {
+        const hosts = await markHostsOffline(tx, hostIds, deadline);
+        if (hosts.length === 0) return [];
+        const shards = await lockShardsOfLostHosts(
+          tx,
+          hosts.map((host) => host.id),
+        );
+        const moves = shards.map((shard): ShardMove => {
+          const next = nextOnHostLoss(shard.state)!;
+          return { shard, state: next.state, cause: next.cause, fields: {} };
         });
-      }
-      await this.audit.record(tx, null, {
-        action: 'host.offline',
-        targetType: 'Host',
-        targetId: hostId,
-        teamId: null,
-        details: {
-          previousState: row.previous,
-          lastHeartbeatAt: row.lastHeartbeatAt?.toISOString() ?? null,
-          shards: shards.map((shard) => shard.id),
-        },
-      });
-      effects.hostStates.push({ hostId, state: 'OFFLINE' });
-      return true;
-    });
-    if (!marked) return false;
-    this.lifecycle.afterCommit(effects);
-    this.logger.warn(
-      { hostId, lostShards: effects.changes.length },
-      'host missed its heartbeats: OFFLINE, its shards lost and released',
+        await this.lifecycle.moveMany(tx, moves, effects, now);
+        const byHost = new Map<string, string[]>(hosts.map((host) => [host.id, []]));
+        for (const { shard } of moves) byHost.get(shard.hostId!)!.push(shard.id);
+        await this.audit.recordOwn(tx, [
+          ...moves.map(({ shard, state }) => ({
+            action: state === 'LOST' ? 'shard.lost' : 'shard.stop',
+            targetType: 'Shard',
+            targetId: shard.id,
+            teamId: shard.teamId,
+            details: { from: shard.state, to: state, hostId: shard.hostId, reason: 'host offline' },
+          })),
+          ...hosts.map((host) => ({
+            action: 'host.offline',
+            targetType: 'Host',
+            targetId: host.id,
+            teamId: null,
+            details: {
+              previousState: host.previous,
+              lastHeartbeatAt: host.lastHeartbeatAt?.toISOString() ?? null,
+              shards: byHost.get(host.id)!,
+            },
+          })),
+        ]);
+        for (const host of hosts) effects.hostStates.push({ hostId: host.id, state: 'OFFLINE' });
+        return hosts.map((host) => ({
+          hostId: host.id,
+          lostShards: byHost.get(host.id)!.length,
+        }));
+      },
+      { timeout: OFFLINE_TRANSACTION_TIMEOUT_MS },
     );
-    return true;
+    this.lifecycle.afterCommit(effects);
+    for (const { hostId, lostShards } of lost) {
+      this.logger.warn(
+        { hostId, lostShards },
+        'host missed its heartbeats: OFFLINE, its shards lost and released',
+      );
+    }
+    return lost.map((host) => host.hostId);
   }
 
   /** An OFFLINE host that speaks again: back to ONLINE (or CORDONED), lost shards settled. */
