@@ -687,12 +687,22 @@ async function restart() {
   log(results.restart);
 }
 
-/** --lose hosts stop at once: time until OFFLINE and their reservations released. */
+/**
+ * --lose hosts stop at once: time until OFFLINE and their reservations released, and the CPU
+ * the marking costs: the control planes' and PostgreSQL's from the first moment a lost host can
+ * be past the offline deadline to the last host marked, less what they spent at the rate of
+ * the window from the loss to that moment (the heartbeats of the hosts still running).
+ */
 async function lose() {
   const count = Number(options.lose);
   const lost = hostIds.slice(0, count);
   const perWorker = workers.map((w) => w.hostIds.filter((h) => lost.includes(h)));
+  const cpu = () => ({
+    controlPlanes: controlPlanes.reduce((sum, cp) => sum + cpuOf(cp.child.pid), 0),
+    postgres: postgresCpu(pm),
+  });
   const t = performance.now();
+  const atLoss = cpu();
   await Promise.all(
     workers.map((w, k) =>
       perWorker[k].length > 0 ? ask(w, { type: 'lose', hostIds: perWorker[k] }, 'lost') : undefined,
@@ -707,8 +717,20 @@ async function lose() {
     );
     return rows[0].offline === count && Number(rows[0].reserved) === 0;
   };
+  // The earliest a lost host can be past the deadline: its last heartbeat came up to one
+  // interval before the loss.
+  const deadlineMs = (Number(options['offline-seconds']) - Number(options.heartbeat)) * 1000;
+  await sleep(deadlineMs - (performance.now() - t));
+  const atDeadline = cpu();
+  const tDeadline = performance.now();
   await waitFor('the lost hosts OFFLINE with nothing reserved', condition, 300_000);
-  results.lose = `${count} hosts lost at once: OFFLINE with reservations released after ${Math.round(performance.now() - t)} ms (GPUSHARDS_HOST_OFFLINE_SECONDS=${options['offline-seconds']})`;
+  const atMarked = cpu();
+  const markingMs = performance.now() - tDeadline;
+  const excessMs = (key) => {
+    const rate = (atDeadline[key] - atLoss[key]) / (tDeadline - t);
+    return Math.round((atMarked[key] - atDeadline[key] - rate * markingMs) * 1000);
+  };
+  results.lose = `${count} hosts lost at once: OFFLINE with reservations released after ${Math.round(performance.now() - t)} ms (GPUSHARDS_HOST_OFFLINE_SECONDS=${options['offline-seconds']}); from the earliest deadline to all marked ${Math.round(markingMs)} ms, CPU above the heartbeats' rate: control planes ${excessMs('controlPlanes')} ms, PostgreSQL ${excessMs('postgres')} ms`;
   log(results.lose);
   for (const hostId of lost) lostHosts.add(hostId);
 }
