@@ -5,6 +5,7 @@ export * from './quota.js';
 export * from './accounting.js';
 export * from './gpu-accounting.js';
 export * from './placement-index.js';
+export * from './room-index.js';
 export * from './lifecycle/index.js';
 export * from './queue/index.js';
 export * from './enforcement/enforcement.js';

@@ -4,6 +4,7 @@ import fc from 'fast-check';
 import { bytes, GiB } from '../sizes.js';
 import {
   elasticScenarioArb,
+  IndexedFleet,
   scenarioArb,
   withShards,
   type ElasticScenario,
@@ -30,12 +31,15 @@ function inputOf(
 /**
  * A queue behind a fleet its held shards fill, then freeing events one at a time: the plan is
  * applied (placements hold their GPUs, the rest wait), a held shard chosen by `pick` ends, and
- * the next pass is decided both ways. Each step's two plans must be equal.
+ * the next pass is decided both ways (admit() on the fleet as a fleet cache keeps it, with its
+ * RoomIndex). Each step's two plans must be equal.
  */
 function stepsAgree(start: AdmissionInput, picks: readonly number[]): void {
   let input = start;
+  const indexed = new IndexedFleet(start.fleet);
   for (const pick of picks) {
-    const fast = admit(input);
+    indexed.follow(input.fleet);
+    const fast = admit({ ...input, fleet: indexed.hosts, roomIndex: indexed.index });
     assert.deepEqual(fast, admitWholePass(input));
     const placedIds = new Set(fast.placements.map((p) => p.shardId));
     const gone = new Set([...placedIds, ...fast.expired]);

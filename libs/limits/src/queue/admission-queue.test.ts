@@ -6,6 +6,7 @@ import { gpuUuid, hostId, type Host } from '../inventory.js';
 import {
   elasticScenarioArb,
   heldFrom,
+  IndexedFleet,
   TEAM_IDS,
   withShards,
   type ElasticScenario,
@@ -28,6 +29,7 @@ type QueueEvent =
   | { kind: 'usage'; team: number; usage: number }
   | { kind: 'time'; ms: number }
   | { kind: 'inflight'; pick: number }
+  | { kind: 'host'; pick: number }
   | { kind: 'whole' };
 
 const eventArb: fc.Arbitrary<QueueEvent> = fc.oneof(
@@ -91,6 +93,7 @@ const eventArb: fc.Arbitrary<QueueEvent> = fc.oneof(
     }),
   },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('inflight' as const), pick: fc.nat() }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('host' as const), pick: fc.nat() }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'whole' as const }) },
 );
 
@@ -144,21 +147,34 @@ function worldOf(s: ElasticScenario, full: boolean, plain: boolean, plainTeams: 
   };
 }
 
-/** Both ways: the kept queue's pass and the whole pass over the same shards. */
-function bothPasses(queue: AdmissionQueue, world: World): AdmissionPlan {
+/**
+ * Both ways: the kept queue's pass, on the fleet as a fleet cache keeps it (changed in place,
+ * its RoomIndex told), and the whole pass over the same shards and the world's fleet.
+ */
+function bothPasses(queue: AdmissionQueue, world: World, indexed: IndexedFleet): AdmissionPlan {
+  indexed.follow(world.fleet);
   const common = {
-    fleet: world.fleet,
     held: world.held,
     suspended: world.suspended,
     teams: world.teams,
     now: world.now,
     options: {},
   };
-  const kept = queue.admit({ ...common, reclaimsInFlight: world.inFlight, resumes: world.resumes });
+  const kept = queue.admit({
+    ...common,
+    fleet: indexed.hosts,
+    roomIndex: indexed.index,
+    reclaimsInFlight: world.inFlight,
+    resumes: world.resumes,
+  });
   const marked = world.pending.map((shard) =>
     world.inFlight.has(shard.id) ? { ...shard, reclaimInFlight: true } : shard,
   );
-  const whole = admitWholePass({ ...common, pending: [...marked, ...world.resumes] });
+  const whole = admitWholePass({
+    ...common,
+    fleet: world.fleet,
+    pending: [...marked, ...world.resumes],
+  });
   assert.deepEqual(kept, whole);
   return kept;
 }
@@ -199,6 +215,7 @@ function pick<T>(list: readonly T[], n: number): T | undefined {
 /** One event: the world changes and the queue is told as the control plane tells it. */
 function step(
   queue: AdmissionQueue,
+  indexed: IndexedFleet,
   world: World,
   event: QueueEvent,
   plain: boolean,
@@ -206,7 +223,7 @@ function step(
 ): World {
   switch (event.kind) {
     case 'pass':
-      return applied(queue, world, bothPasses(queue, world));
+      return applied(queue, world, bothPasses(queue, world, indexed));
     case 'free': {
       const ended = pick(
         world.held.filter((s) => !s.leaving),
@@ -299,6 +316,13 @@ function step(
       else inFlight.add(shard.id);
       return { ...world, inFlight };
     }
+    case 'host': {
+      // A host cordoned, or back ONLINE.
+      const host = pick(world.fleet, event.pick);
+      if (host === undefined) return world;
+      const state = host.state === 'ONLINE' ? ('CORDONED' as const) : ('ONLINE' as const);
+      return { ...world, fleet: world.fleet.map((h) => (h === host ? { ...h, state } : h)) };
+    }
     case 'whole':
       queue.reset(world.pending);
       return world;
@@ -306,7 +330,7 @@ function step(
 }
 
 describe('AdmissionQueue: the kept queue decides as the whole pass', () => {
-  test('over random runs of events (entering, placed, cancelled, expiring, policies, usage)', () => {
+  test('over random runs of events (entering, placed, cancelled, expiring, policies, usage, hosts cordoned)', () => {
     fc.assert(
       fc.property(
         elasticScenarioArb,
@@ -318,10 +342,11 @@ describe('AdmissionQueue: the kept queue decides as the whole pass', () => {
           let world = worldOf(s, full, plain, mode === 'plain teams');
           const queue = new AdmissionQueue();
           queue.reset(world.pending);
+          const indexed = new IndexedFleet(world.fleet);
           events.forEach((event, n) => {
-            world = step(queue, world, event, plain, n);
+            world = step(queue, indexed, world, event, plain, n);
           });
-          bothPasses(queue, world);
+          bothPasses(queue, world, indexed);
           assert.equal(queue.size, world.pending.length);
         },
       ),

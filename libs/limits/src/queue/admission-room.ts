@@ -18,6 +18,7 @@ import {
   type PlacementRequest,
 } from '../placement.js';
 import { PlacementIndex } from '../placement-index.js';
+import type { RoomIndex } from '../room-index.js';
 import type { HeldShard, SuspendedShard } from './model.js';
 
 type MutableGpu = { -readonly [K in keyof Gpu]: Gpu[K] };
@@ -96,14 +97,23 @@ export class AdmissionRoom {
    *   their free bytes, since a resume needs only room on the GPU as it is (canResume), not in
    *   its ratio, which its suspended cap already counts (a GPU whose caps fill its ratio has no
    *   free bytes, yet every suspended shard there may come back).
+   * @param roomIndex an index of `fleet` (RoomIndex): only the hosts it names are looked at.
    */
   constructor(
     private readonly fleet: readonly Host[],
     smallestNeed: number,
     private readonly options: PlacementOptions,
     resumeHosts: ReadonlySet<string> = new Set(),
+    roomIndex?: Pick<RoomIndex, 'hostsThatMayFit'>,
   ) {
-    const candidates = fleet.filter(
+    // The index answers the hosts whose memory left may reach the need (a superset, in the
+    // fleet's order); a resume's host is a candidate whatever its room, so with resumes every
+    // host is looked at.
+    const scanned =
+      roomIndex !== undefined && resumeHosts.size === 0
+        ? roomIndex.hostsThatMayFit(smallestNeed)
+        : fleet;
+    const candidates = scanned.filter(
       (host) =>
         host.state === 'ONLINE' &&
         (resumeHosts.has(host.id) ||

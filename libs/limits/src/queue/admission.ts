@@ -46,6 +46,7 @@ import {
 import { quotaBytesOf } from '../quota.js';
 import type { Bytes } from '../sizes.js';
 import type { Host } from '../inventory.js';
+import type { RoomIndex } from '../room-index.js';
 import { AdmissionRoom, promisedRoom, withoutVictims } from './admission-room.js';
 import {
   chooseIdleOn,
@@ -95,6 +96,12 @@ export interface AdmissionInput {
   readonly teams: readonly QueueTeam[];
   readonly now: number;
   readonly options?: PlacementOptions;
+  /**
+   * An index of `fleet` (its very host objects, told of every change since: RoomIndex's
+   * contract) that says which hosts may have room: the pass starts from those instead of
+   * looking at every GPU. Absent: it looks at every GPU. admitWholePass never asks it.
+   */
+  readonly roomIndex?: Pick<RoomIndex, 'hostsThatMayFit'>;
 }
 
 export type WaitReason =
@@ -325,7 +332,13 @@ function openPass(
     teams,
     held,
     options,
-    room: new AdmissionRoom(fleet, needs.smallest(), options, queue.resumeHosts),
+    room: new AdmissionRoom(
+      fleet,
+      needs.smallest(),
+      options,
+      queue.resumeHosts,
+      whole ? undefined : input.roomIndex,
+    ),
     needs,
     full: false,
     holdings,

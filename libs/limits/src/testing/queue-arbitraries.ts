@@ -7,6 +7,7 @@ import fc from 'fast-check';
 import { bytes, GiB, MiB } from '../sizes.js';
 import { type Gpu, gpuUuid, type Host, hostId, type HostState } from '../inventory.js';
 import { place, type Placed, type PlacementOptions, type PlacementRequest } from '../placement.js';
+import { RoomIndex } from '../room-index.js';
 import type { HeldShard, PendingShard, QueueTeam, SuspendedShard } from '../queue/model.js';
 import { DEFAULT_PRIORITY_CLASSES } from '../queue/priority.js';
 
@@ -296,4 +297,36 @@ export function heldFrom(
     placedAt,
     leaving: false,
   };
+}
+
+/**
+ * A fleet as the control plane's fleet cache holds it for a RoomIndex: one set of host and GPU
+ * objects, changed in place as the world's fleet changes (`follow`), the index told of each
+ * host that changed.
+ */
+export class IndexedFleet {
+  readonly hosts: Host[];
+  readonly index = new RoomIndex();
+
+  constructor(fleet: readonly Host[]) {
+    this.hosts = fleet.map((host) => ({ ...host, gpus: host.gpus.map((gpu) => ({ ...gpu })) }));
+    this.index.reset(this.hosts);
+  }
+
+  /** Takes the world's fleet (the same hosts and GPUs, in the same order) in place. */
+  follow(fleet: readonly Host[]): void {
+    fleet.forEach((host, i) => {
+      const own = this.hosts[i] as { -readonly [K in keyof Host]: Host[K] };
+      if (own.id !== host.id) throw new Error(`host ${host.id} is not ${own.id}`);
+      let changed = own.state !== host.state;
+      own.state = host.state;
+      const gpus = own.gpus as Gpu[];
+      host.gpus.forEach((gpu, g) => {
+        if (JSON.stringify(gpus[g]) === JSON.stringify(gpu)) return;
+        changed = true;
+        gpus[g] = { ...gpu };
+      });
+      if (changed) this.index.changed(host.id);
+    });
+  }
 }
