@@ -51,8 +51,18 @@ const { values: options } = parseArgs({
     'no-fsync': { type: 'boolean', default: false },
     // The SQL statements per freeing event (pg_stat_statements), the most frequent listed.
     statements: { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
   },
 });
+if (options.help) {
+  // This file's opening comment is its usage.
+  const source = readFileSync(fileURLToPath(import.meta.url), 'utf8');
+  const usage = source.slice(0, source.indexOf('\nimport ')).replace(/^\/\/ ?/gm, '');
+  process.stdout.write(
+    `${usage}\n  --statements: also the SQL statements per freeing event (pg_stat_statements)\n`,
+  );
+  process.exit(0);
+}
 const HOSTS = 1000;
 const GPUS_PER_HOST = 8;
 const PENDING = Number(options.pending);

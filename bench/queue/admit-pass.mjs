@@ -3,7 +3,10 @@
 // pass (as a freeing event does) and the pass decided, --passes times. Reports the CPU per pass
 // of admit() (the decision only: no database), for the builds given (--dists: libs/limits dist
 // folders), side by side in one process run each. A build with AdmissionQueue decides through
-// it (the queue kept between passes, told what each pass placed), as the control plane does.
+// it (the queue kept between passes, told what each pass placed), as the control plane does;
+// one with RoomIndex is given one over the fleet, told of each host that changed, as the
+// control plane's fleet cache does. The fleet's hosts are changed in place (as in that cache)
+// and only the admit() calls are timed.
 //   node bench/queue/admit-pass.mjs [--dists libs/limits/dist,/tmp/before/libs/limits/dist]
 //        [--labels after,before] [--pending 10000] [--passes 300]
 import { spawnSync } from 'node:child_process';
@@ -25,7 +28,7 @@ const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 
 async function runOnce(dist) {
-  const { admit, AdmissionQueue } = await import(`${dist}/index.js`);
+  const { admit, AdmissionQueue, RoomIndex } = await import(`${dist}/index.js`);
   // Builds with AdmissionQueue keep the queue between passes, as the control plane does: told
   // once, then of what each pass placed.
   const kept = AdmissionQueue === undefined ? undefined : new AdmissionQueue();
@@ -61,50 +64,50 @@ async function runOnce(dist) {
     arrivedAt: 1_000_000 + n,
   }));
   const teams = [{ id: 'team', name: 'bench', guarantee: { bytes: 0 }, decayedGiBHours: 0 }];
-  let fleet = hosts;
+  const fleet = hosts;
+  const byId = new Map(hosts.map((host) => [host.id, host]));
+  const roomIndex = RoomIndex === undefined ? undefined : new RoomIndex();
+  roomIndex?.reset(fleet);
   let queue = pending;
   kept?.reset(pending);
   const passes = Number(options.passes);
   let placed = 0;
-  const cpu0 = process.cpuUsage();
+  let cpuMicros = 0;
   for (let i = 0; i < passes; i++) {
     // A freeing event: the i-th GPU's shard ended.
-    const h = Math.floor(i / 8) % hosts.length;
+    const host = hosts[Math.floor(i / 8) % hosts.length];
     const g = i % 8;
-    fleet = fleet.map((host, j) =>
-      j !== h
-        ? host
-        : {
-            ...host,
-            gpus: host.gpus.map((gpu, k) => (k !== g ? gpu : { ...gpu, reservedBytes: 0 })),
-          },
-    );
+    host.gpus[g] = { ...host.gpus[g], reservedBytes: 0 };
+    roomIndex?.changed(host.id);
+    const cpu0 = process.cpuUsage();
     const plan =
       kept === undefined
         ? admit({ fleet, held: [], pending: queue, teams, now: 2_000_000 })
-        : kept.admit({ fleet, held: [], teams, now: 2_000_000 });
+        : kept.admit({
+            fleet,
+            held: [],
+            teams,
+            now: 2_000_000,
+            ...(roomIndex === undefined ? {} : { roomIndex }),
+          });
+    const used = process.cpuUsage(cpu0);
+    cpuMicros += used.user + used.system;
     placed += plan.placements.length;
     const ids = new Set(plan.placements.map((p) => p.shardId));
     // What the placement leaves: the GPU reserved again, the shard out of the queue.
     for (const p of plan.placements) {
-      fleet = fleet.map((host) =>
-        host.id !== p.placed.hostId
-          ? host
-          : {
-              ...host,
-              gpus: host.gpus.map((gpu) =>
-                p.placed.gpuUuids.includes(gpu.uuid)
-                  ? { ...gpu, reservedBytes: gpu.reservedBytes + p.placed.reservedBytesPerGpu }
-                  : gpu,
-              ),
-            },
+      const on = byId.get(p.placed.hostId);
+      on.gpus = on.gpus.map((gpu) =>
+        p.placed.gpuUuids.includes(gpu.uuid)
+          ? { ...gpu, reservedBytes: gpu.reservedBytes + p.placed.reservedBytesPerGpu }
+          : gpu,
       );
+      roomIndex?.changed(on.id);
     }
     if (kept === undefined) queue = queue.filter((s) => !ids.has(s.id));
     else kept.remove(ids);
   }
-  const used = process.cpuUsage(cpu0);
-  return { cpuMsPerPass: (used.user + used.system) / 1000 / passes, placed, passes };
+  return { cpuMsPerPass: cpuMicros / 1000 / passes, placed, passes };
 }
 
 if (options['run-dist'] !== undefined) {

@@ -3,6 +3,7 @@ import {
   hostId as toHostId,
   matchesGpuModel,
   PlacementIndex,
+  RoomIndex,
   type Bytes,
   type GpuModelFilter,
   type Host,
@@ -60,6 +61,8 @@ export class CachedFleet {
   private hostList: CachedHost[] = [];
   /** Remembers each host's placement score; told of every change made here to hostList. */
   private readonly index = new PlacementIndex();
+  /** Which hosts have room (the admission pass's candidates); told as `index` is. */
+  private readonly room = new RoomIndex();
   private readonly hostsById = new Map<string, CachedHost>();
   private readonly gpusByUuid = new Map<string, CachedGpu>();
   private models: readonly string[] = [];
@@ -79,6 +82,11 @@ export class CachedFleet {
   /** place(request, hosts()), through the index: only hosts changed since are scored again. */
   place(request: PlacementRequest): PlacementResult {
     return this.index.place(request);
+  }
+
+  /** An index of hosts() by the room their GPUs have left (admit()'s `roomIndex`). */
+  roomIndex(): Pick<RoomIndex, 'hostsThatMayFit'> {
+    return this.room;
   }
 
   /** The most GPUs any host has (whatever its state), 0 for an empty fleet. */
@@ -146,7 +154,7 @@ export class CachedFleet {
     const host = this.hostsById.get(id);
     if (host === undefined) return;
     host.state = state;
-    this.index.changed(host.id);
+    this.changed(host.id);
   }
 
   /** The whole fleet, from rows read at `startedAt` (performance.now()). */
@@ -209,7 +217,7 @@ export class CachedFleet {
       if (unownedRead !== gpu.unownedBytes) {
         if (unownedRead < gpu.unownedBytes) freed = true;
         gpu.unownedBytes = bytes(unownedRead);
-        this.index.changed(gpu.hostId);
+        this.changed(gpu.hostId);
       }
       if (gpu.localAt > startedAt) continue;
       const read = {
@@ -247,7 +255,7 @@ export class CachedFleet {
       );
     if (!same) return false;
     host.state = row.state;
-    this.index.changed(host.id);
+    this.changed(host.id);
     for (const gpu of gpus) {
       const cached = this.gpusByUuid.get(gpu.uuid)!;
       cached.isolatedPoolPermille = gpu.isolatedPoolPermille;
@@ -259,8 +267,14 @@ export class CachedFleet {
     return true;
   }
 
+  /** Both indexes hear of a host changed in place. */
+  private changed(hostId: string): void {
+    this.index.changed(hostId);
+    this.room.changed(hostId);
+  }
+
   private recount(gpu: CachedGpu): void {
-    if (recount(gpu)) this.index.changed(gpu.hostId);
+    if (recount(gpu)) this.changed(gpu.hostId);
   }
 
   /** A host from its rows; GPUs keep what this process holds on them (cachedGpuOf). */
@@ -279,6 +293,7 @@ export class CachedFleet {
   private setHostList(hosts: CachedHost[]): void {
     this.hostList = hosts;
     this.index.reset(hosts);
+    this.room.reset(hosts);
     this.hostsById.clear();
     this.gpusByUuid.clear();
     const models = new Set<string>();

@@ -10,6 +10,7 @@ import type {
   HostState,
   PlacementRequest,
   PlacementResult,
+  RoomIndex,
 } from '@gpushards/limits';
 import { performance } from 'node:perf_hooks';
 import { PrismaService } from '../database/index.js';
@@ -124,6 +125,14 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   /** place(request, hosts()), through the index: only hosts changed since are scored again. */
   place(request: PlacementRequest): PlacementResult {
     return this.fleet.place(request);
+  }
+
+  /**
+   * An index of hosts() (those very objects) by the room their GPUs have left: an admission
+   * pass over hosts() starts from the hosts it names, not from 8,000 GPUs.
+   */
+  roomIndex(): Pick<RoomIndex, 'hostsThatMayFit'> {
+    return this.fleet.roomIndex();
   }
 
   /** The most GPUs any host has (whatever its state), 0 for an empty fleet. */

@@ -80,6 +80,25 @@ function cachedCounts(cache: FleetCache): Map<string, [number, number]> {
   return counts;
 }
 
+/**
+ * The cache's index of room names what a look at every GPU of hosts() finds: the ONLINE hosts
+ * with a GPU whose memory left reaches the need.
+ */
+function assertRoomIndexTrue(cache: FleetCache): void {
+  for (const need of [1, 10 * GiB, 30 * GiB, 60 * GiB]) {
+    const looked = cache
+      .hosts()
+      .filter(
+        (host) =>
+          host.state === 'ONLINE' &&
+          host.gpus.some(
+            (gpu) => gpu.totalBytes - (gpu.unownedBytes ?? 0) - gpu.reservedBytes >= need,
+          ),
+      );
+    assert.deepEqual(cache.roomIndex().hostsThatMayFit(need), looked, `room for ${need} bytes`);
+  }
+}
+
 /** The same, as the database has committed them. */
 async function committedCounts(db: TestDatabase): Promise<Map<string, [number, number]>> {
   const rows = await db.prisma.$queryRawUnsafe<
@@ -146,8 +165,10 @@ for (const kind of TEST_DATABASE_KINDS) {
         await db.prisma.$executeRawUnsafe(
           `UPDATE gpu SET guaranteed_compute_permille = 500 WHERE uuid = '${uuidOf(2, 0)}'`,
         );
+        assertRoomIndexTrue(replica);
         await replica.refreshReservations();
         assert.deepEqual(cachedCounts(replica), await committedCounts(db));
+        assertRoomIndexTrue(replica);
         assert.equal(wakes, 1, 'the room freed on GPU 0/0 woke the queue');
         await replica.refreshReservations();
         assert.equal(wakes, 1, 'nothing new: no wake');
@@ -167,6 +188,7 @@ for (const kind of TEST_DATABASE_KINDS) {
         const restarted = await newCache(db);
         assert.deepEqual(cachedCounts(restarted), await committedCounts(db));
         assert.equal(restarted.hosts().length, HOSTS);
+        assertRoomIndexTrue(restarted);
         await db.prisma.$executeRawUnsafe(reserve(uuidOf(0, 1), 10 * GiB));
         await restarted.refreshReservations();
         assert.deepEqual(cachedCounts(restarted), await committedCounts(db));
@@ -186,6 +208,7 @@ for (const kind of TEST_DATABASE_KINDS) {
         await cache.refreshReservations();
         cache.applyCommitted([{ uuid: uuidOf(1, 0), bytes: -10 * GiB }]);
         assert.equal(cachedCounts(cache).get(uuidOf(1, 0))![0], 20 * GiB, 'counted twice for now');
+        assertRoomIndexTrue(cache);
         // The row is stamped below the watermark now: the feed alone would never bring it back.
         await cache.refreshReservations();
         assert.equal(cachedCounts(cache).get(uuidOf(1, 0))![0], 30 * GiB);

@@ -1,8 +1,9 @@
 /**
- * Applies an admission pass's placements in a fixed number of statements, whatever their
- * number: the GPUs locked in UUID order and then the shards (one statement), every GPU's
- * reservation raised by one conditional update that also sets the shards' host (one), the
- * reservation rows opened, the shards moved PENDING → PLACED. A
+ * Applies an admission pass's placements in three statements, whatever their number: the GPUs
+ * locked in UUID order and then the shards (one statement), every GPU's reservation raised by
+ * one conditional update that also sets the shards' host and opens their reservation rows
+ * (one), the shards moved PENDING → PLACED with their stored events (ShardLifecycle.moveMany,
+ * one). A
  * GPU without room (another control plane or a createShard took it since the fleet was read)
  * or a host no longer ONLINE fails the whole pass with StalePlan, naming the hosts to read again.
  * Returns the placements' shards that were no longer PENDING (cancelled since the pass read the
@@ -12,7 +13,12 @@ import type { Placement } from '@gpushards/limits';
 import type { RawSql } from '../database/index.js';
 import { tryLaunchSpecOf } from '../shards/launch-spec.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
-import type { CommitEffects, ShardLifecycle, ShardMove } from '../shards/shard-lifecycle.js';
+import {
+  reservationsInsert,
+  type CommitEffects,
+  type ShardLifecycle,
+  type ShardMove,
+} from '../shards/shard-lifecycle.js';
 
 export class StalePlan extends Error {
   constructor(readonly hostIds: readonly string[]) {
@@ -68,10 +74,18 @@ export async function applyPlacements(
   const uuids = [...perGpu.keys()];
   const rows = [...perGpu.values()];
   const hostIds = [...new Set(rows.map((row) => row.hostId))];
-  // The shards' host is set in the same statement: a GPU that no longer has the room throws
-  // StalePlan below and rolls the whole transaction back, that update with it.
+  // The shards' host is set and their reservation rows opened in the same statement: a GPU
+  // that no longer has the room throws StalePlan below and rolls the whole transaction back,
+  // those writes with it.
+  const reserved = reservationsInsert(
+    live.map(({ placement }) => ({
+      shardId: placement.shardId,
+      gpuUuids: placement.placed.gpuUuids,
+      size: BigInt(placement.placed.reservedBytesPerGpu),
+    })),
+  )!;
   const taken = await tx.$queryRaw<{ uuid: string }[]>`
-    WITH hosted AS (
+    WITH reserved AS (${reserved}), hosted AS (
       UPDATE shard SET host_id = placed.host_id, limit_bytes_per_gpu = placed.size,
                        failure_reason = NULL
         FROM unnest(${live.map((l) => l.shard.id)}::uuid[],
@@ -109,14 +123,6 @@ export async function applyPlacements(
       isolatedPermille: sum.isolated,
     });
   }
-  await lifecycle.openReservationsMany(
-    tx,
-    live.map(({ placement }) => ({
-      shardId: placement.shardId,
-      gpuUuids: placement.placed.gpuUuids,
-      size: BigInt(placement.placed.reservedBytesPerGpu),
-    })),
-  );
   const moves: ShardMove[] = live.map(({ placement, shard }) => ({
     shard: {
       ...shard,

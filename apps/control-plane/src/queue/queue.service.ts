@@ -329,8 +329,12 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     let fleet: readonly Host[] =
       elastic === undefined ? this.cache.hosts() : withSuspendRoom(this.cache.hosts(), elastic);
     const decide = () => {
+      // The cache's index of room is of its own hosts only (not a copy with suspend room or
+      // with GPUs read again).
+      const cached = fleet === this.cache.hosts();
       const common = {
         fleet,
+        ...(cached ? { roomIndex: this.cache.roomIndex() } : {}),
         held,
         ...(elastic === undefined ? {} : { suspended: elastic.suspended }),
         teams: reclaimPossible ? teams : teams.map(withoutLimits),

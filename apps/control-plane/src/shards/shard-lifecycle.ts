@@ -10,7 +10,6 @@ import { canSeeTeam } from '../auth/team-scope.js';
 import { Prisma, type RawSql, type ShardState } from '../database/index.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
-import { recordShardEvents } from '../events/shard-event-store.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import { FleetCache, type GpuDelta } from '../placement/fleet-cache.js';
 import { QueueSignal } from '../placement/queue-signal.js';
@@ -137,11 +136,13 @@ export class ShardLifecycle {
   }
 
   /**
-   * moveTo for many locked shards (distinct) in three statements whatever their number: a
-   * reconcile after a restart settles up to a thousand shards of a host at once. Every move is
-   * checked against the lifecycle table before anything is written; the changes are stored as
-   * shard events (recordShardEvents) and published after commit. Returns the updated rows in
-   * the order of `moves`.
+   * moveTo for many locked shards (distinct) in a fixed number of statements whatever their
+   * number (one, with the shard events, when no reservation is released and no suspended cap
+   * moves): a reconcile after a restart settles up to a thousand shards of a host at once.
+   * Every move is checked against the lifecycle table before anything is written; the changes
+   * are stored as shard events in the rows' statement (as recordShardEvents stores them, each
+   * change's `eventId` set) and published after commit. Returns the updated rows in the order
+   * of `moves`.
    */
   async moveMany(
     tx: RawSql,
@@ -170,7 +171,19 @@ export class ShardLifecycle {
     await this.moveSuspendedCaps(tx, checked, effects);
     const column = <T>(pick: (move: (typeof checked)[number]) => T) => checked.map(pick);
     const iso = (date: Date | undefined | null) => date?.toISOString() ?? null;
-    const rows = await tx.$queryRaw<ShardRecord[]>`
+    // The rows and their stored shard events (what recordShardEvents writes for a state change
+    // with no notice: kind STATE, no details) in one statement; the events are inserted in the
+    // order of `moves`, so their ids increase in it.
+    const rows = await tx.$queryRaw<
+      (ShardRecord & {
+        moveOrd: number;
+        movePrevious: string;
+        moveState: string;
+        moveAt: Date;
+        eventId: bigint;
+      })[]
+    >`
+      WITH moved AS (
       UPDATE shard SET state = move.m_state::shard_state,
                        version = version + 1,
                        updated_at = now(),
@@ -223,18 +236,40 @@ export class ShardLifecycle {
                     ${column((m) => (m.check.endsRun ? m.at.toISOString() : null))}::timestamptz[],
                     ${column((m) => iso(m.fields.lastEventAt))}::timestamptz[],
                     ${column((m) => m.at.toISOString())}::timestamptz[],
-                    ${column((m) => m.fields.suspendCause ?? null)}::text[])
+                    ${column((m) => m.fields.suspendCause ?? null)}::text[],
+                    ${column((m) => m.shard.state)}::text[],
+                    ${checked.map((_, i) => i)}::int[])
              AS move(m_id, m_state, m_failure_reason, m_exit_code, m_container_id, m_started_at,
-                     m_stopped_at, m_last_event_at, m_at, m_suspend_cause)
+                     m_stopped_at, m_last_event_at, m_at, m_suspend_cause, m_previous, m_ord)
        WHERE shard.id = move.m_id
-      RETURNING ${SHARD_COLUMNS}`;
-    const byId = new Map(rows.map((row) => [row.id, row]));
+      RETURNING ${SHARD_COLUMNS}, move.m_ord AS "moveOrd", move.m_previous AS "movePrevious",
+                move.m_state AS "moveState", move.m_at AS "moveAt"
+      ), events AS (
+        INSERT INTO shard_event (at, shard_id, team_id, kind, previous_state, state, details)
+        SELECT moved."moveAt", moved.id::uuid, moved."teamId"::uuid, 'STATE', moved."movePrevious",
+               moved."moveState", '{}'::jsonb
+          FROM moved ORDER BY moved."moveOrd"
+        RETURNING id, shard_id
+      )
+      SELECT moved.*, events.id AS "eventId"
+        FROM moved JOIN events ON events.shard_id = moved.id::uuid`;
+    const byId = new Map(
+      rows.map(({ moveOrd: _o, movePrevious: _p, moveState: _s, moveAt: _a, eventId, ...row }) => [
+        row.id,
+        { row: row as ShardRecord, eventId: String(eventId) },
+      ]),
+    );
     const changes: ShardStateChange[] = checked.map(({ shard, state, at: movedAt }) => {
       const updated = byId.get(shard.id);
       if (updated === undefined) throw new Error(`shard ${shard.id} vanished while locked`);
-      return { shard: updated, previousState: shard.state, state, at: movedAt };
+      return {
+        shard: updated.row,
+        previousState: shard.state,
+        state,
+        at: movedAt,
+        eventId: updated.eventId,
+      };
     });
-    await recordShardEvents(tx, changes);
     effects.changes.push(...changes);
     return changes.map((change) => change.shard);
   }
@@ -430,26 +465,6 @@ export class ShardLifecycle {
         FROM unnest(${[...gpuUuids]}::text[], ${used}::bigint[]) AS opened(uuid, used)`;
   }
 
-  /** openReservations for many shards (distinct) in one statement: the queue's placements. */
-  async openReservationsMany(
-    tx: RawSql,
-    opened: readonly { shardId: string; gpuUuids: readonly string[]; size: bigint }[],
-  ): Promise<void> {
-    const rows = opened.flatMap(({ shardId, gpuUuids, size }) =>
-      gpuUuids.map((uuid) => ({ shardId, uuid, size })),
-    );
-    if (rows.length === 0) return;
-    await tx.$executeRaw`
-      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, used_bytes,
-                             compute_share_permille, reserved_at)
-      SELECT opened.shard_id, opened.uuid, opened.size, 0, shard.compute_share_permille,
-             greatest(now(), (SELECT max(reserved_at) + interval '1 millisecond'
-                                FROM shard_gpu WHERE shard_id = opened.shard_id))
-        FROM unnest(${rows.map((r) => r.shardId)}::uuid[], ${rows.map((r) => r.uuid)}::text[],
-                    ${rows.map((r) => r.size)}::bigint[]) AS opened(shard_id, uuid, size)
-        JOIN shard ON shard.id = opened.shard_id`;
-  }
-
   /** Hears every committed state change of this process (metrics); must not throw. */
   observe(observer: (change: ShardStateChange) => void): void {
     this.observers.push(observer);
@@ -490,4 +505,33 @@ export class ShardLifecycle {
       );
     }
   }
+}
+
+/** A shard's new live reservations: its GPUs, at `size` bytes each. */
+export interface OpenedReservations {
+  readonly shardId: string;
+  readonly gpuUuids: readonly string[];
+  readonly size: bigint;
+}
+
+/**
+ * openReservations for many shards (distinct), as a part of a statement that writes more in
+ * the same round trip (a CTE of the queue's placements' GPU update, applyPlacements);
+ * undefined when there is nothing to insert. Each row starts after every earlier row of its
+ * shard and guarantees the shard's compute share as its row holds it.
+ */
+export function reservationsInsert(opened: readonly OpenedReservations[]): Prisma.Sql | undefined {
+  const rows = opened.flatMap(({ shardId, gpuUuids, size }) =>
+    gpuUuids.map((uuid) => ({ shardId, uuid, size })),
+  );
+  if (rows.length === 0) return undefined;
+  return Prisma.sql`
+    INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, used_bytes,
+                           compute_share_permille, reserved_at)
+    SELECT opened.shard_id, opened.uuid, opened.size, 0, shard.compute_share_permille,
+           greatest(now(), (SELECT max(reserved_at) + interval '1 millisecond'
+                              FROM shard_gpu WHERE shard_id = opened.shard_id))
+      FROM unnest(${rows.map((r) => r.shardId)}::uuid[], ${rows.map((r) => r.uuid)}::text[],
+                  ${rows.map((r) => r.size)}::bigint[]) AS opened(shard_id, uuid, size)
+      JOIN shard ON shard.id = opened.shard_id`;
 }
