@@ -1,16 +1,15 @@
 /**
- * Applies an admission pass's placements in three statements, whatever their number: the GPUs
- * locked in UUID order and then the shards (one statement), every GPU's reservation raised by
- * one conditional update that also sets the shards' host and opens their reservation rows
- * (one), the shards moved PENDING → PLACED with their stored events (ShardLifecycle.moveMany,
- * one). A
- * GPU without room (another control plane or a createShard took it since the fleet was read)
+ * Applies an admission pass's placements in two statements, whatever their number: one locks
+ * the GPUs in UUID order and then the shards, and for the shards still PENDING raises every
+ * GPU's reservation by one conditional update, sets their host and opens their reservation
+ * rows; the other moves them PENDING → PLACED with their stored events (ShardLifecycle.moveMany).
+ * A GPU without room (another control plane or a createShard took it since the fleet was read)
  * or a host no longer ONLINE fails the whole pass with StalePlan, naming the hosts to read again.
  * Returns the placements' shards that were no longer PENDING (cancelled since the pass read the
  * queue): not placed.
  */
 import type { Placement } from '@gpushards/limits';
-import type { RawSql } from '../database/index.js';
+import { Prisma, type RawSql } from '../database/index.js';
 import { tryLaunchSpecOf } from '../shards/launch-spec.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 import {
@@ -35,17 +34,77 @@ export async function applyPlacements(
   if (placements.length === 0) return [];
   const all = [...new Set(placements.flatMap((p) => p.placed.gpuUuids))].sort();
   const ids = placements.map((p) => p.shardId);
-  // The GPUs first, in UUID order, then the shards in id order, as every batch locks them (so
-  // two cannot wait on each other): the uncorrelated count is evaluated once, before the first
-  // shard row is locked, and counts (so locks) every GPU row.
-  const locked = await tx.$queryRaw<ShardRecord[]>`
-    SELECT ${SHARD_COLUMNS} FROM shard
-     WHERE id = ANY(${ids}::uuid[])
-       AND (SELECT count(*) FROM (SELECT uuid FROM gpu WHERE uuid = ANY(${all}::text[])
-                                   ORDER BY uuid FOR UPDATE) gpus) >= 0
-     ORDER BY id FOR NO KEY UPDATE`;
-  const byId = new Map(locked.map((shard) => [shard.id, shard]));
-  // Only shards still PENDING (a delete may have cancelled one since the pass read the queue).
+  const chosen = placements.flatMap(({ shardId, placed }) =>
+    placed.gpuUuids.map((uuid) => ({
+      shardId,
+      hostId: placed.hostId,
+      uuid,
+      size: BigInt(placed.reservedBytesPerGpu),
+    })),
+  );
+  // One statement. The GPUs are locked first, in UUID order, then the shards in id order, as
+  // every batch locks them (so two cannot wait on each other): the uncorrelated count is
+  // evaluated once, before the first shard row is locked, and counts (so locks) every GPU
+  // row. Only the shards still PENDING as locked (a delete may have cancelled one since the
+  // pass read the queue) are written: each GPU's reserved bytes and compute shares rise by
+  // the sum of those placed on it, where it still has the room and its host is ONLINE; their
+  // host is set and their reservation rows opened. A GPU that no longer has the room is
+  // missing from "takenUuids": StalePlan below rolls the whole transaction back, those writes
+  // with it.
+  const rows = await tx.$queryRaw<(ShardRecord & { takenUuids: string[] | null })[]>`
+    WITH gpus AS (
+      SELECT uuid FROM gpu WHERE uuid = ANY(${all}::text[]) ORDER BY uuid FOR UPDATE
+    ), locked AS (
+      SELECT ${SHARD_COLUMNS} FROM shard
+       WHERE id = ANY(${ids}::uuid[]) AND (SELECT count(*) FROM gpus) >= 0
+       ORDER BY id FOR NO KEY UPDATE
+    ), live AS (
+      SELECT * FROM locked WHERE state = 'PENDING'
+    ), chosen AS (
+      SELECT chosen.*, live."computeSharePermille" AS permille,
+             CASE WHEN live."computeMode" = 'ISOLATED' THEN live."computeSharePermille"
+                  ELSE 0 END AS isolated
+        FROM unnest(${chosen.map((c) => c.shardId)}::uuid[],
+                    ${chosen.map((c) => c.hostId)}::text[],
+                    ${chosen.map((c) => c.uuid)}::text[],
+                    ${chosen.map((c) => c.size)}::bigint[]) AS chosen(shard_id, host_id, uuid, size)
+        JOIN live ON live.id = chosen.shard_id::text
+    ), reserved AS (${reservationsInsert(
+      placements.map((p) => ({
+        shardId: p.shardId,
+        gpuUuids: p.placed.gpuUuids,
+        size: BigInt(p.placed.reservedBytesPerGpu),
+      })),
+      Prisma.sql`SELECT id::uuid FROM live`,
+    )!}), hosted AS (
+      UPDATE shard SET host_id = placed.host_id, limit_bytes_per_gpu = placed.size,
+                       failure_reason = NULL
+        FROM (SELECT DISTINCT shard_id, host_id, size FROM chosen) AS placed
+       WHERE shard.id = placed.shard_id
+    ), added AS (
+      SELECT uuid, host_id, sum(size)::bigint AS bytes, sum(permille)::int AS permille,
+             sum(isolated)::int AS isolated
+        FROM chosen GROUP BY uuid, host_id
+    ), taken AS (
+      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + added.bytes,
+                     guaranteed_compute_permille = gpu.guaranteed_compute_permille + added.permille,
+                     isolated_compute_permille = gpu.isolated_compute_permille + added.isolated
+        FROM added
+       WHERE gpu.uuid = added.uuid AND gpu.host_id = added.host_id
+         AND gpu.uuid = ANY(${all}::text[])
+         AND gpu.uuid IN (SELECT uuid FROM gpus)
+         AND gpu.host_id IN (SELECT id FROM host
+                              WHERE id = ANY(${[...new Set(chosen.map((c) => c.hostId))]}::text[])
+                                AND state = 'ONLINE' FOR SHARE)
+         AND gpu.missing_since IS NULL
+         AND gpu_memory_fits(gpu.total_bytes, gpu.reserved_bytes, gpu.suspended_bytes,
+                             gpu.unattributed_bytes, gpu.overcommit_ratio, added.bytes)
+         AND gpu_compute_fits(gpu.guaranteed_compute_permille, gpu.isolated_compute_permille,
+                              gpu.isolated_pool_permille, added.permille, added.isolated)
+      RETURNING gpu.uuid
+    )
+    SELECT locked.*, (SELECT array_agg(uuid) FROM taken) AS "takenUuids" FROM locked`;
+  const byId = new Map(rows.map(({ takenUuids: _taken, ...shard }) => [shard.id, shard]));
   const live = placements.flatMap((placement) => {
     const shard = byId.get(placement.shardId);
     return shard?.state === 'PENDING' ? [{ placement, shard }] : [];
@@ -55,7 +114,7 @@ export async function applyPlacements(
     .map((placement) => placement.shardId);
   if (live.length === 0) return skipped;
 
-  // Per GPU: what this pass adds (several placements may share a GPU).
+  // Per GPU: what this pass added (several placements may share a GPU).
   const perGpu = new Map<
     string,
     { hostId: string; bytes: bigint; permille: number; isolated: number }
@@ -71,49 +130,10 @@ export async function applyPlacements(
       perGpu.set(uuid, sum);
     }
   }
-  const uuids = [...perGpu.keys()];
-  const rows = [...perGpu.values()];
-  const hostIds = [...new Set(rows.map((row) => row.hostId))];
-  // The shards' host is set and their reservation rows opened in the same statement: a GPU
-  // that no longer has the room throws StalePlan below and rolls the whole transaction back,
-  // those writes with it.
-  const reserved = reservationsInsert(
-    live.map(({ placement }) => ({
-      shardId: placement.shardId,
-      gpuUuids: placement.placed.gpuUuids,
-      size: BigInt(placement.placed.reservedBytesPerGpu),
-    })),
-  )!;
-  const taken = await tx.$queryRaw<{ uuid: string }[]>`
-    WITH reserved AS (${reserved}), hosted AS (
-      UPDATE shard SET host_id = placed.host_id, limit_bytes_per_gpu = placed.size,
-                       failure_reason = NULL
-        FROM unnest(${live.map((l) => l.shard.id)}::uuid[],
-                    ${live.map((l) => l.placement.placed.hostId)}::text[],
-                    ${live.map((l) => BigInt(l.placement.placed.reservedBytesPerGpu))}::bigint[])
-             AS placed(id, host_id, size)
-       WHERE shard.id = placed.id)
-    UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + added.bytes,
-                   guaranteed_compute_permille = gpu.guaranteed_compute_permille + added.permille,
-                   isolated_compute_permille = gpu.isolated_compute_permille + added.isolated
-      FROM unnest(${uuids}::text[], ${rows.map((r) => r.hostId)}::text[],
-                  ${rows.map((r) => r.bytes)}::bigint[], ${rows.map((r) => r.permille)}::int[],
-                  ${rows.map((r) => r.isolated)}::int[])
-           AS added(uuid, host_id, bytes, permille, isolated)
-     WHERE gpu.uuid = added.uuid AND gpu.host_id = added.host_id
-       AND gpu.host_id IN (SELECT id FROM host WHERE id = ANY(${hostIds}::text[])
-                              AND state = 'ONLINE' FOR SHARE)
-       AND gpu.missing_since IS NULL
-       AND gpu_memory_fits(gpu.total_bytes, gpu.reserved_bytes, gpu.suspended_bytes,
-                           gpu.unattributed_bytes, gpu.overcommit_ratio, added.bytes)
-       AND gpu_compute_fits(gpu.guaranteed_compute_permille, gpu.isolated_compute_permille,
-                            gpu.isolated_pool_permille, added.permille, added.isolated)
-    RETURNING gpu.uuid`;
-  if (taken.length !== uuids.length) {
-    const got = new Set(taken.map((row) => row.uuid));
-    throw new StalePlan([
-      ...new Set(uuids.filter((uuid) => !got.has(uuid)).map((uuid) => perGpu.get(uuid)!.hostId)),
-    ]);
+  const got = new Set(rows[0]?.takenUuids ?? []);
+  const missed = [...perGpu.keys()].filter((uuid) => !got.has(uuid));
+  if (missed.length > 0) {
+    throw new StalePlan([...new Set(missed.map((uuid) => perGpu.get(uuid)!.hostId))]);
   }
   for (const [uuid, sum] of perGpu) {
     effects.gpuDeltas.push({

@@ -516,11 +516,15 @@ export interface OpenedReservations {
 
 /**
  * openReservations for many shards (distinct), as a part of a statement that writes more in
- * the same round trip (a CTE of the queue's placements' GPU update, applyPlacements);
+ * the same round trip (a CTE of the queue's placements' statement, applyPlacements);
  * undefined when there is nothing to insert. Each row starts after every earlier row of its
- * shard and guarantees the shard's compute share as its row holds it.
+ * shard and guarantees the shard's compute share as its row holds it. `among`: a subquery of
+ * shard ids (uuid) in the same statement; the other shards' rows are left out.
  */
-export function reservationsInsert(opened: readonly OpenedReservations[]): Prisma.Sql | undefined {
+export function reservationsInsert(
+  opened: readonly OpenedReservations[],
+  among?: Prisma.Sql,
+): Prisma.Sql | undefined {
   const rows = opened.flatMap(({ shardId, gpuUuids, size }) =>
     gpuUuids.map((uuid) => ({ shardId, uuid, size })),
   );
@@ -533,5 +537,6 @@ export function reservationsInsert(opened: readonly OpenedReservations[]): Prism
                               FROM shard_gpu WHERE shard_id = opened.shard_id))
       FROM unnest(${rows.map((r) => r.shardId)}::uuid[], ${rows.map((r) => r.uuid)}::text[],
                   ${rows.map((r) => r.size)}::bigint[]) AS opened(shard_id, uuid, size)
-      JOIN shard ON shard.id = opened.shard_id`;
+      JOIN shard ON shard.id = opened.shard_id
+    ${among === undefined ? Prisma.empty : Prisma.sql`WHERE opened.shard_id IN (${among})`}`;
 }
