@@ -133,7 +133,7 @@ async function runOnce(dist, database, pgPid) {
   // private method in every build compared so far): the admission's own cost per event, apart
   // from the delete's transaction and the bench's driving (in the latency case one event at a
   // time, so little else runs meanwhile).
-  const passCpu = { us: 0, passes: 0 };
+  const passCpu = { us: 0, systemUs: 0, passes: 0 };
   const pass = QueueService.prototype.pass;
   if (typeof pass === 'function') {
     QueueService.prototype.pass = async function (...args) {
@@ -143,6 +143,7 @@ async function runOnce(dist, database, pgPid) {
       } finally {
         const used = process.cpuUsage(before);
         passCpu.us += used.user + used.system;
+        passCpu.systemUs += used.system;
         passCpu.passes++;
       }
     };
@@ -231,6 +232,7 @@ async function runOnce(dist, database, pgPid) {
       nodeCpuMsPerEvent: ((cpu1.node - cpu0.node) * 1000) / EVENTS,
       pgCpuMsPerEvent: ((cpu1.pg - cpu0.pg) * 1000) / EVENTS,
       passCpuMsPerEvent: (passCpu.us - pass0.us) / 1000 / EVENTS,
+      passSystemMsPerEvent: (passCpu.systemUs - pass0.systemUs) / 1000 / EVENTS,
       passesPerEvent: (passCpu.passes - pass0.passes) / EVENTS,
     });
     if (options.statements) {
@@ -380,7 +382,7 @@ try {
         'max ms': r.max.toFixed(1),
         'freed→placed p50 / p99 ms': `${r.freedP50.toFixed(1)} / ${r.freedP99.toFixed(1)}`,
         'cp cpu ms/event': r.nodeCpuMsPerEvent.toFixed(1),
-        'pass cpu ms/event': `${r.passCpuMsPerEvent.toFixed(1)} (${r.passesPerEvent.toFixed(2)} passes)`,
+        'pass cpu ms/event': `${r.passCpuMsPerEvent.toFixed(1)} (sys ${r.passSystemMsPerEvent.toFixed(1)}; ${r.passesPerEvent.toFixed(2)} passes)`,
         'pg cpu ms/event': r.pgCpuMsPerEvent.toFixed(1),
         'api placed/s': Math.round(r.apiPlacedPerSecond),
         'api deletes ms': r.apiDeletesMs.toFixed(0),
