@@ -68,7 +68,9 @@ export const FLEET_REFRESH_INTERVAL_MS = 1000;
  *   read again, stamped or not, by the next periodic read that starts after they were set, so
  *   a delta applied onto a value that was already stale, or a reload older than the last read,
  *   is corrected within one interval, as the whole reads did before.
- * - One host is read again inside the transaction when a conditional update on it missed.
+ * - createShard's batch statement returns its GPUs' counts as it found them under their row
+ *   locks (`applyLocked`), and a host is read again inside the transaction when that statement
+ *   found it no longer ONLINE or a GPU of it missing (`reloadHosts`).
  */
 @Injectable()
 export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
@@ -216,10 +218,11 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   /**
-   * Reads these hosts and their GPUs again, after a conditional update on them missed
-   * (another control plane took their GPUs first). Inside a transaction, `uncommitted` names
-   * what that transaction itself added to GPUs (reserved bytes, compute shares): the rows
-   * already include it, while the cache still counts it as held until the transaction ends.
+   * Reads these hosts and their GPUs again, after a conditional update on them missed (the
+   * host left ONLINE, a GPU went missing, or another control plane took their GPUs). Inside a
+   * transaction, `uncommitted` names what that transaction itself added to GPUs (reserved
+   * bytes, compute shares): the rows already include it, while the cache still counts it as
+   * held until the transaction ends.
    */
   async reloadHosts(
     reader: DatabaseReader,
@@ -243,6 +246,41 @@ export class FleetCache implements OnApplicationBootstrap, OnModuleDestroy {
       };
     };
     this.fleet.replaceHosts(ids, hosts, gpus.map(committed), startedAt);
+  }
+
+  /**
+   * GPUs' counts as a statement found them under its row locks (createShard's batch statement)
+   * inside a transaction that started the statement at `startedAt`; `uncommitted` is what that
+   * transaction itself added to them before, as in `reloadHosts`. No later commit can have
+   * changed those rows before this transaction ends (it holds their locks), so these counts
+   * are as new as any read's and need no second look; a GPU this process committed to since
+   * `startedAt` keeps its own count.
+   */
+  applyLocked(
+    gpus: readonly {
+      uuid: string;
+      reservedBytes: number;
+      guaranteedComputePermille: number;
+      isolatedComputePermille: number;
+      suspendedBytes: number;
+      unattributedBytes: number;
+    }[],
+    uncommitted: ReadonlyMap<string, Readonly<GpuCounts>>,
+    startedAt: number,
+  ): void {
+    const read = { reserved: {}, compute: {}, isolated: {}, suspended: {}, unowned: {} } as {
+      [K in 'reserved' | 'compute' | 'isolated' | 'suspended' | 'unowned']: Record<string, number>;
+    };
+    for (const gpu of gpus) {
+      const added = uncommitted.get(gpu.uuid);
+      read.reserved[gpu.uuid] = gpu.reservedBytes - (added?.bytes ?? 0);
+      read.compute[gpu.uuid] = gpu.guaranteedComputePermille - (added?.permille ?? 0);
+      read.isolated[gpu.uuid] = gpu.isolatedComputePermille - (added?.isolated ?? 0);
+      read.suspended[gpu.uuid] = gpu.suspendedBytes - (added?.suspended ?? 0);
+      read.unowned[gpu.uuid] = gpu.unattributedBytes;
+    }
+    // Room another control plane freed: the periodic read will not see it as news now.
+    if (this.fleet.applyReservations(read, startedAt)) this.signal.freed();
   }
 
   private async readAll(startedAt: number): Promise<void> {

@@ -13,7 +13,7 @@ import { FleetCache } from '../placement/fleet-cache.js';
 import { noCapacityError, PlacementService } from '../placement/placement.service.js';
 import { QueueSignal } from '../placement/queue-signal.js';
 import type { Pending, Plan, Verdict } from './create-call.js';
-import { computeAddedBy } from './create-statements.js';
+import { computeAddedBy, type LockedGpu } from './create-statements.js';
 
 export class CachedFleetPlacer {
   constructor(
@@ -60,8 +60,20 @@ export class CachedFleetPlacer {
   }
 
   /**
-   * Reads these hosts again inside the transaction, after another control plane took their
-   * GPUs first; `added` is what the transaction itself added to GPUs so far.
+   * The batch's GPUs as its statement found them under their locks (`writeBatch`), `added`
+   * being what the transaction added to them before that statement.
+   */
+  foundGpus(
+    gpus: readonly LockedGpu[],
+    added: ReadonlyMap<string, Readonly<GpuCounts>>,
+    startedAt: number,
+  ): void {
+    this.cache.applyLocked(gpus, added, startedAt);
+  }
+
+  /**
+   * Reads these hosts again inside the transaction, after a write found them no longer ONLINE
+   * or a GPU of theirs missing; `added` is what the transaction itself added to GPUs so far.
    */
   reloadHosts(
     tx: RawSql,

@@ -35,45 +35,77 @@ export function idempotencyKeyOf(teamId: string, key: string): string {
 }
 
 /**
- * What the batch statement did: the GPUs it took, and the shards it wrote by id, each with the
- * id of its stored PLACED event (shard_event).
+ * What the batch statement did: the shards it wrote by id, each with the id of its stored
+ * PLACED event (shard_event), and what it found on the batch's GPUs.
  */
 export interface BatchWritten {
-  readonly takenUuids: ReadonlySet<string>;
   readonly shards: ReadonlyMap<string, { readonly shard: ShardRecord; readonly eventId: string }>;
+  /**
+   * The counts of each GPU of the batch as the statement found them under its row lock, before
+   * it added anything: what every transaction that had committed on the GPU left there, plus
+   * what this transaction's earlier statements added. GPUs gone or missing are not listed.
+   */
+  readonly gpus: readonly LockedGpu[];
+  /**
+   * Hosts of the batch on which nothing could be taken whatever the room: no longer ONLINE,
+   * or a chosen GPU missing or moved. Their rows must be read again before a call is placed
+   * there anew.
+   */
+  readonly unschedulableHostIds: readonly string[];
+}
+
+/** A GPU's counts as the batch statement found them under its row lock. */
+export interface LockedGpu {
+  readonly uuid: string;
+  readonly reservedBytes: number;
+  readonly guaranteedComputePermille: number;
+  readonly isolatedComputePermille: number;
+  readonly suspendedBytes: number;
+  readonly unattributedBytes: number;
 }
 
 /**
  * One statement for a whole batch, the conditional reservation and the rows:
  *
- * 1. Each chosen GPU's reserved bytes rise by the sum of the batch's shards on it, only where
- *    the host is still ONLINE (locked FOR KEY SHARE: a cordon, drain, offline sweep or
- *    re-registration locks the host FOR UPDATE first, so it waits for this transaction and then
- *    sees its shards, while a heartbeat's FOR NO KEY UPDATE does not wait) and the GPU keeps reserved ≤ floor(total ×
- *    overcommit); its compute shares (and its isolated ones) rise by theirs where they fit
- *    (`gpu_compute_fits`, the rule of libs/limits computeShareFits). The GPU rows are locked in UUID order first, the order every writer of GPU
- *    rows uses, so concurrent batches and heartbeats queue instead of deadlocking.
- * 2. Only the shards all of whose GPUs were taken are written: the shard (PLACED), its
- *    reservations, its audit event "shard.create" and its stored shard event (what
+ * 1. The batch's hosts are locked FOR KEY SHARE where still ONLINE (a cordon, drain, offline
+ *    sweep or re-registration locks the host FOR UPDATE first, so it waits for this transaction
+ *    and then sees its shards, while a heartbeat's FOR NO KEY UPDATE does not wait) and its GPUs
+ *    FOR UPDATE, in UUID order, the order every writer of GPU rows uses, so concurrent batches
+ *    and heartbeats queue instead of deadlocking. The locked rows are the latest committed
+ *    ones (READ COMMITTED: a row another batch changed meanwhile is read as that batch left it).
+ * 2. On each GPU the batch's shards there, in batch order, take the longest prefix that still
+ *    fits at that moment: their sum keeps reserved ≤ floor(total × overcommit) and within the
+ *    memory no shard's process holds (`gpu_memory_fits`), and the compute shares (and isolated
+ *    ones) within theirs (`gpu_compute_fits`, libs/limits computeShareFits). Both rules only
+ *    grow stricter as more is added, so the shards that fit form a prefix, found by a running
+ *    sum. Another control plane's batch that filled part of the room leaves this one the rest,
+ *    instead of sending the whole batch round again (issue #34).
+ * 3. A shard is written when it is in the prefix of every one of its GPUs: the shard (PLACED),
+ *    its reservations, its audit event "shard.create" and its stored shard event (what
  *    recordShardEvents would write for the PLACED change, here to save the batch a statement;
- *    ids increase in the batch's order, as recordShardEvents hands them out).
+ *    ids increase in the batch's order, as recordShardEvents hands them out). Each GPU's counts
+ *    rise by what the written shards on it add, no more: a subset of a prefix that fits fits
+ *    (the rules are monotonic), and a multi-GPU shard left out on one GPU takes nothing on the
+ *    others, so nothing has to be given back.
  *
- * A GPU that lacked room for the batch's sum takes nothing, so every shard on it is left out;
- * what those shards' other GPUs took must be given back (`giveBack`) before the transaction
- * commits.
+ * The shards left out go round again (writePlanned), placed on what `gpus` says is there now.
  */
 export async function writeBatch(
   tx: RawSql,
   planned: readonly PlannedShard[],
 ): Promise<BatchWritten> {
-  const wanted = wantedPerGpu(planned);
-  const hostIds = [...new Set(wanted.map((gpu) => gpu.hostId))].sort();
-  const uuids = wanted.map((gpu) => gpu.uuid);
+  const wanted = wantedPerShardGpu(planned);
+  const hostIds = [...new Set(wanted.hostIds)].sort();
+  const uuids = [...new Set(wanted.uuids)].sort();
   // GPUs and hosts are named by arrays of their keys, not by joins with the batch's rows: the
   // planner sizes a parameter array exactly and probes the primary keys, where it guesses
   // 100 rows for jsonb_to_recordset and then reads all 8,000 GPUs.
   const rows = await tx.$queryRaw<
-    (ShardRecord & { takenUuids: string[] | null; eventId: bigint | null })[]
+    (ShardRecord & {
+      eventId: bigint | null;
+      lockedGpus: [string, number, number, number, number, number][] | null;
+      unschedulable: string[] | null;
+    })[]
   >`
     /* prepared:write_batch */
     WITH batch AS (
@@ -87,37 +119,51 @@ export async function writeBatch(
         requeue boolean, compute_share_permille int, compute_mode compute_mode,
         elastic boolean, ord int)
     ), wanted AS (
-      SELECT * FROM unnest(${uuids}::text[], ${wanted.map((gpu) => gpu.hostId)}::text[],
-                           ${wanted.map((gpu) => String(gpu.bytes))}::bigint[],
-                           ${wanted.map((gpu) => gpu.permille)}::int[],
-                           ${wanted.map((gpu) => gpu.isolated)}::int[])
-                    AS w(uuid, host_id, bytes, permille, isolated)
+      SELECT * FROM unnest(${wanted.ords}::int[], ${wanted.uuids}::text[],
+                           ${wanted.hostIds}::text[], ${wanted.bytes}::bigint[],
+                           ${wanted.permille}::int[], ${wanted.isolated}::int[])
+                    AS w(ord, uuid, host_id, bytes, permille, isolated)
     ), schedulable AS (
       SELECT id FROM host
        WHERE id = ANY(${hostIds}::text[]) AND state = 'ONLINE'
        ORDER BY id FOR KEY SHARE
     ), locked AS (
-      SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[]) ORDER BY uuid FOR UPDATE
-    ), taken AS (
-      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + wanted.bytes,
-                     guaranteed_compute_permille = gpu.guaranteed_compute_permille + wanted.permille,
-                     isolated_compute_permille = gpu.isolated_compute_permille + wanted.isolated
-        FROM wanted
-       WHERE gpu.uuid = wanted.uuid
-         AND gpu.uuid = ANY(${uuids}::text[])
-         AND gpu.uuid IN (SELECT uuid FROM locked)
-         AND gpu.host_id = wanted.host_id
-         AND gpu.host_id IN (SELECT id FROM schedulable)
-         AND gpu.missing_since IS NULL
-         AND gpu_memory_fits(gpu.total_bytes, gpu.reserved_bytes, gpu.suspended_bytes,
-                             gpu.unattributed_bytes, gpu.overcommit_ratio, wanted.bytes)
-         AND gpu_compute_fits(gpu.guaranteed_compute_permille, gpu.isolated_compute_permille,
-                              gpu.isolated_pool_permille, wanted.permille, wanted.isolated)
-      RETURNING gpu.uuid
+      SELECT uuid, host_id, missing_since, total_bytes, reserved_bytes, suspended_bytes,
+             unattributed_bytes, overcommit_ratio, guaranteed_compute_permille,
+             isolated_compute_permille, isolated_pool_permille
+        FROM gpu WHERE uuid = ANY(${uuids}::text[]) ORDER BY uuid FOR UPDATE
+    ), running AS (
+      SELECT ord, uuid, host_id, sum(bytes) OVER upto AS bytes,
+             sum(permille) OVER upto AS permille, sum(isolated) OVER upto AS isolated
+        FROM wanted WINDOW upto AS (PARTITION BY uuid ORDER BY ord)
+    ), fitting AS (
+      SELECT running.ord, running.uuid FROM running JOIN locked
+          ON locked.uuid = running.uuid AND locked.host_id = running.host_id
+       WHERE locked.missing_since IS NULL
+         AND locked.host_id IN (SELECT id FROM schedulable)
+         AND gpu_memory_fits(locked.total_bytes, locked.reserved_bytes, locked.suspended_bytes,
+                             locked.unattributed_bytes, locked.overcommit_ratio,
+                             running.bytes::bigint)
+         AND gpu_compute_fits(locked.guaranteed_compute_permille,
+                              locked.isolated_compute_permille, locked.isolated_pool_permille,
+                              running.permille::int, running.isolated::int)
     ), complete AS (
       SELECT batch.* FROM batch
-       WHERE NOT EXISTS (SELECT 1 FROM unnest(batch.gpu_uuids) AS chosen(uuid)
-                          WHERE chosen.uuid NOT IN (SELECT uuid FROM taken))
+       WHERE NOT EXISTS (SELECT 1 FROM wanted
+                          WHERE wanted.ord = batch.ord
+                            AND NOT EXISTS (SELECT 1 FROM fitting
+                                             WHERE fitting.ord = wanted.ord
+                                               AND fitting.uuid = wanted.uuid))
+    ), added AS (
+      SELECT uuid, sum(bytes)::bigint AS bytes, sum(permille)::int AS permille,
+             sum(isolated)::int AS isolated
+        FROM wanted WHERE ord IN (SELECT ord FROM complete) GROUP BY uuid
+    ), taken AS (
+      UPDATE gpu SET reserved_bytes = gpu.reserved_bytes + added.bytes,
+                     guaranteed_compute_permille = gpu.guaranteed_compute_permille + added.permille,
+                     isolated_compute_permille = gpu.isolated_compute_permille + added.isolated
+        FROM added
+       WHERE gpu.uuid = added.uuid AND gpu.uuid = ANY(${uuids}::text[])
     ), inserted AS (
       INSERT INTO shard (id, team_id, name, image, command, env, secret_env, bytes_per_gpu,
                          gpu_count, limit_bytes_per_gpu, gpu_model_include, gpu_model_exclude,
@@ -150,16 +196,51 @@ export async function writeBatch(
       SELECT audit_id, actor_token_id, actor_role, team_id, 'shard.create', 'Shard', id::text,
              details
         FROM complete
+    ), found AS (
+      -- Once per answer, not on each of its rows.
+      SELECT (SELECT json_agg(json_build_array(uuid, reserved_bytes, guaranteed_compute_permille,
+                                               isolated_compute_permille, suspended_bytes,
+                                               unattributed_bytes))
+                FROM locked WHERE missing_since IS NULL) AS locked_gpus,
+             (SELECT array_agg(DISTINCT wanted.host_id) FROM wanted
+               WHERE wanted.host_id NOT IN (SELECT id FROM schedulable)
+                  OR NOT EXISTS (SELECT 1 FROM locked
+                                  WHERE locked.uuid = wanted.uuid
+                                    AND locked.host_id = wanted.host_id
+                                    AND locked.missing_since IS NULL)) AS unschedulable
     )
-    SELECT (SELECT array_agg(uuid) FROM taken) AS "takenUuids", events.id AS "eventId",
-           ${SHARD_COLUMNS}
-      FROM (SELECT 1) AS one LEFT JOIN inserted AS shard ON true
+    SELECT CASE WHEN row_number() OVER () = 1 THEN found.locked_gpus END AS "lockedGpus",
+           CASE WHEN row_number() OVER () = 1 THEN found.unschedulable END AS "unschedulable",
+           events.id AS "eventId", ${SHARD_COLUMNS}
+      FROM found LEFT JOIN inserted AS shard ON true
       LEFT JOIN events ON events.shard_id = shard.id`;
   const shards = new Map<string, { shard: ShardRecord; eventId: string }>();
-  for (const { takenUuids: _taken, eventId, ...shard } of rows) {
+  let gpus: LockedGpu[] = [];
+  let unschedulableHostIds: string[] = [];
+  for (const { eventId, lockedGpus, unschedulable, ...shard } of rows) {
+    if (lockedGpus !== null) gpus = lockedGpus.map(lockedGpuOf);
+    if (unschedulable !== null) unschedulableHostIds = unschedulable;
     if (shard.id !== null) shards.set(shard.id, { shard, eventId: String(eventId) });
   }
-  return { takenUuids: new Set(rows[0]?.takenUuids ?? []), shards };
+  return { shards, gpus, unschedulableHostIds };
+}
+
+function lockedGpuOf([
+  uuid,
+  reservedBytes,
+  guaranteedComputePermille,
+  isolatedComputePermille,
+  suspendedBytes,
+  unattributedBytes,
+]: [string, number, number, number, number, number]): LockedGpu {
+  return {
+    uuid,
+    reservedBytes,
+    guaranteedComputePermille,
+    isolatedComputePermille,
+    suspendedBytes,
+    unattributedBytes,
+  };
 }
 
 /** What one shard's request adds to the compute of each of its GPUs. */
@@ -168,51 +249,31 @@ export function computeAddedBy(request: ShardRequest): { permille: number; isola
   return { permille, isolated: request.compute.mode === 'ISOLATED' ? permille : 0 };
 }
 
-/** What a batch takes on one GPU (or gives back): bytes, compute shares, isolated ones. */
-export interface GpuTake {
-  bytes: bigint;
-  permille: number;
-  isolated: number;
-}
-
 /**
- * What the batch adds to each GPU (the sum of its shards' caps and compute shares there), in
- * UUID order.
+ * One row per shard and GPU, in batch order: what the shard adds to the GPU (its cap, its
+ * compute share and the isolated part of it), as parameter arrays of the batch statement.
  */
-function wantedPerGpu(
-  planned: readonly PlannedShard[],
-): ({ uuid: string; hostId: string } & GpuTake)[] {
-  const wanted = new Map<string, { uuid: string; hostId: string } & GpuTake>();
-  for (const { placed, request } of planned) {
+function wantedPerShardGpu(planned: readonly PlannedShard[]) {
+  const wanted = {
+    ords: [] as number[],
+    uuids: [] as string[],
+    hostIds: [] as string[],
+    bytes: [] as string[],
+    permille: [] as number[],
+    isolated: [] as number[],
+  };
+  planned.forEach(({ placed, request }, ord) => {
     const { permille, isolated } = computeAddedBy(request);
     for (const uuid of placed.gpuUuids) {
-      const gpu = wanted.get(uuid);
-      const cap = BigInt(placed.reservedBytesPerGpu);
-      if (gpu === undefined)
-        wanted.set(uuid, { uuid, hostId: placed.hostId, bytes: cap, permille, isolated });
-      else {
-        gpu.bytes += cap;
-        gpu.permille += permille;
-        gpu.isolated += isolated;
-      }
+      wanted.ords.push(ord);
+      wanted.uuids.push(uuid);
+      wanted.hostIds.push(placed.hostId);
+      wanted.bytes.push(String(placed.reservedBytesPerGpu));
+      wanted.permille.push(permille);
+      wanted.isolated.push(isolated);
     }
-  }
-  return [...wanted.values()].sort((a, b) => (a.uuid < b.uuid ? -1 : 1));
-}
-
-/** Lowers GPUs' reserved bytes and compute again: what left-out shards of a batch took on them. */
-export async function giveBack(tx: RawSql, taken: ReadonlyMap<string, GpuTake>): Promise<void> {
-  if (taken.size === 0) return;
-  const uuids = [...taken.keys()].sort();
-  const back = uuids.map((uuid) => taken.get(uuid)!);
-  await tx.$executeRaw`
-    UPDATE gpu SET reserved_bytes = gpu.reserved_bytes - back.bytes,
-                   guaranteed_compute_permille = gpu.guaranteed_compute_permille - back.permille,
-                   isolated_compute_permille = gpu.isolated_compute_permille - back.isolated
-      FROM unnest(${uuids}::text[], ${back.map((b) => b.bytes)}::bigint[],
-                  ${back.map((b) => b.permille)}::int[], ${back.map((b) => b.isolated)}::int[])
-           AS back(uuid, bytes, permille, isolated)
-     WHERE gpu.uuid = back.uuid`;
+  });
+  return wanted;
 }
 
 /**

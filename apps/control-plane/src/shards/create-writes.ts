@@ -1,35 +1,33 @@
 /**
  * The writes of a decided createShard batch inside its transaction: the conditional write of
- * the placed shards, where calls whose GPUs another control plane took first give back what
- * their other GPUs took and are placed again on their hosts as read now, and the PENDING rows
+ * the placed shards, where calls whose GPUs' room another control plane took first are placed
+ * again on the GPUs as that write found them, and the PENDING rows
  * of the calls that queue. The statements themselves are in create-statements.ts; this file is
  * the loop around them and what each call's verdict becomes, apart from the batching that
  * answers the calls (`ShardCreator`).
  */
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import type { RawSql } from '../database/index.js';
+import type { GpuCounts } from '../placement/cached-gpu.js';
 import type { CachedFleetPlacer } from './cached-fleet-placer.js';
 import type { Pending, Plan, Verdict } from './create-call.js';
-import {
-  computeAddedBy,
-  giveBack,
-  writeBatch,
-  writePending,
-  type GpuTake,
-} from './create-statements.js';
+import { computeAddedBy, writeBatch, writePending } from './create-statements.js';
 import { launchSpecOf } from './launch-spec.js';
 import type { CommitEffects } from './shard-lifecycle.js';
 
 /**
- * Writes in one batch: shards whose GPUs another control plane took first are placed again on
- * those hosts as read in the transaction, and written again.
+ * Writes in one batch: shards left out (another control plane took their GPUs' room first)
+ * are placed again on the GPUs as the statement found them, and written again.
  */
 const MAX_WRITES = 8;
 
 /**
- * Writes the planned shards. Those whose GPUs another control plane took first are placed
- * again on their hosts as the transaction reads them now, up to MAX_WRITES times in all.
- * Returns whether any call lost a race (its team's usage and the cache counted it meanwhile).
+ * Writes the planned shards. Those left out (their GPUs' room taken by another control plane
+ * first) are placed again on the GPUs as the statement found them under its locks (their hosts
+ * read again where a host was no longer ONLINE or a GPU went missing), up to MAX_WRITES times
+ * in all. Returns whether any call lost a race (its team's usage and the cache counted it
+ * meanwhile).
  */
 export async function writePlanned(
   tx: RawSql,
@@ -39,32 +37,27 @@ export async function writePlanned(
   placer: CachedFleetPlacer,
 ): Promise<boolean> {
   /** What this transaction added to each GPU's reserved bytes (and compute shares) so far. */
-  const added = new Map<string, { bytes: number; permille: number; isolated: number }>();
+  const added = new Map<string, GpuCounts>();
   let toWrite = [...plans.keys()];
   let lostRaces = false;
   for (let writes = 1; toWrite.length > 0; writes++) {
+    const startedAt = performance.now();
     const written = await writeBatch(
       tx,
       toWrite.map((pending) => plans.get(pending)!.shard),
     );
+    // The latest counts of the batch's GPUs, whether or not anything was left out: the next
+    // batches place on them instead of on the last periodic read.
+    placer.foundGpus(written.gpus, added, startedAt);
     const losers: Pending[] = [];
-    const takenByLosers = new Map<string, GpuTake>();
     for (const pending of toWrite) {
       const { placed, shardId } = plans.get(pending)!.shard;
-      const { permille, isolated } = computeAddedBy(pending.request);
       const write = written.shards.get(shardId);
       if (write === undefined) {
         losers.push(pending);
-        for (const uuid of placed.gpuUuids) {
-          if (!written.takenUuids.has(uuid)) continue;
-          const taken = takenByLosers.get(uuid) ?? { bytes: 0n, permille: 0, isolated: 0 };
-          taken.bytes += BigInt(placed.reservedBytesPerGpu);
-          taken.permille += permille;
-          taken.isolated += isolated;
-          takenByLosers.set(uuid, taken);
-        }
         continue;
       }
+      const { permille, isolated } = computeAddedBy(pending.request);
       const { shard, eventId } = write;
       verdicts.set(pending, { kind: 'placed', shard });
       for (const uuid of placed.gpuUuids) {
@@ -86,10 +79,8 @@ export async function writePlanned(
         commands.launch(placed.hostId, spec),
       );
     }
-    await giveBack(tx, takenByLosers);
     if (losers.length === 0) break;
     lostRaces = true;
-    const lostHosts = [...new Set(losers.map((p) => plans.get(p)!.shard.placed.hostId))];
     const again = losers.map((pending) => ({ pending, plan: plans.get(pending)! }));
     for (const { pending, plan } of again) {
       plan.holds.settle(false);
@@ -101,7 +92,12 @@ export async function writePlanned(
       }
       break;
     }
-    await placer.reloadHosts(tx, lostHosts, added);
+    const lostHosts = new Set<string>(again.map(({ plan }) => plan.shard.placed.hostId));
+    await placer.reloadHosts(
+      tx,
+      written.unschedulableHostIds.filter((hostId) => lostHosts.has(hostId)),
+      added,
+    );
     toWrite = [];
     for (const { pending, plan } of again) {
       const planned = placer.plan(pending, plan.placementRequest);

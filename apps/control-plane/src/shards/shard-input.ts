@@ -67,6 +67,8 @@ const MAX_MODEL_TERMS = 16;
 const MAX_SELECTOR_LABELS = 32;
 const MAX_LABEL_VALUE_LENGTH = 256;
 const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
+/** The classes are fixed in code (libs/limits), so one index serves every request. */
+const PRIORITY_CLASSES = priorityClasses();
 const MAX_ENV_KEY_LENGTH = 256;
 const LABEL_KEY = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
 const CONTROL_CHARACTER = /\p{Cc}/u;
@@ -285,11 +287,10 @@ export function checkCreateShardInput(input: CreateShardInput): ShardRequest {
     );
   }
   const priorityClass = input.priorityClass ?? DEFAULT_PRIORITY_CLASS;
-  const known = priorityClasses();
-  if (known.get(priorityClass) === undefined) {
+  if (PRIORITY_CLASSES.get(priorityClass) === undefined) {
     check.problem(
       'input.priorityClass',
-      `must be one of ${known.list.map((c) => `"${c.name}"`).join(', ')}, got "${priorityClass}"`,
+      `must be one of ${PRIORITY_CLASSES.list.map((c) => `"${c.name}"`).join(', ')}, got "${priorityClass}"`,
     );
   }
   const maxWaitSeconds = input.maxWaitSeconds ?? null;
