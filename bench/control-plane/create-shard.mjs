@@ -305,7 +305,7 @@ async function printStatements(stats, job, requests, label) {
   );
   console.table(
     rows.map((row) => ({
-      'calls/req': (Number(row.calls) / Math.max(1, requests)).toFixed(2),
+      'calls/req': (Number(row.calls) / Math.max(1, requests)).toFixed(3),
       'plan ms/call': (row.plan / Number(row.calls)).toFixed(3),
       'exec ms/call': (row.exec / Number(row.calls)).toFixed(3),
       'max exec ms': Number(row.max).toFixed(1),

@@ -630,7 +630,7 @@ async function createUnderHeartbeats(tokens) {
     log(line);
     console.table(
       top.map((row) => ({
-        'calls/req': (Number(row.calls) / n).toFixed(2),
+        'calls/req': (Number(row.calls) / n).toFixed(3),
         'exec ms/call': (row.exec / Number(row.calls)).toFixed(3),
         'exec ms/req': (row.exec / n).toFixed(3),
         query: row.query.replace(/\s+/g, ' ').slice(0, 90),
