@@ -296,7 +296,7 @@ async function statementCount(stats) {
  */
 async function printStatements(stats, job, requests, label) {
   const { rows } = await stats.query(
-    `SELECT calls, total_plan_time AS plan, total_exec_time AS exec, max_exec_time AS max, query FROM pg_stat_statements
+    `SELECT calls, rows, total_plan_time AS plan, total_exec_time AS exec, max_exec_time AS max, query FROM pg_stat_statements
       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
       ORDER BY total_plan_time + total_exec_time DESC LIMIT 16`,
   );
@@ -306,6 +306,9 @@ async function printStatements(stats, job, requests, label) {
   console.table(
     rows.map((row) => ({
       'calls/req': (Number(row.calls) / Math.max(1, requests)).toFixed(3),
+      // Rows returned (or changed): the batch statement returns one per shard written, and one
+      // when it wrote none.
+      'rows/req': (Number(row.rows) / Math.max(1, requests)).toFixed(3),
       'plan ms/call': (row.plan / Number(row.calls)).toFixed(3),
       'exec ms/call': (row.exec / Number(row.calls)).toFixed(3),
       'max exec ms': Number(row.max).toFixed(1),

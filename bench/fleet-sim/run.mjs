@@ -612,7 +612,7 @@ async function createUnderHeartbeats(tokens) {
     toggleProfiles();
     const after = { cpu: cpu(), statements: await statements() };
     const { rows: top } = await stats.query(
-      `SELECT calls, total_exec_time AS exec, query FROM pg_stat_statements
+      `SELECT calls, rows, total_exec_time AS exec, query FROM pg_stat_statements
         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
         ORDER BY total_exec_time DESC LIMIT 12`,
     );
@@ -631,6 +631,8 @@ async function createUnderHeartbeats(tokens) {
     console.table(
       top.map((row) => ({
         'calls/req': (Number(row.calls) / n).toFixed(3),
+        // The batch statement returns one row per shard written, and one when it wrote none.
+        'rows/req': (Number(row.rows) / n).toFixed(3),
         'exec ms/call': (row.exec / Number(row.calls)).toFixed(3),
         'exec ms/req': (row.exec / n).toFixed(3),
         query: row.query.replace(/\s+/g, ' ').slice(0, 90),
