@@ -193,7 +193,7 @@ export class AgentMessagesService {
       this.logger.warn({ hostId }, 'heartbeat from a host that never registered; ignored');
       return 'unknown_host';
     }
-    await this.fence.recordHeartbeat(hostId, heartbeat);
+    await this.fence.recordFindings(hostId, heartbeat);
     this.logger.debug(
       { hostId, sequence: heartbeat.sequence, samples: outcome.samplesWritten },
       'heartbeat',

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { ShardEventBus, type ShardStateChange } from '../events/shard-event-bus.js';
-import { FenceService } from '../fence/fence.service.js';
 import { AgentReportsService } from '../fleet/agent-reports.service.js';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { FakeShardCommands } from '../testing/fake-shard-commands.js';
@@ -79,7 +78,6 @@ for (const kind of TEST_DATABASE_KINDS) {
         },
       ]);
       await h.controlPlane.app.get(AgentReportsService).recordHeartbeat(HOST, message);
-      await h.controlPlane.app.get(FenceService).recordHeartbeat(HOST, message);
     };
     const idleListed = async (): Promise<string[]> =>
       assertOk(

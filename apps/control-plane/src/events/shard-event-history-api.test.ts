@@ -96,7 +96,7 @@ describe('shard event history (PostgreSQL)', () => {
       ),
     );
     const at = new Date();
-    await h.controlPlane.app.get(FenceService).recordHeartbeat('hist-1', {
+    await h.controlPlane.app.get(FenceService).recordFindings('hist-1', {
       ...heartbeat('hist-1', at),
       ungovernedCompute: [
         {

@@ -250,7 +250,7 @@ describe('shard events across two control planes on one PostgreSQL', () => {
       const shard = assertOk(await createShard(h, alpha.member, { name: 'bypass' })).createShard;
       await onOther.until((heard) => heard.length >= 1, 'the PLACED event');
       const at = new Date();
-      await h.controlPlane.app.get(FenceService).recordHeartbeat('relay-1', {
+      await h.controlPlane.app.get(FenceService).recordFindings('relay-1', {
         ...heartbeat('relay-1', at),
         ungovernedCompute: [
           {

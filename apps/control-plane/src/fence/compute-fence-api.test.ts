@@ -125,11 +125,11 @@ describe('compute fence in the API', () => {
         });
         const fence = h.controlPlane.app.get(FenceService);
         // cf-2 runs no such shard: its report is ignored.
-        await fence.recordHeartbeat('cf-2', {
+        await fence.recordFindings('cf-2', {
           ...heartbeat('cf-2', at),
           ungovernedCompute: [finding({ action: 'report' })],
         });
-        await fence.recordHeartbeat('cf-1', {
+        await fence.recordFindings('cf-1', {
           ...heartbeat('cf-1', at),
           ungovernedCompute: [finding()],
         });

@@ -226,7 +226,7 @@ for (const kind of TEST_DATABASE_KINDS) {
         ],
       };
       assert.equal((await fleet.recordHeartbeat('fence-2', message)).known, true);
-      await fence.recordHeartbeat('fence-2', message);
+      await fence.recordFindings('fence-2', message);
 
       const next = await subscription.next();
       assert.equal(next.done, false);
@@ -316,6 +316,166 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.match(
         metrics,
         /gpushards_gpu_unattributed_bytes\{host="fence-2",gpu="GPU-fence-2-1"[^}]*\} 734003200\n/,
+      );
+    });
+
+    it("a batch of several hosts' heartbeats writes each host's readings (another host's shard or GPU ignored); an unchanged reading writes no row version", async () => {
+      for (const id of ['fence-b1', 'fence-b2']) {
+        await fleet.registerHost(registerRequest(id, { gpus: 1, labels: { pool: id } }));
+      }
+      const place = async (pool: string) =>
+        assertOk(
+          await createShard(h, team.member, {
+            memoryPerGpu: '4g',
+            hostSelector: [{ key: 'pool', value: pool }],
+          }),
+        ).createShard.id;
+      const [one, two] = [await place('fence-b1'), await place('fence-b2')];
+      const [gpu1, gpu2] = [gpuUuidOf('fence-b1', 0), gpuUuidOf('fence-b2', 0)];
+      const t0 = clock.now().getTime();
+      const reading = (
+        shardId: string,
+        gpuUuid: string,
+        real: number,
+        busyRatio: number,
+        lastKernelSeconds: number,
+      ) => ({
+        shardId,
+        usedBytesPerGpu: [{ gpuUuid, usedBytes: GiB }],
+        realBytesPerGpu: [{ gpuUuid, realBytes: real }],
+        activityPerGpu: [{ gpuUuid, busyRatio, lastKernelSeconds }],
+      });
+      /** fence-b1 at t0 + `after` seconds, its last kernel at t0 − 1 s, and fence-b2's beat. */
+      const batch = (after: number, busy: number) => [
+        {
+          hostId: 'fence-b1',
+          heartbeat: {
+            ...heartbeat(
+              'fence-b1',
+              new Date(t0 + after * 1000),
+              [
+                reading(one, gpu1, 2 * GiB, busy, after + 1),
+                // fence-b2's shard: not fence-b1's to report.
+                reading(two, gpu2, 9 * GiB, 1, 0),
+              ],
+              [
+                { uuid: gpu1, usedBytes: 3 * GiB },
+                { uuid: gpu2, usedBytes: 9 * GiB },
+              ],
+            ),
+            // gpu2 is fence-b2's: ignored.
+            unattributedBytesPerGpu: [
+              { gpuUuid: gpu1, bytes: 100 * MiB },
+              { gpuUuid: gpu2, bytes: 900 * MiB },
+            ],
+          },
+        },
+        {
+          hostId: 'fence-b2',
+          heartbeat: heartbeat(
+            'fence-b2',
+            new Date(t0 + after * 1000),
+            [
+              {
+                shardId: two,
+                usedBytesPerGpu: [{ gpuUuid: gpu2, usedBytes: GiB }],
+                realBytesPerGpu: [{ gpuUuid: gpu2, realBytes: 3 * GiB }],
+                activityPerGpu: [{ gpuUuid: gpu2, busyRatio: 0.5 }],
+              },
+            ],
+            [{ uuid: gpu2, usedBytes: 4 * GiB }],
+          ),
+        },
+      ];
+      const readings = () =>
+        h.prisma.$queryRaw<
+          {
+            shardId: string;
+            real: bigint | null;
+            busy: number | null;
+            lastKernelAt: Date | null;
+            version: string;
+          }[]
+        >`SELECT shard_id::text AS "shardId", real_bytes AS real, busy_ratio AS busy,
+                 last_kernel_at AS "lastKernelAt", xmin::text AS version
+            FROM shard_gpu WHERE shard_id IN (${one}::uuid, ${two}::uuid) AND released_at IS NULL
+           ORDER BY gpu_uuid`;
+      const gpus = () =>
+        h.prisma.$queryRaw<
+          { uuid: string; used: bigint; unattributed: bigint; version: string }[]
+        >`SELECT uuid, used_bytes AS used, unattributed_bytes AS unattributed, xmin::text AS version
+            FROM gpu WHERE uuid IN (${gpu1}, ${gpu2}) ORDER BY uuid`;
+
+      assert.deepEqual(
+        (await fleet.recordHeartbeats(batch(0, 0.25))).map((outcome) => outcome.known),
+        [true, true],
+      );
+      const first = await readings();
+      assert.deepEqual(
+        first.map((row) => [row.shardId, row.real, row.busy, row.lastKernelAt?.getTime()]),
+        [
+          [one, BigInt(2 * GiB), 0.25, t0 - 1000],
+          [two, BigInt(3 * GiB), 0.5, undefined],
+        ],
+      );
+      const firstGpus = await gpus();
+      assert.deepEqual(
+        firstGpus.map((row) => [row.uuid, row.used, row.unattributed]),
+        [
+          [gpu1, BigInt(3 * GiB), BigInt(100 * MiB)],
+          [gpu2, BigInt(4 * GiB), 0n],
+        ],
+      );
+
+      // Ten seconds on, the same readings (the same last kernel, seen ten seconds longer ago):
+      // no shard_gpu or gpu row is written again.
+      await fleet.recordHeartbeats(batch(10, 0.25));
+      assert.deepEqual(await readings(), first, 'unchanged readings: the same row versions');
+      assert.deepEqual(await gpus(), firstGpus, 'unchanged GPUs: the same row versions');
+
+      // A new busy ratio on fence-b1 writes its shard's row, and only that one.
+      await fleet.recordHeartbeats(batch(20, 0.75));
+      const third = await readings();
+      assert.equal(third[0]!.busy, 0.75);
+      assert.notEqual(third[0]!.version, first[0]!.version);
+      assert.deepEqual(third[1], first[1]);
+    });
+
+    it('a GPU another transaction holds: its new used bytes wait for the next heartbeat, its new unattributed bytes (placement counts them) for the lock', async (t) => {
+      if (kind !== 'postgres') {
+        t.skip('PGlite has one connection: no transaction can hold a row meanwhile');
+        return;
+      }
+      await fleet.registerHost(registerRequest('fence-lock', { gpus: 1 }));
+      const gpu = gpuUuidOf('fence-lock', 0);
+      const beat = (usedBytes: number, unattributed: number) => ({
+        ...heartbeat('fence-lock', clock.now(), [], [{ uuid: gpu, usedBytes }]),
+        unattributedBytesPerGpu: [{ gpuUuid: gpu, bytes: unattributed }],
+      });
+      let recorded: Promise<unknown> | undefined;
+      let done = false;
+      await h.prisma.$transaction(async (tx) => {
+        await tx.$queryRaw`SELECT uuid FROM gpu WHERE uuid = ${gpu} FOR UPDATE`;
+        recorded = fleet
+          .recordHeartbeat('fence-lock', beat(5 * GiB, 300 * MiB))
+          .finally(() => (done = true));
+        // Until the heartbeat's write waits for this transaction's row lock (or, wrongly, ends).
+        while (!done) {
+          const [waiting] = await h.prisma.$queryRaw<{ n: number }[]>`
+            SELECT count(*)::int AS n FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE '%unattributed_bytes = reported.unattributed%'`;
+          if (waiting!.n > 0) break;
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      });
+      await recorded;
+      const row = await h.prisma.gpu.findUniqueOrThrow({ where: { uuid: gpu } });
+      assert.equal(row.unattributedBytes, BigInt(300 * MiB));
+      assert.equal(row.usedBytes, 0n, 'used bytes skipped: the next heartbeat writes them');
+      await fleet.recordHeartbeat('fence-lock', beat(5 * GiB, 300 * MiB));
+      assert.equal(
+        (await h.prisma.gpu.findUniqueOrThrow({ where: { uuid: gpu } })).usedBytes,
+        BigInt(5 * GiB),
       );
     });
   });

@@ -14,12 +14,12 @@ import type { UngovernedCompute } from './ungoverned-compute.model.js';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
- * What heartbeats say about the host fence: each shard's real bytes per GPU (ShardGpu.real),
- * memory of no shard per GPU (Gpu.unattributed), and the violations the agent acted on, which
- * become VIOLATION shard events (shardEvents) and count in gpushards_cap_violations_total; and
- * the compute fence's findings (GPU work no compute-ledger turn governed), which become
- * UNGOVERNED_COMPUTE shard events and count in gpushards_compute_fence_findings_total.
- * A heartbeat's writes run on DirectSql (no Prisma interpreter): up to three per heartbeat.
+ * What heartbeats say about the host fence beyond its readings (each shard's real bytes and
+ * activity per GPU, memory of no shard per GPU: written with the fleet's heartbeat batch,
+ * fleet/heartbeat-rows.ts): the violations the agent acted on, which become VIOLATION shard
+ * events (shardEvents) and count in gpushards_cap_violations_total; and the compute fence's
+ * findings (GPU work no compute-ledger turn governed), which become UNGOVERNED_COMPUTE shard
+ * events and count in gpushards_compute_fence_findings_total.
  */
 @Injectable()
 export class FenceService {
@@ -49,75 +49,12 @@ export class FenceService {
   }
 
   /**
-   * Each shard's GPU activity from its host's compute ledger (docs/compute.md): busy ratio and
-   * when it last launched a kernel, per GPU (ShardGpu.busyRatio, lastKernelAt).
+   * A heartbeat's findings, after the fleet recorded it for a known host: violations and
+   * ungoverned GPU work, each on a shard of this host, become shard events. (Its readings, real
+   * bytes, activity and unattributed bytes, are written with the fleet's batch:
+   * AgentReportsService.recordHeartbeats.)
    */
-  private async recordActivity(hostId: string, heartbeat: Heartbeat): Promise<void> {
-    const shardIds: string[] = [];
-    const gpuUuids: string[] = [];
-    const busy: (number | null)[] = [];
-    const lastKernel: (Date | null)[] = [];
-    const sentAt = Date.parse(heartbeat.sentAt);
-    for (const shard of heartbeat.shards) {
-      if (!UUID.test(shard.shardId)) continue;
-      for (const gpu of shard.activityPerGpu ?? []) {
-        shardIds.push(shard.shardId);
-        gpuUuids.push(gpu.gpuUuid);
-        busy.push(gpu.busyRatio ?? null);
-        lastKernel.push(
-          gpu.lastKernelSeconds !== undefined && Number.isFinite(sentAt)
-            ? new Date(sentAt - gpu.lastKernelSeconds * 1000)
-            : null,
-        );
-      }
-    }
-    if (shardIds.length === 0) return;
-    await this.prisma.direct.$executeRaw`
-      UPDATE shard_gpu SET busy_ratio = coalesce(reported.busy, shard_gpu.busy_ratio),
-                           last_kernel_at = coalesce(reported.last_kernel, shard_gpu.last_kernel_at)
-        FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[], ${busy}::float8[],
-                    ${lastKernel}::timestamptz[]) AS reported(shard_id, gpu_uuid, busy, last_kernel),
-             shard
-       WHERE shard_gpu.shard_id = reported.shard_id AND shard_gpu.gpu_uuid = reported.gpu_uuid
-         AND shard_gpu.released_at IS NULL
-         AND shard.id = reported.shard_id AND shard.host_id = ${hostId}`;
-  }
-
-  /** After the fleet recorded the heartbeat of a known host. */
-  async recordHeartbeat(hostId: string, heartbeat: Heartbeat): Promise<void> {
-    const shardIds: string[] = [];
-    const gpuUuids: string[] = [];
-    const real: bigint[] = [];
-    for (const shard of heartbeat.shards) {
-      if (!UUID.test(shard.shardId)) continue;
-      for (const gpu of shard.realBytesPerGpu ?? []) {
-        shardIds.push(shard.shardId);
-        gpuUuids.push(gpu.gpuUuid);
-        real.push(BigInt(gpu.realBytes));
-      }
-    }
-    if (shardIds.length > 0) {
-      await this.prisma.direct.$executeRaw`
-        UPDATE shard_gpu SET real_bytes = reported.real
-          FROM unnest(${shardIds}::uuid[], ${gpuUuids}::text[], ${real}::bigint[])
-               AS reported(shard_id, gpu_uuid, real),
-               shard
-         WHERE shard_gpu.shard_id = reported.shard_id AND shard_gpu.gpu_uuid = reported.gpu_uuid
-           AND shard_gpu.released_at IS NULL
-           AND shard.id = reported.shard_id AND shard.host_id = ${hostId}
-           AND shard_gpu.real_bytes IS DISTINCT FROM reported.real`;
-    }
-    await this.recordActivity(hostId, heartbeat);
-    if (heartbeat.unattributedBytesPerGpu !== undefined) {
-      const byGpu = new Map(heartbeat.unattributedBytesPerGpu.map((g) => [g.gpuUuid, g.bytes]));
-      const uuids = heartbeat.gpus.map((gpu) => gpu.uuid);
-      await this.prisma.direct.$executeRaw`
-        UPDATE gpu SET unattributed_bytes = reported.bytes
-          FROM unnest(${uuids}::text[], ${uuids.map((uuid) => BigInt(byGpu.get(uuid) ?? 0))}::bigint[])
-               AS reported(uuid, bytes)
-         WHERE gpu.uuid = reported.uuid AND gpu.host_id = ${hostId}
-           AND gpu.unattributed_bytes <> reported.bytes`;
-    }
+  async recordFindings(hostId: string, heartbeat: Heartbeat): Promise<void> {
     for (const violation of heartbeat.violations ?? []) {
       await this.recordViolation(hostId, violation).catch((error: unknown) =>
         this.logger.warn(

@@ -42,12 +42,12 @@ import {
   runnableShards,
   type ShardWithGpus,
   touchLiveHosts,
-  HeartbeatRows,
   upsertGpus,
   upsertRegisteredHost,
-  writeGpuUsage,
-  writeShardUsage,
+  writeGpuReports,
+  writeShardReadings,
 } from './fleet-statements.js';
+import { HeartbeatRows, type HostHeartbeat } from './heartbeat-rows.js';
 import { HostLivenessService } from './host-liveness.service.js';
 import {
   ShardStateEvents,
@@ -82,8 +82,6 @@ export type { StateEventOutcome } from './shard-state-events.js';
  * machine, failed, and left the host to its next period.
  */
 const RECONCILE_TRANSACTION = { maxWait: 10_000, timeout: 30_000 };
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** States a container that runs or is being started is in, as the agent reports them. */
 const RUNNING_REPORTS = new Set(['PULLING', 'STARTING', 'RUNNING']);
@@ -176,15 +174,16 @@ export class AgentReportsService {
 
   /**
    * Heartbeats of many hosts at once (HeartbeatBatcher collects them): marks the hosts alive,
-   * stores each GPU's and each shard's used bytes and writes one usage sample per shard and
-   * GPU at `sentAt` (a repeated heartbeat writes nothing new), in four statements for the
-   * whole batch instead of four per heartbeat. A heartbeat from an
+   * stores each GPU's used and unattributed bytes and each shard's reading per GPU (used and
+   * real bytes, busy ratio, last kernel: what the host fence and the compute ledger report
+   * too) and writes one usage sample per shard and GPU at `sentAt` (a repeated heartbeat
+   * writes nothing new), in four statements for the whole batch instead of up to seven per
+   * heartbeat; unchanged rows are not written. The fence's findings (violations, ungoverned
+   * work) are FenceService.recordFindings's, per heartbeat. A heartbeat from an
    * OFFLINE host brings it back as a registration would, with the shards it lists counting as
    * running. The outcomes are in the order of `beats`.
    */
-  async recordHeartbeats(
-    beats: readonly { readonly hostId: string; readonly heartbeat: Heartbeat }[],
-  ): Promise<HeartbeatOutcome[]> {
+  async recordHeartbeats(beats: readonly HostHeartbeat[]): Promise<HeartbeatOutcome[]> {
     const now = this.clock.now();
     // Hosts that are ONLINE (or DRAINING) are marked alive and their reports written, a few
     // statements for the whole batch. Each is a transaction of its own: holding one statement's
@@ -448,27 +447,17 @@ function observationOfReport(
 }
 
 /**
- * Writes what the heartbeats of `hosts` report (GPU and shard used bytes, usage samples);
- * returns the reporting host of each new sample.
+ * Writes what the heartbeats of `hosts` report (GPU used and unattributed bytes, each shard's
+ * reading per GPU, usage samples), one statement per table for them all; returns the
+ * reporting host of each new sample.
  */
 async function writeReports(
   sql: RawSql,
-  beats: readonly { readonly hostId: string; readonly heartbeat: Heartbeat }[],
+  beats: readonly HostHeartbeat[],
   hosts: ReadonlySet<string>,
 ): Promise<string[]> {
-  const rows = new HeartbeatRows();
-  for (const { hostId, heartbeat } of beats) {
-    if (!hosts.has(hostId)) continue;
-    for (const gpu of heartbeat.gpus) rows.addGpu(hostId, gpu.uuid, gpu.usedBytes);
-    const at = new Date(heartbeat.sentAt);
-    for (const shard of heartbeat.shards) {
-      if (!UUID.test(shard.shardId)) continue;
-      for (const gpu of shard.usedBytesPerGpu) {
-        rows.addShard(hostId, shard.shardId, gpu.gpuUuid, gpu.usedBytes, at);
-      }
-    }
-  }
-  await writeGpuUsage(sql, rows);
-  await writeShardUsage(sql, rows);
+  const rows = HeartbeatRows.of(beats, hosts);
+  await writeGpuReports(sql, rows);
+  await writeShardReadings(sql, rows);
   return insertUsageSamples(sql, rows);
 }

@@ -1,6 +1,7 @@
 import { MAX_SHARDS_PER_HOST, type RegisterRequest } from '@gpushards/protocol';
 import type { HostState, RawSql, ShardState } from '../database/index.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
+import type { HeartbeatRows } from './heartbeat-rows.js';
 
 /**
  * The fleet's SQL: host and GPU rows, what agents report, and the shards of a host. Each
@@ -112,70 +113,99 @@ export async function touchLiveHosts(
 }
 
 /**
- * What a batch of heartbeats reports, as parallel columns: each GPU's used bytes, and each
- * shard's used bytes per GPU at its heartbeat's `sentAt`. Every row names the host that
- * reported it; a row counts only for GPUs and shards of that host.
+ * Each GPU's used bytes and memory of no shard (the host fence's unattributed bytes) as its
+ * host reports them. Only GPUs with a value that changed are locked (in uuid order, as every
+ * multi-row locker of GPU rows) and written: an unchanged GPU costs no row lock and no row
+ * version. A GPU row that another transaction holds (a createShard batch or a release
+ * reserving on it) is skipped, not waited for, where only its used bytes changed: they are a
+ * sample for display and metrics, which placement does not read, and the host's next
+ * heartbeat writes them. Placement does count unattributed bytes (gpu_fits), so a GPU skipped
+ * with new unattributed bytes is written by a second statement that waits for the row, as the
+ * fence's own statement did before the two were one.
  */
-export class HeartbeatRows {
-  readonly gpuHostIds: string[] = [];
-  readonly gpuUuids: string[] = [];
-  readonly gpuUsed: bigint[] = [];
-  readonly shardHostIds: string[] = [];
-  readonly shardIds: string[] = [];
-  readonly shardGpuUuids: string[] = [];
-  readonly shardUsed: bigint[] = [];
-  readonly shardAt: Date[] = [];
-
-  addGpu(hostId: string, uuid: string, usedBytes: number): void {
-    this.gpuHostIds.push(hostId);
-    this.gpuUuids.push(uuid);
-    this.gpuUsed.push(BigInt(usedBytes));
-  }
-
-  addShard(hostId: string, shardId: string, gpuUuid: string, usedBytes: number, at: Date): void {
-    this.shardHostIds.push(hostId);
-    this.shardIds.push(shardId);
-    this.shardGpuUuids.push(gpuUuid);
-    this.shardUsed.push(BigInt(usedBytes));
-    this.shardAt.push(at);
-  }
-}
-
-/**
- * Each GPU's used bytes as its host reports them (only rows that change are written). A GPU
- * row that another transaction holds (a createShard batch or a release reserving on it) is
- * skipped, not waited for: used bytes are a sample for display and metrics, which placement
- * does not read, and the host's next heartbeat writes it.
- */
-export async function writeGpuUsage(sql: RawSql, rows: HeartbeatRows): Promise<void> {
+export async function writeGpuReports(sql: RawSql, rows: HeartbeatRows): Promise<void> {
   if (rows.gpuUuids.length === 0) return;
-  const uuids = [...new Set(rows.gpuUuids)].sort();
+  // -1: NOT_REPORTED (heartbeat-rows.ts), a field the heartbeat did not carry.
+  const skipped = await sql.$queryRaw<{ ord: number }[]>`
+    WITH reported AS (
+           SELECT * FROM unnest(${rows.gpuHostIds}::text[], ${rows.gpuUuids}::text[],
+                                ${rows.gpuUsed}::bigint[], ${rows.gpuUnattributed}::bigint[])
+                    WITH ORDINALITY AS reported(host_id, uuid, used, unattributed, ord)),
+         changed AS MATERIALIZED (
+           SELECT gpu.uuid, reported.ord,
+                  gpu.unattributed_bytes <> coalesce(nullif(reported.unattributed, -1),
+                                                     gpu.unattributed_bytes) AS unattributed_changed
+             FROM reported JOIN gpu ON gpu.uuid = reported.uuid AND gpu.host_id = reported.host_id
+            WHERE (gpu.used_bytes, gpu.unattributed_bytes)
+                  <> (reported.used, coalesce(nullif(reported.unattributed, -1),
+                                              gpu.unattributed_bytes))),
+         locked AS MATERIALIZED (
+           SELECT uuid FROM gpu WHERE uuid IN (SELECT uuid FROM changed)
+            ORDER BY uuid FOR NO KEY UPDATE SKIP LOCKED),
+         written AS (
+           UPDATE gpu SET used_bytes = reported.used,
+                          unattributed_bytes = coalesce(nullif(reported.unattributed, -1),
+                                                        gpu.unattributed_bytes)
+             FROM reported, locked
+            WHERE gpu.uuid = reported.uuid AND gpu.host_id = reported.host_id
+              AND locked.uuid = gpu.uuid
+              AND (gpu.used_bytes, gpu.unattributed_bytes)
+                  <> (reported.used, coalesce(nullif(reported.unattributed, -1),
+                                              gpu.unattributed_bytes))
+           RETURNING gpu.uuid)
+    SELECT ord::int AS ord FROM changed
+     WHERE unattributed_changed AND uuid NOT IN (SELECT uuid FROM written)`;
+  if (skipped.length === 0) return;
+  const waited = skipped.map(({ ord }) => ord - 1);
   await sql.$executeRaw`
     WITH locked AS MATERIALIZED (
-      SELECT uuid FROM gpu WHERE uuid = ANY(${uuids}::text[])
-       ORDER BY uuid FOR NO KEY UPDATE SKIP LOCKED)
-    UPDATE gpu SET used_bytes = reported.used
-      FROM unnest(${rows.gpuHostIds}::text[], ${rows.gpuUuids}::text[], ${rows.gpuUsed}::bigint[])
-           AS reported(host_id, uuid, used),
+      SELECT uuid FROM gpu WHERE uuid = ANY(${waited.map((row) => rows.gpuUuids[row]!)}::text[])
+       ORDER BY uuid FOR NO KEY UPDATE)
+    UPDATE gpu SET unattributed_bytes = reported.unattributed
+      FROM unnest(${waited.map((row) => rows.gpuHostIds[row]!)}::text[],
+                  ${waited.map((row) => rows.gpuUuids[row]!)}::text[],
+                  ${waited.map((row) => rows.gpuUnattributed[row]!)}::bigint[])
+           AS reported(host_id, uuid, unattributed),
            locked
      WHERE gpu.uuid = reported.uuid AND gpu.host_id = reported.host_id
        AND locked.uuid = gpu.uuid
-       AND gpu.used_bytes <> reported.used`;
+       AND gpu.unattributed_bytes <> reported.unattributed`;
 }
 
-/** Each live reservation's used bytes, for shards of the reporting host only. */
-export async function writeShardUsage(sql: RawSql, rows: HeartbeatRows): Promise<void> {
-  if (rows.shardIds.length === 0) return;
+/**
+ * Each live reservation's latest reading, for shards of the reporting host only: used bytes,
+ * and the host fence's real bytes and the compute ledger's busy ratio and last kernel launch
+ * where the heartbeat carried them (a field not reported keeps its value). One statement for
+ * the batch; a reservation whose reading did not change is not written (no row version).
+ */
+export async function writeShardReadings(sql: RawSql, rows: HeartbeatRows): Promise<void> {
+  if (rows.readingShardIds.length === 0) return;
+  // -1: NOT_REPORTED (heartbeat-rows.ts), a field the heartbeat did not carry.
   await sql.$executeRaw`
-    UPDATE shard_gpu SET used_bytes = reported.used
-      FROM unnest(${rows.shardHostIds}::text[], ${rows.shardIds}::uuid[],
-                  ${rows.shardGpuUuids}::text[], ${rows.shardUsed}::bigint[])
-           AS reported(host_id, shard_id, gpu_uuid, used),
-           shard
+    WITH reported AS (
+      SELECT host_id, shard_id, gpu_uuid, nullif(used, -1) AS used,
+             nullif(real, -1) AS real, nullif(busy, -1) AS busy,
+             timestamptz 'epoch' + nullif(last_kernel_ms, -1) * interval '1 millisecond'
+               AS last_kernel
+        FROM unnest(${rows.readingHostIds}::text[], ${rows.readingShardIds}::uuid[],
+                    ${rows.readingGpuUuids}::text[], ${rows.readingUsed}::bigint[],
+                    ${rows.readingReal}::bigint[], ${rows.readingBusy}::float8[],
+                    ${rows.readingLastKernelMs}::bigint[])
+             AS reported(host_id, shard_id, gpu_uuid, used, real, busy, last_kernel_ms))
+    UPDATE shard_gpu SET used_bytes = coalesce(reported.used, shard_gpu.used_bytes),
+                         real_bytes = coalesce(reported.real, shard_gpu.real_bytes),
+                         busy_ratio = coalesce(reported.busy, shard_gpu.busy_ratio),
+                         last_kernel_at = coalesce(reported.last_kernel, shard_gpu.last_kernel_at)
+      FROM reported, shard
      WHERE shard_gpu.shard_id = reported.shard_id AND shard_gpu.gpu_uuid = reported.gpu_uuid
        AND shard_gpu.released_at IS NULL
        AND shard.id = reported.shard_id AND shard.host_id = reported.host_id
-       AND shard_gpu.used_bytes <> reported.used`;
+       AND (shard_gpu.used_bytes, shard_gpu.real_bytes, shard_gpu.busy_ratio,
+            shard_gpu.last_kernel_at)
+           IS DISTINCT FROM (coalesce(reported.used, shard_gpu.used_bytes),
+                             coalesce(reported.real, shard_gpu.real_bytes),
+                             coalesce(reported.busy, shard_gpu.busy_ratio),
+                             coalesce(reported.last_kernel, shard_gpu.last_kernel_at))`;
 }
 
 /**
@@ -183,14 +213,14 @@ export async function writeShardUsage(sql: RawSql, rows: HeartbeatRows): Promise
  * none); returns the reporting host of each new sample.
  */
 export async function insertUsageSamples(sql: RawSql, rows: HeartbeatRows): Promise<string[]> {
-  if (rows.shardIds.length === 0) return [];
+  if (rows.sampleShardIds.length === 0) return [];
   const written = await sql.$queryRaw<{ hostId: string }[]>`
     WITH written AS (
       INSERT INTO usage_sample (shard_id, gpu_uuid, at, used_bytes)
       SELECT reported.shard_id, reported.gpu_uuid, reported.at, reported.used
-        FROM unnest(${rows.shardHostIds}::text[], ${rows.shardIds}::uuid[],
-                    ${rows.shardGpuUuids}::text[], ${rows.shardAt}::timestamptz[],
-                    ${rows.shardUsed}::bigint[])
+        FROM unnest(${rows.sampleHostIds}::text[], ${rows.sampleShardIds}::uuid[],
+                    ${rows.sampleGpuUuids}::text[], ${rows.sampleAt}::timestamptz[],
+                    ${rows.sampleUsed}::bigint[])
              AS reported(host_id, shard_id, gpu_uuid, at, used)
         JOIN shard ON shard.id = reported.shard_id AND shard.host_id = reported.host_id
       ON CONFLICT DO NOTHING
