@@ -295,6 +295,8 @@ await database.prisma.close();
 const stats = new pg.Client({ connectionString: database.config.url });
 await stats.connect();
 await stats.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+// WAL by record kind over the ingest window (pg_get_wal_stats).
+await stats.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
 const pm = postmasterOf(pgServer.dir);
 const generated = performance.now();
 const nats = await startNatsServer(hostIds, 'nkey');
@@ -490,7 +492,13 @@ async function pgCounters() {
   const { rows } = await stats.query(
     `SELECT xact_commit::bigint AS commits, (tup_inserted + tup_updated + tup_deleted)::bigint AS rows,
             (SELECT wal_sync FROM pg_stat_wal)::bigint AS syncs,
-            (SELECT wal_records FROM pg_stat_wal)::bigint AS records
+            (SELECT wal_records FROM pg_stat_wal)::bigint AS records,
+            (SELECT wal_bytes FROM pg_stat_wal)::bigint AS "walBytes",
+            (SELECT wal_fpi FROM pg_stat_wal)::bigint AS fpi,
+            pg_current_wal_insert_lsn()::text AS lsn,
+            (SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
+              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+            )::bigint AS statements
        FROM pg_stat_database WHERE datname = current_database()`,
   );
   return {
@@ -498,7 +506,21 @@ async function pgCounters() {
     rows: Number(rows[0].rows),
     syncs: Number(rows[0].syncs),
     records: Number(rows[0].records),
+    walBytes: Number(rows[0].walBytes),
+    fpi: Number(rows[0].fpi),
+    lsn: rows[0].lsn,
+    statements: Number(rows[0].statements),
   };
+}
+
+/** Row writes per table since the window began: updates, of them HOT, inserts. */
+async function tableWrites() {
+  const { rows } = await stats.query(
+    `SELECT relname AS table, n_tup_upd::bigint AS updated, n_tup_hot_upd::bigint AS hot,
+            n_tup_ins::bigint AS inserted
+       FROM pg_stat_user_tables`,
+  );
+  return new Map(rows.map((row) => [row.table, row]));
 }
 
 /** Heartbeat ingest at the production interval: CPU per process, PostgreSQL writes. */
@@ -512,6 +534,8 @@ async function ingest() {
     simulator: workers.reduce((s, w) => s + cpuOf(w.child.pid), 0),
   });
   pinOthers();
+  await stats.query('SELECT pg_stat_statements_reset()');
+  const tablesBefore = await tableWrites();
   const before = { cpu: cpu(), pg: await pgCounters(), at: performance.now() };
   const heartbeatsBefore = await messageCounts();
   toggleProfiles();
@@ -522,6 +546,31 @@ async function ingest() {
   const seconds = (after.at - before.at) / 1000;
   const pct = (a, b) => `${(((a - b) / seconds) * 100).toFixed(1)}%`;
   const heartbeats = heartbeatsAfter.total - heartbeatsBefore.total;
+  // Per heartbeat, everything of the window: reconciles, state events, the fleet cache's reads.
+  const per = (key) => ((after.pg[key] - before.pg[key]) / Math.max(1, heartbeats)).toFixed(2);
+  const tablesAfter = await tableWrites();
+  const writesPerHeartbeat = {};
+  for (const [table, row] of tablesAfter) {
+    const was = tablesBefore.get(table);
+    const delta = (key) => Number(row[key]) - Number(was?.[key] ?? 0);
+    if (delta('updated') + delta('inserted') === 0) continue;
+    writesPerHeartbeat[table] =
+      `${(delta('updated') / Math.max(1, heartbeats)).toFixed(2)} updated ` +
+      `(${(delta('hot') / Math.max(1, heartbeats)).toFixed(2)} HOT), ` +
+      `${(delta('inserted') / Math.max(1, heartbeats)).toFixed(2)} inserted`;
+  }
+  const { rows: walKinds } = await stats.query(
+    `SELECT "resource_manager/record_type" AS kind, count, fpi_size AS fpi,
+            combined_size AS bytes
+       FROM pg_get_wal_stats($1::pg_lsn, $2::pg_lsn, true)
+      WHERE count > 0 ORDER BY count DESC LIMIT 12`,
+    [before.pg.lsn, after.pg.lsn],
+  );
+  const { rows: topStatements } = await stats.query(
+    `SELECT calls, total_exec_time AS exec, query FROM pg_stat_statements
+      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+      ORDER BY calls DESC LIMIT 12`,
+  );
   /** CPU ms per heartbeat: a control plane's over the heartbeats it handled, the others' over all. */
   const perBeat = (a, b, n) => ((a - b) * 1000) / Math.max(1, n);
   results.ingest = {
@@ -552,9 +601,35 @@ async function ingest() {
     postgresWalSyncsPerSecond: ((after.pg.syncs - before.pg.syncs) / seconds).toFixed(1),
     postgresWalRecordsPerSecond: ((after.pg.records - before.pg.records) / seconds).toFixed(1),
     postgresRowsWrittenPerSecond: ((after.pg.rows - before.pg.rows) / seconds).toFixed(1),
+    perHeartbeat: {
+      statements: per('statements'),
+      commits: per('commits'),
+      walRecords: per('records'),
+      walBytes: per('walBytes'),
+      walFullPageImages: per('fpi'),
+      rowsWritten: per('rows'),
+    },
+    writesPerHeartbeat,
     controlPlaneRssMiB: controlPlanes.map((cp) => Math.round(rssOf(cp.child.pid) / 2 ** 20)),
   };
   log('heartbeat ingest', results.ingest);
+  log('WAL per heartbeat by record kind (the whole cluster, pg_walinspect)');
+  console.table(
+    walKinds.map((row) => ({
+      kind: row.kind,
+      'records/hb': (Number(row.count) / Math.max(1, heartbeats)).toFixed(2),
+      'page image bytes/hb': (Number(row.fpi) / Math.max(1, heartbeats)).toFixed(0),
+      'bytes/hb': (Number(row.bytes) / Math.max(1, heartbeats)).toFixed(0),
+    })),
+  );
+  log('SQL statements per heartbeat (pg_stat_statements, the most called)');
+  console.table(
+    topStatements.map((row) => ({
+      'calls/hb': (Number(row.calls) / Math.max(1, heartbeats)).toFixed(3),
+      'exec ms/hb': (row.exec / Math.max(1, heartbeats)).toFixed(4),
+      query: row.query.replace(/\s+/g, ' ').slice(0, 100),
+    })),
+  );
 }
 
 /** Heartbeats handled by the control planes so far, from their /metrics: each one's, and all. */
