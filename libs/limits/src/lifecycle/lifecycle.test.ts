@@ -24,6 +24,7 @@ import {
   nextOnHostLoss,
   nextOnReport,
   reservationChange,
+  stoppedStateOf,
   SUSPEND_CAUSES,
   TRANSITIONS,
   type StopIntent,
@@ -205,22 +206,48 @@ describe('shard lifecycle', () => {
     }
   });
 
-  test('a lost host: its placed, starting and running shards LOST, stopping ones STOPPED, each releasing its reservation; the others untouched', () => {
+  test('a lost host: every shard holding something there ends holding nothing there (LOST, a stopping one as its stop intent says); the others untouched', () => {
+    const intents: StopIntent[] = ['stop', 'requeue', 'preempt'];
     for (const from of SHARD_STATES) {
-      const next = nextOnHostLoss(from);
-      assert.equal(next !== undefined, (HOST_LOSS_STATES as readonly ShardState[]).includes(from));
-      if (next === undefined) continue;
-      assert.equal(next.cause, 'host-offline');
-      assert.equal(next.state, from === 'STOPPING' ? 'STOPPED' : 'LOST');
-      const check = checkTransition(from, next.state, next.cause);
-      assert.ok(check.ok, `${from} → ${next.state}`);
-      assert.equal(check.reservation, 'release', from);
+      const holdsOnHost = holdsReservation(from) || holdsHostMemory(from);
+      assert.equal((HOST_LOSS_STATES as readonly ShardState[]).includes(from), holdsOnHost, from);
+      for (const intent of intents) {
+        const next = nextOnHostLoss(from, intent);
+        assert.equal(next !== undefined, holdsOnHost, `${from} (${intent})`);
+        if (next === undefined) continue;
+        const check = checkTransition(from, next.state, next.cause);
+        assert.ok(check.ok, `${from} → ${next.state} by ${next.cause}`);
+        assert.equal(check.reservation, holdsReservation(from) ? 'release' : 'keep', from);
+        assert.equal(holdsReservation(next.state), false, `${from} → ${next.state}`);
+        assert.equal(holdsHostMemory(next.state), false, `${from} → ${next.state}`);
+        if (from !== 'STOPPING') {
+          assert.deepEqual(next, { state: 'LOST', cause: 'host-offline' }, from);
+        } else if (intent === 'stop') {
+          assert.deepEqual(next, { state: 'STOPPED', cause: 'host-offline' });
+        } else {
+          assert.deepEqual(next, stoppedStateOf(intent), intent);
+        }
+      }
     }
     assert.deepEqual(
       HOST_LOSS_STATES,
       SHARD_STATES.filter((s) => (HOST_LOSS_STATES as readonly ShardState[]).includes(s)),
       'in lifecycle order',
     );
+    // An elastic shard lost comes back by where its host's agent finds its memory.
+    for (const from of ['SUSPENDING', 'SUSPENDED', 'RESUMING'] as const) {
+      const lost = nextOnHostLoss(from)!.state;
+      assert.deepEqual(converge(lost, { kind: 'running', memory: 'resident' }).next, {
+        state: 'RUNNING',
+        cause: 'recovered',
+      });
+      for (const memory of ['suspended', 'partial'] as const) {
+        assert.deepEqual(converge(lost, { kind: 'running', memory }).next, {
+          state: 'SUSPENDED',
+          cause: 'recovered',
+        });
+      }
+    }
   });
 
   test("an agent's report leads only to an allowed transition", () => {

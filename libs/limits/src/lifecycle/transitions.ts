@@ -3,6 +3,7 @@ import {
   holdsReservation,
   isFinal,
   SHARD_STATES,
+  unreachable,
   type ShardState,
 } from './states.js';
 
@@ -289,32 +290,60 @@ export function stoppedStateOf(intent: StopIntent): NextState {
 
 /**
  * The states whose shards change when their host goes OFFLINE (nextOnHostLoss), in the order
- * of SHARD_STATES.
+ * of SHARD_STATES: every state that holds something on the host, a GPU reservation or host RAM
+ * for GPU memory (holdsReservation, holdsHostMemory).
  */
 export const HOST_LOSS_STATES = [
   'PLACED',
   'STARTING',
   'RUNNING',
+  'SUSPENDING',
+  'SUSPENDED',
+  'RESUMING',
   'STOPPING',
 ] as const satisfies readonly ShardState[];
 
 /**
- * What a shard becomes when its host goes OFFLINE: a placed, starting or running one LOST (its
- * container may come back with its host, which the convergence table settles then), a STOPPING
- * one STOPPED (its stop can no longer be told; the control plane ends a reclaimed one as its
- * stop intent says). Both release the reservation. Undefined for every other state: the shard
- * stays as it is.
+ * What a shard becomes when its host goes OFFLINE, holding nothing there afterwards:
+ * - PLACED, STARTING, RUNNING: LOST (its container may come back with its host, which the
+ *   convergence table settles then), its reservation released;
+ * - SUSPENDING, SUSPENDED, RESUMING (elastic, docs/elastic.md): LOST too, since their memory is
+ *   in the lost host's processes and RAM, half-moved or not. SUSPENDING and RESUMING release
+ *   their reservation, SUSPENDED its suspended cap (gpu.suspended_bytes) and its stay in host
+ *   RAM. Their host back with the container running, the agent's report of where its memory
+ *   is settles it: all on the GPU RUNNING (its reservation taken again), anything else
+ *   SUSPENDED (no room needed; the agent finishes a half-done suspend);
+ * - STOPPING: where its stop intent ends it (its stop can no longer be told): STOPPED, or a
+ *   reclaimed one PENDING (requeue) or PREEMPTED (preempt), its reservation released.
+ * Undefined for every other state: it holds nothing on the host, and stays as it is.
  */
-export function nextOnHostLoss(state: ShardState): NextState | undefined {
+export function nextOnHostLoss(
+  state: ShardState,
+  intent: StopIntent = 'stop',
+): NextState | undefined {
   switch (state) {
     case 'PLACED':
     case 'STARTING':
     case 'RUNNING':
+    case 'SUSPENDING':
+    case 'SUSPENDED':
+    case 'RESUMING':
       return { state: 'LOST', cause: 'host-offline' };
     case 'STOPPING':
-      return { state: 'STOPPED', cause: 'host-offline' };
-    default:
+      return intent === 'stop'
+        ? { state: 'STOPPED', cause: 'host-offline' }
+        : stoppedStateOf(intent);
+    case 'PENDING':
+    case 'STOPPED':
+    case 'EXITED':
+    case 'FAILED':
+    case 'LOST':
+    case 'PREEMPTED':
+    case 'EXPIRED':
+    case 'DELETED':
       return undefined;
+    default:
+      return unreachable(state);
   }
 }
 
