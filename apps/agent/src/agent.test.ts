@@ -477,7 +477,8 @@ describe('agent', () => {
     const register = controlPlane.registers[registers]!;
     assert.deepEqual(
       register.runningShards.find((shard) => shard.shardId === 's-adopt'),
-      { shardId: 's-adopt', containerId, state: 'RUNNING' },
+      // With where its memory is: a shard lost while suspended comes back suspended.
+      { shardId: 's-adopt', containerId, state: 'RUNNING', memory: 'resident' },
     );
     await agent.reconcileNow();
     const relaunch = await controlPlane.command(HOST, { type: 'launch', shard: spec('s-adopt') });

@@ -88,6 +88,11 @@ export const runningShardSchema = z.object({
   shardId: shardIdSchema,
   containerId: containerIdSchema,
   state: shardStateSchema,
+  /**
+   * Where its running container's GPU memory is (docs/elastic.md; absent: resident, or an agent
+   * that does not suspend): a shard lost while suspended comes back SUSPENDED, not RUNNING.
+   */
+  memory: memoryResidencySchema.optional(),
 });
 export type RunningShard = z.infer<typeof runningShardSchema>;
 

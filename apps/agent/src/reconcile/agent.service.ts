@@ -4,6 +4,7 @@ import {
   type OnApplicationBootstrap,
   type OnModuleDestroy,
 } from '@nestjs/common';
+import type { ObservedMemory } from '@gpushards/limits';
 import { PROTOCOL_VERSION, type RegisterRequest } from '@gpushards/protocol';
 
 import { isolatedComputePermille } from '../compute/mps-partition.js';
@@ -171,7 +172,10 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
       await this.shards.sweep();
       const mark = this.shards.commandMark();
       try {
-        const reply = await this.link.register(this.registerRequest());
+        // Where each running container's memory is, as a reconcile reads it: the control plane
+        // settles a shard lost while suspended by it.
+        const memory = await this.memory.observeAll();
+        const reply = await this.link.register(this.registerRequest(memory));
         if (!reply.accepted)
           throw new RegistrationRejectedError(reply.error.code, reply.error.message);
         this.logger.info(
@@ -183,7 +187,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
           },
           'registered with the control plane',
         );
-        await this.reconciler.apply(reply, mark);
+        await this.reconciler.apply(reply, mark, memory);
         return;
       } catch (error) {
         if (!(error instanceof LinkUnavailableError)) throw error;
@@ -197,7 +201,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     }
   }
 
-  private registerRequest(): RegisterRequest {
+  private registerRequest(memory?: ReadonlyMap<string, ObservedMemory>): RegisterRequest {
     const inventory = this.gpus.inventory;
     const samples = new Map(this.gpus.sample().map((sample) => [sample.uuid, sample.usedBytes]));
     return {
@@ -220,13 +224,18 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
         ...this.memory.hostInfo(),
       },
       gpus: inventory.gpus.map((gpu) => ({ ...gpu, usedBytes: samples.get(gpu.uuid) ?? 0 })),
-      runningShards: this.shards
-        .list()
-        .flatMap((shard) =>
-          shard.containerId === undefined
-            ? []
-            : [{ shardId: shard.shardId, containerId: shard.containerId, state: shard.state }],
-        ),
+      runningShards: this.shards.list().flatMap((shard) =>
+        shard.containerId === undefined
+          ? []
+          : [
+              {
+                shardId: shard.shardId,
+                containerId: shard.containerId,
+                state: shard.state,
+                ...(memory?.has(shard.shardId) ? { memory: memory.get(shard.shardId)! } : {}),
+              },
+            ],
+      ),
       acceptsKeptShards: true,
     };
   }
