@@ -48,7 +48,7 @@ import {
   writeShardReadings,
 } from './fleet-statements.js';
 import { HeartbeatRows, type HostHeartbeat } from './heartbeat-rows.js';
-import { HostLivenessService } from './host-liveness.service.js';
+import { HostLivenessService, type RunningContainers } from './host-liveness.service.js';
 import {
   ShardStateEvents,
   type HostStateEvent,
@@ -129,8 +129,10 @@ export class AgentReportsService {
     const { host, gpus } = request;
     const now = this.clock.now();
     const effects = new CommitEffects();
-    const running = new Set(
-      request.runningShards.filter((s) => RUNNING_REPORTS.has(s.state)).map((s) => s.shardId),
+    const running: RunningContainers = new Map(
+      request.runningShards
+        .filter((s) => RUNNING_REPORTS.has(s.state))
+        .map((s) => [s.shardId, s.memory]),
     );
     await this.prisma.$transaction(async (tx) => {
       const { state, previous } = await upsertRegisteredHost(tx, host, now);
@@ -205,7 +207,9 @@ export class AgentReportsService {
       });
       if (host === null) continue;
       back.add(hostId);
-      const running = new Set(heartbeat.shards.map((s) => s.shardId));
+      const running: RunningContainers = new Map(
+        heartbeat.shards.map((s) => [s.shardId, s.memory]),
+      );
       if (await this.liveness.revive(hostId, running, now)) revived.add(hostId);
     }
     if (back.size > 0) {
@@ -266,7 +270,6 @@ export class AgentReportsService {
       STOPPED_FOR_AGENT,
     );
     if (view === undefined) throw new NotFoundError('host', hostId);
-    const running = new Set(request.containers.filter((c) => c.running).map((c) => c.shardId));
     const reported = new Map(request.containers.map((c) => [c.shardId, c]));
     const observedAt = request.observedAt === undefined ? undefined : new Date(request.observedAt);
     const now = this.clock.now();
@@ -275,6 +278,9 @@ export class AgentReportsService {
       settlingMoves(shards, reported, observedAt, now);
     let shards: readonly ShardRecord[] = view.shards;
     if (view.hostState === 'OFFLINE') {
+      const running: RunningContainers = new Map(
+        request.containers.filter((c) => c.running).map((c) => [c.shardId, c.memory]),
+      );
       await this.liveness.revive(hostId, running, now);
       shards = await readHostShards(this.prisma.direct, hostId, SETTLED_STATES);
     }

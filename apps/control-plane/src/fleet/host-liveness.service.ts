@@ -1,5 +1,11 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { converge, nextOnHostLoss } from '@gpushards/limits';
+import {
+  converge,
+  holdsReservation,
+  nextOnHostLoss,
+  type ObservedMemory,
+  type StopIntent,
+} from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
 import { PrismaService, type Prisma } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
@@ -22,10 +28,17 @@ export const HOSTS_PER_OFFLINE_TRANSACTION = 100;
 const OFFLINE_TRANSACTION_TIMEOUT_MS = 30_000;
 
 /**
- * Hosts that stop and start speaking: a silent host goes OFFLINE and its shards are LOST
- * (STOPPING ones STOPPED), reservations released; a host that speaks again comes back and its
- * lost shards are settled by the convergence table (libs/limits): running ones take their
- * reservation again, the others end.
+ * The shard containers an agent reports running, by shard id, with where each one's GPU memory
+ * is (docs/elastic.md; undefined: not said, so resident).
+ */
+export type RunningContainers = ReadonlyMap<string, ObservedMemory | undefined>;
+
+/**
+ * Hosts that stop and start speaking: a silent host goes OFFLINE and every shard holding
+ * something there is LOST (STOPPING ones end as their stop intent says), reservations and
+ * suspended caps released; a host that speaks again comes back and its lost shards are settled
+ * by the convergence table (libs/limits): running ones take their reservation again (or come
+ * back SUSPENDED when their memory is in host RAM), the others end.
  */
 @Injectable()
 export class HostLivenessService {
@@ -42,9 +55,10 @@ export class HostLivenessService {
   }
 
   /**
-   * Hosts whose last heartbeat is older than `deadline` become OFFLINE: their PLACED, STARTING
-   * and RUNNING shards LOST, STOPPING ones STOPPED (libs/limits nextOnHostLoss), reservations
-   * released. Nothing is rescheduled elsewhere. Returns the hosts it marked.
+   * Hosts whose last heartbeat is older than `deadline` become OFFLINE: their shards as
+   * libs/limits nextOnHostLoss says (placed, starting, running and elastic ones LOST, STOPPING
+   * ones STOPPED, or PENDING or PREEMPTED by their stop intent), reservations and suspended
+   * caps released. Nothing is rescheduled elsewhere. Returns the hosts it marked.
    *
    * Up to HOSTS_PER_OFFLINE_TRANSACTION hosts per transaction, each a fixed handful of
    * statements whatever the number of hosts: one host per transaction took 227 s to mark 200
@@ -97,19 +111,25 @@ export class HostLivenessService {
           hosts.map((host) => host.id),
         );
         const moves = shards.map((shard): ShardMove => {
-          const next = nextOnHostLoss(shard.state)!;
+          const next = nextOnHostLoss(shard.state, stopIntentOf(shard.stopIntent))!;
           return { shard, state: next.state, cause: next.cause, fields: {} };
         });
-        await this.lifecycle.moveMany(tx, moves, effects, now);
+        // The audit says what each shard became as written.
+        const moved = await this.lifecycle.moveMany(tx, moves, effects, now);
         const byHost = new Map<string, string[]>(hosts.map((host) => [host.id, []]));
         for (const { shard } of moves) byHost.get(shard.hostId!)!.push(shard.id);
         await this.audit.recordOwn(tx, [
-          ...moves.map(({ shard, state }) => ({
-            action: state === 'LOST' ? 'shard.lost' : 'shard.stop',
+          ...moves.map(({ shard }, i) => ({
+            action: moved[i]!.state === 'LOST' ? 'shard.lost' : 'shard.stop',
             targetType: 'Shard',
             targetId: shard.id,
             teamId: shard.teamId,
-            details: { from: shard.state, to: state, hostId: shard.hostId, reason: 'host offline' },
+            details: {
+              from: shard.state,
+              to: moved[i]!.state,
+              hostId: shard.hostId,
+              reason: 'host offline',
+            },
           })),
           ...hosts.map((host) => ({
             action: 'host.offline',
@@ -142,7 +162,7 @@ export class HostLivenessService {
   }
 
   /** An OFFLINE host that speaks again: back to ONLINE (or CORDONED), lost shards settled. */
-  async revive(hostId: string, running: ReadonlySet<string>, now: Date): Promise<boolean> {
+  async revive(hostId: string, running: RunningContainers, now: Date): Promise<boolean> {
     const effects = new CommitEffects();
     const revived = await this.prisma.$transaction(async (tx) => {
       const state = await reviveHost(tx, hostId, now);
@@ -164,20 +184,25 @@ export class HostLivenessService {
   }
 
   /**
-   * The host's LOST shards: those its agent still runs take their reservation again and are
-   * RUNNING (FAILED if their GPUs no longer have room); the others FAILED.
+   * The host's LOST shards, by the convergence table: those its agent still runs with their
+   * memory on the GPU take their reservation again and are RUNNING (FAILED if their GPUs no
+   * longer have room); those whose memory its agent finds in host RAM, all or part (a shard
+   * lost while elastic), are SUSPENDED, their caps suspended on their GPUs again; the others
+   * FAILED.
    */
   async recoverLostShards(
     tx: Prisma.TransactionClient,
     hostId: string,
-    running: ReadonlySet<string>,
+    running: RunningContainers,
     effects: CommitEffects,
     now: Date,
   ): Promise<void> {
     for (const shard of await lockHostShards(tx, hostId, ['LOST'])) {
       const decision = converge(
         shard.state,
-        running.has(shard.id) ? { kind: 'running' } : { kind: 'absent' },
+        running.has(shard.id)
+          ? { kind: 'running', memory: running.get(shard.id) ?? 'resident' }
+          : { kind: 'absent' },
       );
       let next = decision.next ?? {
         state: 'FAILED' as const,
@@ -185,7 +210,11 @@ export class HostLivenessService {
       };
       let fields: TransitionFields =
         decision.reason === undefined ? {} : { failureReason: decision.reason };
-      if (next.cause === 'recovered' && !(await this.lifecycle.reacquire(tx, shard, effects))) {
+      if (
+        next.cause === 'recovered' &&
+        holdsReservation(next.state) &&
+        !(await this.lifecycle.reacquire(tx, shard, effects))
+      ) {
         next = { state: 'FAILED', cause: 'host-back-without-it' };
         fields = {
           failureReason: 'its GPUs were given to other shards while its host was offline',
@@ -193,7 +222,7 @@ export class HostLivenessService {
       }
       await this.lifecycle.moveTo(tx, shard, next.state, next.cause, fields, effects, now);
       await this.audit.record(tx, null, {
-        action: next.state === 'RUNNING' ? 'shard.recover' : 'shard.fail',
+        action: next.cause === 'recovered' ? 'shard.recover' : 'shard.fail',
         targetType: 'Shard',
         targetId: shard.id,
         teamId: shard.teamId,
@@ -201,4 +230,9 @@ export class HostLivenessService {
       });
     }
   }
+}
+
+/** A STOPPING shard's stop intent as stored (NULL: a plain stop). */
+function stopIntentOf(stored: string | null): StopIntent {
+  return stored === 'requeue' || stored === 'preempt' ? stored : 'stop';
 }

@@ -1,8 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { PROTOCOL_VERSION } from '@gpushards/protocol';
 import type { ShardStateChange } from '../events/shard-event-bus.js';
 import { FleetCache } from '../placement/fleet-cache.js';
+import { QueueService } from '../queue/queue.service.js';
 import { ShardLifecycle } from '../shards/shard-lifecycle.js';
+import { TeamsService } from '../teams/teams.service.js';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { within } from '../testing/bounded-wait.js';
 import { FakeShardCommands } from '../testing/fake-shard-commands.js';
@@ -10,8 +13,11 @@ import {
   assertOk,
   createShard,
   createTestTeam,
+  GiB,
   heartbeat,
+  MiB,
   registerRequest,
+  stateEvent,
   type TestTeam,
 } from '../testing/fleet-fixtures.js';
 import { startPostgres, TEST_DATABASE_KINDS, type PostgresServer } from '../testing/index.js';
@@ -35,12 +41,43 @@ const OFFLINE_SECONDS = 30;
 /** More hosts than one transaction marks, so that a sweep takes two. */
 const MANY = HOSTS_PER_OFFLINE_TRANSACTION + 20;
 
+const CONTEXT = 512 * MiB; // registerRequest's context overhead, in every cap
+const SHARE = `query ($id: ID!) { team(id: $id) { share { held { bytes } } } }`;
+const SET_POLICY = `mutation ($teamId: ID!, $input: QuotaPolicyInput!) {
+  setQuotaPolicy(teamId: $teamId, input: $input) { id } }`;
+
+/**
+ * Each GPU's reserved bytes and guaranteed compute against its open reservations, and its
+ * suspended bytes against the caps of the SUSPENDED shards whose latest reservation was there
+ * (ShardLifecycle's bookkeeping): the GPUs where they differ, with both sides.
+ */
+async function bookkeepingErrors(h: ApiTestHarness): Promise<unknown[]> {
+  return h.prisma.$queryRaw<unknown[]>`
+    SELECT * FROM (
+      SELECT gpu.uuid, gpu.reserved_bytes::text AS reserved,
+             (SELECT coalesce(sum(r.reserved_bytes), 0) FROM shard_gpu r
+               WHERE r.gpu_uuid = gpu.uuid AND r.released_at IS NULL)::text AS "openReserved",
+             gpu.guaranteed_compute_permille AS permille,
+             (SELECT coalesce(sum(r.compute_share_permille), 0) FROM shard_gpu r
+               WHERE r.gpu_uuid = gpu.uuid AND r.released_at IS NULL)::int AS "openPermille",
+             gpu.suspended_bytes::text AS suspended,
+             (SELECT coalesce(sum(shard.limit_bytes_per_gpu), 0) FROM shard
+                JOIN shard_gpu r ON r.shard_id = shard.id
+                                AND r.reserved_at = (SELECT max(reserved_at) FROM shard_gpu
+                                                      WHERE shard_id = shard.id)
+               WHERE shard.state = 'SUSPENDED' AND r.gpu_uuid = gpu.uuid)::text AS "suspendedCaps"
+        FROM gpu) AS book
+     WHERE reserved <> "openReserved" OR permille <> "openPermille"
+        OR suspended <> "suspendedCaps"`;
+}
+
 for (const kind of TEST_DATABASE_KINDS) {
   describe(`offline sweep of many hosts on ${kind}`, () => {
     let h: ApiTestHarness;
     let fleet: AgentReportsService;
     let liveness: HostLivenessService;
     let sweeper: HostOfflineSweeper;
+    let queue: QueueService;
     let team: TestTeam;
     const clock = new ManualClock(new Date('2030-01-01T00:00:00Z'));
     /** Every state change this control plane published. */
@@ -58,6 +95,7 @@ for (const kind of TEST_DATABASE_KINDS) {
       fleet = h.controlPlane.app.get(AgentReportsService);
       liveness = h.controlPlane.app.get(HostLivenessService);
       sweeper = h.controlPlane.app.get(HostOfflineSweeper);
+      queue = h.controlPlane.app.get(QueueService);
       h.controlPlane.app.get(ShardLifecycle).observe((change) => published.push(change));
       team = await createTestTeam(h, 'sweep-team');
     });
@@ -99,6 +137,90 @@ for (const kind of TEST_DATABASE_KINDS) {
 
     function deadline(): Date {
       return new Date(clock.now().getTime() - OFFLINE_SECONDS * 1000);
+    }
+
+    /** A time after every earlier one, for an agent's event (the clock moves on by 1 ms). */
+    function tick(): Date {
+      clock.advance(1);
+      return clock.now();
+    }
+
+    /**
+     * The sweep, with the host OFFLINE after it: the sweeper's own timer may have marked it
+     * first (its sweep commits before this one can read the host's row).
+     */
+    async function sweepUntilOffline(hostId: string): Promise<void> {
+      await sweeper.sweep();
+      assert.equal(
+        (await h.prisma.host.findUniqueOrThrow({ where: { id: hostId } })).state,
+        'OFFLINE',
+      );
+    }
+
+    /** A one-GPU host labelled pool=<its id> whose agent suspends (100 GiB of host RAM). */
+    async function registerSuspending(hostId: string): Promise<void> {
+      const request = registerRequest(hostId, { gpus: 1, labels: { pool: hostId } });
+      await fleet.registerHost({
+        ...request,
+        host: { ...request.host, suspendBudgetBytes: 100 * GiB },
+      });
+    }
+
+    let elasticTeam: TestTeam | undefined;
+    /** A team whose quota allows elastic shards. */
+    async function elasticTeamOf(): Promise<TestTeam> {
+      if (elasticTeam !== undefined) return elasticTeam;
+      elasticTeam = await createTestTeam(h, 'elastic-team', null);
+      assertOk(
+        await h.graphql(SET_POLICY, {
+          teamId: elasticTeam.id,
+          input: { maxTotal: '1t', maxShards: 100, maxPerShard: '1t', allowElastic: true },
+        }),
+      );
+      return elasticTeam;
+    }
+
+    /** A RUNNING 10g shard (a 10 % compute share) of `owner` on `hostId` (pool=<hostId>). */
+    async function runningOn(hostId: string, name: string, elastic: boolean, owner: TestTeam) {
+      const created = assertOk(
+        await createShard(h, owner.member, {
+          name,
+          memoryPerGpu: '10g',
+          computeSharePercent: 10,
+          elastic,
+          hostSelector: [{ key: 'pool', value: hostId }],
+        }),
+      ).createShard;
+      assert.equal(created.hostId, hostId);
+      await fleet.applyShardStateEvent(hostId, stateEvent(hostId, created.id, 'RUNNING', tick()));
+      return created.id;
+    }
+
+    async function suspendShard(id: string, owner: TestTeam) {
+      assertOk(
+        await h.graphql(
+          `mutation ($id: ID!) { suspendShard(id: $id) { id } }`,
+          { id },
+          owner.member,
+        ),
+      );
+    }
+
+    /** The agent's SUSPENDED event. */
+    function suspendedEvent(hostId: string, id: string) {
+      return fleet.applyShardStateEvent(
+        hostId,
+        stateEvent(hostId, id, 'SUSPENDED', tick(), {
+          moved: { bytes: 4 * GiB, seconds: 1, processes: 1 },
+        }),
+      );
+    }
+
+    async function heldBytes(teamId: string): Promise<number> {
+      const share = assertOk(
+        await h.graphql<{ team: { share: { held: { bytes: string } } } }>(SHARE, { id: teamId }),
+      );
+      return Number(share.team.share.held.bytes);
     }
 
     it('many hosts lost at once: each OFFLINE, its shards LOST or STOPPED and released, their events stored and published, the audit as before; a few statements per hundred hosts', async () => {
@@ -326,5 +448,254 @@ for (const kind of TEST_DATABASE_KINDS) {
           0,
         );
       });
+
+    it('a host lost with suspending, suspended and resuming shards: each LOST, what each held released exactly; back, each settled by where its memory is', async () => {
+      const hostId = 'elastic-0';
+      await registerSuspending(hostId);
+      const elasticTeam = await elasticTeamOf();
+      const running = (name: string, elastic: boolean) =>
+        runningOn(hostId, name, elastic, elasticTeam);
+      const suspend = (id: string) => suspendShard(id, elasticTeam);
+      const suspended = (id: string) => suspendedEvent(hostId, id);
+      const suspending = await running('suspending', true);
+      await suspend(suspending);
+      const asleep = await running('suspended', true);
+      await suspend(asleep);
+      await suspended(asleep);
+      const resuming = await running('resuming', true);
+      await suspend(resuming);
+      await suspended(resuming);
+      assertOk(
+        await h.graphql(
+          `mutation ($id: ID!) { resumeShard(id: $id) { id } }`,
+          { id: resuming },
+          elasticTeam.member,
+        ),
+      );
+      await queue.admitNow();
+      const plain = await running('plain', false);
+      const ids = [suspending, asleep, resuming, plain];
+      const stateOf = async () =>
+        Object.fromEntries(
+          (await h.prisma.shard.findMany({ where: { id: { in: ids } } })).map((row) => [
+            row.id,
+            row.state,
+          ]),
+        );
+      assert.deepEqual(await stateOf(), {
+        [suspending]: 'SUSPENDING',
+        [asleep]: 'SUSPENDED',
+        [resuming]: 'RESUMING',
+        [plain]: 'RUNNING',
+      });
+      const cap = 10 * GiB + CONTEXT;
+      const gpuOf = () => h.prisma.gpu.findFirstOrThrow({ where: { hostId } });
+      const before = await gpuOf();
+      assert.deepEqual(
+        [before.reservedBytes, before.suspendedBytes, before.guaranteedComputePermille],
+        [BigInt(3 * cap), BigInt(cap), 300],
+      );
+      assert.deepEqual(await bookkeepingErrors(h), []);
+      assert.equal(await heldBytes(elasticTeam.id), 3 * 10 * GiB);
+      const teams = h.controlPlane.app.get(TeamsService);
+      const quotaUsage = await teams.usage(elasticTeam.id);
+      assert.equal(quotaUsage.shardCount, 4);
+
+      clock.advance((OFFLINE_SECONDS + 1) * 1000);
+      await othersHeartbeat('elastic');
+      await sweepUntilOffline(hostId);
+
+      assert.deepEqual(await stateOf(), Object.fromEntries(ids.map((id) => [id, 'LOST'])));
+      const lost = await gpuOf();
+      assert.deepEqual(
+        [lost.reservedBytes, lost.suspendedBytes, lost.guaranteedComputePermille],
+        [0n, 0n, 0],
+        'reservations and the suspended cap released',
+      );
+      assert.deepEqual(await bookkeepingErrors(h), []);
+      assert.equal(
+        await h.prisma.shardGpu.count({ where: { shardId: { in: ids }, releasedAt: null } }),
+        0,
+      );
+      assert.equal(
+        await h.prisma.shardSuspension.count({ where: { shardId: { in: ids }, resumedAt: null } }),
+        0,
+        'no stay in host RAM open: the host is gone',
+      );
+      // No longer held on a GPU; still the team's (a lost shard may come back with its host).
+      assert.equal(await heldBytes(elasticTeam.id), 0);
+      assert.deepEqual(await teams.usage(elasticTeam.id), quotaUsage);
+      const audits = await h.prisma.auditEvent.findMany({
+        where: { targetId: { in: ids }, action: 'shard.lost' },
+      });
+      assert.deepEqual(
+        Object.fromEntries(audits.map((a) => [a.targetId, (a.details as { from: string }).from])),
+        {
+          [suspending]: 'SUSPENDING',
+          [asleep]: 'SUSPENDED',
+          [resuming]: 'RESUMING',
+          [plain]: 'RUNNING',
+        },
+      );
+
+      // The host back: its agent finds the suspend half done, the suspended shard still in host
+      // RAM, the resume finished, and the plain shard's container gone.
+      const container = (shardId: string, memory: 'resident' | 'suspended' | 'partial') => ({
+        shardId,
+        containerId: `c-${shardId}`,
+        running: true,
+        status: 'running' as const,
+        memory,
+      });
+      const reply = await fleet.reconcile(hostId, {
+        protocolVersion: PROTOCOL_VERSION,
+        hostId,
+        observedAt: tick().toISOString(),
+        containers: [
+          container(suspending, 'partial'),
+          container(asleep, 'suspended'),
+          container(resuming, 'resident'),
+        ],
+      });
+      assert.deepEqual(await stateOf(), {
+        [suspending]: 'SUSPENDED',
+        [asleep]: 'SUSPENDED',
+        [resuming]: 'RUNNING',
+        [plain]: 'FAILED',
+      });
+      assert.deepEqual([...(reply.suspendedShardIds ?? [])].sort(), [suspending, asleep].sort());
+      assert.deepEqual(
+        reply.desired.map((spec) => spec.shardId),
+        [resuming],
+      );
+      const back = await gpuOf();
+      assert.deepEqual(
+        [back.reservedBytes, back.suspendedBytes, back.guaranteedComputePermille],
+        [BigInt(cap), BigInt(2 * cap), 100],
+      );
+      assert.deepEqual(await bookkeepingErrors(h), []);
+      assert.deepEqual(
+        (
+          await h.prisma.shardSuspension.findMany({
+            where: { shardId: { in: ids }, resumedAt: null },
+          })
+        )
+          .map((stay) => stay.shardId)
+          .sort(),
+        [suspending, asleep].sort(),
+      );
+      assert.equal(await heldBytes(elasticTeam.id), 10 * GiB);
+      assert.equal((await teams.usage(elasticTeam.id)).shardCount, 3);
+    });
+
+    it('a host lost with a reclaimed shard stopping to be requeued: PENDING, and its audit says so', async () => {
+      const hostId = 'requeue-0';
+      await fleet.registerHost(
+        registerRequest(hostId, { gpus: 1, model: 'QGPU-L 80GB', labels: { pool: 'requeue' } }),
+      );
+      const owner = await createTestTeam(h, 'requeue-owner', null);
+      assertOk(
+        await h.graphql(SET_POLICY, {
+          teamId: owner.id,
+          input: {
+            maxTotal: '80g',
+            maxShards: 10,
+            maxPerShard: '80g',
+            guarantee: '40g',
+            guaranteeGpuModel: 'QGPU-L',
+          },
+        }),
+      );
+      const inPool = { queue: true, hostSelector: [{ key: 'pool', value: 'requeue' }] };
+      const borrowed = assertOk(
+        await createShard(h, team.member, { ...inPool, name: 'borrowed', memoryPerGpu: '70g' }),
+      ).createShard;
+      await queue.admitNow();
+      await fleet.applyShardStateEvent(hostId, stateEvent(hostId, borrowed.id, 'RUNNING', tick()));
+      assertOk(
+        await createShard(h, owner.member, { ...inPool, name: 'mine', memoryPerGpu: '40g' }),
+      );
+      await queue.admitNow();
+      const victim = await h.prisma.shard.findUniqueOrThrow({ where: { id: borrowed.id } });
+      assert.deepEqual([victim.state, victim.stopIntent], ['STOPPING', 'requeue']);
+
+      clock.advance((OFFLINE_SECONDS + 1) * 1000);
+      await othersHeartbeat('requeue');
+      await sweepUntilOffline(hostId);
+
+      assert.equal(
+        (await h.prisma.shard.findUniqueOrThrow({ where: { id: borrowed.id } })).state,
+        'PENDING',
+      );
+      assert.equal(
+        await h.prisma.shardGpu.count({ where: { shardId: borrowed.id, releasedAt: null } }),
+        0,
+      );
+      const [audit, ...more] = await h.prisma.auditEvent.findMany({
+        where: { targetId: borrowed.id, action: { in: ['shard.lost', 'shard.stop'] } },
+      });
+      assert.equal(more.length, 0);
+      assert.deepEqual(audit!.details, {
+        from: 'STOPPING',
+        to: 'PENDING',
+        hostId,
+        reason: 'host offline',
+      });
+    });
+
+    it('a shard lost while SUSPENDED comes back SUSPENDED whichever message brings its host back: a register, a heartbeat', async () => {
+      const hostId = 'asleep-0';
+      await registerSuspending(hostId);
+      const owner = await elasticTeamOf();
+      const id = await runningOn(hostId, 'asleep', true, owner);
+      await suspendShard(id, owner);
+      await suspendedEvent(hostId, id);
+      const cap = BigInt(10 * GiB + CONTEXT);
+      const lose = async () => {
+        clock.advance((OFFLINE_SECONDS + 1) * 1000);
+        await othersHeartbeat('asleep');
+        await sweepUntilOffline(hostId);
+        const shard = await h.prisma.shard.findUniqueOrThrow({ where: { id } });
+        const gpu = await h.prisma.gpu.findFirstOrThrow({ where: { hostId } });
+        assert.deepEqual([shard.state, gpu.suspendedBytes], ['LOST', 0n]);
+      };
+      const settled = async (how: string) => {
+        const shard = await h.prisma.shard.findUniqueOrThrow({ where: { id } });
+        const gpu = await h.prisma.gpu.findFirstOrThrow({ where: { hostId } });
+        assert.deepEqual(
+          [shard.state, gpu.reservedBytes, gpu.suspendedBytes],
+          ['SUSPENDED', 0n, cap],
+          how,
+        );
+        assert.deepEqual(await bookkeepingErrors(h), [], how);
+        assert.equal(
+          await h.prisma.shardSuspension.count({ where: { shardId: id, resumedAt: null } }),
+          1,
+          how,
+        );
+      };
+
+      await lose();
+      const request = registerRequest(hostId, {
+        gpus: 1,
+        labels: { pool: hostId },
+        runningShards: [
+          { shardId: id, containerId: 'c-asleep', state: 'RUNNING', memory: 'suspended' },
+        ],
+      });
+      const reply = await fleet.registerHost({
+        ...request,
+        host: { ...request.host, suspendBudgetBytes: 100 * GiB },
+      });
+      assert.deepEqual(reply.accepted && reply.suspendedShardIds, [id]);
+      await settled('back by a register');
+
+      await lose();
+      await fleet.recordHeartbeat(
+        hostId,
+        heartbeat(hostId, clock.now(), [{ shardId: id, usedBytesPerGpu: [], memory: 'suspended' }]),
+      );
+      await settled('back by a heartbeat');
+    });
   });
 }
