@@ -13,7 +13,9 @@
 //     [--no-fsync]      (PostgreSQL as the tests run it: WAL not flushed at commit)
 //     [--limits off]    (the server without its request limits: cost, depth, rate; docs/api.md)
 //     [--variants "name=on,limits=on;name=off,limits=off"]  (servers side by side on one
-//                       database; each case runs against each in turn; keys: name, limits, dist)
+//                       database; each case runs against each in turn; keys: name, limits, dist,
+//                       node-env: the server's NODE_ENV, unset by default; the Docker image
+//                       sets production, under which graphql-js skips its cross-realm checks)
 //     [--rounds 1]      (each round runs every case against every variant, the order
 //                       reversed every other round: A B, B A, A B ...; medians at the end)
 //     [--separate]      (each variant on a database of its own, migrated and set up by its own
@@ -80,6 +82,7 @@ const VARIANTS = (options.variants ?? `name=${options.limits === 'off' ? 'limits
       name: fields.name ?? text,
       dist: resolve(fields.dist ?? options.dist),
       limits: fields.limits ?? options.limits,
+      nodeEnv: fields['node-env'],
     };
   });
 let postmaster;
@@ -129,6 +132,7 @@ async function startServer(databaseUrl, dataDir, poolSize, variant) {
       ...process.env,
       GPUSHARDS_BENCH_DIST: variant.dist,
       GPUSHARDS_BENCH_LIMITS: variant.limits,
+      ...(variant.nodeEnv === undefined ? {} : { NODE_ENV: variant.nodeEnv }),
       DATABASE_URL: databaseUrl,
       GPUSHARDS_PORT: '0',
       GPUSHARDS_DATA_DIR: dataDir,
