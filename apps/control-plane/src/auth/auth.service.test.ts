@@ -21,13 +21,14 @@ interface Row {
 function fakePrisma(hash: string, row: Row) {
   const calls = { reads: 0, touches: 0 };
   const control: { hold?: Promise<void> } = {};
+  // The lookup by hash: `SELECT … FROM api_token WHERE token_hash = ${hash}` (on DirectSql).
+  const lookUp = async (_sql: TemplateStringsArray, ...values: unknown[]) => {
+    calls.reads++;
+    await control.hold;
+    return values[0] === hash ? [{ ...row }] : [];
+  };
   const prisma = {
-    // The lookup by hash: `SELECT … FROM api_token WHERE token_hash = ${hash}`.
-    $queryRaw: async (_sql: TemplateStringsArray, ...values: unknown[]) => {
-      calls.reads++;
-      await control.hold;
-      return values[0] === hash ? [{ ...row }] : [];
-    },
+    direct: { $queryRaw: lookUp },
     apiToken: {
       update: async ({ data }: { data: { lastUsedAt: Date } }) => {
         calls.touches++;

@@ -141,9 +141,10 @@ export class AuthService {
   /** Reads the token row behind `hash` and remembers its caller (valid tokens only). */
   private async lookUp(hash: string, now: number): Promise<Authenticated> {
     const generation = this.generation;
-    // Raw SQL: this runs about once a second per token in use, and Prisma's findUnique costs
-    // about twice the CPU of the same read as $queryRaw.
-    const rows = await this.prisma.$queryRaw<TokenLookupRow[]>`
+    // Raw SQL on DirectSql: this runs about once a second per token in use (for a token used
+    // less often than that, on every request), and Prisma's findUnique costs about twice the
+    // CPU of the same read as Prisma's $queryRaw, which costs about three times DirectSql's.
+    const rows = await this.prisma.direct.$queryRaw<TokenLookupRow[]>`
       SELECT token.id::text AS id, token.name, token.role::text AS role,
              token.team_id::text AS "teamId", token.prefix, token.created_at AS "createdAt",
              token.revoked_at AS "revokedAt", token.last_used_at AS "lastUsedAt",
@@ -193,7 +194,7 @@ export class AuthService {
   /** Reads the browser session behind `hash` (identity/sessions.service.ts writes them). */
   private async lookUpSession(hash: string, now: number): Promise<Authenticated> {
     const generation = this.generation;
-    const rows = await this.prisma.$queryRaw<SessionLookupRow[]>`
+    const rows = await this.prisma.direct.$queryRaw<SessionLookupRow[]>`
       SELECT session.id::text AS id, session.role::text AS role,
              session.team_id::text AS "teamId", session.created_at AS "createdAt",
              session.expires_at AS "expiresAt", session.ended_at AS "endedAt",
