@@ -144,7 +144,8 @@ export class AuthService {
     // Raw SQL on DirectSql: this runs about once a second per token in use (for a token used
     // less often than that, on every request), and Prisma's findUnique costs about twice the
     // CPU of the same read as Prisma's $queryRaw, which costs about three times DirectSql's.
-    const rows = await this.prisma.direct.$queryRaw<TokenLookupRow[]>`
+    // Prepared once per connection: PostgreSQL planned each read (0.17 ms against 0.02 to run).
+    const rows = await this.prisma.direct.$queryRaw<TokenLookupRow[]>`/* prepared:token_lookup */
       SELECT token.id::text AS id, token.name, token.role::text AS role,
              token.team_id::text AS "teamId", token.prefix, token.created_at AS "createdAt",
              token.revoked_at AS "revokedAt", token.last_used_at AS "lastUsedAt",
@@ -194,7 +195,9 @@ export class AuthService {
   /** Reads the browser session behind `hash` (identity/sessions.service.ts writes them). */
   private async lookUpSession(hash: string, now: number): Promise<Authenticated> {
     const generation = this.generation;
-    const rows = await this.prisma.direct.$queryRaw<SessionLookupRow[]>`
+    const rows = await this.prisma.direct.$queryRaw<
+      SessionLookupRow[]
+    >`/* prepared:session_lookup */
       SELECT session.id::text AS id, session.role::text AS role,
              session.team_id::text AS "teamId", session.created_at AS "createdAt",
              session.expires_at AS "expiresAt", session.ended_at AS "endedAt",
