@@ -20,7 +20,7 @@ import {
   type TestTeam,
 } from '../testing/fleet-fixtures.js';
 import { startPostgres, type PostgresServer } from '../testing/index.js';
-import { ADMITTER_LOCK } from './admission-lease.js';
+import { ADMITTER_APPLICATION_NAME, ADMITTER_LOCK } from './admission-lease.js';
 import { ADMISSION_LOCK } from './queue.service.js';
 
 /**
@@ -158,6 +158,24 @@ describe('the queue with two control-plane replicas', { timeout: 300_000 }, () =
     return child;
   }
 
+  /**
+   * A replica's lease connection once it has asked for the lease (polled: PostgreSQL tells
+   * nobody; the suite's timeout ends a wait that never comes).
+   */
+  async function leaseConnectionOf(
+    child: ControlPlaneChild,
+  ): Promise<{ waitEventType: string | null; query: string }> {
+    for (;;) {
+      const { rows } = await sql.query<{ waitEventType: string | null; query: string }>(
+        `SELECT wait_event_type AS "waitEventType", query FROM pg_stat_activity
+          WHERE application_name = $1`,
+        [`${ADMITTER_APPLICATION_NAME}:${child.process.pid}`],
+      );
+      if (rows[0]?.query.includes('advisory_lock')) return rows[0];
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+
   /** Every reservation counted once, every GPU's reserved bytes their sum, none past capacity. */
   async function assertConsistent(placed: number): Promise<void> {
     const { rows: doubled } = await sql.query(
@@ -203,6 +221,14 @@ describe('the queue with two control-plane replicas', { timeout: 300_000 }, () =
   it('capacity freed on either replica: every freed GPU takes two waiting shards, each once', async () => {
     const leader = await admitter();
     const follower = children.find((c) => c !== leader)!;
+    // The follower asks for the lease now and then; a statement waiting for it would hold a
+    // snapshot, and with it every dead row version, for as long as the admitter lives.
+    const lease = await leaseConnectionOf(follower);
+    assert.notEqual(
+      lease.waitEventType,
+      'Lock',
+      `the follower waits in no statement: ${lease.query}`,
+    );
     const freed = full.splice(0, 10);
     // Both at once: the follower's deletes reach the admitter only through its forwarded changes.
     await Promise.all(freed.map((id, i) => deleteThrough(i % 2 === 0 ? follower : leader, id)));
