@@ -39,3 +39,21 @@ export function postgresCpu(postmaster) {
   if (postmaster === undefined) return 0;
   return cpuOf(postmaster, true) + childrenOf(postmaster).reduce((sum, pid) => sum + cpuOf(pid), 0);
 }
+
+/** The postmaster of the PostgreSQL whose data folder is `dir` (its backends name it too). */
+export function postmasterOf(dir) {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (cmdline.includes(dir) && cmdline.split('\0')[0].endsWith('postgres')) {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        if (!readFileSync(`/proc/${ppid}/cmdline`, 'utf8').includes(dir)) return Number(entry);
+      }
+    } catch {
+      // ended while being looked at
+    }
+  }
+  return undefined;
+}

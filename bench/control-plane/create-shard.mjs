@@ -22,7 +22,6 @@
 //                       build, on the one PostgreSQL: builds whose schemas differ side by side)
 import { fork, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
@@ -31,7 +30,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
+import { cpuOf, postgresCpu, postmasterOf } from '../proc-cpu.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -157,22 +156,6 @@ const load = fork(fileURLToPath(new URL('./load.mjs', import.meta.url)), [], {
 });
 
 /** The postmaster of the throwaway cluster (its command line names the cluster folder). */
-function postmasterOf(dir) {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
-      if (cmdline.includes(dir) && cmdline.split('\0')[0].endsWith('postgres')) {
-        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-        if (!readFileSync(`/proc/${ppid}/cmdline`, 'utf8').includes(dir)) return Number(entry);
-      }
-    } catch {
-      // ended while being looked at
-    }
-  }
-  return undefined;
-}
 
 /**
  * One case in the load process against `servers`, with the CPU the server, PostgreSQL and the

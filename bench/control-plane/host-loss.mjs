@@ -14,7 +14,6 @@
 //   node bench/control-plane/host-loss.mjs [--dists apps/control-plane/dist,/work/before/apps/control-plane/dist]
 //        [--labels after,before] [--rounds 2] [--hosts 10000] [--lose 200] [--control-planes 2]
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import os from 'node:os';
@@ -22,7 +21,7 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { cpuOf, postgresCpu } from '../proc-cpu.mjs';
+import { cpuOf, postgresCpu, postmasterOf } from '../proc-cpu.mjs';
 
 const { values: options } = parseArgs({
   options: {
@@ -109,23 +108,6 @@ function freePort() {
       server.close(() => resolvePort(port));
     });
   });
-}
-
-function postmasterOf(dir) {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
-      if (cmdline.includes(dir) && cmdline.split('\0')[0].endsWith('postgres')) {
-        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-        if (!readFileSync(`/proc/${ppid}/cmdline`, 'utf8').includes(dir)) return Number(entry);
-      }
-    } catch {
-      // gone
-    }
-  }
-  return undefined;
 }
 
 /** Spawns a control plane and waits for /readyz; resolves with the child. */

@@ -30,7 +30,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import pg from 'pg';
-import { childrenOf, cpuOf, postgresCpu } from '../proc-cpu.mjs';
+import { childrenOf, cpuOf, postgresCpu, postmasterOf } from '../proc-cpu.mjs';
 import { quantile } from '../quantile.mjs';
 import { graphql, teamToken } from '../graphql.mjs';
 
@@ -108,22 +108,6 @@ function rssOf(pid) {
   } catch {
     return 0;
   }
-}
-function postmasterOf(dir) {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
-      if (cmdline.includes(dir) && cmdline.split('\0')[0].endsWith('postgres')) {
-        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-        if (!readFileSync(`/proc/${ppid}/cmdline`, 'utf8').includes(dir)) return Number(entry);
-      }
-    } catch {
-      // gone
-    }
-  }
-  return undefined;
 }
 function natsPid() {
   for (const entry of readdirSync('/proc')) {
