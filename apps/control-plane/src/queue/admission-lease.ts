@@ -181,8 +181,11 @@ export class AdmissionLease implements OnApplicationShutdown {
     });
     (async () => {
       await client.connect();
-      while (!(await this.tryLock(client))) {
+      for (let asked = 0; !(await this.tryLock(client)); asked++) {
         if (ended || this.closed) return;
+        if (asked === 0) {
+          this.logger.info(`another replica is the admitter; asking every ${LEASE_POLL_MS} ms`);
+        }
         await new Promise((resolve) => {
           this.pollTimer = setTimeout(resolve, LEASE_POLL_MS);
         });

@@ -158,22 +158,18 @@ describe('the queue with two control-plane replicas', { timeout: 300_000 }, () =
     return child;
   }
 
-  /**
-   * A replica's lease connection once it has asked for the lease (polled: PostgreSQL tells
-   * nobody; the suite's timeout ends a wait that never comes).
-   */
+  /** A follower's lease connection, once the follower has said it asks for the lease. */
   async function leaseConnectionOf(
     child: ControlPlaneChild,
   ): Promise<{ waitEventType: string | null; query: string }> {
-    for (;;) {
-      const { rows } = await sql.query<{ waitEventType: string | null; query: string }>(
-        `SELECT wait_event_type AS "waitEventType", query FROM pg_stat_activity
-          WHERE application_name = $1`,
-        [`${ADMITTER_APPLICATION_NAME}:${child.process.pid}`],
-      );
-      if (rows[0]?.query.includes('advisory_lock')) return rows[0];
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await child.logged('another replica is the admitter; asking every');
+    const { rows } = await sql.query<{ waitEventType: string | null; query: string }>(
+      `SELECT wait_event_type AS "waitEventType", query FROM pg_stat_activity
+        WHERE application_name = $1`,
+      [`${ADMITTER_APPLICATION_NAME}:${child.process.pid}`],
+    );
+    assert.equal(rows.length, 1, "the follower's lease connection");
+    return rows[0]!;
   }
 
   /** Every reservation counted once, every GPU's reserved bytes their sum, none past capacity. */
