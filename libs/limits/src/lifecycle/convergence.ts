@@ -1,5 +1,5 @@
 import { isFinal, type ShardState } from './states.js';
-import { stoppedStateOf, type NextState, type StopIntent } from './transitions.js';
+import { stoppedStateOf, type NextState, type StopIntent } from './next-state.js';
 
 /**
  * Where the GPU memory of a running container's CUDA processes is, as the agent reads it from

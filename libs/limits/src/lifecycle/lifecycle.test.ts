@@ -13,22 +13,24 @@ import {
 } from './states.js';
 import {
   ACQUIRING_CAUSES,
-  AGENT_REPORTS,
   allTransitions,
   canTransition,
   checkTransition,
   startableStates,
   startDecision,
   INITIAL_STATES,
+  reservationChange,
+  SUSPEND_CAUSES,
+  TRANSITIONS,
+} from './transitions.js';
+import {
+  AGENT_REPORTS,
   HOST_LOSS_STATES,
   nextOnHostLoss,
   nextOnReport,
-  reservationChange,
   stoppedStateOf,
-  SUSPEND_CAUSES,
-  TRANSITIONS,
   type StopIntent,
-} from './transitions.js';
+} from './next-state.js';
 import {
   CONTAINER_KINDS,
   containerActionFor,

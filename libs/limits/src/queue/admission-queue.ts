@@ -24,13 +24,8 @@
  * PENDING (docs/architecture.md, "The queue").
  */
 import { compareText } from '../placement-rules.js';
-import {
-  admit,
-  decideInOrder,
-  type AdmissionInput,
-  type AdmissionPlan,
-  type Waiting,
-} from './admission.js';
+import { admit, type AdmissionInput, type AdmissionPlan, type Waiting } from './admission.js';
+import { decideInOrder } from './admission-order.js';
 import { CAPACITY, NeedsLeft, shardOnlyWaits, teamOnlyWaits } from './admission-steps.js';
 import { compareFairShare } from './fair-share.js';
 import {

@@ -3,8 +3,8 @@
  * now (the fleet as given), what the pass placed, the spots kept for waiting shards and the room
  * promised to reclaiming shards, and the four views of the fleet that placement is asked on
  * ("now", "both", "all", "shadow"; see `AdmissionRoom`). The rules of the pass (who is placed,
- * who reclaims, why each other shard waits) are in admission.ts; this is the bookkeeping that
- * keeps those views consistent and cheap (only the GPUs a pass touched are copied and indexed
+ * who reclaims, why each other shard waits) are in admission-order.ts and the files it names;
+ * this is the bookkeeping that keeps those views consistent and cheap (only the GPUs a pass touched are copied and indexed
  * again), kept apart so the rules read without it.
  */
 import { bytes } from '../sizes.js';
@@ -19,7 +19,8 @@ import {
 } from '../placement.js';
 import { PlacementIndex } from '../placement-index.js';
 import type { RoomIndex } from '../room-index.js';
-import type { HeldShard, SuspendedShard } from './model.js';
+import type { SuspendedShard } from './model.js';
+import { pinnedPlacement } from './room-after-victims.js';
 
 type MutableGpu = { -readonly [K in keyof Gpu]: Gpu[K] };
 
@@ -363,83 +364,10 @@ function roomFor(gpu: Gpu, need: number, defaultRatio: number | undefined): bool
   return freeBytes(gpu, defaultRatio) >= need;
 }
 
-/** A suspended shard on its own GPUs, as a placement (GPUs in its order, which is by index). */
-export function pinnedPlacement(resume: SuspendedShard): Placed {
-  return {
-    kind: 'placed',
-    hostId: resume.hostId,
-    gpuUuids: [...resume.gpuUuids],
-    bytesPerGpu: bytes(resume.quotaBytes / resume.gpuUuids.length),
-    reservedBytesPerGpu: resume.reservedBytesPerGpu,
-  };
-}
-
 function indexOf(hosts: readonly Host[]): Map<string, GpuAt> {
   const index = new Map<string, GpuAt>();
   for (const host of hosts) {
     for (const gpu of host.gpus) index.set(gpu.uuid, { hostId: host.id, gpu });
   }
   return index;
-}
-
-/**
- * Where a shard whose reclaim is in flight fits once its victims still held (leaving, reclaimed
- * for it) are gone, on their hosts as they are now (this pass's placements and promises
- * included); undefined when it has no victims left or does not fit there.
- */
-export function promisedRoom(
-  shardId: string,
-  request: PlacementRequest,
-  hosts: readonly Host[],
-  held: readonly HeldShard[],
-  options: PlacementOptions,
-  resume?: SuspendedShard,
-): Placed | undefined {
-  const victims = held.filter((s) => s.leaving && s.reclaimFor === shardId);
-  if (victims.length === 0) return undefined;
-  const victimHosts = new Set(victims.map((v) => v.hostId as string));
-  const candidates = hosts
-    .filter((host) => victimHosts.has(host.id))
-    .map((host) => withoutVictims(host, victims));
-  if (resume !== undefined) {
-    const own = candidates.find((host) => host.id === resume.hostId);
-    const gpus = new Map(own?.gpus.map((gpu) => [gpu.uuid as string, gpu]));
-    const fits = resume.gpuUuids.every((uuid) => {
-      const gpu = gpus.get(uuid);
-      return gpu !== undefined && canResume(gpu, resume.reservedBytesPerGpu);
-    });
-    return fits ? pinnedPlacement(resume) : undefined;
-  }
-  const result = place(request, candidates, options);
-  return result.kind === 'placed' ? result : undefined;
-}
-
-/**
- * The host as it will be once the victims are gone: a stopped one's cap leaves its GPUs, a
- * suspended one's moves from reserved to suspended (it is still promised there).
- */
-export function withoutVictims(host: Host, victims: readonly HeldShard[]): Host {
-  const freed = new Map<string, number>();
-  const parked = new Map<string, number>();
-  for (const victim of victims) {
-    for (const uuid of victim.gpuUuids) {
-      freed.set(uuid, (freed.get(uuid) ?? 0) + victim.reservedBytesPerGpu);
-      if (victim.suspending === true) {
-        parked.set(uuid, (parked.get(uuid) ?? 0) + victim.reservedBytesPerGpu);
-      }
-    }
-  }
-  return {
-    ...host,
-    gpus: host.gpus.map((gpu) => {
-      const less = freed.get(gpu.uuid) ?? 0;
-      if (less === 0) return gpu;
-      const more = parked.get(gpu.uuid) ?? 0;
-      return {
-        ...gpu,
-        reservedBytes: bytes(Math.max(0, gpu.reservedBytes - less)),
-        ...(more === 0 ? {} : { suspendedBytes: bytes((gpu.suspendedBytes ?? 0) + more) }),
-      };
-    }),
-  };
 }

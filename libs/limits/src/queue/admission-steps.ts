@@ -2,8 +2,8 @@
  * The steps of an admission pass (admission.ts) that decide from what they are given alone:
  * which shards expired, the bound past which nothing more fits, which shards a requeued victim
  * still waits for, whether a team's limit or guarantee keeps a shard waiting, what it is placed
- * as, and why a shard that could not be placed waits. Pure; admission.ts keeps what a pass has
- * decided so far and applies them in queue order.
+ * as, and why a shard that could not be placed waits. Pure; admission-order.ts applies them in
+ * queue order, and admission-pass.ts keeps what a pass has decided so far.
  */
 import { bytes, formatSize, type Bytes } from '../sizes.js';
 import { DEFAULT_CONTEXT_OVERHEAD_BYTES, type Host } from '../inventory.js';

@@ -6,7 +6,7 @@ import { gpuUuid, type Host, hostId } from '../inventory.js';
 import { promiseBytes } from '../placement.js';
 import { elasticScenarioArb, type ElasticScenario } from '../testing/queue-arbitraries.js';
 import { admit, type AdmissionPlan } from './admission.js';
-import { promisedRoom } from './admission-room.js';
+import { promisedRoom } from './room-after-victims.js';
 import { hostBytesOf, mayBeSuspended, suspendOrder } from './make-room.js';
 import type { HeldShard, PendingShard, QueueTeam, SuspendedShard } from './model.js';
 

@@ -25,7 +25,7 @@ import {
   type PlacementRequest,
 } from '../placement.js';
 import { compareText } from '../placement-rules.js';
-import { pinnedPlacement, withoutVictims } from './admission-room.js';
+import { pinnedPlacement, withoutVictims } from './room-after-victims.js';
 import type { HeldShard, SuspendedShard } from './model.js';
 
 export interface MakeRoomAsk {
