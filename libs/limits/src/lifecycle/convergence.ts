@@ -221,8 +221,10 @@ export interface Convergence {
  * container, and then the container action for the state it ends in. `intent` says where a
  * STOPPING shard ends (stop: STOPPED; a reclaim: PENDING or PREEMPTED).
  *
- * A LOST shard whose container runs becomes RUNNING by taking its reservation again; when
- * that fails the caller moves it to FAILED instead (and the next round stops the container).
+ * A LOST shard whose container runs becomes RUNNING by taking its reservation again, or
+ * SUSPENDED with its memory in host RAM; the caller checks what it takes against the bounds as
+ * they are (lostShardReturn), which may end it RESUMING or FAILED instead (and the next round
+ * stops a failed one's container).
  */
 export function converge(
   state: ShardState,
@@ -323,8 +325,9 @@ function nextStateOf(
       switch (kind) {
         case 'running':
         case 'paused':
-          // Memory seen anywhere but all on the GPU comes back suspended: no room needed, and
-          // the agent finishes the suspend it had begun.
+          // Memory seen anywhere but all on the GPU comes back suspended (the agent finishes the
+          // suspend it had begun). Either way what it takes again must fit: lostShardReturn
+          // has the last word (RESUMING or FAILED when it does not).
           return memoryOf(observed) === 'resident'
             ? { next: { state: 'RUNNING', cause: 'recovered' } }
             : { next: { state: 'SUSPENDED', cause: 'recovered' } };

@@ -70,8 +70,9 @@ export const HOST_LOSS_STATES = [
  *   in the lost host's processes and RAM, half-moved or not. SUSPENDING and RESUMING release
  *   their reservation, SUSPENDED its suspended cap (gpu.suspended_bytes) and its stay in host
  *   RAM. Their host back with the container running, the agent's report of where its memory
- *   is settles it: all on the GPU RUNNING (its reservation taken again), anything else
- *   SUSPENDED (no room needed; the agent finishes a half-done suspend);
+ *   is settles it, each with what it takes again checked against the bounds as they are then
+ *   (lostShardReturn): all on the GPU RUNNING, anything else SUSPENDED (the agent finishes a
+ *   half-done suspend), or RESUMING when only its GPUs have room for it, or else FAILED;
  * - STOPPING: where its stop intent ends it (its stop can no longer be told): STOPPED, or a
  *   reclaimed one PENDING (requeue) or PREEMPTED (preempt), its reservation released.
  * Undefined for every other state: it holds nothing on the host, and stays as it is.
@@ -110,8 +111,11 @@ export function nextOnHostLoss(
  * The state change an agent's report leads to, or undefined when it does not apply (a final
  * or queued shard, a start report for a shard already running or stopping). A STOPPING shard
  * ends as its stop intent says however its container ended. A memory report settles only the
- * move it answers (SUSPENDED a SUSPENDING shard, RESUMED a RESUMING one, or either a LOST one
- * whose host came back), so a late report of an earlier move changes nothing.
+ * move it answers (SUSPENDED a SUSPENDING shard, RESUMED a RESUMING one), so a late report of
+ * an earlier move changes nothing. No report brings a LOST shard back: its host's return does
+ * (register, heartbeat or reconcile, with where the agent finds its memory), which checks that
+ * what it takes again still fits (lostShardReturn); a report only ends it (EXITED, FAILED,
+ * STOPPED).
  */
 export function nextOnReport(
   current: ShardState,
@@ -131,7 +135,8 @@ export function nextOnReport(
     case 'RUNNING':
       switch (current) {
         case 'LOST':
-          return { state: 'RUNNING', cause: 'recovered' };
+          // Its host's return settles it (lostShardReturn), with room checked.
+          return undefined;
         case 'SUSPENDING':
         case 'SUSPENDED':
         case 'RESUMING':
@@ -151,13 +156,11 @@ export function nextOnReport(
     case 'RESUMING':
       return undefined;
     case 'SUSPENDED':
-      if (current === 'SUSPENDING') return { state: 'SUSPENDED', cause: 'suspended' };
-      return current === 'LOST' ? { state: 'SUSPENDED', cause: 'recovered' } : undefined;
+      return current === 'SUSPENDING' ? { state: 'SUSPENDED', cause: 'suspended' } : undefined;
     case 'SUSPEND_FAILED':
       return current === 'SUSPENDING' ? { state: 'RUNNING', cause: 'suspend-failed' } : undefined;
     case 'RESUMED':
-      if (current === 'RESUMING') return { state: 'RUNNING', cause: 'resumed' };
-      return current === 'LOST' ? { state: 'RUNNING', cause: 'recovered' } : undefined;
+      return current === 'RESUMING' ? { state: 'RUNNING', cause: 'resumed' } : undefined;
     case 'RESUME_FAILED':
       return current === 'RESUMING' ? { state: 'SUSPENDED', cause: 'resume-failed' } : undefined;
   }

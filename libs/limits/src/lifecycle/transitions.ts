@@ -104,9 +104,13 @@ export const TRANSITIONS: Table = {
     PREEMPTED: ['preempted'],
     DELETED: ['deleted'],
   },
+  // Its host back with its container running (libs/limits lostShardReturn): RUNNING with its
+  // memory on the GPU, SUSPENDED with it in host RAM, RESUMING when host RAM has no room left
+  // for it and its GPUs do.
   LOST: {
     RUNNING: ['recovered'],
     SUSPENDED: ['recovered'],
+    RESUMING: ['recovered'],
     EXITED: ['exited'],
     FAILED: ['host-back-without-it', 'failed'],
     STOPPED: ['stopped'],
