@@ -1,13 +1,13 @@
 import { Inject, Injectable } from '@nestjs/common';
 import {
   converge,
-  holdsReservation,
   nextOnHostLoss,
   type ObservedMemory,
   type StopIntent,
+  type TransitionCause,
 } from '@gpushards/limits';
 import { AuditService } from '../audit/audit.service.js';
-import { PrismaService, type Prisma } from '../database/index.js';
+import { PrismaService, type Prisma, type ShardState } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import {
   CommitEffects,
@@ -18,6 +18,7 @@ import {
 import { InjectClock, type Clock } from './clock.js';
 import { lockHostShards, reviveHost } from './fleet-statements.js';
 import { lockShardsOfLostHosts, markHostsOffline, silentHostIds } from './host-loss-statements.js';
+import { LostShardReturns } from './lost-shard-returns.js';
 
 /**
  * How many silent hosts one transaction of the offline sweep marks: each host's row and its
@@ -43,6 +44,7 @@ export type RunningContainers = ReadonlyMap<string, ObservedMemory | undefined>;
 @Injectable()
 export class HostLivenessService {
   private readonly logger: Logger;
+  private readonly returns: LostShardReturns;
 
   constructor(
     private readonly prisma: PrismaService,
@@ -52,6 +54,7 @@ export class HostLivenessService {
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'fleet' });
+    this.returns = new LostShardReturns(lifecycle);
   }
 
   /**
@@ -184,11 +187,12 @@ export class HostLivenessService {
   }
 
   /**
-   * The host's LOST shards, by the convergence table: those its agent still runs with their
-   * memory on the GPU take their reservation again and are RUNNING (FAILED if their GPUs no
-   * longer have room); those whose memory its agent finds in host RAM, all or part (a shard
-   * lost while elastic), are SUSPENDED, their caps suspended on their GPUs again; the others
-   * FAILED.
+   * The host's LOST shards, by the convergence table: those its agent no longer runs end
+   * (FAILED, or EXITED); those it still runs come back by where it finds their memory, with
+   * what they take again checked against their GPUs and the host's budget as they are now
+   * (LostShardReturns, libs/limits lostShardReturn): RUNNING with their reservation taken
+   * again, SUSPENDED with their cap suspended again (and the resume they were owed), RESUMING
+   * when only their GPUs have room for memory in host RAM, or FAILED when nothing has.
    */
   async recoverLostShards(
     tx: Prisma.TransactionClient,
@@ -198,35 +202,27 @@ export class HostLivenessService {
     now: Date,
   ): Promise<void> {
     for (const shard of await lockHostShards(tx, hostId, ['LOST'])) {
+      const memory = running.has(shard.id) ? (running.get(shard.id) ?? 'resident') : undefined;
       const decision = converge(
         shard.state,
-        running.has(shard.id)
-          ? { kind: 'running', memory: running.get(shard.id) ?? 'resident' }
-          : { kind: 'absent' },
+        memory === undefined ? { kind: 'absent' } : { kind: 'running', memory },
       );
-      let next = decision.next ?? {
-        state: 'FAILED' as const,
-        cause: 'host-back-without-it' as const,
-      };
-      let fields: TransitionFields =
-        decision.reason === undefined ? {} : { failureReason: decision.reason };
-      if (
-        next.cause === 'recovered' &&
-        holdsReservation(next.state) &&
-        !(await this.lifecycle.reacquire(tx, shard, effects))
-      ) {
-        next = { state: 'FAILED', cause: 'host-back-without-it' };
-        fields = {
-          failureReason: 'its GPUs were given to other shards while its host was offline',
+      let next: { state: ShardState; cause: TransitionCause; fields: TransitionFields };
+      if (decision.next?.cause === 'recovered' && memory !== undefined) {
+        next = await this.returns.settle(tx, shard, memory, effects, now);
+      } else {
+        next = {
+          ...(decision.next ?? { state: 'FAILED', cause: 'host-back-without-it' }),
+          fields: decision.reason === undefined ? {} : { failureReason: decision.reason },
         };
+        await this.lifecycle.moveTo(tx, shard, next.state, next.cause, next.fields, effects, now);
       }
-      await this.lifecycle.moveTo(tx, shard, next.state, next.cause, fields, effects, now);
       await this.audit.record(tx, null, {
         action: next.cause === 'recovered' ? 'shard.recover' : 'shard.fail',
         targetType: 'Shard',
         targetId: shard.id,
         teamId: shard.teamId,
-        details: { from: 'LOST', to: next.state, hostId, ...fields },
+        details: { from: 'LOST', to: next.state, hostId, ...next.fields },
       });
     }
   }

@@ -124,8 +124,7 @@ export class ShardStateEvents {
         outcomes.push(decided.outcome);
         continue;
       }
-      const { at, fields } = decided;
-      let { next, cause } = decided;
+      const { at, fields, next, cause } = decided;
       if (next === shard!.state) {
         await noteShardEvent(tx, shard!.id, at, event.containerId);
         current.set(shardId, {
@@ -136,23 +135,9 @@ export class ShardStateEvents {
         outcomes.push({ applied: true, state: next });
         continue;
       }
-      let extra: TransitionFields = {};
-      if (
-        shard!.state === 'LOST' &&
-        next === 'RUNNING' &&
-        !(await this.lifecycle.reacquire(tx, shard!, effects))
-      ) {
-        next = 'FAILED';
-        cause = 'failed';
-        extra = { failureReason: 'its GPUs were given to other shards while its host was offline' };
-      }
-      moves.set(shardId, {
-        shard: shard!,
-        state: next,
-        cause,
-        fields: { ...fields, ...extra },
-        at,
-      });
+      // No event brings a LOST shard back (nextOnReport): its host's return does, with room
+      // checked (LostShardReturns), so no move here takes a reservation.
+      moves.set(shardId, { shard: shard!, state: next, cause, fields, at });
       await recordMemoryReport(tx, shard!.id, event);
       outcomes.push({ applied: true, state: next });
     }
