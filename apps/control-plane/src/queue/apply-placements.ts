@@ -50,8 +50,11 @@ export async function applyPlacements(
   // the sum of those placed on it, where it still has the room and its host is ONLINE; their
   // host is set and their reservation rows opened. A GPU that no longer has the room is
   // missing from "takenUuids": StalePlan below rolls the whole transaction back, those writes
-  // with it.
+  // with it. Prepared once per connection (its text is the same whatever the placements) and
+  // planned generically (admission_pass_state set it for the pass's transaction): planning it
+  // cost PostgreSQL more than running it (1.6 against 1.3 ms a pass).
   const rows = await tx.$queryRaw<(ShardRecord & { takenUuids: string[] | null })[]>`
+    /* prepared:admission_placements */
     WITH gpus AS (
       SELECT uuid FROM gpu WHERE uuid = ANY(${all}::text[]) ORDER BY uuid FOR UPDATE
     ), locked AS (

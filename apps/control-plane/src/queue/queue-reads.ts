@@ -250,10 +250,18 @@ export interface PassState {
   readonly teams: TeamRecord[];
 }
 
+/**
+ * The SQL function admission_pass_state (migration 20261129133647_admission_pass_state), one
+ * statement, prepared once per connection. With `lockKey`, the function takes the
+ * admission lock first and reads in a snapshot taken after it, so a pass needs no round trip
+ * of its own for the lock; it also has the rest of the pass's transaction planned generically
+ * (the placements are a prepared statement, apply-placements.ts).
+ */
 export async function readPassState(
   reader: Reader,
   halfLifeMs: number,
   now: Date,
+  lockKey?: number,
 ): Promise<PassState> {
   // Agents suspend by default (half their RAM): most fleets have budgets everywhere and no
   // elastic shard. Nothing can be suspended or resumed then, and the pass stays as cheap as
@@ -264,17 +272,10 @@ export async function readPassState(
       reclaims: Record<string, number[]> | null;
       teams: TeamRow[] | null;
     }[]
-  >`
-    SELECT EXISTS (SELECT 1 FROM shard
-                    WHERE state IN ('SUSPENDING', 'SUSPENDED', 'RESUMING')
-                       OR (state = 'RUNNING' AND elastic)) AS active,
-           (SELECT json_object_agg(reclaim.id, reclaim.stops) FROM (
-              SELECT reclaim_for::text AS id,
-                     array_agg(floor(extract(epoch FROM updated_at) * 1000)::float8) AS stops
-                FROM shard
-               WHERE reclaim_for IS NOT NULL AND state = 'STOPPING'
-               GROUP BY reclaim_for) reclaim) AS reclaims,
-           (SELECT json_agg(team) FROM (${teamsQuery(halfLifeMs, now)}) team) AS teams`;
+  >`/* prepared:admission_pass_state */
+    SELECT elastic_active AS active, reclaims_json AS reclaims, teams_json AS teams
+      FROM admission_pass_state(${lockKey ?? null}::bigint, ${halfLifeMs}::float8,
+                                ${now}::timestamptz)`;
   return {
     elasticActive: row?.active === true,
     victimStops: new Map(Object.entries(row?.reclaims ?? {})),
@@ -387,25 +388,11 @@ export async function readTeams(
   halfLifeMs: number,
   now: Date,
 ): Promise<TeamRecord[]> {
-  const rows = await reader.$queryRaw<TeamRow[]>(teamsQuery(halfLifeMs, now));
+  // The SQL function queue_teams (migration 20261129133647_admission_pass_state), which every
+  // pass reads through admission_pass_state.
+  const rows = await reader.$queryRaw<TeamRow[]>`
+    SELECT * FROM queue_teams(${halfLifeMs}::float8, ${now}::timestamptz)`;
   return rows.map(teamRecordOf);
-}
-
-function teamsQuery(halfLifeMs: number, now: Date): Prisma.Sql {
-  return Prisma.sql`
-    SELECT team.id::text AS id, team.name, quota.team_id IS NOT NULL AS "hasPolicy",
-           quota.max_total_bytes AS "maxTotalBytes", quota.max_shards AS "maxShards",
-           quota.guarantee_bytes AS "guaranteeBytes", quota.guarantee_gpus AS "guaranteeGpus",
-           quota.guarantee_gpu_model AS "guaranteeGpuModel",
-           (SELECT sum(rollup.reserved_byte_seconds::float8 / (1073741824.0 * 3600)
-                       * power(0.5, greatest(0, extract(epoch FROM
-                           (${now}::timestamptz - rollup.hour - interval '1 hour')) * 1000)
-                           / ${halfLifeMs}::float8))
-              FROM usage_rollup rollup
-             WHERE rollup.team_id = team.id
-               AND rollup.hour > ${now}::timestamptz - make_interval(secs => ${(halfLifeMs * 8) / 1000}::float8)
-           ) AS decayed
-      FROM team LEFT JOIN quota_policy quota ON quota.team_id = team.id`;
 }
 
 function teamRecordOf(row: TeamRow): TeamRecord {

@@ -40,6 +40,7 @@ import {
   readReservedBytes,
   readTeams,
   withReclaimsInFlight,
+  type PassState,
   withReservedBytes,
   withSuspendRoom,
   type TeamRecord,
@@ -265,8 +266,9 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   /** A follower's pass: the plan for what the API shows, applied by the admitter. */
   private async view(now: Date): Promise<PassOutcome> {
     const started = performance.now();
+    const state = await readPassState(this.prisma, this.options.halfLifeMs, now);
     const pending = await readPending(this.prisma, this.classes);
-    const decided = await this.decide(this.prisma, pending, now);
+    const decided = await this.decide(this.prisma, pending, state, now);
     await this.estimates.viewed(pending, decided.plan.waiting, (ids) =>
       countPlacedAmong(this.prisma, ids),
     );
@@ -281,17 +283,16 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   /**
-   * Reads what the decision needs besides the queue, and decides: over the admitter's kept
-   * queue (AdmissionQueue) or a list read whole.
+   * Reads what the decision needs besides the queue and the pass's state (readPassState), and
+   * decides: over the admitter's kept queue (AdmissionQueue) or a list read whole.
    */
   private async decide(
     reader: Pick<RawSql, '$queryRaw'>,
     waiting: AdmissionQueue | readonly PendingShard[],
+    state: PassState,
     now: Date,
   ): Promise<{ plan: AdmissionPlan; input: PassInput }> {
     const t0 = performance.now();
-    // One statement: whether anything is elastic, the reclaims in flight, the teams.
-    const state = await readPassState(reader, this.options.halfLifeMs, now);
     // Elastic memory (docs/elastic.md): hosts that suspend, suspended shards and the resumes
     // wanted; nothing more is read when nothing is elastic.
     const elastic = state.elasticActive ? await readElastic(reader, this.classes) : undefined;
@@ -356,7 +357,7 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     const pending = (kept === undefined ? listed : kept.shards()).concat(resumes);
     this.logger.debug(
       {
-        stateMs: t1 - t0,
+        elasticMs: t1 - t0,
         heldMs: t2 - t1,
         decideMs: performance.now() - t2,
         pending: pending.length,
@@ -382,13 +383,15 @@ export class QueueService implements OnApplicationBootstrap, OnModuleDestroy {
     /** Found no longer PENDING when applying. */
     skipped: string[];
   }> {
-    await tx.$queryRaw`SELECT 1 AS locked FROM pg_advisory_xact_lock(${ADMISSION_LOCK}::bigint)`;
+    // The admission lock, then (in a snapshot taken after it) whether anything is elastic, the
+    // reclaims in flight and the teams: one round trip.
+    const state = await readPassState(tx, this.options.halfLifeMs, now, ADMISSION_LOCK);
     const tp = performance.now();
     const queued = fromMemory
       ? await this.store.sync(tx, this.classes)
       : await readPending(tx, this.classes);
     this.logger.debug({ pendingMs: performance.now() - tp, fromMemory }, 'pending read');
-    const { plan, input } = await this.decide(tx, queued, now);
+    const { plan, input } = await this.decide(tx, queued, state, now);
     const { pending, teams } = input;
     // Resumes first: they are pinned to their GPUs, ahead of what the pass placed beside them.
     const resumed = await applyResumes(
