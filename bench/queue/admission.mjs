@@ -59,7 +59,7 @@ if (options.help) {
   const source = readFileSync(fileURLToPath(import.meta.url), 'utf8');
   const usage = source.slice(0, source.indexOf('\nimport ')).replace(/^\/\/ ?/gm, '');
   process.stdout.write(
-    `${usage}\n  --statements: also the SQL statements per freeing event (pg_stat_statements)\n`,
+    `${usage}\n  --statements: also the SQL statements per freeing event (pg_stat_statements), with each one's mean planning and execution ms\n`,
   );
   process.exit(0);
 }
@@ -237,7 +237,7 @@ async function runOnce(dist, database, pgPid) {
     });
     if (options.statements) {
       const { rows } = await sql.query(
-        `SELECT calls, query FROM pg_stat_statements
+        `SELECT calls, total_plan_time AS plan, total_exec_time AS exec, query FROM pg_stat_statements
           WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
           ORDER BY calls DESC`,
       );
@@ -247,6 +247,8 @@ async function runOnce(dist, database, pgPid) {
         .slice(0, 15)
         .map((row) => [
           (Number(row.calls) / EVENTS).toFixed(2),
+          (row.plan / Number(row.calls)).toFixed(3),
+          (row.exec / Number(row.calls)).toFixed(3),
           row.query.replace(/\s+/g, ' ').slice(0, 100),
         ]);
     }
@@ -322,7 +324,11 @@ const server = await startPostgres({
     fsync: options['no-fsync'] ? 'off' : 'on',
     full_page_writes: options['no-fsync'] ? 'off' : 'on',
     ...(options.statements
-      ? { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' }
+      ? {
+          shared_preload_libraries: 'pg_stat_statements',
+          'pg_stat_statements.track': 'all',
+          'pg_stat_statements.track_planning': 'on',
+        }
       : {}),
   },
 });
@@ -394,7 +400,14 @@ try {
       console.log(JSON.stringify({ ...row, states: r.states }));
       if (r.topStatements !== undefined) {
         console.log(`${labels[i]}: statements per freeing event, the most frequent`);
-        console.table(r.topStatements.map(([perEvent, query]) => ({ perEvent, query })));
+        console.table(
+          r.topStatements.map(([perEvent, planMs, execMs, query]) => ({
+            perEvent,
+            'plan ms': planMs,
+            'exec ms': execMs,
+            query,
+          })),
+        );
       }
     }
   }
