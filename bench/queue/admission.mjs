@@ -22,7 +22,11 @@
 // Build first (npx nx run-many -t build), then:
 //   node bench/queue/admission.mjs [--dists apps/control-plane/dist,/tmp/before/apps/control-plane/dist]
 //        [--labels after,before] [--rounds 2] [--events 40] [--bulk 300] [--pending 10000] [--no-fsync]
-import { spawn } from 'node:child_process';
+//        [--pin-control-plane 0 --pin-postgres 1]  (CPU lists for taskset: each build's process
+//        on some cores, PostgreSQL's postmaster and backends on others, so the two do not
+//        take each other's core or move between cores; the machine's other processes still
+//        share them)
+import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
@@ -32,7 +36,7 @@ import { performance } from 'node:perf_hooks';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { postgresCpu } from '../proc-cpu.mjs';
+import { childrenOf, postgresCpu } from '../proc-cpu.mjs';
 import { insertFullFleetWithQueue } from '../fleet-rows.mjs';
 import { quantile } from '../quantile.mjs';
 
@@ -49,6 +53,8 @@ const { values: options } = parseArgs({
     'run-db': { type: 'string' },
     'run-postmaster': { type: 'string' },
     'no-fsync': { type: 'boolean', default: false },
+    'pin-control-plane': { type: 'string' },
+    'pin-postgres': { type: 'string' },
     // The SQL statements per freeing event (pg_stat_statements), the most frequent listed.
     statements: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -98,6 +104,16 @@ async function profileWindow() {
   if (!process.env.PROFILE_WINDOW_DIR) return;
   process.kill(process.pid, 'SIGUSR2');
   await new Promise((resolveSoon) => setTimeout(resolveSoon, 200));
+}
+
+/**
+ * Pins a running process, every thread of it, to a CPU list (--pin-*): `taskset -a -p`.
+ * Threads and processes it starts later inherit the mask (PostgreSQL's backends too).
+ */
+function pin(pid, cpus) {
+  if (cpus === undefined || pid === undefined) return;
+  const run = spawnSync('taskset', ['-a', '-c', '-p', cpus, String(pid)], { encoding: 'utf8' });
+  if (run.status !== 0) throw new Error(`taskset -p ${cpus} ${pid}: ${run.stderr}`);
 }
 
 const nodeCpu = () => {
@@ -333,6 +349,10 @@ const server = await startPostgres({
   },
 });
 const pgPid = postmaster();
+if (options['pin-postgres'] !== undefined) {
+  pin(pgPid, options['pin-postgres']);
+  for (const pid of childrenOf(pgPid)) pin(pid, options['pin-postgres']);
+}
 const template = await createTestDatabase('postgres', { server });
 await template.prisma.close();
 
@@ -357,6 +377,7 @@ async function runChild(dist) {
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
+  pin(child.pid, options['pin-control-plane']);
   let out = '';
   child.stdout.on('data', (chunk) => (out += chunk));
   const code = await new Promise((resolveExit) => child.on('exit', resolveExit));
@@ -413,7 +434,11 @@ try {
   }
   console.log(
     `${os.cpus().length} × ${os.cpus()[0]?.model}, Node ${process.version}; ` +
-      `--events ${EVENTS} --bulk ${BULK} --pending ${PENDING}`,
+      `--events ${EVENTS} --bulk ${BULK} --pending ${PENDING}` +
+      (options['pin-control-plane'] === undefined
+        ? ''
+        : ` --pin-control-plane ${options['pin-control-plane']}`) +
+      (options['pin-postgres'] === undefined ? '' : ` --pin-postgres ${options['pin-postgres']}`),
   );
   console.table(rows);
 } finally {
