@@ -11,12 +11,17 @@
 //     [--life 60,3600] [--faults drop=0.01,delay=0.01,...] [--scenarios ingest,create,restart,lose]
 //     [--create-seconds 10] [--create-rates 200] [--create-teams 1] [--lose 100]
 //     [--offline-seconds 30] [--no-fsync]
-//     [--dist apps/control-plane/dist]  (another build of the control plane, to compare)
+//     [--dist apps/control-plane/dist]  (another build of the control plane, to compare; a
+//                       comma-separated list gives control plane i the build i modulo its
+//                       length, on the database of the last build's migrations: two builds
+//                       measured in one window, each control plane's CPU per create apart)
 //     [--profile DIR]  (each control plane writes a V8 CPU profile of the ingest window and of
 //                       each create case into DIR)
 //     [--fence-fields]  (heartbeats carry what an agent with the interposer and the compute
 //                       ledger adds: real bytes and activity per shard and GPU, unattributed bytes
 //                       per GPU, changing every beat)
+//     [--statements-file PREFIX]  (each create case's whole pg_stat_statements, as JSON, into
+//                       PREFIX-<case>.json: calls, rows and execution time of every statement)
 //     [--pin-control-planes 0 --pin-others 1]  (CPU lists for taskset: the control planes on
 //                       some cores, the simulator processes, nats-server and PostgreSQL on others)
 import { fork, spawn, spawnSync } from 'node:child_process';
@@ -60,6 +65,7 @@ const { values: options } = parseArgs({
     'pin-control-planes': { type: 'string' },
     'pin-others': { type: 'string' },
     'fence-fields': { type: 'boolean', default: false },
+    'statements-file': { type: 'string' },
     dist: { type: 'string', default: 'apps/control-plane/dist' },
     help: { type: 'boolean', default: false },
   },
@@ -81,7 +87,9 @@ const SHARDS_PER_HOST = Number(options['shards-per-host']);
 const SECONDS = Number(options.seconds);
 const SCENARIOS = new Set(options.scenarios.split(',').filter(Boolean));
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const dist = resolve(ROOT, options.dist);
+const dists = options.dist.split(',').map((path) => resolve(ROOT, path));
+// The database and its migrations: the last build's (the newest, when comparing).
+const dist = dists.at(-1);
 const faultRates = Object.fromEntries(
   options.faults
     .split(',')
@@ -165,7 +173,8 @@ const toggleProfiles = () => {
 async function startControlPlane(index) {
   const dataDir = dataDirs[index];
   const port = await freePort();
-  const child = spawn(process.execPath, [...profiling, join(dist, 'main.js')], {
+  const build = dists[index % dists.length];
+  const child = spawn(process.execPath, [...profiling, join(build, 'main.js')], {
     env: {
       ...process.env,
       DATABASE_URL: database.config.url,
@@ -206,7 +215,7 @@ async function startControlPlane(index) {
     }
     await sleep(100);
   }
-  return { child, graphqlUrl: `${url}/graphql`, dataDir };
+  return { child, graphqlUrl: `${url}/graphql`, dataDir, build };
 }
 async function stopControlPlane(cp, signal = 'SIGTERM') {
   if (cp.child.exitCode !== null) return;
@@ -633,6 +642,23 @@ async function messageCounts() {
 }
 
 /**
+ * The control planes' counters that say what a create case set off, summed over both: agent
+ * messages by kind and outcome, admission passes, placements.
+ */
+async function fleetCounters() {
+  const counters = new Map();
+  for (const cp of controlPlanes) {
+    const text = await (await fetch(cp.graphqlUrl.replace('/graphql', '/metrics'))).text();
+    for (const m of text.matchAll(
+      /^(gpushards_agent_messages_total\{[^}]*\}|gpushards_admission_pass_seconds_count|gpushards_placement_duration_seconds_count\{[^}]*\}) (\d+)/gm,
+    )) {
+      counters.set(m[1], (counters.get(m[1]) ?? 0) + Number(m[2]));
+    }
+  }
+  return counters;
+}
+
+/**
  * createShard while every host heartbeats: closed loop, then open loop at each rate, from
  * bench/control-plane/load.mjs in its own process (plain sockets, about 0.05 ms of CPU per
  * request; fetch cost 0.35-0.6 ms, taken from the same two cores). Per case: the CPU per
@@ -648,6 +674,7 @@ async function createUnderHeartbeats(tokens) {
   });
   const cpu = () => ({
     controlPlanes: controlPlanes.reduce((sum, cp) => sum + cpuOf(cp.child.pid), 0),
+    each: controlPlanes.map((cp) => cpuOf(cp.child.pid)),
     postgres: postgresCpu(pm),
     nats: cpuOf(natsPid()),
     simulator: workers.reduce((sum, w) => sum + cpuOf(w.child.pid), 0),
@@ -662,19 +689,31 @@ async function createUnderHeartbeats(tokens) {
       ).rows[0].n,
     );
   const run = async (name, job) => {
+    // Read first: /metrics runs the collectors' queries, which are not the case's work.
+    const countersBefore = await fleetCounters();
     await stats.query('SELECT pg_stat_statements_reset()');
-    const before = { cpu: cpu(), statements: await statements() };
+    const before = { cpu: cpu(), statements: await statements(), counters: countersBefore };
     const answer = new Promise((r) => load.once('message', r));
     toggleProfiles();
     load.send({ urls, tokens, keepAlive: true, operation: 'create', ...job });
     const result = await answer;
     toggleProfiles();
     const after = { cpu: cpu(), statements: await statements() };
+    if (options['statements-file'] !== undefined) {
+      const { rows: all } = await stats.query(
+        `SELECT calls::int, rows::int, total_exec_time AS exec, query FROM pg_stat_statements
+          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          ORDER BY total_exec_time DESC`,
+      );
+      const file = `${options['statements-file']}-${name.replace(/[^a-z0-9]+/gi, '-')}.json`;
+      await writeFile(file, JSON.stringify({ requests: result.ms.length, statements: all }));
+    }
     const { rows: top } = await stats.query(
       `SELECT calls, rows, total_exec_time AS exec, query FROM pg_stat_statements
         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
         ORDER BY total_exec_time DESC LIMIT 12`,
     );
+    after.counters = await fleetCounters();
     const ok = result.ms.filter((m) => m >= 0);
     const n = Math.max(1, result.ms.length);
     const perRequest = (key) => (((after.cpu[key] - before.cpu[key]) * 1000) / n).toFixed(2);
@@ -687,6 +726,21 @@ async function createUnderHeartbeats(tokens) {
       `nats-server ${perRequest('nats')}, simulator ${perRequest('simulator')}, load generator ${(result.cpuMs / n).toFixed(2)}; ` +
       `SQL statements per request ${((after.statements - before.statements - 1) / n).toFixed(2)}`;
     log(line);
+    if (dists.length > 1) {
+      // load.mjs sends request k to control plane k modulo their number.
+      const each = controlPlanes.map((cp, i) => {
+        const served = Math.ceil((result.ms.length - i) / controlPlanes.length);
+        const ms = ((after.cpu.each[i] - before.cpu.each[i]) * 1000) / Math.max(1, served);
+        return `${i} (${cp.build.replace(ROOT + '/', '')}): ${ms.toFixed(2)}`;
+      });
+      log(`control-plane CPU ms per request it served: ${each.join(', ')}`);
+    }
+    const counted = {};
+    for (const [key, value] of after.counters) {
+      const delta = value - (before.counters.get(key) ?? 0);
+      if (delta > 0) counted[key.replace('gpushards_', '')] = (delta / n).toFixed(3);
+    }
+    log("per request, from the control planes' counters", counted);
     console.table(
       top.map((row) => ({
         'calls/req': (Number(row.calls) / n).toFixed(3),
