@@ -11,10 +11,18 @@ import {
   place,
   PlacementIndex,
 } from '../libs/limits/dist/index.js';
+import { benchOptions } from './options.mjs';
 
 const HOSTS = 1000;
 const GPUS_PER_HOST = 8;
-const MEASURED = Number(process.argv[2] ?? 2000);
+const { placements } = benchOptions(import.meta.url, {
+  positionals: [
+    { name: 'placements', default: '2000', value: 'count', help: 'placements measured per case' },
+  ],
+  options: {},
+  example: 'node bench/placement.mjs 500',
+});
+const MEASURED = Number(placements);
 const WARMUP = 500;
 
 /** mulberry32: a small seeded generator, so every run builds the same fleet. */

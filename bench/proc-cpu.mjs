@@ -1,4 +1,5 @@
 // CPU seconds of processes, read from /proc (Linux), for the benches' "CPU per request" figures.
+import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 
 const CLOCK_TICKS = 100; // USER_HZ on Linux
@@ -56,4 +57,15 @@ export function postmasterOf(dir) {
     }
   }
   return undefined;
+}
+
+/**
+ * Pins a running process, every thread of it, to a CPU list (the benches' --pin-* options):
+ * `taskset -a -p`. Threads and processes it starts later inherit the mask (PostgreSQL's
+ * backends too). Nothing when either is undefined.
+ */
+export function pin(pid, cpus) {
+  if (cpus === undefined || pid === undefined) return;
+  const run = spawnSync('taskset', ['-a', '-c', '-p', cpus, String(pid)], { encoding: 'utf8' });
+  if (run.status !== 0) throw new Error(`taskset -p ${cpus} ${pid}: ${run.stderr}`);
 }

@@ -2,10 +2,28 @@
 // Run after `npx nx run control-plane:build`:
 //   node bench/usage-accounting.mjs [postgres|pglite] [flat|changing] [shards]
 import { randomUUID } from 'node:crypto';
-import { startApiTestHarness } from '../apps/control-plane/dist/api-test-harness.js';
+import { startApiTestHarness } from '../apps/control-plane/dist/testing/api-test-harness.js';
 import { startPostgres } from '../apps/control-plane/dist/testing/index.js';
+import { benchOptions } from './options.mjs';
 
-const [kind = 'postgres', pattern = 'flat', shardCountText = '8'] = process.argv.slice(2);
+const {
+  kind,
+  pattern,
+  shards: shardCountText,
+} = benchOptions(import.meta.url, {
+  positionals: [
+    { name: 'kind', default: 'postgres', choices: ['postgres', 'pglite'], help: 'the database' },
+    {
+      name: 'pattern',
+      default: 'flat',
+      choices: ['flat', 'changing'],
+      help: 'the samples: one value all month, or changing',
+    },
+    { name: 'shards', default: '8', value: 'count', help: 'shards sampled' },
+  ],
+  options: {},
+  example: 'flock /tmp/bench.lock node bench/usage-accounting.mjs pglite changing 8',
+});
 const shardCount = Number(shardCountText);
 const DAY = 86_400_000;
 

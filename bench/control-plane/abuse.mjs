@@ -14,16 +14,31 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchOptions } from '../options.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    seconds: { type: 'string', default: '60' },
-    'abusive-rate': { type: 'string', default: '20' },
-    'normal-rate': { type: 'string', default: '20' },
-    abusers: { type: 'string', default: '4' },
-    dist: { type: 'string', default: 'apps/control-plane/dist' },
+    seconds: { type: 'string', default: '60', value: 'number', help: 'seconds of each phase' },
+    'abusive-rate': {
+      type: 'string',
+      default: '20',
+      value: 'number',
+      help: 'abusive requests per second, each abuser',
+    },
+    'normal-rate': {
+      type: 'string',
+      default: '20',
+      value: 'number',
+      help: 'normal requests per second',
+    },
+    abusers: { type: 'string', default: '4', value: 'whole', help: 'abusive clients' },
+    dist: {
+      type: 'string',
+      default: 'apps/control-plane/dist',
+      help: 'the control-plane build (dist folder)',
+    },
   },
+  example: 'flock /tmp/bench.lock node bench/control-plane/abuse.mjs --seconds 10',
 });
 const SECONDS = Number(options.seconds);
 const ABUSIVE_RATE = Number(options['abusive-rate']);

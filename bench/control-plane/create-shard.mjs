@@ -28,30 +28,93 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { cpuOf, postgresCpu, postmasterOf } from '../proc-cpu.mjs';
+import { benchOptions } from '../options.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    seconds: { type: 'string', default: '10' },
-    concurrency: { type: 'string', default: '64' },
-    rates: { type: 'string', default: '50,100,200' },
-    teams: { type: 'string', default: '100' },
-    processes: { type: 'string', default: '1' },
-    pool: { type: 'string', default: '10' },
-    dist: { type: 'string', default: 'apps/control-plane/dist' },
-    profile: { type: 'string' },
-    cases: { type: 'string', default: 'me,closed,open' },
-    'server-node-args': { type: 'string', default: '' },
-    'no-keep-alive': { type: 'boolean', default: false },
-    statements: { type: 'boolean', default: false },
-    'no-fsync': { type: 'boolean', default: false },
-    limits: { type: 'string', default: 'on' },
-    variants: { type: 'string' },
-    rounds: { type: 'string', default: '1' },
-    separate: { type: 'boolean', default: false },
+    seconds: { type: 'string', default: '10', value: 'number', help: 'seconds of each case' },
+    concurrency: {
+      type: 'string',
+      default: '64',
+      value: 'count',
+      help: 'requests in flight (closed loop)',
+    },
+    rates: {
+      type: 'string',
+      default: '50,100,200',
+      value: 'counts',
+      help: 'open-loop rates, requests per second',
+    },
+    teams: { type: 'string', default: '100', value: 'count', help: 'teams the creates go round' },
+    processes: {
+      type: 'string',
+      default: '1',
+      value: 'count',
+      help: 'control-plane processes per variant',
+    },
+    pool: {
+      type: 'string',
+      default: '10',
+      value: 'count',
+      help: "each control plane's database pool",
+    },
+    dist: {
+      type: 'string',
+      default: 'apps/control-plane/dist',
+      help: 'the control-plane build (dist folder)',
+    },
+    profile: {
+      type: 'string',
+      meta: 'DIR',
+      help: 'the server writes a V8 CPU profile here when the run ends',
+    },
+    cases: {
+      type: 'string',
+      default: 'me,closed,open',
+      choices: ['me', 'closed', 'open'],
+      list: true,
+      help: 'the cases to run',
+    },
+    'server-node-args': {
+      type: 'string',
+      default: '',
+      meta: '"--flag …"',
+      help: "the server's node flags",
+    },
+    'no-keep-alive': { type: 'boolean', default: false, help: 'a connection per request' },
+    statements: {
+      type: 'boolean',
+      default: false,
+      help: "per case, the statements that took PostgreSQL's time",
+    },
+    'no-fsync': {
+      type: 'boolean',
+      default: false,
+      help: 'PostgreSQL without fsync (as the tests run it)',
+    },
+    limits: {
+      type: 'string',
+      default: 'on',
+      choices: ['on', 'off'],
+      help: "the server's request limits",
+    },
+    variants: {
+      type: 'string',
+      meta: '"name=A,limits=on;…"',
+      help: 'servers side by side (keys: name, limits, dist, node-env; default: this build)',
+    },
+    rounds: {
+      type: 'string',
+      default: '1',
+      value: 'count',
+      help: 'rounds; the variant order reversed every other',
+    },
+    separate: { type: 'boolean', default: false, help: 'each variant on a database of its own' },
   },
+  example:
+    'flock /tmp/bench.lock node bench/control-plane/create-shard.mjs --seconds 5 --variants "name=after;name=before,dist=/work/before/apps/control-plane/dist"',
 });
 const SECONDS = Number(options.seconds);
 const CONCURRENCY = Number(options.concurrency);

@@ -13,28 +13,49 @@
 // sweep's read of silent hosts.
 //   node bench/control-plane/host-loss.mjs [--dists apps/control-plane/dist,/work/before/apps/control-plane/dist]
 //        [--labels after,before] [--rounds 2] [--hosts 10000] [--lose 200] [--control-planes 2]
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { freePort, startControlPlane } from '../control-plane-process.mjs';
+import { insertFleet } from '../fleet-rows.mjs';
 import { cpuOf, postgresCpu, postmasterOf } from '../proc-cpu.mjs';
+import { copyOfTemplate, printRows } from '../rounds.mjs';
+import { benchOptions, buildOptions } from '../options.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    dists: { type: 'string', default: 'apps/control-plane/dist' },
-    labels: { type: 'string' },
-    rounds: { type: 'string', default: '2' },
-    hosts: { type: 'string', default: '10000' },
-    'gpus-per-host': { type: 'string', default: '8' },
-    'shards-per-host': { type: 'string', default: '2' },
-    lose: { type: 'string', default: '200' },
-    'control-planes': { type: 'string', default: '2' },
-    explain: { type: 'boolean', default: false },
+    ...buildOptions('apps/control-plane/dist', 'control-plane'),
+    rounds: { type: 'string', default: '2', value: 'count', help: 'rounds; each runs every build' },
+    hosts: { type: 'string', default: '10000', value: 'count', help: 'hosts in the fleet' },
+    'gpus-per-host': { type: 'string', default: '8', value: 'count', help: 'GPUs per host' },
+    'shards-per-host': {
+      type: 'string',
+      default: '2',
+      value: 'whole',
+      help: 'RUNNING shards per host, one GPU each (at most --gpus-per-host)',
+    },
+    lose: {
+      type: 'string',
+      default: '200',
+      value: 'count',
+      help: 'hosts that go silent at once (at most --hosts)',
+    },
+    'control-planes': {
+      type: 'string',
+      default: '2',
+      value: 'count',
+      help: 'control planes per build',
+    },
+    explain: {
+      type: 'boolean',
+      default: false,
+      help: "print the plan of the sweep's read of silent hosts",
+    },
   },
+  example:
+    'flock /tmp/bench.lock node bench/control-plane/host-loss.mjs --hosts 100 --lose 5 --dists apps/control-plane/dist,/work/before/apps/control-plane/dist --labels after,before',
 });
 const dists = options.dists.split(',').map((dist) => resolve(dist));
 const labels = options.labels?.split(',') ?? dists;
@@ -47,30 +68,12 @@ const { startPostgres, createTestDatabase } = await import(`${dists[0]}/testing/
 
 /** The hosts (host-00000 …, online, seen a day ahead), their GPUs and shards. */
 async function writeFleet(sql) {
-  await sql.query(
-    `INSERT INTO host (id, name, labels, context_overhead_bytes, agent_version, driver_version,
-                       cuda_version, simulated, last_heartbeat_at, updated_at)
-     SELECT 'host-' || lpad(n::text, 5, '0'), 'host-' || lpad(n::text, 5, '0'), '{}', $1,
-            'bench', '550.54', '12.4', true, now() + interval '1 day', now()
-       FROM generate_series(0, $2 - 1) AS n`,
-    [String(512 * 2 ** 20), HOSTS],
-  );
-  await sql.query(
-    `INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes, updated_at)
-     SELECT 'GPU-' || host.id || '-' || i, host.id, i, 'NVIDIA H100 80GB HBM3', $1, 0, now()
-       FROM host, generate_series(0, $2 - 1) AS i`,
-    [String(80 * GiB), Number(options['gpus-per-host'])],
-  );
-  const {
-    rows: [team],
-  } = await sql.query(
-    `INSERT INTO team (id, name) VALUES (gen_random_uuid(), 'bench') RETURNING id`,
-  );
-  await sql.query(
-    `INSERT INTO quota_policy (team_id, max_total_bytes, max_shards, max_bytes_per_shard, updated_at)
-     VALUES ($1, $2, 1000000, $3, now())`,
-    [team.id, String(2 ** 52), String(2 ** 45)],
-  );
+  const teamId = await insertFleet(sql, {
+    hosts: HOSTS,
+    gpusPerHost: Number(options['gpus-per-host']),
+    idDigits: 5,
+    heartbeatAheadSeconds: 86_400,
+  });
   const limit = 20 * GiB + 512 * 2 ** 20;
   await sql.query(
     `WITH placed AS (
@@ -84,7 +87,7 @@ async function writeFleet(sql) {
      INSERT INTO shard_gpu (shard_id, gpu_uuid, reserved_bytes, compute_share_permille, reserved_at)
      SELECT shards.id, placed.uuid, $3, 100, now()
        FROM shards JOIN placed ON shards.name = 'on-' || placed.uuid`,
-    [team.id, String(20 * GiB), String(limit), SHARDS_PER_HOST],
+    [teamId, String(20 * GiB), String(limit), SHARDS_PER_HOST],
   );
   await sql.query(
     `UPDATE gpu SET reserved_bytes = $1, guaranteed_compute_permille = 100 WHERE index < $2`,
@@ -97,44 +100,6 @@ async function writeFleet(sql) {
 function lostHostIds() {
   const step = Math.floor(HOSTS / LOSE);
   return Array.from({ length: LOSE }, (_, i) => `host-${String(i * step).padStart(5, '0')}`);
-}
-
-function freePort() {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolvePort(port));
-    });
-  });
-}
-
-/** Spawns a control plane and waits for /readyz; resolves with the child. */
-async function startControlPlane(dist, env) {
-  const child = spawn(process.execPath, [join(dist, 'main.js')], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk) => (output += chunk));
-  child.stderr.on('data', (chunk) => (output += chunk));
-  const exited = new Promise((resolveExit) =>
-    child.on('exit', (code, signal) => resolveExit(signal ?? code)),
-  );
-  const url = `http://127.0.0.1:${env.GPUSHARDS_PORT}/readyz`;
-  for (;;) {
-    const ended = await Promise.race([
-      exited,
-      new Promise((r) => setTimeout(() => r(undefined), 50)),
-    ]);
-    if (ended !== undefined) throw new Error(`control plane exited (${ended}): ${output}`);
-    try {
-      if ((await fetch(url)).status === 200) return { child, exited, output: () => output };
-    } catch {
-      // not listening yet
-    }
-  }
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -180,7 +145,6 @@ const server = await startPostgres({ settings: { fsync: 'on' } });
 const template = await createTestDatabase('postgres', { server });
 await template.prisma.close();
 const postmaster = postmasterOf(server.dir);
-let copies = 0;
 
 try {
   const setup = performance.now();
@@ -208,14 +172,8 @@ try {
   const rows = [];
   for (let round = 1; round <= Number(options.rounds); round++) {
     for (const [i, dist] of dists.entries()) {
-      const name = `host_loss_bench_${process.pid}_${copies++}`;
-      const admin = new pg.Client({ connectionString: server.url });
-      await admin.connect();
-      await admin.query(
-        `CREATE DATABASE ${name} TEMPLATE "${template.config.url.split('/').pop()}"`,
-      );
-      await admin.end();
-      const sql = new pg.Client({ connectionString: server.urlFor(name) });
+      const copy = await copyOfTemplate(server, template, 'host_loss_bench');
+      const sql = new pg.Client({ connectionString: copy.url });
       await sql.connect();
       const dataDirs = [];
       const planes = [];
@@ -225,7 +183,7 @@ try {
           dataDirs.push(dataDir);
           planes.push(
             await startControlPlane(dist, {
-              DATABASE_URL: server.urlFor(name),
+              DATABASE_URL: copy.url,
               GPUSHARDS_DATA_DIR: dataDir,
               GPUSHARDS_PORT: String(await freePort()),
               GPUSHARDS_NO_AGENTS: 'true',
@@ -290,15 +248,11 @@ try {
         }
         await sql.end();
         for (const dir of dataDirs) await rm(dir, { recursive: true, force: true });
-        const drop = new pg.Client({ connectionString: server.url });
-        await drop.connect();
-        await drop.query(`DROP DATABASE ${name} WITH (FORCE)`);
-        await drop.end();
+        await copy.drop();
       }
     }
   }
-  console.log(`${os.cpus().length} × ${os.cpus()[0]?.model}, Node ${process.version}`);
-  console.table(rows);
+  printRows(rows);
 } finally {
   await template.cleanup().catch(() => undefined);
   await server.stop?.().catch(() => undefined);

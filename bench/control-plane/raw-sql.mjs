@@ -9,19 +9,15 @@
 //   node bench/control-plane/raw-sql.mjs [--calls 3000] [--rounds 3]
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchOptions } from '../options.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    calls: { type: 'string', default: '3000' },
-    rounds: { type: 'string', default: '3' },
-    help: { type: 'boolean', default: false },
+    calls: { type: 'string', default: '3000', value: 'count', help: 'calls per path and round' },
+    rounds: { type: 'string', default: '3', value: 'count', help: 'rounds of every path' },
   },
+  example: 'flock /tmp/bench.lock node bench/control-plane/raw-sql.mjs --calls 1000 --rounds 1',
 });
-if (options.help) {
-  console.log('node bench/control-plane/raw-sql.mjs [--calls 3000] [--rounds 3]');
-  process.exit(0);
-}
 const CALLS = Number(options.calls);
 const ROUNDS = Number(options.rounds);
 for (const [name, value] of [

@@ -24,7 +24,7 @@
 //                       PREFIX-<case>.json: calls, rows and execution time of every statement)
 //     [--pin-control-planes 0 --pin-others 1]  (CPU lists for taskset: the control planes on
 //                       some cores, the simulator processes, nats-server and PostgreSQL on others)
-import { fork, spawn, spawnSync } from 'node:child_process';
+import { fork, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -32,54 +32,139 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 
 import pg from 'pg';
-import { childrenOf, cpuOf, postgresCpu, postmasterOf } from '../proc-cpu.mjs';
+import { freePort } from '../control-plane-process.mjs';
+import { childrenOf, cpuOf, pin, postgresCpu, postmasterOf } from '../proc-cpu.mjs';
 import { quantile } from '../quantile.mjs';
 import { graphql, teamToken } from '../graphql.mjs';
+import { benchOptions } from '../options.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    hosts: { type: 'string', default: '1000' },
-    processes: { type: 'string', default: '3' },
-    'control-planes': { type: 'string', default: '2' },
-    'shards-per-host': { type: 'string', default: '2' },
-    seconds: { type: 'string', default: '60' },
-    heartbeat: { type: 'string', default: '10' },
-    reconcile: { type: 'string', default: '30' },
-    life: { type: 'string', default: '60,3600' },
-    faults: { type: 'string', default: '' },
-    scenarios: { type: 'string', default: 'ingest' },
-    'create-seconds': { type: 'string', default: '10' },
-    'create-rates': { type: 'string', default: '200' },
+    hosts: { type: 'string', default: '1000', value: 'count', help: 'simulated hosts (agents)' },
+    processes: {
+      type: 'string',
+      default: '3',
+      value: 'count',
+      help: 'processes the agents run in',
+    },
+    'control-planes': { type: 'string', default: '2', value: 'count', help: 'control planes' },
+    'shards-per-host': {
+      type: 'string',
+      default: '2',
+      value: 'whole',
+      help: 'shards placed per host',
+    },
+    seconds: {
+      type: 'string',
+      default: '60',
+      value: 'number',
+      help: 'seconds the fleet runs (ingest)',
+    },
+    heartbeat: {
+      type: 'string',
+      default: '10',
+      value: 'number',
+      help: "the agents' heartbeat, seconds",
+    },
+    reconcile: {
+      type: 'string',
+      default: '30',
+      value: 'number',
+      help: "the agents' reconcile, seconds",
+    },
+    life: {
+      type: 'string',
+      default: '60,3600',
+      value: 'counts',
+      meta: 'MIN,MAX',
+      help: "a container's life before it exits on its own, seconds",
+    },
+    faults: {
+      type: 'string',
+      default: '',
+      meta: 'KIND=RATE,…',
+      help: 'message faults, e.g. drop=0.01,delay=0.01 (none by default)',
+    },
+    scenarios: {
+      type: 'string',
+      default: 'ingest',
+      choices: ['ingest', 'create', 'restart', 'lose'],
+      list: true,
+      help: 'what to run, in this order',
+    },
+    'create-seconds': {
+      type: 'string',
+      default: '10',
+      value: 'number',
+      help: 'seconds of each create case',
+    },
+    'create-rates': {
+      type: 'string',
+      default: '200',
+      value: 'counts',
+      help: 'open-loop create rates, per second',
+    },
     // The create scenario's calls go round this many teams, each with its own token: one team
     // serialises every batch of both control planes on that team's quota lock.
-    'create-teams': { type: 'string', default: '1' },
-    concurrency: { type: 'string', default: '64' },
-    lose: { type: 'string', default: '100' },
-    'offline-seconds': { type: 'string', default: '30' },
-    pool: { type: 'string', default: '10' },
-    'no-fsync': { type: 'boolean', default: false },
-    profile: { type: 'string' },
-    'pin-control-planes': { type: 'string' },
-    'pin-others': { type: 'string' },
-    'fence-fields': { type: 'boolean', default: false },
-    'statements-file': { type: 'string' },
-    dist: { type: 'string', default: 'apps/control-plane/dist' },
-    help: { type: 'boolean', default: false },
+    'create-teams': {
+      type: 'string',
+      default: '1',
+      value: 'count',
+      help: 'teams the creates go round',
+    },
+    concurrency: {
+      type: 'string',
+      default: '64',
+      value: 'count',
+      help: 'creates in flight (closed loop)',
+    },
+    lose: { type: 'string', default: '100', value: 'count', help: 'hosts lost at once (lose)' },
+    'offline-seconds': {
+      type: 'string',
+      default: '30',
+      value: 'count',
+      help: 'GPUSHARDS_HOST_OFFLINE_SECONDS',
+    },
+    pool: {
+      type: 'string',
+      default: '10',
+      value: 'count',
+      help: "each control plane's database pool",
+    },
+    'no-fsync': { type: 'boolean', default: false, help: 'PostgreSQL without fsync' },
+    profile: {
+      type: 'string',
+      meta: 'DIR',
+      help: 'each control plane writes V8 CPU profiles here',
+    },
+    'pin-control-planes': {
+      type: 'string',
+      meta: 'CPUS',
+      help: 'taskset CPU list for the control planes',
+    },
+    'pin-others': { type: 'string', meta: 'CPUS', help: 'taskset CPU list for everything else' },
+    'fence-fields': {
+      type: 'boolean',
+      default: false,
+      help: "heartbeats carry the fence's readings",
+    },
+    'statements-file': {
+      type: 'string',
+      meta: 'PREFIX',
+      help: "each create case's whole pg_stat_statements, as JSON, into PREFIX-<case>.json",
+    },
+    dist: {
+      type: 'string',
+      default: 'apps/control-plane/dist',
+      value: 'list',
+      help: 'the control-plane builds (dist folders, comma-separated; control plane i runs build i mod n)',
+    },
   },
+  example:
+    'flock /tmp/bench.lock node bench/fleet-sim/run.mjs --hosts 200 --seconds 30 --scenarios ingest,lose',
 });
-if (options.help) {
-  // The usage is this file's opening comment.
-  const source = readFileSync(fileURLToPath(import.meta.url), 'utf8');
-  console.log(
-    source
-      .slice(source.indexOf('// Build first'), source.indexOf('import '))
-      .replace(/^\/\/ ?/gm, ''),
-  );
-  process.exit(0);
-}
 const HOSTS = Number(options.hosts);
 const PROCESSES = Number(options.processes);
 const CONTROL_PLANES = Number(options['control-planes']);
@@ -131,15 +216,6 @@ function natsPid() {
   return undefined;
 }
 
-/**
- * Pins a running process, every thread of it, to a CPU list (--pin-*): `taskset -a -p`.
- * Threads it starts later inherit the mask.
- */
-function pin(pid, cpus) {
-  if (cpus === undefined || pid === undefined) return;
-  const run = spawnSync('taskset', ['-a', '-c', '-p', cpus, String(pid)], { encoding: 'utf8' });
-  if (run.status !== 0) throw new Error(`taskset -p ${cpus} ${pid}: ${run.stderr}`);
-}
 /** PostgreSQL's postmaster and its backends, nats-server: the processes beside the simulator. */
 function pinOthers() {
   const cpus = options['pin-others'];
@@ -152,16 +228,6 @@ function pinOthers() {
 // ---------- GraphQL ----------
 
 // ---------- processes ----------
-async function freePort() {
-  const { createServer } = await import('node:net');
-  return new Promise((r) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => r(port));
-    });
-  });
-}
-
 /** With --profile: SIGUSR2 starts and stops a profile of one case (bench/profile-window.mjs). */
 const profiling = options.profile
   ? ['--import', pathToFileURL(join(ROOT, 'bench/profile-window.mjs')).href]

@@ -22,22 +22,30 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchOptions } from '../options.mjs';
+import { agentFence, gpusOver } from './agent-fence.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const agentDist = process.env.GPUSHARDS_AGENT_DIST ?? join(root, 'apps/agent/dist');
 const { fakeLibraries, nativeArtifacts } = await import(join(agentDist, 'testing/native.js'));
-const { values, positionals } = parseArgs({
-  allowPositionals: true,
+const values = benchOptions(import.meta.url, {
+  positionals: [
+    { name: 'mode', default: 'cpu', choices: ['cpu', 'kill'], help: 'which number (above)' },
+  ],
   options: {
-    gpus: { type: 'string', default: '8' },
-    processes: { type: 'string', default: '64' },
-    seconds: { type: 'string', default: '20' },
-    interval: { type: 'string' },
-    trials: { type: 'string', default: '60' },
+    gpus: { type: 'string', default: '8', value: 'count', help: 'fake GPUs (cpu; kill uses 1)' },
+    processes: { type: 'string', default: '64', value: 'count', help: 'shard processes (cpu)' },
+    seconds: { type: 'string', default: '20', value: 'number', help: 'seconds of sampling (cpu)' },
+    interval: {
+      type: 'string',
+      value: 'count',
+      help: "the sampler's interval, ms (default: 250 for cpu, 100 for kill)",
+    },
+    trials: { type: 'string', default: '60', value: 'count', help: 'trials (kill)' },
   },
+  example: 'node bench/host-fence/fence.mjs kill --trials 10',
 });
-const mode = positionals[0] ?? 'cpu';
+const mode = values.mode;
 const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;
 const gpuCount = mode === 'kill' ? 1 : Number(values.gpus);
@@ -53,42 +61,27 @@ Object.assign(process.env, {
 });
 const { Nvml } = await import(join(agentDist, 'gpus/nvml.js'));
 const { NvmlBackend } = await import(join(agentDist, 'gpus/gpu-backends.js'));
-const { LimitsService } = await import(join(agentDist, 'limits/limits.service.js'));
-const { EnforcementService } = await import(join(agentDist, 'enforcement/enforcement.service.js'));
-const { ProcessOwners } = await import(join(agentDist, 'enforcement/process-owners.js'));
-const { createLogger } = await import(join(agentDist, 'logging/logger.js'));
 
 const nvml = Nvml.open(fakes.nvml);
 const backend = new NvmlBackend(nvml, fakes.cuda);
 const intervalMs = Number(values.interval ?? (mode === 'kill' ? 100 : 250));
-const config = {
+const { enforcement, limits, records } = await agentFence(agentDist, {
   hostId: 'bench',
   stateDir: join(work, 'state'),
-  enforcement: { intervalMs, toleranceBytes: 64 * MiB, allowedProcesses: [], procRoot },
-};
-const logger = createLogger('silent', 'bench');
-const records = [];
-const shards = { list: () => records, stop: async () => ({ wasRunning: true }) };
-const limits = new LimitsService(config, logger);
-const enforcement = new EnforcementService(
-  config,
-  {
-    // The listing's own CPU (the fake NVML here), kept apart from the agent's.
-    processes: (watch) => {
-      const before = process.cpuUsage();
-      try {
-        return backend.processes(watch);
-      } finally {
-        const spent = process.cpuUsage(before);
-        listingCpuMs += (spent.user + spent.system) / 1000;
-      }
-    },
-  },
-  shards,
-  limits,
-  new ProcessOwners(procRoot),
-  logger,
-);
+  intervalMs,
+  toleranceBytes: 64 * MiB,
+  procRoot,
+  // The listing's own CPU (the fake NVML here), kept apart from the agent's.
+  gpus: gpusOver(backend, (list) => {
+    const before = process.cpuUsage();
+    try {
+      return list();
+    } finally {
+      const spent = process.cpuUsage(before);
+      listingCpuMs += (spent.user + spent.system) / 1000;
+    }
+  }),
+});
 const children = new Set();
 let listingCpuMs = 0;
 

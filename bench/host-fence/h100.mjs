@@ -23,20 +23,46 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { benchOptions } from '../options.mjs';
+import { agentFence, gpusOver } from './agent-fence.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const agentDist = process.env.GPUSHARDS_AGENT_DIST ?? resolve(here, '../../apps/agent/dist');
-const { values } = parseArgs({
+const values = benchOptions(import.meta.url, {
   options: {
-    interval: { type: 'string', default: '50' },
-    workers: { type: 'string', default: '4' },
-    trials: { type: 'string', default: '10' },
-    'cap-gib': { type: 'string', default: '4' },
-    'tolerance-mib': { type: 'string', default: '160' },
-    python: { type: 'string', default: 'python3' },
-    'idle-seconds': { type: 'string', default: '10' },
+    interval: {
+      type: 'string',
+      default: '50',
+      value: 'count',
+      help: "the agent's fence interval, ms",
+    },
+    workers: {
+      type: 'string',
+      default: '4',
+      value: 'count',
+      help: 'worker processes (shards) on the GPU',
+    },
+    trials: { type: 'string', default: '10', value: 'count', help: 'trials per case' },
+    'cap-gib': { type: 'string', default: '4', value: 'number', help: "each shard's cap, GiB" },
+    'tolerance-mib': {
+      type: 'string',
+      default: '160',
+      value: 'whole',
+      help: "the fence's tolerance, MiB",
+    },
+    python: {
+      type: 'string',
+      default: 'python3',
+      help: 'the Python with torch that runs the workers',
+    },
+    'idle-seconds': {
+      type: 'string',
+      default: '10',
+      value: 'number',
+      help: 'seconds of the idle case',
+    },
   },
+  example: 'node bench/host-fence/h100.mjs --trials 3',
 });
 const MiB = 1024 ** 2;
 const intervalMs = Number(values.interval);
@@ -45,12 +71,6 @@ const toleranceBytes = Number(values['tolerance-mib']) * MiB;
 
 const { Nvml } = await import(join(agentDist, 'gpus/nvml.js'));
 const { NvmlBackend } = await import(join(agentDist, 'gpus/gpu-backends.js'));
-const { LimitsService } = await import(join(agentDist, 'limits/limits.service.js'));
-const { EnforcementService } = await import(join(agentDist, 'enforcement/enforcement.service.js'));
-const { ProcessOwners } = await import(join(agentDist, 'enforcement/process-owners.js'));
-const { AgentMetrics } = await import(join(agentDist, 'metrics/agent-metrics.js'));
-const { RegionWatchService } = await import(join(agentDist, 'regions/region-watch.service.js'));
-const { createLogger } = await import(join(agentDist, 'logging/logger.js'));
 
 const work = mkdtempSync(join(tmpdir(), 'gpushards-h100-fence-'));
 const cgroupRoot = '/sys/fs/cgroup/gpushards-fence-bench';
@@ -66,44 +86,25 @@ try {
 const procRoot = realCgroups ? '/proc' : join(work, 'proc');
 const backend = new NvmlBackend(Nvml.open('libnvidia-ml.so.1'), 'libcuda.so.1');
 const gpu = backend.gpus[0];
-const config = {
-  hostId: 'h100-bench',
-  stateDir: join(work, 'state'),
-  enforcement: { intervalMs, toleranceBytes, allowedProcesses: [], procRoot },
-};
-const logger = createLogger('silent', 'bench');
-const records = [];
-const shards = { list: () => records, stop: async () => ({ wasRunning: true }) };
-const limits = new LimitsService(config, logger);
 let listingNs = 0n;
 let listings = 0;
-const enforcement = new EnforcementService(
-  config,
-  // What the fence reads of GpusService, over the backend this script opened: the inventory
-  // (memory of no shard per GPU), the listing, timed (`fresh`: GPUs a pressure ring asks to
-  // list afresh) and the lookups a pressure ring needs.
-  {
-    inventory: { gpus: backend.gpus },
-    processes: (watch, fresh) => {
-      const t = process.hrtime.bigint();
-      try {
-        return backend.processes(watch, fresh);
-      } finally {
-        listingNs += process.hrtime.bigint() - t;
-        listings++;
-      }
-    },
-    hostIndex: (uuid) => backend.gpus.find((gpu) => gpu.uuid === uuid)?.index,
-    canonicalUuid: (uuid) =>
-      backend.gpus.find((gpu) => gpu.uuid.toLowerCase() === uuid.toLowerCase())?.uuid ?? uuid,
-  },
-  shards,
-  limits,
-  new ProcessOwners(procRoot),
-  new AgentMetrics(),
-  new RegionWatchService(config, logger),
-  logger,
-);
+const { enforcement, limits, records } = await agentFence(agentDist, {
+  hostId: 'h100-bench',
+  stateDir: join(work, 'state'),
+  intervalMs,
+  toleranceBytes,
+  procRoot,
+  // The GPUs this script opened, the listing timed.
+  gpus: gpusOver(backend, (list) => {
+    const t = process.hrtime.bigint();
+    try {
+      return list();
+    } finally {
+      listingNs += process.hrtime.bigint() - t;
+      listings++;
+    }
+  }),
+});
 // CPU of every sample (the agent's timer calls this.sampleNow).
 const sampleNow = enforcement.sampleNow.bind(enforcement);
 let sampleCpuUs = 0;

@@ -20,14 +20,21 @@ import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Writable } from 'node:stream';
-import { parseArgs } from 'node:util';
+import { benchOptions } from '../options.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    db: { type: 'string', default: 'postgres,pglite' },
-    shards: { type: 'string', default: '1000' },
-    rounds: { type: 'string', default: '3' },
+    db: {
+      type: 'string',
+      default: 'postgres,pglite',
+      choices: ['postgres', 'pglite'],
+      list: true,
+      help: 'the databases, one run each',
+    },
+    shards: { type: 'string', default: '1000', value: 'count', help: "the host's shards" },
+    rounds: { type: 'string', default: '3', value: 'count', help: 'rounds per database' },
   },
+  example: 'flock /tmp/bench.lock node bench/lifecycle/restart-settle.mjs --db postgres --rounds 1',
 });
 const SHARDS = Number(options.shards);
 const ROUNDS = Number(options.rounds);

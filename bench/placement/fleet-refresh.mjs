@@ -29,32 +29,51 @@
 // Build first (npx nx build control-plane), then:
 //   node bench/placement/fleet-refresh.mjs [--dists apps/control-plane/dist,/tmp/before/apps/control-plane/dist]
 //        [--labels after,before] [--rounds 3] [--refreshes 200] [--changes 0,8,80,800]
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { printResult, runForResult } from '../child-result.mjs';
 import { insertHosts } from '../fleet-rows.mjs';
 import { quantile } from '../quantile.mjs';
+import { benchOptions, buildOptions } from '../options.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    dists: { type: 'string', default: 'apps/control-plane/dist' },
-    labels: { type: 'string' },
-    rounds: { type: 'string', default: '3' },
-    refreshes: { type: 'string', default: '200' },
-    changes: { type: 'string', default: '0,8,80,800' },
-    writes: { type: 'string', default: '2000' },
-    'without-feed-index': { type: 'boolean', default: false },
-    // Internal: one build's run in a process of its own.
-    'run-dist': { type: 'string' },
-    'run-db': { type: 'string' },
-    'run-prisma': { type: 'string' },
+    ...buildOptions('apps/control-plane/dist', 'control-plane'),
+    rounds: { type: 'string', default: '3', value: 'count', help: 'rounds; each runs every build' },
+    refreshes: {
+      type: 'string',
+      default: '200',
+      value: 'count',
+      help: 'refreshes per --changes count',
+    },
+    changes: {
+      type: 'string',
+      default: '0,8,80,800',
+      value: 'counts',
+      help: 'GPUs changed before each refresh, one run per count',
+    },
+    writes: {
+      type: 'string',
+      default: '2000',
+      value: 'count',
+      help: 'single-GPU reservation changes of the write side',
+    },
+    'without-feed-index': {
+      type: 'boolean',
+      default: false,
+      help: 'also the first build without the change feed index, labelled "<label>-index"',
+    },
+    'run-dist': { type: 'string', internal: true },
+    'run-db': { type: 'string', internal: true },
+    'run-prisma': { type: 'string', internal: true },
   },
+  example:
+    'flock /tmp/bench.lock node bench/placement/fleet-refresh.mjs --dists apps/control-plane/dist,/work/before/apps/control-plane/dist --labels after,before',
 });
 const HOSTS = 1000;
 const GPUS_PER_HOST = 8;
@@ -208,7 +227,7 @@ if (options['run-dist'] !== undefined) {
     JSON.parse(options['run-db']),
     options['run-prisma'],
   );
-  process.stdout.write(`RESULT ${JSON.stringify(result)}\n`);
+  printResult(result);
   process.exit(0);
 }
 
@@ -228,24 +247,13 @@ for (const [i, dist] of dists.entries()) {
   databases.push(database);
 }
 
-async function runChild(dist, database) {
-  const child = spawn(
-    process.execPath,
-    [
-      fileURLToPath(import.meta.url),
-      ...['--run-dist', dist, '--run-db', JSON.stringify(database.config)],
-      ...['--run-prisma', prismaDirOf(dist)],
-      ...['--refreshes', String(REFRESHES), '--changes', options.changes],
-      ...['--writes', String(WRITES)],
-    ],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  let out = '';
-  child.stdout.on('data', (chunk) => (out += chunk));
-  const code = await new Promise((resolveExit) => child.on('exit', resolveExit));
-  const line = out.split('\n').find((l) => l.startsWith('RESULT '));
-  if (code !== 0 || line === undefined) throw new Error(`run of ${dist} failed (${code}): ${out}`);
-  return JSON.parse(line.slice('RESULT '.length));
+function runChild(dist, database) {
+  return runForResult(fileURLToPath(import.meta.url), [
+    ...['--run-dist', dist, '--run-db', JSON.stringify(database.config)],
+    ...['--run-prisma', prismaDirOf(dist)],
+    ...['--refreshes', String(REFRESHES), '--changes', options.changes],
+    ...['--writes', String(WRITES)],
+  ]);
 }
 
 try {

@@ -26,49 +26,66 @@
 //        on some cores, PostgreSQL's postmaster and backends on others, so the two do not
 //        take each other's core or move between cores; the machine's other processes still
 //        share them)
-import { spawn, spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { Writable } from 'node:stream';
-import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { childrenOf, postgresCpu } from '../proc-cpu.mjs';
+import { printResult, runForResult } from '../child-result.mjs';
 import { insertFullFleetWithQueue } from '../fleet-rows.mjs';
+import { benchOptions, buildOptions } from '../options.mjs';
+import { childrenOf, pin, postgresCpu, postmasterOf } from '../proc-cpu.mjs';
 import { quantile } from '../quantile.mjs';
+import { copyOfTemplate, printRows } from '../rounds.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    events: { type: 'string', default: '40' },
-    bulk: { type: 'string', default: '300' },
-    pending: { type: 'string', default: '10000' },
-    rounds: { type: 'string', default: '2' },
-    dists: { type: 'string', default: 'apps/control-plane/dist' },
-    labels: { type: 'string' },
-    // Internal: one build's run in a process of its own (two builds' modules cannot share one).
-    'run-dist': { type: 'string' },
-    'run-db': { type: 'string' },
-    'run-postmaster': { type: 'string' },
-    'no-fsync': { type: 'boolean', default: false },
-    'pin-control-plane': { type: 'string' },
-    'pin-postgres': { type: 'string' },
-    // The SQL statements per freeing event (pg_stat_statements), the most frequent listed.
-    statements: { type: 'boolean', default: false },
-    help: { type: 'boolean', default: false },
+    events: {
+      type: 'string',
+      default: '40',
+      value: 'count',
+      help: 'freeing events, one at a time (latency)',
+    },
+    bulk: {
+      type: 'string',
+      default: '300',
+      value: 'count',
+      help: 'shards ended at once (turnover)',
+    },
+    pending: {
+      type: 'string',
+      default: '10000',
+      value: 'whole',
+      help: 'PENDING shards behind the full fleet',
+    },
+    rounds: { type: 'string', default: '2', value: 'count', help: 'rounds; each runs every build' },
+    ...buildOptions('apps/control-plane/dist', 'control-plane'),
+    // One build's run in a process of its own (two builds' modules cannot share one).
+    'run-dist': { type: 'string', internal: true },
+    'run-db': { type: 'string', internal: true },
+    'run-postmaster': { type: 'string', internal: true },
+    'no-fsync': { type: 'boolean', default: false, help: 'PostgreSQL without fsync' },
+    'pin-control-plane': {
+      type: 'string',
+      meta: 'CPUS',
+      help: "taskset CPU list for each build's process",
+    },
+    'pin-postgres': {
+      type: 'string',
+      meta: 'CPUS',
+      help: "taskset CPU list for PostgreSQL's postmaster and backends",
+    },
+    statements: {
+      type: 'boolean',
+      default: false,
+      help: 'also the SQL statements per freeing event (pg_stat_statements), the most frequent, with mean planning and execution ms',
+    },
   },
+  example:
+    'flock /tmp/bench.lock node bench/queue/admission.mjs --dists apps/control-plane/dist,/work/before/apps/control-plane/dist --labels after,before --events 20 --bulk 100',
 });
-if (options.help) {
-  // This file's opening comment is its usage.
-  const source = readFileSync(fileURLToPath(import.meta.url), 'utf8');
-  const usage = source.slice(0, source.indexOf('\nimport ')).replace(/^\/\/ ?/gm, '');
-  process.stdout.write(
-    `${usage}\n  --statements: also the SQL statements per freeing event (pg_stat_statements), with each one's mean planning and execution ms\n`,
-  );
-  process.exit(0);
-}
 const HOSTS = 1000;
 const GPUS_PER_HOST = 8;
 const PENDING = Number(options.pending);
@@ -81,21 +98,6 @@ const labels = options.labels?.split(',') ?? dists;
 process.env.GPUSHARDS_QUEUE_SWEEP_MS = '0'; // signals only: the sweep would blur the timing
 const { startPostgres, createTestDatabase } = await import(`${dists[0]}/testing/index.js`);
 
-/** The postmaster of the throwaway cluster: a `postgres` child of this process. */
-function postmaster() {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === process.pid && stat.includes('(postgres)')) return Number(entry);
-    } catch {
-      // ended while being looked at
-    }
-  }
-  return undefined;
-}
-
 /**
  * With BENCH_NODE_ARGS='--import bench/profile-window.mjs' and PROFILE_WINDOW_DIR set, starts
  * or writes a CPU profile of this process (profile-window.mjs's SIGUSR2); else nothing.
@@ -104,16 +106,6 @@ async function profileWindow() {
   if (!process.env.PROFILE_WINDOW_DIR) return;
   process.kill(process.pid, 'SIGUSR2');
   await new Promise((resolveSoon) => setTimeout(resolveSoon, 200));
-}
-
-/**
- * Pins a running process, every thread of it, to a CPU list (--pin-*): `taskset -a -p`.
- * Threads and processes it starts later inherit the mask (PostgreSQL's backends too).
- */
-function pin(pid, cpus) {
-  if (cpus === undefined || pid === undefined) return;
-  const run = spawnSync('taskset', ['-a', '-c', '-p', cpus, String(pid)], { encoding: 'utf8' });
-  if (run.status !== 0) throw new Error(`taskset -p ${cpus} ${pid}: ${run.stderr}`);
 }
 
 const nodeCpu = () => {
@@ -331,7 +323,7 @@ if (options['run-dist'] !== undefined) {
     JSON.parse(options['run-db']),
     Number(options['run-postmaster']),
   );
-  process.stdout.write(`RESULT ${JSON.stringify(result)}\n`);
+  printResult(result);
   process.exit(0);
 }
 
@@ -348,7 +340,7 @@ const server = await startPostgres({
       : {}),
   },
 });
-const pgPid = postmaster();
+const pgPid = postmasterOf(server.dir);
 if (options['pin-postgres'] !== undefined) {
   pin(pgPid, options['pin-postgres']);
   for (const pid of childrenOf(pgPid)) pin(pid, options['pin-postgres']);
@@ -356,38 +348,27 @@ if (options['pin-postgres'] !== undefined) {
 const template = await createTestDatabase('postgres', { server });
 await template.prisma.close();
 
-let copies = 0;
 /** One build's run, in a child process, on a fresh copy of the template. */
 async function runChild(dist) {
-  const name = `queue_bench_${process.pid}_${copies++}`;
-  const admin = new pg.Client({ connectionString: server.url });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name} TEMPLATE "${template.config.url.split('/').pop()}"`);
-  await admin.end();
-  const database = { ...template.config, url: server.urlFor(name) };
-  const child = spawn(
-    process.execPath,
-    [
-      ...(process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean),
+  const copy = await copyOfTemplate(server, template, 'queue_bench');
+  try {
+    const database = { ...template.config, url: copy.url };
+    return await runForResult(
       fileURLToPath(import.meta.url),
-      ...['--run-dist', dist, '--run-db', JSON.stringify(database)],
-      ...['--run-postmaster', String(pgPid)],
-      ...['--events', String(EVENTS), '--bulk', String(BULK)],
-      ...(options.statements ? ['--statements'] : []),
-    ],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  pin(child.pid, options['pin-control-plane']);
-  let out = '';
-  child.stdout.on('data', (chunk) => (out += chunk));
-  const code = await new Promise((resolveExit) => child.on('exit', resolveExit));
-  const line = out.split('\n').find((l) => l.startsWith('RESULT '));
-  if (code !== 0 || line === undefined) throw new Error(`run of ${dist} failed (${code}): ${out}`);
-  const admin2 = new pg.Client({ connectionString: server.url });
-  await admin2.connect();
-  await admin2.query(`DROP DATABASE ${name}`);
-  await admin2.end();
-  return JSON.parse(line.slice('RESULT '.length));
+      [
+        ...['--run-dist', dist, '--run-db', JSON.stringify(database)],
+        ...['--run-postmaster', String(pgPid)],
+        ...['--events', String(EVENTS), '--bulk', String(BULK)],
+        ...(options.statements ? ['--statements'] : []),
+      ],
+      {
+        nodeArgs: (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean),
+        onSpawn: (child) => pin(child.pid, options['pin-control-plane']),
+      },
+    );
+  } finally {
+    await copy.drop();
+  }
 }
 
 try {
@@ -432,15 +413,14 @@ try {
       }
     }
   }
-  console.log(
-    `${os.cpus().length} × ${os.cpus()[0]?.model}, Node ${process.version}; ` +
-      `--events ${EVENTS} --bulk ${BULK} --pending ${PENDING}` +
+  printRows(
+    rows,
+    `; --events ${EVENTS} --bulk ${BULK} --pending ${PENDING}` +
       (options['pin-control-plane'] === undefined
         ? ''
         : ` --pin-control-plane ${options['pin-control-plane']}`) +
       (options['pin-postgres'] === undefined ? '' : ` --pin-postgres ${options['pin-postgres']}`),
   );
-  console.table(rows);
 } finally {
   await template.cleanup().catch(() => undefined);
   await server.stop();

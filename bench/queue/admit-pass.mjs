@@ -9,20 +9,31 @@
 // and only the admit() calls are timed.
 //   node bench/queue/admit-pass.mjs [--dists libs/limits/dist,/tmp/before/libs/limits/dist]
 //        [--labels after,before] [--pending 10000] [--passes 300]
-import { spawnSync } from 'node:child_process';
+import { printResult, runForResult } from '../child-result.mjs';
 import { fileURLToPath } from 'node:url';
 import { resolve } from 'node:path';
-import { parseArgs } from 'node:util';
+import { benchOptions, buildOptions } from '../options.mjs';
 
-const { values: options } = parseArgs({
+const options = benchOptions(import.meta.url, {
   options: {
-    dists: { type: 'string', default: 'libs/limits/dist' },
-    labels: { type: 'string' },
-    pending: { type: 'string', default: '10000' },
-    passes: { type: 'string', default: '300' },
-    rounds: { type: 'string', default: '2' },
-    'run-dist': { type: 'string' },
+    ...buildOptions('libs/limits/dist', 'libs/limits'),
+    pending: {
+      type: 'string',
+      default: '10000',
+      value: 'whole',
+      help: 'shards waiting behind the full fleet',
+    },
+    passes: {
+      type: 'string',
+      default: '300',
+      value: 'count',
+      help: 'passes, one freed GPU before each',
+    },
+    rounds: { type: 'string', default: '2', value: 'count', help: 'rounds; each runs every build' },
+    'run-dist': { type: 'string', internal: true },
   },
+  example:
+    'flock /tmp/bench.lock node bench/queue/admit-pass.mjs --dists libs/limits/dist,/work/before/libs/limits/dist --labels after,before',
 });
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
@@ -111,29 +122,16 @@ async function runOnce(dist) {
 }
 
 if (options['run-dist'] !== undefined) {
-  process.stdout.write(`RESULT ${JSON.stringify(await runOnce(options['run-dist']))}\n`);
+  printResult(await runOnce(options['run-dist']));
   process.exit(0);
 }
 const dists = options.dists.split(',').map((d) => resolve(d));
 const labels = options.labels?.split(',') ?? dists;
 for (let round = 1; round <= Number(options.rounds); round++) {
   for (const [i, dist] of dists.entries()) {
-    const child = spawnSync(
-      process.execPath,
-      [
-        fileURLToPath(import.meta.url),
-        '--run-dist',
-        dist,
-        '--pending',
-        options.pending,
-        '--passes',
-        options.passes,
-      ],
-      { encoding: 'utf8' },
-    );
-    const line = child.stdout.split('\n').find((l) => l.startsWith('RESULT '));
-    if (line === undefined) throw new Error(`${dist}: ${child.stderr}`);
-    const r = JSON.parse(line.slice(7));
+    const r = await runForResult(fileURLToPath(import.meta.url), [
+      ...['--run-dist', dist, '--pending', options.pending, '--passes', options.passes],
+    ]);
     console.log(
       JSON.stringify({ build: labels[i], round, ...r, cpuMsPerPass: r.cpuMsPerPass.toFixed(2) }),
     );
