@@ -8,6 +8,7 @@ export * from './placement-index.js';
 export * from './room-index.js';
 export * from './lifecycle/index.js';
 export * from './lost-shard-return.js';
+export * from './suspend-budget-relief.js';
 export * from './queue/index.js';
 export * from './enforcement/enforcement.js';
 export * from './rate/token-bucket.js';

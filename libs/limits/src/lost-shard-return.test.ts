@@ -69,7 +69,11 @@ describe('lostShardReturn', () => {
       fc.property(caseArb, ({ shard, room }) => {
         const back = lostShardReturn(shard, room);
         const cap = shard.capBytesPerGpu;
+        // SUSPENDING: its reservation taken again and, its cap in a host RAM state, within the
+        // budget.
+        if (back.kind === 'suspending') assert.ok(budgetFits(shard, room));
         switch (back.kind) {
+          case 'suspending':
           case 'running':
           case 'resuming':
             assert.ok(allThere(shard, room));
@@ -102,6 +106,13 @@ describe('lostShardReturn', () => {
         if (shard.memory === 'resident') {
           // Memory on the GPU never goes to host RAM on a return, nor the other way.
           assert.equal(back.kind, resident ? 'running' : 'failed');
+        } else if (shard.memory === 'partial') {
+          // Half moved: never without a reservation while part of it may still be on a GPU.
+          assert.equal(
+            back.kind,
+            resident ? (budgetFits(shard, room) ? 'suspending' : 'resuming') : 'failed',
+            JSON.stringify({ shard, room }),
+          );
         } else {
           assert.equal(
             back.kind,
@@ -126,6 +137,7 @@ describe('lostShardReturn', () => {
 
   test('every outcome is a move the lifecycle allows from LOST (cause recovered, or failed)', () => {
     assert.ok(canTransition('LOST', 'RUNNING', 'recovered'));
+    assert.ok(canTransition('LOST', 'SUSPENDING', 'recovered'));
     assert.ok(canTransition('LOST', 'SUSPENDED', 'recovered'));
     assert.ok(canTransition('LOST', 'RESUMING', 'recovered'));
     assert.ok(canTransition('LOST', 'FAILED', 'host-back-without-it'));
@@ -160,7 +172,9 @@ describe('lostShardReturn', () => {
         kind: 'suspended',
         resumeWanted: false,
       });
-      assert.deepEqual(lostShardReturn(shard({ memory: 'partial' }), room()).kind, 'suspended');
+      assert.deepEqual(lostShardReturn(shard({ memory: 'partial' }), room()), {
+        kind: 'suspending',
+      });
       assert.deepEqual(lostShardReturn(shard({ memory: 'resident' }), room()), {
         kind: 'running',
       });
@@ -196,6 +210,27 @@ describe('lostShardReturn', () => {
       assert.deepEqual(lostShardReturn(shard(), room({ suspendBudgetBytes: 0 })), {
         kind: 'resuming',
       });
+    });
+
+    test('half moved: SUSPENDING with its reservation when its GPU has room, RESUMING when only the budget lacks it, else FAILED even where SUSPENDED would fit the promise and the budget', () => {
+      const half = shard({ memory: 'partial' });
+      assert.deepEqual(lostShardReturn(half, room()), { kind: 'suspending' });
+      assert.deepEqual(lostShardReturn(half, room({ suspendBudgetBytes: 20 * GiB })), {
+        kind: 'resuming',
+      });
+      // Ratio 2: 60 GiB reserved by others leaves 20 GiB resident for a 40 GiB cap, while the
+      // promise (160 GiB) and the budget would take it suspended. What is left of it on the GPU
+      // would sit there unreserved: FAILED.
+      const crowded = room({
+        gpus: [gpu({ reservedBytes: bytes(60 * GiB), overcommitRatio: 2 })],
+      });
+      assert.equal(lostShardReturn(shard(), crowded).kind, 'suspended');
+      const back = lostShardReturn(half, crowded);
+      assert.equal(back.kind, 'failed');
+      assert.match(
+        (back as { reason: string }).reason,
+        /half moved to host RAM when its host came back, and its GPUs no longer have room/,
+      );
     });
 
     test('a GPU it lived on missing: FAILED whatever the room', () => {

@@ -15,9 +15,16 @@
  * GPUSHARDS_SUSPEND_BUDGET, a GPU may be missing. The rule, per memory seen:
  *
  * - all on the GPU: RUNNING if its reservation fits again on every GPU, else FAILED (as before);
- * - in host RAM, all or part: SUSPENDED if its cap fits every GPU's promise bound and the
- *   host's budget; else RESUMING if its memory fits back on its GPUs (the budget is what failed:
- *   the memory leaves host RAM for room it has); else FAILED.
+ * - all in host RAM: SUSPENDED if its cap fits every GPU's promise bound and the host's
+ *   budget; else RESUMING if its memory fits back on its GPUs (the budget is what failed: the
+ *   memory leaves host RAM for room it has); else FAILED;
+ * - half moved (a suspend or resume the loss cut short): SUSPENDING with its reservation taken
+ *   again if it fits every GPU and its cap the host's budget, so that the agent finishes the
+ *   suspend and the SUSPENDED event releases the reservation (as any suspend's does); RESUMING
+ *   if only the budget lacks room; else FAILED. Not SUSPENDED at once: part of its memory is
+ *   still on its GPUs until the agent has moved it, and with no reservation there a shard
+ *   placed in that gap could be refused below its own cap. Nor SUSPENDED when its GPUs have no
+ *   room for the reservation: the same gap, for as long as the suspend takes.
  *
  * Why not SUSPENDED past a bound: the bounds are promises to the other shards. At ratio 1 the
  * promise bound is what lets every suspended shard come back (their caps add up to no more than
@@ -32,7 +39,9 @@
  * Its wanted resume: a shard that comes back SUSPENDED keeps a resume that was wanted before
  * the loss, and one whose last suspend was a reclaim's is owed its resume (a reclaimed shard
  * loses no work: it comes back when room does), even when the loss came before the suspend
- * finished (a SUSPENDING victim had none wanted yet).
+ * finished (a SUSPENDING victim had none wanted yet). One that comes back SUSPENDING needs
+ * nothing here: its wanted resume is kept, and its suspend ends SUSPENDED as any other does
+ * (a reclaim's wanting its resume then).
  */
 import type { ObservedMemory } from './lifecycle/convergence.js';
 import type { SuspendCause } from './lifecycle/transitions.js';
@@ -76,6 +85,11 @@ export type LostShardReturn =
   | { readonly kind: 'running' }
   /** Its memory in host RAM: its cap suspended on its GPUs, a stay opened (cause recovered). */
   | { readonly kind: 'suspended'; readonly resumeWanted: boolean }
+  /**
+   * Its memory half moved: its reservation taken again until the agent finishes the suspend
+   * (its cap counts against the host's budget meanwhile, as any SUSPENDING shard's does).
+   */
+  | { readonly kind: 'suspending' }
   /** Its memory in host RAM past the host's budget, with room on its GPUs: moved back. */
   | { readonly kind: 'resuming' }
   /** No bound has room for it: FAILED, its container stopped. */
@@ -93,11 +107,21 @@ export function lostShardReturn(shard: ReturningShard, room: ReturnRoom): LostSh
   if (shard.memory === 'resident') {
     return residentFits ? { kind: 'running' } : { kind: 'failed', reason: GPUS_GIVEN_AWAY };
   }
+  const caps = cap * shard.gpuCount;
+  const budgetFits = room.suspendedBytes + caps <= room.suspendBudgetBytes;
+  if (shard.memory === 'partial') {
+    if (residentFits) return budgetFits ? { kind: 'suspending' } : { kind: 'resuming' };
+    return {
+      kind: 'failed',
+      reason:
+        `its GPU memory (${size(cap)} per GPU) was half moved to host RAM when its host came ` +
+        `back, and its GPUs no longer have room to reserve what is left on them until the ` +
+        `move ends: ${GPUS_GIVEN_AWAY}`,
+    };
+  }
   const overPromise = room.gpus.filter(
     (gpu) => gpu.reservedBytes + (gpu.suspendedBytes ?? 0) + cap > promiseBytes(gpu, ratio),
   );
-  const caps = cap * shard.gpuCount;
-  const budgetFits = room.suspendedBytes + caps <= room.suspendBudgetBytes;
   if (overPromise.length === 0 && budgetFits) {
     return {
       kind: 'suspended',

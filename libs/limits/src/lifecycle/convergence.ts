@@ -221,8 +221,9 @@ export interface Convergence {
  * container, and then the container action for the state it ends in. `intent` says where a
  * STOPPING shard ends (stop: STOPPED; a reclaim: PENDING or PREEMPTED).
  *
- * A LOST shard whose container runs becomes RUNNING by taking its reservation again, or
- * SUSPENDED with its memory in host RAM; the caller checks what it takes against the bounds as
+ * A LOST shard whose container runs becomes RUNNING by taking its reservation again,
+ * SUSPENDED with its memory in host RAM, or SUSPENDING (its reservation taken again) with it
+ * half moved; the caller checks what it takes against the bounds as
  * they are (lostShardReturn), which may end it RESUMING or FAILED instead (and the next round
  * stops a failed one's container).
  */
@@ -247,6 +248,13 @@ function memoryActionOn(state: ShardState, observed: ContainerObservation): Memo
 }
 
 /** The memory a running or paused container's processes were seen with (resident if unsaid). */
+/** The state a LOST shard comes back to by where its memory is (before lostShardReturn). */
+const RETURNS_TO: Readonly<Record<ObservedMemory, ShardState>> = {
+  resident: 'RUNNING',
+  partial: 'SUSPENDING',
+  suspended: 'SUSPENDED',
+};
+
 function memoryOf(observed: ContainerObservation): ObservedMemory {
   return observed.kind === 'running' || observed.kind === 'paused'
     ? (observed.memory ?? 'resident')
@@ -325,12 +333,11 @@ function nextStateOf(
       switch (kind) {
         case 'running':
         case 'paused':
-          // Memory seen anywhere but all on the GPU comes back suspended (the agent finishes the
-          // suspend it had begun). Either way what it takes again must fit: lostShardReturn
-          // has the last word (RESUMING or FAILED when it does not).
-          return memoryOf(observed) === 'resident'
-            ? { next: { state: 'RUNNING', cause: 'recovered' } }
-            : { next: { state: 'SUSPENDED', cause: 'recovered' } };
+          // Memory all on the GPU comes back RUNNING, all in host RAM SUSPENDED, half moved
+          // SUSPENDING (the agent finishes the suspend it had begun; what is left on the GPU
+          // stays reserved until then). Either way what it takes again must fit:
+          // lostShardReturn has the last word (RESUMING or FAILED when it does not).
+          return { next: { state: RETURNS_TO[memoryOf(observed)], cause: 'recovered' } };
         case 'exited':
           return {
             next: { state: 'EXITED', cause: 'exited' },

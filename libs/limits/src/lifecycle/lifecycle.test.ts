@@ -243,12 +243,15 @@ describe('shard lifecycle', () => {
         state: 'RUNNING',
         cause: 'recovered',
       });
-      for (const memory of ['suspended', 'partial'] as const) {
-        assert.deepEqual(converge(lost, { kind: 'running', memory }).next, {
-          state: 'SUSPENDED',
-          cause: 'recovered',
-        });
-      }
+      assert.deepEqual(converge(lost, { kind: 'running', memory: 'suspended' }).next, {
+        state: 'SUSPENDED',
+        cause: 'recovered',
+      });
+      // Half moved: the agent finishes the suspend, its reservation held until then.
+      assert.deepEqual(converge(lost, { kind: 'running', memory: 'partial' }).next, {
+        state: 'SUSPENDING',
+        cause: 'recovered',
+      });
     }
   });
 
@@ -556,13 +559,14 @@ describe('elastic memory: suspend and resume', () => {
       state: 'RUNNING',
       cause: 'resumed',
     });
-    // A host back from a loss: suspended or half-moved memory comes back suspended (no room needed).
+    // A host back from a loss: memory in host RAM comes back suspended, half-moved memory
+    // suspending (the rest still on the GPU reserved until the agent finishes).
     assert.deepEqual(converge('LOST', running('suspended')).next, {
       state: 'SUSPENDED',
       cause: 'recovered',
     });
     assert.deepEqual(converge('LOST', running('partial')).next, {
-      state: 'SUSPENDED',
+      state: 'SUSPENDING',
       cause: 'recovered',
     });
     assert.deepEqual(converge('LOST', running('resident')).next, {

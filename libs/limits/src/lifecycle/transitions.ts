@@ -105,10 +105,12 @@ export const TRANSITIONS: Table = {
     DELETED: ['deleted'],
   },
   // Its host back with its container running (libs/limits lostShardReturn): RUNNING with its
-  // memory on the GPU, SUSPENDED with it in host RAM, RESUMING when host RAM has no room left
-  // for it and its GPUs do.
+  // memory on the GPU, SUSPENDED with it in host RAM, SUSPENDING with it half moved (its
+  // reservation taken again until the agent finishes the suspend), RESUMING when host RAM has
+  // no room left for it and its GPUs do.
   LOST: {
     RUNNING: ['recovered'],
+    SUSPENDING: ['recovered'],
     SUSPENDED: ['recovered'],
     RESUMING: ['recovered'],
     EXITED: ['exited'],
