@@ -54,6 +54,7 @@ import {
   type HostStateEvent,
   type StateEventOutcome,
 } from './shard-state-events.js';
+import { SuspendBudgetCheck } from './suspend-budget-check.js';
 
 /** What the agent should run and keep stopped: the body of register and reconcile replies. */
 export interface DesiredState {
@@ -104,6 +105,7 @@ const STOPPED_FOR_AGENT: readonly ShardState[] = [
 export class AgentReportsService {
   private readonly logger: Logger;
   private readonly stateEvents: ShardStateEvents;
+  private readonly suspendBudget: SuspendBudgetCheck;
 
   constructor(
     private readonly prisma: PrismaService,
@@ -116,6 +118,7 @@ export class AgentReportsService {
   ) {
     this.logger = logger.child({ module: 'fleet' });
     this.stateEvents = new ShardStateEvents(prisma, lifecycle, this.logger);
+    this.suspendBudget = new SuspendBudgetCheck(lifecycle, this.logger);
   }
 
   /**
@@ -144,6 +147,7 @@ export class AgentReportsService {
         );
       }
       await this.liveness.recoverLostShards(tx, host.hostId, running, effects, now);
+      await this.suspendBudget.settle(tx, host.hostId, effects);
       await this.audit.record(tx, null, {
         action: 'host.register',
         targetType: 'Host',

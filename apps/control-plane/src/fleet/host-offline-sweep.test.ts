@@ -558,8 +558,11 @@ for (const kind of TEST_DATABASE_KINDS) {
           container(resuming, 'resident'),
         ],
       });
+      // Half moved, it is SUSPENDING with its reservation taken again until the agent has
+      // finished the suspend (lostShardReturn): nothing else may be placed in what it still
+      // has on the GPU.
       assert.deepEqual(await stateOf(), {
-        [suspending]: 'SUSPENDED',
+        [suspending]: 'SUSPENDING',
         [asleep]: 'SUSPENDED',
         [resuming]: 'RUNNING',
         [plain]: 'FAILED',
@@ -569,6 +572,14 @@ for (const kind of TEST_DATABASE_KINDS) {
         reply.desired.map((spec) => spec.shardId),
         [resuming],
       );
+      const halfway = await gpuOf();
+      assert.deepEqual(
+        [halfway.reservedBytes, halfway.suspendedBytes, halfway.guaranteedComputePermille],
+        [BigInt(2 * cap), BigInt(cap), 200],
+      );
+      assert.deepEqual(await bookkeepingErrors(h), []);
+      assert.equal(await heldBytes(elasticTeam.id), 20 * GiB);
+      await suspended(suspending);
       const back = await gpuOf();
       assert.deepEqual(
         [back.reservedBytes, back.suspendedBytes, back.guaranteedComputePermille],

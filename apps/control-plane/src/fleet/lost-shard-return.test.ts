@@ -4,6 +4,7 @@ import { QueueService } from '../queue/queue.service.js';
 import { startApiTestHarness, type ApiTestHarness } from '../testing/api-test-harness.js';
 import { FakeShardCommands } from '../testing/fake-shard-commands.js';
 import {
+  assertError,
   assertOk,
   createShard,
   createTestTeam,
@@ -273,7 +274,7 @@ for (const kind of TEST_DATABASE_KINDS) {
       assert.ok(after.caps <= after.promise, JSON.stringify(after));
     });
 
-    it('a reclaim victim lost mid-suspend comes back SUSPENDED with its resume wanted, and a resume wanted before the loss stays wanted; the queue resumes both', async () => {
+    it('a reclaim victim lost mid-suspend comes back SUSPENDING and, its suspend done, wants its resume; a resume wanted before the loss stays wanted; the queue resumes both', async () => {
       const hostId = 'owed-0';
       await register(hostId, 100 * GiB);
       const victim = await runningOn(hostId, 'victim', '10g');
@@ -305,14 +306,18 @@ for (const kind of TEST_DATABASE_KINDS) {
           { shardId: woken, usedBytesPerGpu: [], memory: 'partial' },
         ]),
       );
+      // Half moved: SUSPENDING until the agent finishes (LOST -> SUSPENDING keeps a wanted
+      // resume, which a suspend begun afresh would drop).
       const [v, w] = await Promise.all(
         [victim, woken].map((id) => h.prisma.shard.findUniqueOrThrow({ where: { id } })),
       );
-      // SUSPENDED, or already RESUMING: the host's return runs a queue pass of its own.
-      assert.ok(['SUSPENDED', 'RESUMING'].includes(v!.state), v!.state);
-      assert.ok(['SUSPENDED', 'RESUMING'].includes(w!.state), w!.state);
-      assert.ok(v!.resumeWantedAt !== null, 'the reclaim victim is owed its resume');
+      assert.deepEqual([v!.state, w!.state], ['SUSPENDING', 'SUSPENDING']);
       assert.equal(w!.resumeWantedAt?.getTime(), wantedAt.getTime(), 'kept as it was wanted');
+      for (const id of [victim, woken]) await suspended(hostId, id);
+      const victimNow = await h.prisma.shard.findUniqueOrThrow({ where: { id: victim } });
+      // SUSPENDED, or already RESUMING: a suspend's end runs a queue pass of its own.
+      assert.ok(['SUSPENDED', 'RESUMING'].includes(victimNow.state), victimNow.state);
+      assert.ok(victimNow.resumeWantedAt !== null, 'the reclaim victim is owed its resume');
 
       await queue.admitNow();
       const resumed = await h.prisma.shard.findMany({ where: { id: { in: [victim, woken] } } });
@@ -320,6 +325,143 @@ for (const kind of TEST_DATABASE_KINDS) {
         resumed.map((s) => s.state),
         ['RESUMING', 'RESUMING'],
       );
+    });
+
+    it('half moved: back SUSPENDING with its reservation taken again, so that no shard is placed in what is still on its GPU; its SUSPENDED event releases it', async () => {
+      const hostId = 'half-0';
+      await register(hostId, 100 * GiB);
+      // Oversubscribed 2x: only the resident bound keeps a neighbour off the GPU.
+      assertOk(await h.graphql(OVERCOMMIT, { hostId, ratio: 2 }));
+      const id = await runningOn(hostId, 'half', '40g');
+      await suspend(id);
+      await lose(hostId, [id]);
+      const cap = 40 * GiB + CONTEXT;
+
+      commands.recorded.length = 0;
+      const reply = await register(hostId, 100 * GiB, { runningShards: [running(id, 'partial')] });
+      const shard = await h.prisma.shard.findUniqueOrThrow({ where: { id } });
+      assert.equal(shard.state, 'SUSPENDING');
+      const back = await bounds(hostId);
+      assert.deepEqual([back.reserved, back.suspended, back.inHostRam], [cap, 0, cap]);
+      assert.ok(reply.accepted);
+      assert.deepEqual(reply.suspendedShardIds, [id], 'the agent keeps it suspended');
+      assert.deepEqual(
+        commands.forShard(id).map((command) => command.type),
+        ['suspend'],
+        'and finishes the suspend',
+      );
+      // 45 GiB more would pass the card's 80 GiB with what the half-moved shard still has there.
+      assertError(
+        await createShard(h, team.member, {
+          name: 'neighbour',
+          memoryPerGpu: '45g',
+          hostSelector: [{ key: 'pool', value: hostId }],
+        }),
+        'NO_CAPACITY',
+      );
+
+      await suspended(hostId, id);
+      const done = await bounds(hostId);
+      assert.deepEqual([done.reserved, done.suspended], [0, cap]);
+      assert.equal(
+        await h.prisma.shardSuspension.count({ where: { shardId: id, resumedAt: null } }),
+        1,
+      );
+      const neighbour = assertOk(
+        await createShard(h, team.member, {
+          name: 'neighbour',
+          memoryPerGpu: '45g',
+          hostSelector: [{ key: 'pool', value: hostId }],
+        }),
+      ).createShard;
+      assert.equal(neighbour.hostId, hostId, 'placed once the memory has left the GPU');
+    });
+
+    it('half moved onto a GPU with no room left for it: FAILED, its container stopped, every bound kept (not SUSPENDED with part of it unreserved)', async () => {
+      const hostId = 'half-1';
+      await register(hostId, 100 * GiB);
+      assertOk(await h.graphql(OVERCOMMIT, { hostId, ratio: 2 }));
+      const id = await runningOn(hostId, 'half', '10g');
+      await suspend(id);
+      await lose(hostId, [id]);
+
+      // Its agent comes back with an 8 GiB card: its 10.5 GiB cap would fit the promise (16 GiB)
+      // suspended, but not the card.
+      const reply = await register(hostId, 100 * GiB, {
+        gpuBytes: 8 * GiB,
+        runningShards: [running(id, 'partial')],
+      });
+      const shard = await h.prisma.shard.findUniqueOrThrow({ where: { id } });
+      assert.equal(shard.state, 'FAILED');
+      assert.match(
+        shard.failureReason ?? '',
+        /was half moved to host RAM when its host came back, and its GPUs no longer have room/,
+      );
+      assert.ok(reply.accepted);
+      assert.ok(reply.stoppedShardIds.includes(id), 'its container is stopped');
+      const after = await bounds(hostId);
+      assert.deepEqual([after.reserved, after.suspended, after.inHostRam], [0, 0, 0]);
+    });
+
+    it("a budget lowered by an agent's restart, its host never lost: SUSPENDED shards resumed where their GPUs have room, the rest kept and suspends refused until it fits", async () => {
+      const hostId = 'lowered-0';
+      await register(hostId, 100 * GiB);
+      assertOk(await h.graphql(OVERCOMMIT, { hostId, ratio: 2 }));
+      const big = await runningOn(hostId, 'big', '30g');
+      await suspend(big);
+      await suspended(hostId, big);
+      const small = await runningOn(hostId, 'small', '10g');
+      await suspend(small);
+      await suspended(hostId, small);
+      const hog = await runningOn(hostId, 'hog', '45g');
+      const tiny = await runningOn(hostId, 'tiny', '2g');
+      // Resident: 45.5 + 2.5 GiB of 80: room for big (30.5) to come back, not for both.
+      const before = await bounds(hostId);
+      assert.deepEqual([before.reserved, before.inHostRam], [48 * GiB, 41 * GiB]);
+
+      commands.recorded.length = 0;
+      const reply = await register(hostId, 5 * GiB, {
+        runningShards: [
+          running(big, 'suspended'),
+          running(small, 'suspended'),
+          running(hog, 'resident'),
+          running(tiny, 'resident'),
+        ],
+      });
+      assert.ok(reply.accepted);
+      const states = async () =>
+        Object.fromEntries(
+          (await h.prisma.shard.findMany({ where: { hostId } })).map((s) => [s.name, s.state]),
+        );
+      assert.deepEqual(await states(), {
+        big: 'RESUMING',
+        small: 'SUSPENDED',
+        hog: 'RUNNING',
+        tiny: 'RUNNING',
+      });
+      assert.deepEqual(
+        commands.forShard(big).map((command) => command.type),
+        ['resume'],
+      );
+      const after = await bounds(hostId);
+      assert.deepEqual([after.reserved, after.suspended], [78.5 * GiB, 10 * GiB + CONTEXT]);
+      assert.ok(after.reserved <= 80 * GiB);
+
+      // Still 10.5 GiB in host RAM against a 5 GiB budget: no suspend is taken on.
+      const refused = await h.graphql(
+        `mutation ($id: ID!) { suspendShard(id: $id) { id } }`,
+        { id: tiny },
+        team.member,
+      );
+      assertError(refused, 'NOT_SUSPENDABLE');
+      assert.match(JSON.stringify(refused.errors), /budget/);
+      await fleet.applyShardStateEvent(
+        hostId,
+        stateEvent(hostId, big, 'RESUMED', tick(), {
+          moved: { bytes: 4 * GiB, seconds: 1, processes: 1 },
+        }),
+      );
+      assert.equal((await states()).big, 'RUNNING');
     });
 
     it("no state event alone brings a LOST shard back (it would take room unchecked): the host's return does", async () => {

@@ -11,6 +11,7 @@ import {
   bytes,
 } from '@gpushards/limits';
 import type { RawSql, ShardState } from '../database/index.js';
+import type { SuspendCause as SuspendCommandCause } from '../shards/shard-commands.js';
 import type { CommitEffects, ShardLifecycle, TransitionFields } from '../shards/shard-lifecycle.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 
@@ -24,7 +25,8 @@ export interface ShardReturn {
 
 /**
  * A LOST shard whose host came back with its container running: what it takes again (its
- * reservation, or its suspended cap and share of the host's budget) decided by libs/limits
+ * reservation, its suspended cap, and for memory in host RAM a share of the host's budget)
+ * decided by libs/limits
  * lostShardReturn against its GPUs and its host as they are now, and applied in the caller's
  * transaction. The host's row and then the GPUs' rows are locked before the decision (in the
  * order a suspend and placement lock them), so what was decided still holds when it is written.
@@ -55,7 +57,9 @@ export class LostShardReturns {
     // The conditional update agrees with the decision on the rows as locked; the check is kept
     // so that a disagreement fails the shard instead of passing a bound.
     if (
-      (decided.kind === 'running' || decided.kind === 'resuming') &&
+      (decided.kind === 'running' ||
+        decided.kind === 'suspending' ||
+        decided.kind === 'resuming') &&
       !(await this.lifecycle.reacquire(tx, shard, effects))
     ) {
       decided = { kind: 'failed', reason: GPUS_GIVEN_AWAY };
@@ -70,6 +74,27 @@ export class LostShardReturns {
         effects.command(
           { shardId: shard.id, hostId, command: 'resume', shardVersion, reason: 'host-back' },
           (commands) => commands.resume(hostId, shard.id, shardVersion),
+        );
+        return back;
+      }
+      case 'suspending': {
+        // Half moved: the agent finishes the suspend (the reply lists it among the suspended,
+        // and the command says so now); its SUSPENDED event releases the reservation taken
+        // again above, as any suspend's does. Its last suspend's cause is kept.
+        const back = await this.move(tx, shard, 'SUSPENDING', 'recovered', {}, effects, at);
+        const hostId = shard.hostId!;
+        const shardVersion = back.row.version;
+        const cause = (shard.suspendCause ?? 'suspend-requested') as SuspendCommandCause;
+        effects.command(
+          {
+            shardId: shard.id,
+            hostId,
+            command: 'suspend',
+            cause,
+            shardVersion,
+            reason: 'host-back',
+          },
+          (commands) => commands.suspend(hostId, shard.id, cause, shardVersion),
         );
         return back;
       }

@@ -210,9 +210,12 @@ export class ShardLifecycle {
                        suspend_cause = coalesce(move.m_suspend_cause, suspend_cause),
                        -- Kept after the resume (the wake latency is measured from it); a
                        -- new suspend starts without one, a failed resume drops it (the next
-                       -- wake asks again rather than the queue retrying at once).
+                       -- wake asks again rather than the queue retrying at once). A lost
+                       -- shard back half moved (LOST -> SUSPENDING) finishes the suspend it
+                       -- had begun: a resume wanted before the loss stays wanted.
                        resume_wanted_at = CASE
-                         WHEN move.m_state = 'SUSPENDING' AND shard.state::text <> 'SUSPENDING'
+                         WHEN move.m_state = 'SUSPENDING'
+                              AND shard.state::text NOT IN ('SUSPENDING', 'LOST')
                            THEN NULL
                          WHEN move.m_state = 'SUSPENDED' AND shard.state = 'RESUMING' THEN NULL
                          WHEN move.m_state = 'SUSPENDED' AND shard.state = 'SUSPENDING'
