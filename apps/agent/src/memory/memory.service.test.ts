@@ -298,6 +298,26 @@ describe('MemoryService', () => {
     await limits.onModuleDestroy();
   });
 
+  it('a suspend of a shard half moved (a lost host back SUSPENDING) finishes it: only what is left on the GPU moves, then SUSPENDED', async () => {
+    const { memory, driver, limits, events, ended } = await setUp('half', {
+      51: 'checkpointed',
+      52: 'running',
+    });
+    await limits.setMemory('s', 'suspended');
+    const suspended = ended('suspend');
+    assert.equal(await memory.suspend('s', 'suspend-requested'), 'partial');
+    assert.equal(await suspended, true);
+    assert.deepEqual(
+      driver.calls.filter((c) => c.startsWith('checkpoint')),
+      ['checkpoint 52'],
+    );
+    assert.equal(await limits.memory('s'), 'suspended');
+    assert.equal(events.at(-1)!.state, 'SUSPENDED');
+    assert.equal(events.at(-1)!.details.moved?.processes, 1);
+    assert.equal(memory.memoryOf('s')?.memory, 'suspended');
+    await limits.onModuleDestroy();
+  });
+
   it('reads where memory is from the driver and the file: a suspend the agent did not finish is partial', async () => {
     const { memory, limits } = await setUp('observe', { 41: 'locked', 42: 'running' });
     await limits.setMemory('s', 'suspended');
