@@ -53,6 +53,8 @@ const stats = {
   reconcileRemovals: 0,
   reconcileStops: 0,
   unanswered: 0,
+  /** Registrations that went unanswered and were asked again. */
+  registerRetries: 0,
   commands: { launch: 0, stop: 0, delete: 0, resize: 0, reconcile: 0 },
   repeatedCommands: 0,
   launchesOfRunning: 0,
@@ -148,7 +150,11 @@ class SimulatedAgent {
       } catch (error) {
         if (!(error instanceof LinkUnavailableError)) throw error;
         stats.unanswered++;
-        await new Promise((r) => setTimeout(r, Math.min(30_000, 500 * 2 ** Math.min(attempt, 6))));
+        stats.registerRetries++;
+        // As the agent does (apps/agent register-retry.ts): jittered, so that the agents a
+        // control plane could not answer together do not all come back at one moment.
+        const ceiling = Math.min(30_000, 500 * 2 ** Math.min(attempt, 6));
+        await new Promise((r) => setTimeout(r, ceiling / 2 + Math.random() * (ceiling / 2)));
       }
     }
   }

@@ -283,6 +283,23 @@ async function startControlPlane(index) {
   }
   return { child, graphqlUrl: `${url}/graphql`, dataDir, build };
 }
+/**
+ * The control planes' agent messages that failed (gpushards_agent_messages_total, outcome
+ * failed: the database could not be reached in time), summed by kind since they started.
+ */
+async function failedAgentMessages() {
+  const failed = {};
+  for (const cp of controlPlanes) {
+    const text = await (await fetch(cp.graphqlUrl.replace(/graphql$/, 'metrics'))).text();
+    for (const line of text.split('\n')) {
+      if (!line.startsWith('gpushards_agent_messages_total{') || !line.includes('outcome="failed"'))
+        continue;
+      const kind = /kind="(\w+)"/.exec(line)[1];
+      failed[kind] = (failed[kind] ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1));
+    }
+  }
+  return failed;
+}
 async function stopControlPlane(cp, signal = 'SIGTERM') {
   if (cp.child.exitCode !== null) return;
   const exited = new Promise((r) => cp.child.once('exit', r));
@@ -414,6 +431,10 @@ try {
 
   // Register the fleet.
   const started = performance.now();
+  const cpuBeforeRegister = {
+    controlPlanes: controlPlanes.map((cp) => cpuOf(cp.child.pid)),
+    postgres: postgresCpu(pm),
+  };
   workers = startWorkers(hostIds);
   const life = options.life.split(',').map(Number);
   await Promise.all(
@@ -441,6 +462,17 @@ try {
   );
   results.register = `${HOSTS} hosts registered in ${Math.round(performance.now() - started)} ms`;
   log(results.register);
+  // What the registrations cost, with the heartbeats and reconciles of the agents registered
+  // meanwhile (each agent starts them once registered), per registration.
+  const perHost = (seconds) => Number(((seconds * 1000) / HOSTS).toFixed(3));
+  results.registerCpu = {
+    'control planes, CPU ms per registration': controlPlanes.map((cp, i) =>
+      perHost(cpuOf(cp.child.pid) - cpuBeforeRegister.controlPlanes[i]),
+    ),
+    'PostgreSQL, CPU ms per registration': perHost(postgresCpu(pm) - cpuBeforeRegister.postgres),
+    'agent messages failed in the control planes, by kind': await failedAgentMessages(),
+  };
+  log('registration', results.registerCpu);
 
   // A few shards per host, through GraphQL, spread over both control planes.
   const placeStarted = performance.now();
@@ -1019,6 +1051,8 @@ async function compare() {
     exits: agentStats.exits,
     stateEvents: agentStats.stateEvents,
     unansweredRequests: agentStats.unanswered,
+    registerRetries: agentStats.registerRetries,
+    'failed in the control planes since they (re)started': await failedAgentMessages(),
   };
   results.faults = faultCounts;
   const byState = {};

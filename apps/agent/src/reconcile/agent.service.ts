@@ -19,6 +19,7 @@ import { MemoryService } from '../memory/memory.service.js';
 import { ReconcileRequests } from '../shards/reconcile-requests.js';
 import { ShardsService } from '../shards/shards.service.js';
 import { HeartbeatService } from './heartbeat.service.js';
+import { registerRetryDelayMs } from './register-retry.js';
 import { ReconcileService } from './reconcile.service.js';
 
 /** The control plane refused this agent; starting again will not help until someone acts. */
@@ -35,8 +36,6 @@ export class RegistrationRejectedError extends Error {
 
 /** Reported in register; the version of apps/agent/package.json. */
 export const AGENT_VERSION = '0.1.0';
-
-const REGISTER_RETRY_MAX_MS = 30_000;
 
 /**
  * The agent's life: adopt the shard containers already here, follow Docker's events,
@@ -159,7 +158,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
     }
   }
 
-  /** Registers, retrying with backoff while nobody answers; one attempt at a time. */
+  /** Registers, retrying with jittered backoff while nobody answers; one attempt at a time. */
   register(): Promise<void> {
     this.registering ??= this.registerUntilAnswered().finally(() => {
       this.registering = undefined;
@@ -191,7 +190,7 @@ export class AgentService implements OnApplicationBootstrap, OnModuleDestroy {
         return;
       } catch (error) {
         if (!(error instanceof LinkUnavailableError)) throw error;
-        const delay = Math.min(REGISTER_RETRY_MAX_MS, 500 * 2 ** Math.min(attempt, 6));
+        const delay = registerRetryDelayMs(attempt);
         this.logger.warn(
           { err: error, retryInMs: delay },
           'the control plane did not answer; registering again later',

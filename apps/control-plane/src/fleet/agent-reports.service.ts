@@ -1,13 +1,11 @@
 import { Inject, Injectable } from '@nestjs/common';
 import {
-  MAX_SHARDS_PER_HOST,
   PROTOCOL_VERSION,
   type Heartbeat,
   type ReconcileReply,
   type ReconcileRequest,
   type RegisterReply,
   type RegisterRequest,
-  type ShardLaunchSpec,
   type ShardStateEvent,
 } from '@gpushards/protocol';
 import {
@@ -17,13 +15,9 @@ import {
   SUSPENDED_STATES,
   type ContainerObservation,
 } from '@gpushards/limits';
-import { AuditService } from '../audit/audit.service.js';
 import { PrismaService, type RawSql, type ShardState } from '../database/index.js';
-import { SecretsKeyError } from '../secrets/secret-box.js';
 import { NotFoundError } from '../errors/domain-errors.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { FleetCache } from '../placement/fleet-cache.js';
-import { tryLaunchSpecOf } from '../shards/launch-spec.js';
 import type { ShardRecord } from '../shards/shard-record.js';
 import {
   CommitEffects,
@@ -31,40 +25,27 @@ import {
   type ShardMove,
   type TransitionFields,
 } from '../shards/shard-lifecycle.js';
-import { failUnopenableLaunches } from '../shards/unopenable-launches.js';
 import { InjectClock, type Clock } from './clock.js';
+import { DesiredShards, STOPPED_FOR_AGENT } from './desired-shards.js';
 import {
   insertUsageSamples,
   lockHostShards,
-  newestShardIds,
   readHostForReconcile,
   readHostShards,
-  runnableShards,
-  type ShardWithGpus,
   touchLiveHosts,
-  upsertGpus,
-  upsertRegisteredHost,
   writeGpuReports,
   writeShardReadings,
 } from './fleet-statements.js';
 import { HeartbeatRows, type HostHeartbeat } from './heartbeat-rows.js';
 import { HostLivenessService, type RunningContainers } from './host-liveness.service.js';
+import { HostRegistrationService } from './host-registration.service.js';
 import {
   ShardStateEvents,
   type HostStateEvent,
   type StateEventOutcome,
 } from './shard-state-events.js';
-import { SuspendBudgetCheck } from './suspend-budget-check.js';
 
-/** What the agent should run and keep stopped: the body of register and reconcile replies. */
-export interface DesiredState {
-  readonly desired: ShardLaunchSpec[];
-  readonly stoppedShardIds: string[];
-  /** Shards whose container runs with its GPU memory in host RAM (docs/elastic.md). */
-  readonly suspendedShardIds?: string[];
-  /** Launched shards whose spec cannot be given here (their secrets do not open): left alone. */
-  readonly keptShardIds?: string[];
-}
+export type { DesiredState } from './desired-shards.js';
 
 export interface HeartbeatOutcome {
   /** False for a host that never registered (its agent should register). */
@@ -84,18 +65,6 @@ export type { StateEventOutcome } from './shard-state-events.js';
  */
 const RECONCILE_TRANSACTION = { maxWait: 10_000, timeout: 30_000 };
 
-/** States a container that runs or is being started is in, as the agent reports them. */
-const RUNNING_REPORTS = new Set(['PULLING', 'STARTING', 'RUNNING']);
-
-/** Shards the agent must keep stopped (containers kept), newest first, bounded by the protocol. */
-const STOPPED_FOR_AGENT: readonly ShardState[] = [
-  'STOPPING',
-  'STOPPED',
-  'EXITED',
-  'FAILED',
-  'LOST',
-];
-
 /**
  * What agents tell the control plane: register, heartbeat, shard state events, reconcile; and
  * what each host should run in return. Expects agent messages decoded and checked against
@@ -105,72 +74,23 @@ const STOPPED_FOR_AGENT: readonly ShardState[] = [
 export class AgentReportsService {
   private readonly logger: Logger;
   private readonly stateEvents: ShardStateEvents;
-  private readonly suspendBudget: SuspendBudgetCheck;
 
   constructor(
     private readonly prisma: PrismaService,
-    private readonly audit: AuditService,
-    private readonly cache: FleetCache,
     private readonly lifecycle: ShardLifecycle,
     private readonly liveness: HostLivenessService,
+    private readonly registration: HostRegistrationService,
+    private readonly desiredShards: DesiredShards,
     @InjectClock() private readonly clock: Clock,
     @Inject(LOGGER) logger: Logger,
   ) {
     this.logger = logger.child({ module: 'fleet' });
     this.stateEvents = new ShardStateEvents(prisma, lifecycle, this.logger);
-    this.suspendBudget = new SuspendBudgetCheck(lifecycle, this.logger);
   }
 
-  /**
-   * Creates or updates the host and its GPUs (reservations kept: a host that comes back with
-   * running shards keeps them). An OFFLINE host comes back ONLINE (CORDONED if an operator
-   * cordoned it); its LOST shards that the agent still runs take their reservation again,
-   * the others FAIL. GPUs the agent no longer lists take no new shards. Replies with what
-   * the agent should run.
-   */
-  async registerHost(request: RegisterRequest): Promise<RegisterReply> {
-    const { host, gpus } = request;
-    const now = this.clock.now();
-    const effects = new CommitEffects();
-    const running: RunningContainers = new Map(
-      request.runningShards
-        .filter((s) => RUNNING_REPORTS.has(s.state))
-        .map((s) => [s.shardId, s.memory]),
-    );
-    await this.prisma.$transaction(async (tx) => {
-      const { state, previous } = await upsertRegisteredHost(tx, host, now);
-      const kept = await upsertGpus(tx, host.hostId, gpus, now, host.isolatedComputePermille ?? 0);
-      for (const gpu of kept) {
-        this.logger.warn(
-          { hostId: host.hostId, gpuUuid: gpu },
-          'GPU reports less memory than is reserved on it; keeping the old total until reservations shrink',
-        );
-      }
-      await this.liveness.recoverLostShards(tx, host.hostId, running, effects, now);
-      await this.suspendBudget.settle(tx, host.hostId, effects);
-      await this.audit.record(tx, null, {
-        action: 'host.register',
-        targetType: 'Host',
-        targetId: host.hostId,
-        teamId: null,
-        details: {
-          previousState: previous,
-          state,
-          gpus: gpus.length,
-          agentVersion: host.agentVersion,
-          simulated: host.simulated,
-          ...(host.isolatedComputePermille
-            ? { isolatedComputePermille: host.isolatedComputePermille }
-            : {}),
-        },
-      });
-      effects.hostStates.push({ hostId: host.hostId, state });
-    });
-    this.lifecycle.afterCommit(effects);
-    this.cache.requestRefresh();
-    this.logger.info({ hostId: host.hostId, gpus: gpus.length }, 'host registered');
-    const desired = await this.desiredShardsFor(host.hostId, request.acceptsKeptShards === true);
-    return { protocolVersion: PROTOCOL_VERSION, hostId: host.hostId, accepted: true, ...desired };
+  /** Registers the host (HostRegistrationService, batched with the registrations meanwhile). */
+  registerHost(request: RegisterRequest): Promise<RegisterReply> {
+    return this.registration.register(request);
   }
 
   /** One heartbeat: recordHeartbeats with a batch of one. */
@@ -297,86 +217,16 @@ export class AgentReportsService {
       }, RECONCILE_TRANSACTION);
       this.lifecycle.afterCommit(effects);
     } else if (view.hostState !== 'OFFLINE') {
-      const desired = await this.desiredOf(hostId, acceptsKept, view.shards, view.stoppedIds);
+      const desired = await this.desiredShards.desiredOf(
+        hostId,
+        acceptsKept,
+        view.shards,
+        view.stoppedIds,
+      );
       return { protocolVersion: PROTOCOL_VERSION, hostId, ...desired };
     }
-    const desired = await this.desiredShardsFor(hostId, acceptsKept);
+    const desired = await this.desiredShards.desiredShardsFor(hostId, acceptsKept);
     return { protocolVersion: PROTOCOL_VERSION, hostId, ...desired };
-  }
-
-  /**
-   * What should run on the host (PLACED, STARTING, RUNNING, with their caps) and which shards
-   * must stay stopped with their containers kept (the newest, up to the protocol's bound);
-   * the agent removes any other shard container.
-   *
-   * A shard whose secret env does not open here (a key this control plane does not hold) has
-   * no spec to send. Not launched yet, it FAILS (its GPUs freed). Launched, its container has
-   * its environment: it is listed as kept (left as it is) to an agent that `acceptsKept`;
-   * to an older agent, which would remove it, the whole answer is refused (SecretsKeyError).
-   */
-  async desiredShardsFor(hostId: string, acceptsKept: boolean): Promise<DesiredState> {
-    const runnable = await runnableShards(this.prisma.direct, hostId, RUNNABLE_STATES);
-    const stopped = await newestShardIds(this.prisma.direct, hostId, STOPPED_FOR_AGENT);
-    const suspendedIds = await newestShardIds(this.prisma.direct, hostId, SUSPENDED_STATES);
-    return this.desiredFrom(hostId, acceptsKept, runnable, stopped, suspendedIds);
-  }
-
-  /** desiredShardsFor from a reconcile's read of the host (readHostForReconcile). */
-  private desiredOf(
-    hostId: string,
-    acceptsKept: boolean,
-    shards: readonly ShardWithGpus[],
-    stopped: string[],
-  ): Promise<DesiredState> {
-    // As runnableShards and newestShardIds order and bound them.
-    const runnable = shards
-      .filter((shard) => RUNNABLE_STATES.includes(shard.state))
-      .slice(0, MAX_SHARDS_PER_HOST);
-    const suspendedIds = shards
-      .filter((shard) => SUSPENDED_STATES.includes(shard.state))
-      .sort(
-        (a, b) =>
-          b.updatedAt.getTime() - a.updatedAt.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
-      )
-      .slice(0, MAX_SHARDS_PER_HOST)
-      .map((shard) => shard.id);
-    return this.desiredFrom(hostId, acceptsKept, runnable, stopped, suspendedIds);
-  }
-
-  private async desiredFrom(
-    hostId: string,
-    acceptsKept: boolean,
-    runnable: readonly ShardWithGpus[],
-    stopped: string[],
-    suspendedIds: string[],
-  ): Promise<DesiredState> {
-    const suspended = suspendedIds.length > 0 ? { suspendedShardIds: suspendedIds } : {};
-    const desired: ShardLaunchSpec[] = [];
-    const unopenable: string[] = [];
-    const kept: { id: string; reason: string }[] = [];
-    for (const shard of runnable) {
-      if (shard.gpuUuids === null || shard.gpuUuids.length === 0) continue;
-      const opened = tryLaunchSpecOf(shard, shard.gpuUuids);
-      if ('spec' in opened) desired.push(opened.spec);
-      else if (shard.state === 'PLACED') unopenable.push(shard.id);
-      else if (acceptsKept) kept.push({ id: shard.id, reason: opened.unopenable });
-      else throw new SecretsKeyError(`shard ${shard.id} (${shard.state}): ${opened.unopenable}`);
-    }
-    // Not launched yet and never launchable from here: FAILED (its GPUs freed), not listed.
-    await failUnopenableLaunches(this.prisma, this.lifecycle, this.logger, unopenable);
-    if (kept.length > 0) {
-      this.logger.warn(
-        { hostId, kept },
-        'shards whose secrets this control plane cannot open are left as they are on their host; start it with the key they were sealed with (docs/operations.md, "Secrets key")',
-      );
-      return {
-        desired,
-        stoppedShardIds: stopped,
-        ...suspended,
-        keptShardIds: kept.map((shard) => shard.id),
-      };
-    }
-    return { desired, stoppedShardIds: stopped, ...suspended };
   }
 }
 

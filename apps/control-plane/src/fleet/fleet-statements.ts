@@ -1,4 +1,4 @@
-import { MAX_SHARDS_PER_HOST, type RegisterRequest } from '@gpushards/protocol';
+import { MAX_SHARDS_PER_HOST } from '@gpushards/protocol';
 import type { HostState, RawSql, ShardState } from '../database/index.js';
 import { SHARD_COLUMNS, type ShardRecord } from '../shards/shard-record.js';
 import type { HeartbeatRows } from './heartbeat-rows.js';
@@ -13,81 +13,6 @@ export interface LockedHost {
   readonly id: string;
   readonly state: HostState;
   readonly cordoned: boolean;
-}
-
-/**
- * Creates or updates the host from its agent's registration; an OFFLINE host comes back
- * ONLINE (CORDONED if cordoned). Returns its state and the state it had (null: new).
- */
-export async function upsertRegisteredHost(
-  tx: RawSql,
-  host: RegisterRequest['host'],
-  now: Date,
-): Promise<{ state: HostState; previous: HostState | null }> {
-  const rows = await tx.$queryRaw<{ state: HostState; previous: HostState | null }[]>`
-    WITH previous AS (SELECT state FROM host WHERE id = ${host.hostId} FOR UPDATE)
-    INSERT INTO host (id, name, labels, context_overhead_bytes, agent_version, driver_version,
-                      cuda_version, simulated, last_heartbeat_at, updated_at,
-                      suspend_budget_bytes, suspend_unavailable_reason)
-    VALUES (${host.hostId}, ${host.name}, ${JSON.stringify(host.labels)}::jsonb,
-            ${BigInt(host.contextOverheadBytes)}, ${host.agentVersion}, ${host.driverVersion},
-            ${host.cudaVersion}, ${host.simulated}, ${now}, now(),
-            ${BigInt(host.suspendBudgetBytes ?? 0)}, ${host.suspendUnavailableReason ?? null})
-    ON CONFLICT (id) DO UPDATE SET
-      suspend_budget_bytes = EXCLUDED.suspend_budget_bytes,
-      suspend_unavailable_reason = EXCLUDED.suspend_unavailable_reason,
-      name = EXCLUDED.name, labels = EXCLUDED.labels,
-      context_overhead_bytes = EXCLUDED.context_overhead_bytes,
-      agent_version = EXCLUDED.agent_version, driver_version = EXCLUDED.driver_version,
-      cuda_version = EXCLUDED.cuda_version, simulated = EXCLUDED.simulated,
-      last_heartbeat_at = EXCLUDED.last_heartbeat_at, updated_at = now(),
-      state = CASE WHEN host.state <> 'OFFLINE' THEN host.state
-                   WHEN host.cordoned THEN 'CORDONED'::host_state
-                   ELSE 'ONLINE'::host_state END
-    RETURNING state::text AS state, (SELECT state::text FROM previous) AS previous`;
-  return rows[0]!;
-}
-
-/**
- * Creates or updates the GPUs, each with the host's isolated partition (`isolatedPoolPermille`,
- * HostInfo.isolatedComputePermille; 0 = none); marks the host's unlisted GPUs missing. Returns
- * GPUs whose total was kept.
- */
-export async function upsertGpus(
-  tx: RawSql,
-  hostId: string,
-  gpus: RegisterRequest['gpus'],
-  now: Date,
-  isolatedPoolPermille = 0,
-): Promise<string[]> {
-  const uuids = gpus.map((gpu) => gpu.uuid);
-  let kept: string[] = [];
-  if (gpus.length > 0) {
-    const rows = await tx.$queryRaw<{ uuid: string; totalBytes: bigint }[]>`
-      INSERT INTO gpu (uuid, host_id, index, model, total_bytes, used_bytes,
-                       isolated_pool_permille, updated_at)
-      SELECT reported.uuid, ${hostId}, reported.index, reported.model, reported.total,
-             reported.used, ${isolatedPoolPermille}::int, now()
-        FROM unnest(${uuids}::text[], ${gpus.map((g) => g.index)}::int[],
-                    ${gpus.map((g) => g.model)}::text[],
-                    ${gpus.map((g) => BigInt(g.totalBytes))}::bigint[],
-                    ${gpus.map((g) => BigInt(g.usedBytes))}::bigint[])
-             AS reported(uuid, index, model, total, used)
-      ON CONFLICT (uuid) DO UPDATE SET
-        host_id = EXCLUDED.host_id, index = EXCLUDED.index, model = EXCLUDED.model,
-        used_bytes = EXCLUDED.used_bytes, missing_since = NULL, updated_at = now(),
-        isolated_pool_permille = EXCLUDED.isolated_pool_permille,
-        total_bytes = CASE
-          WHEN gpu.reserved_bytes <= floor(EXCLUDED.total_bytes * gpu.overcommit_ratio)
-          THEN EXCLUDED.total_bytes ELSE gpu.total_bytes END
-      RETURNING uuid, total_bytes AS "totalBytes"`;
-    const reported = new Map(gpus.map((gpu) => [gpu.uuid, BigInt(gpu.totalBytes)]));
-    kept = rows.filter((row) => row.totalBytes !== reported.get(row.uuid)).map((row) => row.uuid);
-  }
-  await tx.$executeRaw`
-    UPDATE gpu SET missing_since = ${now}
-     WHERE host_id = ${hostId} AND missing_since IS NULL AND uuid <> ALL(${uuids}::text[])`;
-  return kept;
 }
 
 /** Marks the hosts that are not OFFLINE alive; returns those it marked (not OFFLINE, known). */
@@ -359,6 +284,18 @@ export async function newestShardIds(
      ORDER BY updated_at DESC, id
      LIMIT ${MAX_SHARDS_PER_HOST}`;
   return rows.map((row) => row.id);
+}
+
+/** Which of the hosts have a shard in one of the states (the index on host and state). */
+export async function hostsWithShardsIn(
+  sql: RawSql,
+  hostIds: readonly string[],
+  states: readonly ShardState[],
+): Promise<Set<string>> {
+  const rows = await sql.$queryRaw<{ hostId: string }[]>`
+    SELECT DISTINCT host_id AS "hostId" FROM shard
+     WHERE host_id = ANY(${[...hostIds]}::text[]) AND state = ANY(${[...states]}::shard_state[])`;
+  return new Set(rows.map((row) => row.hostId));
 }
 
 /** An OFFLINE host back ONLINE (CORDONED if cordoned); undefined when it was not OFFLINE. */

@@ -3,6 +3,8 @@ import { PlacementModule } from '../placement/placement.module.js';
 import { ShardsModule } from '../shards/shards.module.js';
 import { FleetResolver, ShardHostResolver } from './fleet.resolver.js';
 import { AgentReportsService } from './agent-reports.service.js';
+import { DesiredShards } from './desired-shards.js';
+import { HostRegistrationService } from './host-registration.service.js';
 import { FleetReadsService } from './fleet-reads.service.js';
 import { HostLivenessService } from './host-liveness.service.js';
 import { HostOperationsService } from './host-operations.service.js';
@@ -13,7 +15,7 @@ import { HostCredentialRevoker } from './host-credentials.js';
 
 /**
  * The fleet registry, by concern: what agents report (AgentReportsService, called by the agent
- * link), hosts going silent and coming back (HostLivenessService, HostOfflineSweeper),
+ * link; registrations batched by HostRegistrationService, replies' shards by DesiredShards), hosts going silent and coming back (HostLivenessService, HostOfflineSweeper),
  * shards stuck in a transitional state (StuckShardSweeper), operators' cordon/uncordon/drain (HostOperationsService) and reads (FleetReadsService).
  * Needs CLOCK (ClockModule).
  */
@@ -21,6 +23,8 @@ import { HostCredentialRevoker } from './host-credentials.js';
   imports: [PlacementModule, ShardsModule],
   providers: [
     AgentReportsService,
+    HostRegistrationService,
+    DesiredShards,
     HostLivenessService,
     HostOperationsService,
     FleetReadsService,
@@ -34,6 +38,7 @@ import { HostCredentialRevoker } from './host-credentials.js';
   exports: [
     RemovedHosts,
     AgentReportsService,
+    DesiredShards,
     HostLivenessService,
     HostOfflineSweeper,
     StuckShardSweeper,

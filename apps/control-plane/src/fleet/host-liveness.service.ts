@@ -6,8 +6,8 @@ import {
   type StopIntent,
   type TransitionCause,
 } from '@gpushards/limits';
-import { AuditService } from '../audit/audit.service.js';
-import { PrismaService, type Prisma, type ShardState } from '../database/index.js';
+import { AuditService, type AuditEntry } from '../audit/audit.service.js';
+import { PrismaService, type RawSql, type ShardState } from '../database/index.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
 import {
   CommitEffects,
@@ -192,15 +192,16 @@ export class HostLivenessService {
    * what they take again checked against their GPUs and the host's budget as they are now
    * (LostShardReturns, libs/limits lostShardReturn): RUNNING with their reservation taken
    * again, SUSPENDED with their cap suspended again (and the resume they were owed), RESUMING
-   * when only their GPUs have room for memory in host RAM, or FAILED when nothing has.
+   * when only their GPUs have room for memory in host RAM, or FAILED when nothing has. Their audit rows are written together, in one statement.
    */
   async recoverLostShards(
-    tx: Prisma.TransactionClient,
+    tx: RawSql,
     hostId: string,
     running: RunningContainers,
     effects: CommitEffects,
     now: Date,
   ): Promise<void> {
+    const audit: AuditEntry[] = [];
     for (const shard of await lockHostShards(tx, hostId, ['LOST'])) {
       const memory = running.has(shard.id) ? (running.get(shard.id) ?? 'resident') : undefined;
       const decision = converge(
@@ -217,7 +218,7 @@ export class HostLivenessService {
         };
         await this.lifecycle.moveTo(tx, shard, next.state, next.cause, next.fields, effects, now);
       }
-      await this.audit.record(tx, null, {
+      audit.push({
         action: next.cause === 'recovered' ? 'shard.recover' : 'shard.fail',
         targetType: 'Shard',
         targetId: shard.id,
@@ -225,6 +226,7 @@ export class HostLivenessService {
         details: { from: 'LOST', to: next.state, hostId, ...next.fields },
       });
     }
+    await this.audit.recordOwn(tx, audit);
   }
 }
 

@@ -14,6 +14,7 @@ import {
   type ShardResult,
 } from '../testing/fleet-fixtures.js';
 import { describeShardsApi, SHARD, RESIZE, INJECTION } from '../testing/shards-api-fixtures.js';
+import { DesiredShards } from '../fleet/desired-shards.js';
 
 /**
  * createShard through the API: what it reserves and writes, placement policy, idempotency,
@@ -200,7 +201,7 @@ describeShardsApi('create', (api) => {
   });
 
   it('a command the agent link cannot deliver leaves the shard PLACED for reconciliation', async () => {
-    const { h, fleet, commands, alpha, registerPool } = api;
+    const { h, commands, alpha, registerPool } = api;
     await registerPool('unreachable', ['unreachable-1']);
     commands.failure = new Error('no route to agent');
     try {
@@ -210,7 +211,9 @@ describeShardsApi('create', (api) => {
         }),
       ).createShard;
       assert.equal(shard.state, 'PLACED');
-      const desired = await fleet.desiredShardsFor('unreachable-1', true);
+      const desired = await h.controlPlane.app
+        .get(DesiredShards)
+        .desiredShardsFor('unreachable-1', true);
       assert.deepEqual(
         desired.desired.map((spec) => spec.shardId),
         [shard.id],
