@@ -46,9 +46,11 @@ const { AgentReportsService } = await import(`${dist}/fleet/agent-reports.servic
 const { AgentMessagesService } = await import(`${dist}/agent-link/agent-messages.service.js`);
 const { FenceService } = await import(`${dist}/fence/fence.service.js`);
 const { CapPolicies } = await import(`${dist}/fence/cap-policies.js`);
+const { RemovedHosts } = await import(`${dist}/fleet/removed-hosts.js`);
+const { ElasticService } = await import(`${dist}/elastic/elastic.service.js`);
 const { LOGGER } = await import(`${dist}/logging/logger.js`);
-const { agentSubjects } = await import('@gpushards/protocol');
 const { Registry } = await import('prom-client');
+const { agentSubjects } = await import('@gpushards/protocol');
 const { PrismaService } = await import(`${dist}/database/index.js`);
 const { FakeShardCommands } = await import(`${dist}/testing/fake-shard-commands.js`);
 const { planReconcile } = await import(resolve('apps/agent/dist/reconcile/plan.js'));
@@ -128,6 +130,8 @@ async function round(kind, server, n) {
       fleet,
       cp.app.get(FenceService),
       cp.app.get(CapPolicies),
+      cp.app.get(RemovedHosts),
+      cp.app.get(ElasticService),
       new Registry(),
       cp.app.get(LOGGER),
     );
