@@ -1,5 +1,5 @@
 import { ApolloServerPluginCacheControlDisabled } from '@apollo/server/plugin/disabled';
-import type { ApolloDriverConfig } from '@nestjs/apollo';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Module } from '@nestjs/common';
 import { GraphQLModule } from '@nestjs/graphql';
 import {
@@ -16,7 +16,6 @@ import { CONTROL_PLANE_CONFIG, type ControlPlaneConfig } from '../config/control
 import { createErrorFormatter } from '../errors/format-error.js';
 import { sessionAuthorization } from '../identity/session-cookie.js';
 import { LOGGER, type Logger } from '../logging/logger.js';
-import { CodeFirstApolloDriver } from './code-first-apollo.driver.js';
 import { earlyQueryLimitsRule } from './query-limits.js';
 import { requestGuardPlugin } from './request-guard.plugin.js';
 
@@ -67,15 +66,15 @@ function authorizationOf(
 }
 
 /**
- * The GraphQL API: code-first schema (sorted, kept in memory, built once: CodeFirstApolloDriver;
- * docs/schema.graphql is written by `schema-cli.js write`), Apollo Server 5 on Fastify 5 (@as-integrations/fastify) at /graphql,
+ * The GraphQL API: code-first schema (sorted, kept in memory; docs/schema.graphql is written by
+ * `schema-file.js write`), Apollo Server 5 on Fastify 5 (@as-integrations/fastify) at /graphql,
  * and graphql-ws on the same path (the HTTP server's upgrade) for subscriptions. Apollo's landing
  * page loads from a CDN, so it is off; GET /explorer serves the self-contained explorer instead (GET / the portal).
  */
 @Module({
   imports: [
     GraphQLModule.forRootAsync<ApolloDriverConfig>({
-      driver: CodeFirstApolloDriver,
+      driver: ApolloDriver,
       inject: [LOGGER, AuthService, CONTROL_PLANE_CONFIG],
       useFactory: (
         logger: Logger,
