@@ -177,7 +177,10 @@ export function faultChecks(runner: Runner, world: World): void {
         | { key: string; kind: 'network'; message: string };
       const outcomes = await Promise.all(
         keys.map(async (key, i): Promise<Outcome> => {
-          await sleep(i * 5);
+          // Spread so that calls are still to come when eight are answered: sent 5 ms apart,
+          // all 16 went into one or two createShard batches and could all be answered before
+          // the kill landed (no call failed, CI on 2026-11-29).
+          await sleep(i * 20);
           try {
             const response = await graphqlResponse<{ createShard: { id: string } }>(
               cp1.graphqlUrl,
