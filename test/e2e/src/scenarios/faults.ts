@@ -175,37 +175,46 @@ export function faultChecks(runner: Runner, world: World): void {
         | { key: string; kind: 'ok'; id: string }
         | { key: string; kind: 'error'; code: string; message: string }
         | { key: string; kind: 'network'; message: string };
+      // Half the calls go at once; each of the others goes when the call half a burst before it
+      // has settled, so calls are still to come when eight are answered and the kill lands
+      // (sent all at once, 16 calls fit one or two createShard batches and could all be
+      // answered before the kill: no call failed, CI on 2026-11-29).
+      const settled: Promise<Outcome>[] = [];
       const outcomes = await Promise.all(
-        keys.map(async (key, i): Promise<Outcome> => {
-          // Spread so that calls are still to come when eight are answered: sent 5 ms apart,
-          // all 16 went into one or two createShard batches and could all be answered before
-          // the kill landed (no call failed, CI on 2026-11-29).
-          await sleep(i * 20);
-          try {
-            const response = await graphqlResponse<{ createShard: { id: string } }>(
-              cp1.graphqlUrl,
-              burst.token,
-              mutation,
-              { input: inputOf(key, i) },
-              20_000,
-            );
-            if (response.errors?.length) {
-              const first = response.errors[0]!;
-              return {
-                key,
-                kind: 'error',
-                code: first.extensions?.code ?? '?',
-                message: first.message,
-              };
-            }
-            answered += 1;
-            if (answered >= 8) kill('8 answered');
-            return { key, kind: 'ok', id: response.data!.createShard.id };
-          } catch (error) {
-            return { key, kind: 'network', message: String(error) };
-          }
+        keys.map((key, i) => {
+          const call = (async (): Promise<Outcome> => {
+            if (i >= BURST / 2) await settled[i - BURST / 2];
+            return send(key, i);
+          })();
+          settled.push(call);
+          return call;
         }),
       );
+      async function send(key: string, i: number): Promise<Outcome> {
+        try {
+          const response = await graphqlResponse<{ createShard: { id: string } }>(
+            cp1.graphqlUrl,
+            burst.token,
+            mutation,
+            { input: inputOf(key, i) },
+            20_000,
+          );
+          if (response.errors?.length) {
+            const first = response.errors[0]!;
+            return {
+              key,
+              kind: 'error',
+              code: first.extensions?.code ?? '?',
+              message: first.message,
+            };
+          }
+          answered += 1;
+          if (answered >= 8) kill('8 answered');
+          return { key, kind: 'ok', id: response.data!.createShard.id };
+        } catch (error) {
+          return { key, kind: 'network', message: String(error) };
+        }
+      }
       if (killing === undefined) kill('all answered');
       await killing;
       await watcher;
